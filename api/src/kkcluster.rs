@@ -1,0 +1,369 @@
+//! KKCluster and KKClusterTemplate: the host inventory of one workload cluster.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::{
+    ApiEndpoint, Auth, Bastion, Conditions, FailureDomain, Initialization, Role, default_arch, default_roles,
+};
+
+fn default_distribution() -> Option<String> {
+    Some("kubernetes".into())
+}
+
+/// KKCluster: the SSH host inventory, control-plane endpoint, download mirrors and registry settings.
+#[derive(CustomResource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "infrastructure.cluster.x-k8s.io",
+    version = "v1beta1",
+    kind = "KKCluster",
+    plural = "kkclusters",
+    namespaced,
+    status = "KKClusterStatus",
+    shortname = "kkc",
+    category = "cluster-api",
+    label("cluster.x-k8s.io/v1beta2", "v1beta1"),
+    printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']","description":"Owning Cluster"}"#,
+    printcolumn = r#"{"name":"Endpoint","type":"string","jsonPath":".spec.controlPlaneEndpoint.host","description":"Control-plane endpoint host"}"#,
+    printcolumn = r#"{"name":"Provisioned","type":"boolean","jsonPath":".status.initialization.provisioned"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type=='Ready')].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(oldSelf.controlPlaneLoadBalancer) || (has(self.controlPlaneLoadBalancer) && self.controlPlaneLoadBalancer == oldSelf.controlPlaneLoadBalancer)",
+    "message": "spec.controlPlaneLoadBalancer is immutable once set"
+}]))]
+pub struct KKClusterSpec {
+    /// `kubernetes` (default) or `k3s` (accepted for CAPKK compatibility, reported as unsupported).
+    #[serde(default = "default_distribution", skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["kubernetes", "k3s", "k8s"]))]
+    pub distribution: Option<String>,
+    /// The host pool and how to reach it.
+    pub nodes: Nodes,
+    /// API server endpoint. Set by the controller from `controlPlaneLoadBalancer.host` (or the first
+    /// control-plane host) when the user leaves it empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_endpoint: Option<ApiEndpoint>,
+    /// VIP or DNS name in front of the API servers (e.g. a kube-vip address). Immutable once set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_load_balancer: Option<LoadBalancer>,
+    /// Where binaries are downloaded from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub component: Option<Component>,
+    /// Image registry settings for the container runtime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry: Option<Registry>,
+}
+
+/// The host pool.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "(has(self.auth) && (has(self.auth.password) || has(self.auth.privateKey) || has(self.auth.privateKeyPath) || has(self.auth.secret) || has(self.auth.secretRef))) || self.instances.all(i, has(i.auth) && (has(i.auth.password) || has(i.auth.privateKey) || has(i.auth.privateKeyPath) || has(i.auth.secret) || has(i.auth.secretRef)))",
+        "message": "spec.nodes.auth must set one of password, privateKey, privateKeyPath, secret or secretRef (or every instance must set its own auth)"
+    }
+]))]
+pub struct Nodes {
+    /// SSH auth shared by every host; per-instance `auth` overrides it.
+    #[serde(default)]
+    pub auth: Auth,
+    /// Jump host in front of every host (optional).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bastion: Option<Bastion>,
+    /// The hosts. Names and addresses are unique.
+    #[serde(default)]
+    #[schemars(length(max = 100))]
+    #[schemars(extend(
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-list-map-keys" = ["name"],
+        "x-kubernetes-validations" = [
+            {
+                "rule": "self.all(a, self.exists_one(b, b.address == a.address))",
+                "message": "spec.nodes.instances[].address must be unique"
+            },
+            {
+                "rule": "self.all(a, !has(a.internalAddress) || self.exists_one(b, has(b.internalAddress) && b.internalAddress == a.internalAddress))",
+                "message": "spec.nodes.instances[].internalAddress must be unique"
+            }
+        ]
+    ))]
+    pub instances: Vec<InstanceInfo>,
+}
+
+/// One host of the pool.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceInfo {
+    /// Host name: also the Node name and the KKInstance name (lower-case DNS label).
+    #[schemars(length(min = 1, max = 63))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",
+        "message": "spec.nodes.instances[].name must be a lower-case DNS label (a-z, 0-9, '-')"
+    }]))]
+    pub name: String,
+    /// SSH address: an IP address or DNS name.
+    #[schemars(length(min = 1, max = 253))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "(!self.matches('^[0-9.]+$') || isIP(self)) && (self.contains(':') ? isIP(self) : self.matches('^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?(\\\\.[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)*$'))",
+        "message": "spec.nodes.instances[].address must be a valid IP address or DNS name"
+    }]))]
+    pub address: String,
+    /// Node IP (kubelet `--node-ip`); defaults to `address`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self == '' || isIP(self)",
+        "message": "spec.nodes.instances[].internalAddress must be a valid IP address"
+    }]))]
+    pub internal_address: Option<String>,
+    /// Roles this host may take (default `[control-plane, worker]`).
+    #[serde(default = "default_roles", skip_serializing_if = "Option::is_none")]
+    pub roles: Option<Vec<Role>>,
+    /// CPU architecture (default `amd64`); checked against `uname -m` on the host.
+    #[serde(default = "default_arch", skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["amd64", "arm64"]))]
+    pub arch: Option<String>,
+    /// Per-host auth override (unset fields come from `spec.nodes.auth`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<Auth>,
+    /// Pinned SHA256 host-key fingerprints (`SHA256:<base64>`, as `ssh-keygen -lf` prints). When empty the
+    /// key is trusted on first use and recorded in the KKInstance.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("items" = {
+        "type": "string",
+        "maxLength": 100,
+        "x-kubernetes-validations": [{
+            "rule": "self.matches('^SHA256:[A-Za-z0-9+/]{43}=?$')",
+            "message": "spec.nodes.instances[].hostKeys[] must look like SHA256:<43 base64 characters>"
+        }]
+    }))]
+    pub host_keys: Vec<String>,
+}
+
+impl InstanceInfo {
+    /// The roles, defaulted like the apiserver does.
+    pub fn roles(&self) -> Vec<Role> {
+        self.roles.clone().or_else(default_roles).unwrap_or_default()
+    }
+
+    /// The node IP (internalAddress, else address).
+    pub fn internal_address(&self) -> &str {
+        self.internal_address
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .unwrap_or(&self.address)
+    }
+}
+
+/// Control-plane load balancer / VIP.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadBalancer {
+    /// VIP address or DNS name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub host: Option<String>,
+}
+
+/// Download sources for binaries.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Component {
+    /// `cn` switches default URLs to the China mirrors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// Replaces scheme and host of every default download URL (offline file server), e.g. `http://10.0.0.5:8080`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Per-artifact overrides.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overrides: Vec<Override>,
+    /// `controller` (default): the controller downloads, verifies, caches and uploads; `host`: each host
+    /// downloads directly and verifies the checksum itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["controller", "host"]))]
+    pub download_on: Option<String>,
+}
+
+/// Override of one artifact's source and checksum.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Override {
+    /// Artifact id: kubeadm, kubelet, kubectl, cni, crictl, containerd, runc, ...
+    pub id: String,
+    /// CPU architecture it applies to (empty: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arch: Option<String>,
+    /// Version it applies to (empty: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Full download URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Path on the component host (combined with `component.host`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Checksum of the artifact.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<Checksum>,
+}
+
+/// A SHA-256 checksum, inline or published at a URL/path.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Checksum {
+    /// Hex SHA-256.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// URL or component-host path of a `sha256sum`-style checksum file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// Image registry settings.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Registry {
+    /// Private registry host used for system images.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_registry: Option<String>,
+    /// Registries reached over plain HTTP or without TLS verification.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub insecure_registries: Vec<String>,
+    /// Mirrors for docker.io (`https://mirror.example`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub registry_mirrors: Vec<String>,
+    /// Accepted for CAPKK compatibility; unused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_override: Option<String>,
+    /// Credentials and TLS for `privateRegistry`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<RegistryAuth>,
+}
+
+/// Registry credentials. Prefer `secretRef` (keys `username`, `password`).
+#[derive(Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RegistryAuth {
+    /// User name (inline, CAPKK compatibility).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// Password (inline, CAPKK compatibility).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
+    /// Secret in the same namespace with keys `username` and `password`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<crate::common::SecretRef>,
+    /// Skip TLS verification.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub insecure_skip_verify: Option<bool>,
+    /// Use plain HTTP.
+    #[serde(default, rename = "plainHTTP", skip_serializing_if = "Option::is_none")]
+    pub plain_http: Option<bool>,
+    /// Directory of certificates on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certs_path: Option<String>,
+    /// CA file path on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
+    /// Client certificate path on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<String>,
+    /// Client key path on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<String>,
+}
+
+impl std::fmt::Debug for RegistryAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryAuth")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("secret_ref", &self.secret_ref)
+            .field("insecure_skip_verify", &self.insecure_skip_verify)
+            .field("plain_http", &self.plain_http)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Observed state of a KKCluster.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KKClusterStatus {
+    /// v1beta2 contract: `provisioned` once the endpoint is known and the inventory is valid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialization: Option<Initialization>,
+    /// Conditions: `Ready`, `Paused`, `HostsReachable`, `EndpointReady`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Conditions,
+    /// Failure domains (none are defined for SSH hosts today).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_domains: Option<Vec<FailureDomain>>,
+    /// Last probe result per host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub hosts: Vec<HostProbe>,
+    /// Generation last reconciled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// What a probe saw on one host.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct HostProbe {
+    /// Instance name.
+    pub name: String,
+    /// Reachable over SSH with the configured auth.
+    pub reachable: bool,
+    /// Host-key fingerprint presented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_key: Option<String>,
+    /// `ID VERSION_ID` from /etc/os-release.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os: Option<String>,
+    /// Architecture from `uname -m`, in Go naming (amd64, arm64).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arch: Option<String>,
+    /// Why it is not usable (empty when fine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// KKClusterTemplate: a KKCluster blueprint for ClusterClass. The spec is immutable.
+#[derive(CustomResource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "infrastructure.cluster.x-k8s.io",
+    version = "v1beta1",
+    kind = "KKClusterTemplate",
+    plural = "kkclustertemplates",
+    namespaced,
+    shortname = "kkct",
+    category = "cluster-api",
+    label("cluster.x-k8s.io/v1beta2", "v1beta1"),
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self == oldSelf",
+    "message": "spec.template is immutable: create a new KKClusterTemplate and reference it instead"
+}]))]
+pub struct KKClusterTemplateSpec {
+    /// The KKCluster to stamp out.
+    pub template: KKClusterTemplateResource,
+}
+
+/// `spec.template` of a KKClusterTemplate.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KKClusterTemplateResource {
+    /// Labels and annotations for the created KKCluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<crate::ObjectMetaTemplate>,
+    /// The KKCluster spec.
+    pub spec: KKClusterSpec,
+}

@@ -1,0 +1,127 @@
+//! KKMachine and KKMachineTemplate: one CAPI Machine mapped onto one host.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::{Conditions, ContainerManager, Initialization, MachineAddress, Repository, Role};
+
+/// KKMachine: the infrastructure side of one CAPI Machine.
+#[derive(CustomResource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "infrastructure.cluster.x-k8s.io",
+    version = "v1beta1",
+    kind = "KKMachine",
+    plural = "kkmachines",
+    namespaced,
+    status = "KKMachineStatus",
+    shortname = "kkm",
+    category = "cluster-api",
+    label("cluster.x-k8s.io/v1beta2", "v1beta1"),
+    printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']","description":"Owning Cluster"}"#,
+    printcolumn = r#"{"name":"Instance","type":"string","jsonPath":".spec.instanceID","description":"Claimed host (KKInstance)"}"#,
+    printcolumn = r#"{"name":"Provisioned","type":"boolean","jsonPath":".status.initialization.provisioned"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Step","type":"string","jsonPath":".status.step","priority":1}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(oldSelf.providerID) || (has(self.providerID) && self.providerID == oldSelf.providerID)",
+        "message": "spec.providerID is immutable once set"
+    },
+    {
+        "rule": "!has(oldSelf.instanceID) || (has(self.instanceID) && self.instanceID == oldSelf.instanceID)",
+        "message": "spec.instanceID is immutable once set"
+    }
+]))]
+pub struct KKMachineSpec {
+    /// `kk:///<kkcluster>/<instance>`; set by the controller once a host is claimed.
+    #[serde(default, rename = "providerID", skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub provider_id: Option<String>,
+    /// Name of the claimed KKInstance (= host name); set by the controller.
+    #[serde(default, rename = "instanceID", skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub instance_id: Option<String>,
+    /// Roles a host must have to be claimed; a host qualifies when it has any of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<Role>,
+    /// Container runtime to install.
+    #[serde(default)]
+    pub container_manager: ContainerManager,
+    /// OS package handling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<Repository>,
+}
+
+/// Observed state of a KKMachine.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KKMachineStatus {
+    /// v1beta2 contract: `provisioned` once the bootstrap sentinel exists on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialization: Option<Initialization>,
+    /// Conditions: `Ready`, `Paused`, `InstanceReady` (mirrors the KKInstance), `HostClaimed`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Conditions,
+    /// InternalIP, ExternalIP and Hostname of the claimed host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<MachineAddress>,
+    /// Coarse phase: Pending, Claimed, Provisioning, Provisioned, Deleting, Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Progress of the host work: `step i/n: <name>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    /// Generation last reconciled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// KKMachineTemplate: referenced by KubeadmControlPlane and MachineDeployments. The spec is immutable.
+#[derive(CustomResource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "infrastructure.cluster.x-k8s.io",
+    version = "v1beta1",
+    kind = "KKMachineTemplate",
+    plural = "kkmachinetemplates",
+    namespaced,
+    status = "KKMachineTemplateStatus",
+    shortname = "kkmt",
+    category = "cluster-api",
+    label("cluster.x-k8s.io/v1beta2", "v1beta1"),
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self == oldSelf",
+    "message": "spec.template is immutable: create a new KKMachineTemplate and point the KubeadmControlPlane or MachineDeployment at it"
+}]))]
+pub struct KKMachineTemplateSpec {
+    /// The KKMachine to stamp out.
+    pub template: KKMachineTemplateResource,
+}
+
+/// `spec.template` of a KKMachineTemplate.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KKMachineTemplateResource {
+    /// Labels and annotations for created KKMachines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<crate::ObjectMetaTemplate>,
+    /// The KKMachine spec.
+    pub spec: KKMachineSpec,
+}
+
+/// Status of a KKMachineTemplate (autoscale-from-zero hints, set by users or tools).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KKMachineTemplateStatus {
+    /// Node capacity of machines from this template (e.g. `cpu`, `memory`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity:
+        Option<std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+}

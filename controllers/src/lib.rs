@@ -1,0 +1,1 @@
+//! KKCluster, KKMachine and KKInstance reconcilers.

@@ -1,0 +1,1 @@
+//! Bootstrap data (cloud-config) to a typed, ordered plan. No I/O.

@@ -1,0 +1,1 @@
+//! Host services (bootstrap, repository, binary, containermanager, provisioning) over the executor trait.
