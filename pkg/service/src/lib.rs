@@ -1,1 +1,16 @@
-//! Host services (bootstrap, repository, binary, containermanager, provisioning) over the executor trait.
+//! Host services: everything the provider does *on a host*, through [`capkk_executor::Executor`] only.
+//!
+//! Order on create: [`bootstrap`] → [`repository`] → [`binary`] → [`containermanager`] → [`provisioning`];
+//! on delete: [`bootstrap::reset`](bootstrap). Each service reports every step to a [`journal::Progress`]
+//! sink (name, exit code, duration, redacted output tail). This crate never talks to Kubernetes.
+
+pub mod binary;
+pub mod bootstrap;
+pub mod containermanager;
+pub mod error;
+pub mod facts;
+pub mod journal;
+pub mod provisioning;
+pub mod repository;
+
+pub use error::{Error, Result};

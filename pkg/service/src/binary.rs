@@ -1,0 +1,1 @@
+//! binary service (being written).

@@ -1,0 +1,1 @@
+//! bootstrap service (being written).

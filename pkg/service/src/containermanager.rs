@@ -1,0 +1,1 @@
+//! containermanager service (being written).

@@ -1,0 +1,100 @@
+//! The service layer's error type. A command that ran and failed is [`Error::CommandFailed`]
+//! (terminal: it stays in a condition until the spec changes); an unreachable host is [`Error::Exec`]
+//! with a transient [`capkk_executor::ExecError`].
+
+use capkk_executor::ExecError;
+
+/// Result alias.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a service step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The executor could not run the step (connection, auth, timeout...).
+    #[error("running step {step} failed: {source}")]
+    Exec {
+        /// Step name.
+        step: String,
+        /// What the executor reported.
+        #[source]
+        source: ExecError,
+    },
+    /// The step's command ran and exited non-zero.
+    #[error("step {step} failed: `{command}` exited with {exit_code:?}: {output_tail}")]
+    CommandFailed {
+        /// Step name.
+        step: String,
+        /// The command (never contains secrets: those go on stdin).
+        command: String,
+        /// Exit code.
+        exit_code: Option<u32>,
+        /// Redacted tail of the output.
+        output_tail: String,
+    },
+    /// The input (spec, bootstrap data) is invalid; `field` names what to fix.
+    #[error("invalid {field}: {message}")]
+    InvalidInput {
+        /// The offending field, e.g. `spec.containerManager.type`.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A requested option is not implemented.
+    #[error("unsupported: {what}")]
+    Unsupported {
+        /// What was asked for.
+        what: String,
+    },
+    /// The bootstrap data could not be turned into a plan.
+    #[error("parsing bootstrap data failed: {0}")]
+    Plan(#[from] capkk_cloudinit::Error),
+    /// Downloading an artifact failed.
+    #[error("downloading {url} failed: {message}")]
+    Download {
+        /// The URL.
+        url: String,
+        /// Why.
+        message: String,
+    },
+    /// An artifact's SHA-256 did not match; nothing was installed.
+    #[error("checksum mismatch for {artifact}: expected {expected}, got {actual}")]
+    ChecksumMismatch {
+        /// The artifact id and version.
+        artifact: String,
+        /// Expected hex digest.
+        expected: String,
+        /// Actual hex digest.
+        actual: String,
+    },
+    /// The host is not what the spec says (arch mismatch, unknown OS...).
+    #[error("host check failed: {message}")]
+    HostMismatch {
+        /// What differs.
+        message: String,
+    },
+    /// Local I/O (controller-side cache).
+    #[error("local I/O on {path} failed: {source}")]
+    LocalIo {
+        /// Path.
+        path: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// True when retrying later may succeed without a spec change.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Exec { source, .. } => source.is_transient(),
+            Error::Download { .. } | Error::LocalIo { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// Wrap an executor error for `step`.
+    pub fn exec(step: impl Into<String>, source: ExecError) -> Self {
+        Error::Exec { step: step.into(), source }
+    }
+}

@@ -1,0 +1,1 @@
+//! facts service (being written).

@@ -1,0 +1,1 @@
+//! provisioning service (being written).

@@ -1,0 +1,1 @@
+//! repository service (being written).
