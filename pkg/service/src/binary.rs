@@ -1,1 +1,0 @@
-//! binary service (being written).

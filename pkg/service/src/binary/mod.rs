@@ -1,0 +1,379 @@
+//! The binary service: Kubernetes binaries (kubeadm, kubelet, kubectl) and CNI plugins, verified by SHA-256,
+//! downloaded once into a controller-side cache ([`ArtifactCache`]) or directly by the host, uploaded only when
+//! the host lacks the exact file, installed into the standard paths, plus the kubelet systemd unit and the
+//! kubeadm drop-in.
+//!
+//! Round trips for [`ensure`]: one probe exec (digests of installed files), one upload per missing artifact,
+//! one exec running the batched install script. A second run uploads nothing (`bytes_uploaded == 0`) and
+//! changes nothing. See [`catalogue`] for URLs, checksums and install paths.
+//!
+//! Guarantees: every artifact is verified before anything is installed (on the controller before upload, and
+//! again on the host after upload or host download); a mismatch fails with [`Error::ChecksumMismatch`] and
+//! leaves the installed files untouched (staged files are removed).
+
+pub mod cache;
+pub mod catalogue;
+
+use std::{collections::BTreeMap, time::Duration};
+
+use capkk_executor::{ExecRequest, Executor, PutRequest, quote};
+use tracing::instrument;
+
+pub use cache::ArtifactCache;
+pub use catalogue::{
+    Artifact, ArtifactOverride, ArtifactRequest, ChecksumSource, ComponentSource, DownloadOn, Install, resolve,
+};
+
+use crate::{
+    Error, Result,
+    facts::{
+        HostFacts,
+        script::{Script, put_file},
+    },
+    journal::{Progress, Redactor, StepRecord, StepRunner},
+};
+
+/// kubelet unit path.
+pub const KUBELET_UNIT: &str = "/etc/systemd/system/kubelet.service";
+/// kubeadm drop-in path.
+pub const KUBELET_DROPIN: &str = "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf";
+
+/// Inputs of [`ensure`] (the controller maps them from KKCluster/KKMachine/Machine).
+#[derive(Clone, Debug, Default)]
+pub struct BinaryConfig {
+    /// `Machine.spec.version`, e.g. `v1.32.0`.
+    pub kubernetes_version: String,
+    /// Declared arch (`amd64`/`arm64`); checked against the host.
+    pub arch: String,
+    /// CNI plugins version (default [`catalogue::DEFAULT_CNI_VERSION`]); `Some("")` skips CNI plugins.
+    pub cni_version: Option<String>,
+    /// Download sources, overrides and `downloadOn`.
+    pub source: ComponentSource,
+    /// `--node-ip` for the kubelet drop-in, when known.
+    pub node_ip: Option<String>,
+    /// `--hostname-override` for the kubelet drop-in, when set.
+    pub node_name: Option<String>,
+}
+
+/// What [`ensure`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BinaryOutcome {
+    /// Bytes sent to the host by uploads (0 when everything was already in place).
+    pub bytes_uploaded: u64,
+    /// Artifacts uploaded from the controller cache.
+    pub uploaded: Vec<String>,
+    /// Artifacts the host downloaded itself.
+    pub host_downloaded: Vec<String>,
+    /// Artifacts already installed with the expected digest.
+    pub unchanged: Vec<String>,
+    /// True when anything on the host changed (files, units).
+    pub changed: bool,
+}
+
+/// Install the Kubernetes binaries, CNI plugins, kubelet unit and drop-in.
+#[instrument(skip_all, fields(host = %exec.target(), version = %cfg.kubernetes_version))]
+pub async fn ensure(
+    exec: &dyn Executor,
+    cfg: &BinaryConfig,
+    facts: &HostFacts,
+    cache: &ArtifactCache,
+    progress: &dyn Progress,
+    redactor: &Redactor,
+) -> Result<BinaryOutcome> {
+    facts.check_arch(&cfg.arch)?;
+    facts.init.require_systemctl()?;
+    if cfg.kubernetes_version.trim().is_empty() {
+        return Err(Error::InvalidInput {
+            field: "spec.version".into(),
+            message: "the Kubernetes version is empty".into(),
+        });
+    }
+    let mut requests: Vec<ArtifactRequest> = ["kubeadm", "kubelet", "kubectl"]
+        .iter()
+        .map(|id| ArtifactRequest::new(id, &cfg.kubernetes_version, &facts.arch))
+        .collect();
+    let cni = cfg.cni_version.clone().unwrap_or_else(|| catalogue::DEFAULT_CNI_VERSION.into());
+    if !cni.trim().is_empty() {
+        requests.push(ArtifactRequest::new("cni", &cni, &facts.arch));
+    }
+    let artifacts = requests
+        .iter()
+        .map(|r| resolve(r, &cfg.source))
+        .collect::<Result<Vec<_>>>()?;
+    let (staged, _) = stage(exec, &artifacts, cfg.source.download_on, cache, "binary", progress, redactor, "").await?;
+    let mut script = staged.script.clone();
+    script.step("kubelet-unit", kubelet_unit_step(cfg));
+    let run = script
+        .run(exec, "binary", progress, redactor, Duration::from_secs(900))
+        .await?;
+    Ok(BinaryOutcome {
+        bytes_uploaded: staged.bytes_uploaded,
+        uploaded: staged.uploaded,
+        host_downloaded: staged.host_downloaded,
+        unchanged: staged.unchanged,
+        changed: run.any_changed(),
+    })
+}
+
+/// The kubelet unit file.
+pub fn kubelet_unit() -> String {
+    "[Unit]\nDescription=kubelet: The Kubernetes Node Agent\nDocumentation=https://kubernetes.io/docs/\n\
+     Wants=network-online.target\nAfter=network-online.target\n\n[Service]\nExecStart=/usr/local/bin/kubelet\n\
+     Restart=always\nStartLimitInterval=0\nRestartSec=10\n\n[Install]\nWantedBy=multi-user.target\n"
+        .to_owned()
+}
+
+/// The kubeadm drop-in (standard kubeadm flags plus `--node-ip`/`--hostname-override` when given).
+pub fn kubelet_dropin(node_ip: Option<&str>, node_name: Option<&str>) -> String {
+    let mut extra = Vec::new();
+    if let Some(ip) = node_ip.filter(|s| !s.is_empty()) {
+        extra.push(format!("--node-ip={ip}"));
+    }
+    if let Some(n) = node_name.filter(|s| !s.is_empty()) {
+        extra.push(format!("--hostname-override={n}"));
+    }
+    let mut s = String::from(
+        "# Installed by capkk.\n[Service]\n\
+         Environment=\"KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf\"\n\
+         Environment=\"KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml\"\n\
+         EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env\n\
+         EnvironmentFile=-/etc/default/kubelet\n",
+    );
+    if !extra.is_empty() {
+        s.push_str(&format!("Environment=\"KUBELET_EXTRA_ARGS={}\"\n", extra.join(" ")));
+    }
+    s.push_str(
+        "ExecStart=\nExecStart=/usr/local/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS \
+         $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS\n",
+    );
+    s
+}
+
+fn kubelet_unit_step(cfg: &BinaryConfig) -> String {
+    let mut s = put_file(KUBELET_UNIT, 0o644, kubelet_unit().as_bytes());
+    s.push_str(&put_file(
+        KUBELET_DROPIN,
+        0o644,
+        kubelet_dropin(cfg.node_ip.as_deref(), cfg.node_name.as_deref()).as_bytes(),
+    ));
+    s.push_str(
+        "if [ \"$CHANGED\" = 1 ]; then systemctl daemon-reload; fi\n\
+         if ! systemctl is-enabled -q kubelet >/dev/null 2>&1; then systemctl enable kubelet; CHANGED=1; fi\n",
+    );
+    s
+}
+
+/// The result of [`stage`]: uploads done, and a script (verify + install steps) still to run.
+#[derive(Clone, Debug, Default)]
+pub struct Staged {
+    /// Verify/download/install steps; empty when everything is in place. Callers append their own steps and
+    /// run it once.
+    pub script: Script,
+    /// Bytes uploaded.
+    pub bytes_uploaded: u64,
+    /// Labels of uploaded artifacts.
+    pub uploaded: Vec<String>,
+    /// Labels of artifacts the host will download.
+    pub host_downloaded: Vec<String>,
+    /// Labels of artifacts already installed.
+    pub unchanged: Vec<String>,
+}
+
+/// Resolve the expected digest of `a` (fetching a checksum file through `cache` when needed).
+pub async fn expected_sha256(a: &Artifact, cache: &ArtifactCache) -> Result<String> {
+    match &a.checksum {
+        ChecksumSource::Value(v) => Ok(v.clone()),
+        ChecksumSource::File { url, file_name } => {
+            let text = cache.fetch_text(url).await?;
+            catalogue::parse_checksum_file(&text, file_name).ok_or_else(|| Error::InvalidInput {
+                field: format!("spec.component.overrides[id={}].checksum.path", a.id),
+                message: format!("checksum file {url} has no SHA-256 for {file_name}"),
+            })
+        }
+    }
+}
+
+fn staged_path(sha: &str) -> String {
+    format!("{}/{sha}", catalogue::STAGING_DIR)
+}
+
+/// Probe the host for `artifacts`, get missing ones onto it (upload from the cache, or plan a host download)
+/// and return the verify/install script. `extra_probe` is appended to the probe exec; its output is returned.
+#[allow(clippy::too_many_arguments)]
+pub async fn stage(
+    exec: &dyn Executor,
+    artifacts: &[Artifact],
+    download_on: DownloadOn,
+    cache: &ArtifactCache,
+    phase: &str,
+    progress: &dyn Progress,
+    redactor: &Redactor,
+    extra_probe: &str,
+) -> Result<(Staged, String)> {
+    // 1. Expected digests (fails before touching the host when a checksum is unknown).
+    let mut expected = Vec::with_capacity(artifacts.len());
+    for a in artifacts {
+        expected.push(expected_sha256(a, cache).await?);
+    }
+    // 2. One probe exec: installed digests / stamps, plus the caller's probe.
+    let mut probe = String::new();
+    for a in artifacts {
+        match &a.install {
+            Install::Binary { dest, .. } => probe.push_str(&format!(
+                "echo \"@@art:{}=$(sha256sum {} 2>/dev/null | cut -d' ' -f1)\"\n",
+                a.id,
+                quote(dest)
+            )),
+            Install::Archive { probe: p, .. } => probe.push_str(&format!(
+                "if [ -e {p} ]; then echo \"@@art:{id}=$(cat {stamp} 2>/dev/null)\"; else echo '@@art:{id}='; fi\n",
+                p = quote(p),
+                id = a.id,
+                stamp = quote(&format!("{}/{}", catalogue::STAMP_DIR, a.id)),
+            )),
+        }
+    }
+    probe.push_str("echo '@@extra'\n");
+    probe.push_str(extra_probe);
+    probe.push_str("\ntrue\n");
+    let runner = StepRunner {
+        exec,
+        progress,
+        redactor,
+        phase,
+    };
+    let out = runner
+        .run(
+            "probe-artifacts",
+            ExecRequest::new("sh -s").sudo().stdin(probe).timeout(Duration::from_secs(120)),
+        )
+        .await?;
+    let text = out.stdout_str();
+    let (arts, extra) = text.split_once("@@extra\n").unwrap_or((&text, ""));
+    let installed: BTreeMap<&str, &str> = arts
+        .lines()
+        .filter_map(|l| l.strip_prefix("@@art:"))
+        .filter_map(|l| l.split_once('='))
+        .collect();
+    // 3. Which are missing.
+    let mut staged = Staged::default();
+    let mut needed: Vec<(&Artifact, &str)> = Vec::new();
+    for (a, sha) in artifacts.iter().zip(&expected) {
+        if installed.get(a.id.as_str()).map(|h| h.trim()) == Some(sha.as_str()) {
+            staged.unchanged.push(a.label());
+            runner.record_skip(&format!("artifact-{}", a.id), &format!("{} already installed ({sha})", a.label()));
+        } else {
+            needed.push((a, sha));
+        }
+    }
+    if needed.is_empty() {
+        return Ok((staged, extra.to_owned()));
+    }
+    // 4. Get them onto the host.
+    match download_on {
+        DownloadOn::Controller => {
+            // Everything is fetched and verified before the first upload: a bad artifact uploads nothing.
+            let mut local = Vec::new();
+            for (a, sha) in &needed {
+                local.push(cache.fetch(&a.url, sha, &a.label()).await?);
+            }
+            for ((a, sha), path) in needed.iter().zip(local) {
+                let start = std::time::Instant::now();
+                let dest = staged_path(sha);
+                let sent = exec
+                    .put(PutRequest::file(&dest, &path, 0o600).timeout_secs(1800))
+                    .await
+                    .map_err(|e| Error::exec(format!("{phase}/upload-{}", a.id), e))?;
+                staged.bytes_uploaded += sent;
+                staged.uploaded.push(a.label());
+                progress.step_finished(&StepRecord {
+                    phase: phase.to_owned(),
+                    name: format!("upload-{}", a.id),
+                    exit_code: None,
+                    duration: start.elapsed(),
+                    output_tail: format!("{} bytes of {} to {dest}", sent, a.label()),
+                    skipped: false,
+                });
+            }
+        }
+        DownloadOn::Host => {
+            let mut body = String::from(
+                "fetch() {\n  if command -v curl >/dev/null 2>&1; then curl -fsSL --retry 3 --connect-timeout 30 -o \"$2\" \"$1\";\n  \
+                 elif command -v wget >/dev/null 2>&1; then wget -q -T 60 -O \"$2\" \"$1\";\n  \
+                 else echo 'the host has neither curl nor wget (needed for downloadOn: host)' >&2; return 127; fi\n}\n",
+            );
+            body.push_str(&format!("mkdir -p {}\n", catalogue::STAGING_DIR));
+            for (a, sha) in &needed {
+                body.push_str(&format!(
+                    "echo 'downloading {label}'\nfetch {url} {dest}\nCHANGED=1\n",
+                    label = a.label(),
+                    url = quote(&a.url),
+                    dest = quote(&staged_path(sha))
+                ));
+                staged.host_downloaded.push(a.label());
+            }
+            staged.script.step("download-artifacts", body);
+        }
+    }
+    // 5. Verify every staged file before installing any.
+    let all_staged: Vec<String> = needed.iter().map(|(_, sha)| quote(&staged_path(sha))).collect();
+    let mut verify = String::new();
+    for (a, sha) in &needed {
+        verify.push_str(&format!(
+            "_a=$(sha256sum {f} 2>/dev/null | cut -d' ' -f1)\nif [ \"$_a\" != {sha} ]; then rm -f {all}; mismatch {label} {sha} \"${{_a:-missing}}\"; fi\n",
+            f = quote(&staged_path(sha)),
+            all = all_staged.join(" "),
+            label = quote(&format!("{} from {}", a.label(), a.url)),
+        ));
+    }
+    staged.script.step("verify-artifacts", verify);
+    for (a, sha) in &needed {
+        let f = quote(&staged_path(sha));
+        let body = match &a.install {
+            Install::Binary { dest, mode } => format!(
+                "mkdir -p {dir}\ninstall -m {mode:o} {f} {dest}\nrm -f {f}\necho 'installed {dest_raw}'\nCHANGED=1\n",
+                dir = quote(dest.rsplit_once('/').map(|(d, _)| d).unwrap_or("/")),
+                dest = quote(dest),
+                dest_raw = dest,
+            ),
+            Install::Archive { dir, probe } => format!(
+                "mkdir -p {dir} {stamps}\ntar -xzf {f} -C {dir} --no-same-owner\n\
+                 [ -e {probe} ] || {{ echo 'archive {label} did not provide {probe_raw}'; exit 1; }}\n\
+                 printf '%s\\n' {sha} > {stamp}\nrm -f {f}\necho 'extracted {label} into {dir_raw}'\nCHANGED=1\n",
+                dir = quote(dir),
+                stamps = catalogue::STAMP_DIR,
+                probe = quote(probe),
+                probe_raw = probe,
+                label = a.label(),
+                stamp = quote(&format!("{}/{}", catalogue::STAMP_DIR, a.id)),
+                dir_raw = dir,
+            ),
+        };
+        staged.script.step(format!("install-{}", a.id), body);
+    }
+    Ok((staged, extra.to_owned()))
+}
+
+trait PutTimeout {
+    fn timeout_secs(self, secs: u64) -> Self;
+}
+
+impl PutTimeout for PutRequest {
+    fn timeout_secs(mut self, secs: u64) -> Self {
+        self.timeout = Duration::from_secs(secs);
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dropin_carries_node_ip_and_name() {
+        let d = kubelet_dropin(Some("10.0.0.5"), Some("n1"));
+        assert!(d.contains("KUBELET_EXTRA_ARGS=--node-ip=10.0.0.5 --hostname-override=n1"));
+        assert!(d.contains("ExecStart=\nExecStart=/usr/local/bin/kubelet"));
+        assert!(!kubelet_dropin(None, None).contains("KUBELET_EXTRA_ARGS="));
+        assert!(kubelet_unit().contains("ExecStart=/usr/local/bin/kubelet\n"));
+    }
+}

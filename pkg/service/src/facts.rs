@@ -1,1 +1,0 @@
-//! facts service (being written).

@@ -1,0 +1,331 @@
+//! Batched host scripts: many journaled steps in one SSH round trip.
+//!
+//! A [`Script`] is a list of named steps, each an idempotent POSIX shell snippet. The whole script is sent on
+//! stdin to `sh -s` (privileged) in **one** exec; each step runs in its own `set -e` subshell with stderr
+//! merged into stdout, framed by marker lines so the caller can journal one [`StepRecord`] per step (name,
+//! exit code, duration, redacted output tail). A step sets `CHANGED=1` when it altered the host; a step that
+//! changed nothing is journaled as `skipped`. The script stops at the first failing step.
+//!
+//! Helpers available to every step body (defined in [`PRELUDE`]):
+//! - `put_file PATH MODE SHA256 BASE64` writes a file only when its content or mode differs (atomic rename),
+//!   and sets `CHANGED=1` when it wrote;
+//! - `mismatch ARTIFACT EXPECTED ACTUAL` reports a checksum mismatch in a machine-readable line and fails.
+
+use std::time::Duration;
+
+use capkk_executor::{ExecRequest, Executor, quote};
+use sha2::{Digest, Sha256};
+
+use crate::{
+    Error, Result,
+    journal::{Progress, Redactor, StepRecord, TAIL_BYTES},
+};
+
+const MARK: &str = "@@capkk:";
+
+/// Shell functions defined before the first step.
+pub const PRELUDE: &str = r#"umask 022
+export LC_ALL=C
+put_file() {
+  if [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$3" ] && [ "$(stat -c %a "$1")" = "$2" ]; then return 0; fi
+  mkdir -p "$(dirname "$1")"
+  printf '%s' "$4" | base64 -d > "$1.capkk-tmp"
+  chmod "$2" "$1.capkk-tmp"
+  mv -f "$1.capkk-tmp" "$1"
+  echo "wrote $1"
+  CHANGED=1
+}
+mismatch() {
+  echo "@@capkk:mismatch:$1:$2:$3"
+  return 65
+}
+"#;
+
+/// One named step of a [`Script`].
+#[derive(Clone, Debug)]
+pub struct ScriptStep {
+    /// Stable step name (journal).
+    pub name: String,
+    /// Shell snippet; every interpolated value must already be quoted with [`quote`].
+    pub body: String,
+}
+
+/// An ordered list of steps run in one exec.
+#[derive(Clone, Debug, Default)]
+pub struct Script {
+    steps: Vec<ScriptStep>,
+}
+
+/// A checksum mismatch reported by a step through the `mismatch` helper.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReportedMismatch {
+    /// Artifact name.
+    pub artifact: String,
+    /// Expected digest.
+    pub expected: String,
+    /// Digest found on the host.
+    pub actual: String,
+}
+
+/// What a finished script produced.
+#[derive(Clone, Debug, Default)]
+pub struct ScriptOutcome {
+    /// One record per step that ran, in order.
+    pub records: Vec<StepRecord>,
+    /// Names of the steps that changed something.
+    pub changed: Vec<String>,
+}
+
+impl ScriptOutcome {
+    /// True when at least one step changed the host.
+    pub fn any_changed(&self) -> bool {
+        !self.changed.is_empty()
+    }
+
+    /// True when step `name` changed the host.
+    pub fn step_changed(&self, name: &str) -> bool {
+        self.changed.iter().any(|c| c == name)
+    }
+}
+
+impl Script {
+    /// An empty script.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Append a step.
+    pub fn step(&mut self, name: impl Into<String>, body: impl Into<String>) -> &mut Self {
+        self.steps.push(ScriptStep {
+            name: name.into(),
+            body: body.into(),
+        });
+        self
+    }
+
+    /// True when there are no steps.
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+
+    /// Step names in order.
+    pub fn names(&self) -> Vec<String> {
+        self.steps.iter().map(|s| s.name.clone()).collect()
+    }
+
+    /// The full shell text sent on stdin.
+    pub fn render(&self) -> String {
+        let mut s = String::from(PRELUDE);
+        for step in &self.steps {
+            let n = quote(&step.name);
+            s.push_str(&format!(
+                "printf '\\n{MARK}begin:%s\\n' {n}\n\
+                 _t0=$(date +%s%N 2>/dev/null)\n\
+                 ( set -e\nCHANGED=0\n{body}\n[ \"$CHANGED\" = 1 ] && echo '{MARK}changed'\ntrue\n) 2>&1 </dev/null\n\
+                 _rc=$?\n_t1=$(date +%s%N 2>/dev/null)\n\
+                 case \"$_t0$_t1\" in *[!0-9]*|'') _ms=0 ;; *) _ms=$(( (_t1 - _t0) / 1000000 )) ;; esac\n\
+                 printf '\\n{MARK}end:%s:%s:%s\\n' {n} \"$_rc\" \"$_ms\"\n\
+                 [ \"$_rc\" = 0 ] || exit \"$_rc\"\n",
+                body = step.body
+            ));
+        }
+        s
+    }
+
+    /// Run the script as one privileged exec; journal every step under `phase`.
+    ///
+    /// A failing step becomes [`Error::CommandFailed`] (or [`Error::ChecksumMismatch`] when it reported one
+    /// through `mismatch`); steps after it do not run.
+    pub async fn run(
+        &self,
+        exec: &dyn Executor,
+        phase: &str,
+        progress: &dyn Progress,
+        redactor: &Redactor,
+        timeout: Duration,
+    ) -> Result<ScriptOutcome> {
+        if self.steps.is_empty() {
+            return Ok(ScriptOutcome::default());
+        }
+        let total = self.steps.len();
+        for (i, step) in self.steps.iter().enumerate() {
+            progress.step_started(phase, i + 1, total, &step.name);
+        }
+        let req = ExecRequest::new("sh -s").sudo().stdin(self.render()).timeout(timeout);
+        let first = self.steps[0].name.clone();
+        let out = exec.exec(req).await.map_err(|e| Error::exec(format!("{phase}/{first}"), e))?;
+        let parsed = parse_output(&out.stdout_str(), phase, redactor);
+        let mut outcome = ScriptOutcome::default();
+        for p in &parsed {
+            progress.step_finished(&p.record);
+            if p.changed {
+                outcome.changed.push(p.record.name.clone());
+            }
+            outcome.records.push(p.record.clone());
+        }
+        if let Some(m) = parsed.iter().find_map(|p| p.mismatch.clone()) {
+            return Err(Error::ChecksumMismatch {
+                artifact: m.artifact,
+                expected: m.expected,
+                actual: m.actual,
+            });
+        }
+        if let Some(failed) = parsed.iter().find(|p| p.record.exit_code != Some(0)) {
+            return Err(Error::CommandFailed {
+                step: format!("{phase}/{}", failed.record.name),
+                command: format!("{phase} script step {}", failed.record.name),
+                exit_code: failed.record.exit_code,
+                output_tail: failed.record.output_tail.clone(),
+            });
+        }
+        if !out.success() || parsed.len() != total {
+            // The shell itself died (syntax error, killed) or output was cut: report the whole script.
+            let name = self
+                .steps
+                .get(parsed.len())
+                .map(|s| s.name.clone())
+                .unwrap_or_else(|| "script".into());
+            return Err(Error::CommandFailed {
+                step: format!("{phase}/{name}"),
+                command: format!("{phase} script"),
+                exit_code: out.exit_code,
+                output_tail: redactor.redact(&out.tail(TAIL_BYTES)),
+            });
+        }
+        Ok(outcome)
+    }
+}
+
+struct ParsedStep {
+    record: StepRecord,
+    changed: bool,
+    mismatch: Option<ReportedMismatch>,
+}
+
+fn parse_output(stdout: &str, phase: &str, redactor: &Redactor) -> Vec<ParsedStep> {
+    let mut done = Vec::new();
+    let mut current: Option<(String, String, bool, Option<ReportedMismatch>)> = None;
+    for line in stdout.lines() {
+        if let Some(rest) = line.strip_prefix(MARK) {
+            if let Some(name) = rest.strip_prefix("begin:") {
+                current = Some((name.to_owned(), String::new(), false, None));
+                continue;
+            }
+            if rest == "changed" {
+                if let Some(c) = current.as_mut() {
+                    c.2 = true;
+                }
+                continue;
+            }
+            if let Some(m) = rest.strip_prefix("mismatch:") {
+                let parts: Vec<&str> = m.rsplitn(3, ':').collect();
+                if let (Some(c), [actual, expected, artifact]) = (current.as_mut(), parts.as_slice()) {
+                    c.3 = Some(ReportedMismatch {
+                        artifact: (*artifact).to_owned(),
+                        expected: (*expected).to_owned(),
+                        actual: (*actual).to_owned(),
+                    });
+                }
+                continue;
+            }
+            if let Some(end) = rest.strip_prefix("end:") {
+                let mut it = end.rsplitn(3, ':');
+                let ms = it.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+                let rc = it.next().and_then(|v| v.parse::<u32>().ok());
+                if let Some((name, text, changed, mismatch)) = current.take() {
+                    let text = text.trim_matches('\n');
+                    let start = text.len().saturating_sub(TAIL_BYTES);
+                    let start = (start..=text.len()).find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+                    done.push(ParsedStep {
+                        record: StepRecord {
+                            phase: phase.to_owned(),
+                            name,
+                            exit_code: rc,
+                            duration: Duration::from_millis(ms),
+                            output_tail: redactor.redact(&text[start..]),
+                            skipped: rc == Some(0) && !changed,
+                        },
+                        changed,
+                        mismatch,
+                    });
+                }
+                continue;
+            }
+        }
+        if let Some(c) = current.as_mut() {
+            c.1.push_str(line);
+            c.1.push('\n');
+        }
+    }
+    done
+}
+
+/// Hex SHA-256 of `data`.
+pub fn sha256_hex(data: &[u8]) -> String {
+    hex::encode(Sha256::digest(data))
+}
+
+/// A `put_file` call writing `content` to `path` with `mode` (e.g. `0o644`) when it differs.
+pub fn put_file(path: &str, mode: u32, content: &[u8]) -> String {
+    use base64::Engine as _;
+    format!(
+        "put_file {} {:o} {} {}\n",
+        quote(path),
+        mode,
+        sha256_hex(content),
+        quote(&base64::engine::general_purpose::STANDARD.encode(content))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_steps_changes_and_mismatches() {
+        let out = "\n@@capkk:begin:one\nhello\n@@capkk:changed\n\n@@capkk:end:one:0:12\n\
+                   \n@@capkk:begin:two\n@@capkk:end:two:0:1\n\
+                   \n@@capkk:begin:three\nbad thing\n@@capkk:mismatch:kubeadm v1.2.3:aa:bb\n\n@@capkk:end:three:65:3\n";
+        let p = parse_output(out, "binary", &Redactor::default());
+        assert_eq!(p.len(), 3);
+        assert_eq!(p[0].record.name, "one");
+        assert!(p[0].changed && !p[0].record.skipped);
+        assert_eq!(p[0].record.output_tail, "hello");
+        assert_eq!(p[0].record.duration, Duration::from_millis(12));
+        assert!(p[1].record.skipped);
+        assert_eq!(p[2].record.exit_code, Some(65));
+        assert_eq!(
+            p[2].mismatch,
+            Some(ReportedMismatch {
+                artifact: "kubeadm v1.2.3".into(),
+                expected: "aa".into(),
+                actual: "bb".into()
+            })
+        );
+    }
+
+    #[test]
+    fn rendered_script_runs_in_a_real_shell() {
+        let dir = std::env::temp_dir().join(format!("capkk-script-{}", std::process::id()));
+        let path = dir.join("f.txt");
+        let mut s = Script::new();
+        s.step("write", put_file(path.to_str().unwrap(), 0o640, b"content\n"));
+        s.step("again", put_file(path.to_str().unwrap(), 0o640, b"content\n"));
+        s.step("fail", "echo about to fail\nfalse\necho never");
+        s.step("not-reached", "echo nope");
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(s.render())
+            .output()
+            .unwrap();
+        let p = parse_output(&String::from_utf8_lossy(&out.stdout), "t", &Redactor::default());
+        assert_eq!(p.len(), 3, "{}", String::from_utf8_lossy(&out.stdout));
+        assert!(p[0].changed);
+        assert!(!p[1].changed && p[1].record.skipped);
+        assert_eq!(p[2].record.exit_code, Some(1));
+        assert!(p[2].record.output_tail.contains("about to fail"));
+        assert!(!p[2].record.output_tail.contains("never"));
+        assert_eq!(std::fs::read(&path).unwrap(), b"content\n");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
