@@ -1,0 +1,444 @@
+// Command mgmtctl starts and stops the local Cluster API management plane used by the capkk-rs tests:
+// etcd and kube-apiserver on loopback with generated certificates, the CAPI CRDs with their conversion
+// webhooks and the CAPI webhook configurations pointed at https://127.0.0.1:<port> URLs, and the CAPI core,
+// kubeadm bootstrap (CABPK) and kubeadm control plane (KCP) managers as local processes.
+//
+// Usage:
+//
+//	mgmtctl up     --state-dir DIR --bin-dir DIR --capi-src DIR [--etcd PATH] [--kube-apiserver PATH]
+//	mgmtctl down   --state-dir DIR
+//	mgmtctl status --state-dir DIR
+//
+// Every process it starts is recorded in DIR/run/<name>.pid; down stops only those processes (and only if
+// their command line still names DIR). up is idempotent: a healthy plane is left alone, missing or dead
+// components are (re)started, a plane whose etcd is gone is rebuilt from scratch.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Loopback ports of the management plane. They are documented in ../README.md.
+const (
+	etcdClientPort = 22379
+	etcdPeerPort   = 22380
+	apiserverPort  = 26443
+)
+
+// manager describes one CAPI manager process and the parts of the CAPI source tree it serves.
+type manager struct {
+	name        string // process name (pidfile, log file)
+	binary      string // file name in --bin-dir
+	provider    string // value of the cluster.x-k8s.io/provider label
+	namePrefix  string // kustomize namePrefix of the provider's config/default
+	configDir   string // directory in the CAPI module holding crd/ and webhook/
+	webhookPort int
+	healthPort  int
+	diagPort    int
+}
+
+var managers = []manager{
+	{"capi-core", "cluster-api-controller", "cluster-api", "capi-", "core/config", 29443, 28440, 28443},
+	{"capi-kubeadm-bootstrap", "kubeadm-bootstrap-controller", "bootstrap-kubeadm", "capi-kubeadm-bootstrap-",
+		"bootstrap/kubeadm/config", 29444, 28441, 28444},
+	{"capi-kubeadm-control-plane", "kubeadm-control-plane-controller", "control-plane-kubeadm",
+		"capi-kubeadm-control-plane-", "controlplane/kubeadm/config", 29445, 28442, 28445},
+}
+
+type options struct {
+	stateDir      string
+	binDir        string
+	etcdBin       string
+	apiserverBin  string
+	capiSrc       string
+	featureGates  string
+	timeout       time.Duration
+	managerLogLvl int
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	cmd := os.Args[1]
+	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
+	var o options
+	fs.StringVar(&o.stateDir, "state-dir", "", "state directory (certs, etcd data, kubeconfig, logs, pidfiles)")
+	fs.StringVar(&o.binDir, "bin-dir", "", "directory holding the CAPI manager binaries (and etcd, kube-apiserver)")
+	fs.StringVar(&o.etcdBin, "etcd", "", "etcd binary (default: <bin-dir>/etcd)")
+	fs.StringVar(&o.apiserverBin, "kube-apiserver", "", "kube-apiserver binary (default: <bin-dir>/kube-apiserver)")
+	fs.StringVar(&o.capiSrc, "capi-src", "", "Cluster API module source directory (CRDs and webhook manifests)")
+	fs.StringVar(&o.featureGates, "feature-gates", "ClusterTopology=true,MachinePool=true",
+		"feature gates passed to the CAPI managers")
+	fs.DurationVar(&o.timeout, "timeout", 4*time.Minute, "how long up waits for the plane to become ready")
+	fs.IntVar(&o.managerLogLvl, "manager-v", 2, "klog verbosity of the CAPI managers")
+	_ = fs.Parse(os.Args[2:])
+	if o.stateDir == "" {
+		fatalf("--state-dir is required")
+	}
+	abs, err := filepath.Abs(o.stateDir)
+	if err != nil {
+		fatalf("state dir %q: %v", o.stateDir, err)
+	}
+	o.stateDir = abs
+	if err := os.MkdirAll(o.stateDir, 0o755); err != nil {
+		fatalf("create state dir: %v", err)
+	}
+	unlock, err := lock(filepath.Join(o.stateDir, "lock"))
+	if err != nil {
+		fatalf("lock state dir: %v", err)
+	}
+	defer unlock()
+
+	switch cmd {
+	case "up":
+		if o.binDir == "" || o.capiSrc == "" {
+			fatalf("up needs --bin-dir and --capi-src")
+		}
+		if o.etcdBin == "" {
+			o.etcdBin = filepath.Join(o.binDir, "etcd")
+		}
+		if o.apiserverBin == "" {
+			o.apiserverBin = filepath.Join(o.binDir, "kube-apiserver")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+		defer cancel()
+		start := time.Now()
+		if err := up(ctx, &o); err != nil {
+			unlock()
+			fatalf("mgmt up: %v", err)
+		}
+		logf("management plane ready in %s; KUBECONFIG=%s", time.Since(start).Round(100*time.Millisecond),
+			kubeconfigPath(o.stateDir))
+	case "down":
+		if err := down(o.stateDir); err != nil {
+			unlock()
+			fatalf("mgmt down: %v", err)
+		}
+	case "status":
+		if !status(o.stateDir) {
+			unlock()
+			os.Exit(1)
+		}
+	default:
+		usage()
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: mgmtctl up|down|status --state-dir DIR [--bin-dir DIR --capi-src DIR ...]")
+	os.Exit(2)
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "mgmtctl: "+format+"\n", args...)
+}
+
+func fatalf(format string, args ...any) {
+	logf(format, args...)
+	os.Exit(1)
+}
+
+// lock takes an exclusive flock on path, so that concurrent up/down calls (e.g. several test binaries)
+// serialize.
+func lock(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	done := false
+	return func() {
+		if !done {
+			done = true
+			_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+			f.Close()
+		}
+	}, nil
+}
+
+func kubeconfigPath(stateDir string) string { return filepath.Join(stateDir, "kubeconfig") }
+func pkiDir(stateDir string) string         { return filepath.Join(stateDir, "pki") }
+
+// components lists every process in start order.
+func componentNames() []string {
+	names := []string{"etcd", "kube-apiserver"}
+	for _, m := range managers {
+		names = append(names, m.name)
+	}
+	return names
+}
+
+func up(ctx context.Context, o *options) error {
+	for _, b := range append([]string{o.etcdBin, o.apiserverBin}, managerBins(o)...) {
+		if st, err := os.Stat(b); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return fmt.Errorf("binary %s is missing or not executable (run `make mgmt-bin`)", b)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(o.capiSrc, "core", "config", "crd")); err != nil {
+		return fmt.Errorf("--capi-src %s does not look like the Cluster API module: %v", o.capiSrc, err)
+	}
+
+	// Fast path: everything already runs and answers.
+	if allRunning(o.stateDir) {
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := checkReady(qctx, o.stateDir)
+		cancel()
+		if err == nil {
+			logf("management plane already running (state %s)", o.stateDir)
+			return nil
+		}
+		logf("management plane processes run but are not ready (%v); repairing", err)
+	}
+
+	fresh := !running(o.stateDir, "etcd")
+	if fresh {
+		logf("starting a fresh management plane in %s", o.stateDir)
+		// Stop leftovers of an earlier plane whose etcd died, then wipe its state (logs are kept).
+		if err := stopAll(o.stateDir); err != nil {
+			return err
+		}
+		for _, d := range []string{"etcd", "pki", "run", "kubeconfig"} {
+			if err := os.RemoveAll(filepath.Join(o.stateDir, d)); err != nil {
+				return err
+			}
+		}
+		if err := generatePKI(pkiDir(o.stateDir)); err != nil {
+			return fmt.Errorf("generate certificates: %w", err)
+		}
+		if err := writeKubeconfig(o.stateDir); err != nil {
+			return fmt.Errorf("write kubeconfig: %w", err)
+		}
+	}
+
+	if !running(o.stateDir, "etcd") {
+		if err := startProcess(o.stateDir, "etcd", o.etcdBin, etcdArgs(o.stateDir)); err != nil {
+			return err
+		}
+	}
+	if err := waitFor(ctx, o.stateDir, "etcd", etcdReady); err != nil {
+		return err
+	}
+	if !running(o.stateDir, "kube-apiserver") {
+		if err := startProcess(o.stateDir, "kube-apiserver", o.apiserverBin, apiserverArgs(o.stateDir)); err != nil {
+			return err
+		}
+	}
+	kc, err := newKubeClient(o.stateDir)
+	if err != nil {
+		return err
+	}
+	if err := waitFor(ctx, o.stateDir, "kube-apiserver", kc.ready); err != nil {
+		return err
+	}
+
+	caBundle, err := os.ReadFile(filepath.Join(pkiDir(o.stateDir), "ca.crt"))
+	if err != nil {
+		return err
+	}
+	if err := installCAPI(ctx, kc, o.capiSrc, caBundle); err != nil {
+		return fmt.Errorf("install CAPI CRDs and webhooks: %w", err)
+	}
+
+	for _, m := range managers {
+		if !running(o.stateDir, m.name) {
+			if err := startProcess(o.stateDir, m.name, filepath.Join(o.binDir, m.binary),
+				managerArgs(o, m)); err != nil {
+				return err
+			}
+		}
+	}
+	for _, m := range managers {
+		if err := waitFor(ctx, o.stateDir, m.name, managerReady(o.stateDir, m)); err != nil {
+			return err
+		}
+	}
+	// The managers answer; now prove that the apiserver reaches their webhooks with our CA bundle.
+	if err := waitFor(ctx, o.stateDir, "capi-core", kc.webhooksAnswer); err != nil {
+		return err
+	}
+	return nil
+}
+
+func managerBins(o *options) []string {
+	var bins []string
+	for _, m := range managers {
+		bins = append(bins, filepath.Join(o.binDir, m.binary))
+	}
+	return bins
+}
+
+func etcdArgs(stateDir string) []string {
+	client := fmt.Sprintf("http://127.0.0.1:%d", etcdClientPort)
+	peer := fmt.Sprintf("http://127.0.0.1:%d", etcdPeerPort)
+	return []string{
+		"--name=capkk-mgmt",
+		"--data-dir=" + filepath.Join(stateDir, "etcd"),
+		"--listen-client-urls=" + client,
+		"--advertise-client-urls=" + client,
+		"--listen-peer-urls=" + peer,
+		"--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=capkk-mgmt=" + peer,
+		"--unsafe-no-fsync=true",
+		"--quota-backend-bytes=4294967296",
+		"--log-level=warn",
+	}
+}
+
+func apiserverArgs(stateDir string) []string {
+	pki := pkiDir(stateDir)
+	return []string{
+		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", etcdClientPort),
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", apiserverPort),
+		"--cert-dir=" + filepath.Join(pki, "apiserver-certdir"),
+		"--tls-cert-file=" + filepath.Join(pki, "apiserver.crt"),
+		"--tls-private-key-file=" + filepath.Join(pki, "apiserver.key"),
+		"--client-ca-file=" + filepath.Join(pki, "ca.crt"),
+		"--service-account-key-file=" + filepath.Join(pki, "sa.pub"),
+		"--service-account-signing-key-file=" + filepath.Join(pki, "sa.key"),
+		fmt.Sprintf("--service-account-issuer=https://127.0.0.1:%d", apiserverPort),
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--allow-privileged=true",
+		"--authorization-mode=RBAC",
+		"--disable-admission-plugins=ServiceAccount",
+		"--profiling=false",
+	}
+}
+
+func managerArgs(o *options, m manager) []string {
+	return []string{
+		"--kubeconfig=" + kubeconfigPath(o.stateDir),
+		"--leader-elect=false",
+		fmt.Sprintf("--webhook-port=%d", m.webhookPort),
+		"--webhook-cert-dir=" + filepath.Join(pkiDir(o.stateDir), "webhook"),
+		fmt.Sprintf("--health-addr=127.0.0.1:%d", m.healthPort),
+		fmt.Sprintf("--diagnostics-address=127.0.0.1:%d", m.diagPort),
+		"--insecure-diagnostics=true",
+		"--feature-gates=" + o.featureGates,
+		fmt.Sprintf("--v=%d", o.managerLogLvl),
+	}
+}
+
+// waitFor polls check until it succeeds, the context ends, or the process dies.
+func waitFor(ctx context.Context, stateDir, name string, check func(context.Context) error) error {
+	var last error
+	for {
+		if !running(stateDir, name) {
+			return fmt.Errorf("%s exited during startup; last log lines of %s:\n%s", name,
+				logPath(stateDir, name), tail(logPath(stateDir, name), 40))
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		last = check(cctx)
+		cancel()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready: %v; last log lines of %s:\n%s", name, last,
+				logPath(stateDir, name), tail(logPath(stateDir, name), 40))
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func allRunning(stateDir string) bool {
+	for _, n := range componentNames() {
+		if !running(stateDir, n) {
+			return false
+		}
+	}
+	return true
+}
+
+func checkReady(ctx context.Context, stateDir string) error {
+	if err := etcdReady(ctx); err != nil {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	kc, err := newKubeClient(stateDir)
+	if err != nil {
+		return err
+	}
+	if err := kc.ready(ctx); err != nil {
+		return fmt.Errorf("kube-apiserver: %w", err)
+	}
+	for _, m := range managers {
+		if err := managerReady(stateDir, m)(ctx); err != nil {
+			return fmt.Errorf("%s: %w", m.name, err)
+		}
+	}
+	return kc.webhooksAnswer(ctx)
+}
+
+func status(stateDir string) bool {
+	ok := true
+	for _, n := range componentNames() {
+		pid, alive := pidOf(stateDir, n)
+		state := "stopped"
+		if alive {
+			state = fmt.Sprintf("running (pid %d)", pid)
+		} else {
+			ok = false
+		}
+		fmt.Printf("%-28s %s\n", n, state)
+	}
+	if ok {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := checkReady(ctx, stateDir); err != nil {
+			fmt.Printf("not ready: %v\n", err)
+			return false
+		}
+		fmt.Printf("ready; KUBECONFIG=%s\n", kubeconfigPath(stateDir))
+	}
+	return ok
+}
+
+func down(stateDir string) error {
+	if err := stopAll(stateDir); err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range []string{"etcd", "pki", "run", "kubeconfig"} {
+		errs = append(errs, os.RemoveAll(filepath.Join(stateDir, d)))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	logf("management plane stopped; logs kept in %s", filepath.Join(stateDir, "logs"))
+	return nil
+}
+
+func stopAll(stateDir string) error {
+	names := componentNames()
+	var errs []error
+	for i := len(names) - 1; i >= 0; i-- {
+		errs = append(errs, stopProcess(stateDir, names[i]))
+	}
+	return errors.Join(errs...)
+}
+
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "  (no log: " + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "  " + strings.Join(lines, "\n  ")
+}

@@ -1,0 +1,41 @@
+# Shared settings of the management plane scripts (sourced, not executed).
+# Paths: see ../README.md.
+
+MGMT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TOOLS_DIR=$MGMT_DIR/tools
+CAPKK_CACHE=${CAPKK_CACHE:-$HOME/.cache/capkk-rs}
+CAPKK_MGMT_DIR=${CAPKK_MGMT_DIR:-$CAPKK_CACHE/mgmt}
+
+# Bump when the build recipe (flags, binary set) changes, so cached binaries are rebuilt.
+BUILD_RECIPE=3
+
+# Versions, read from the pinning go.mod files (the single source of truth).
+mod_version() { # <tools subdir> <module path>
+  awk -v m="$2" '$1 == m && $2 ~ /^v/ { print $2; exit } $1 == "require" && $2 == m { print $3; exit }' \
+    "$TOOLS_DIR/$1/go.mod"
+}
+KUBE_VERSION=$(mod_version kube k8s.io/kubernetes)
+ETCD_VERSION=$(mod_version etcd go.etcd.io/etcd/server/v3)
+CAPI_VERSION=$(mod_version capi sigs.k8s.io/cluster-api)
+
+go_version() { go env GOVERSION 2>/dev/null || echo no-go; }
+
+# Directory for binaries built from the current pins: $CAPKK_CACHE/bin/<hash of pins + go version + recipe>.
+pins_hash() {
+  { cat "$TOOLS_DIR"/*/go.mod "$TOOLS_DIR"/*/go.sum; go_version; echo "recipe=$BUILD_RECIPE"; } \
+    | sha256sum | cut -c1-16
+}
+BIN_DIR=$CAPKK_CACHE/bin/$(pins_hash)
+
+# Binaries that KUBEBUILDER_ASSETS (envtest's etcd, kube-apiserver, kubectl) may provide instead.
+asset_bin() { # <name>: prints the path to use for etcd / kube-apiserver / kubectl
+  if [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "$KUBEBUILDER_ASSETS/$1" ]; then
+    echo "$KUBEBUILDER_ASSETS/$1"
+  else
+    echo "$BIN_DIR/$1"
+  fi
+}
+
+CAPI_BINS="cluster-api-controller kubeadm-bootstrap-controller kubeadm-control-plane-controller clusterctl"
+
+log() { echo "mgmt: $*" >&2; }

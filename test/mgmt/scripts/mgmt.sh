@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# mgmt.sh up|down|status|kubeconfig - the local CAPI management plane (see ../README.md).
+#   up          start (or reuse) etcd, kube-apiserver and the CAPI managers; idempotent
+#   down        stop only the processes up started (pidfiles in $CAPKK_MGMT_DIR/run) and wipe the state
+#   status      show the processes and whether everything answers (exit 1 if not)
+#   kubeconfig  print the kubeconfig path
+# Set CAPKK_MGMT_AUTOBUILD=1 to let `up` build missing binaries (slow when the Go cache is cold).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+cmd=${1:-}
+shift || true
+
+# mgmtctl is small; build it per source hash so concurrent callers never overwrite a running binary.
+mgmtctl() {
+  local src_hash out
+  src_hash=$(cat "$MGMT_DIR"/mgmtctl/*.go "$MGMT_DIR"/mgmtctl/go.mod "$MGMT_DIR"/mgmtctl/go.sum | sha256sum | cut -c1-16)
+  out=$CAPKK_CACHE/mgmtctl/$src_hash/mgmtctl
+  if [ ! -x "$out" ]; then
+    command -v go >/dev/null || { log "go is required to build mgmtctl"; exit 1; }
+    mkdir -p "$(dirname "$out")"
+    (cd "$MGMT_DIR/mgmtctl" && go build -trimpath -o "$out.tmp.$$" .)
+    mv -f "$out.tmp.$$" "$out"
+  fi
+  echo "$out"
+}
+
+case "$cmd" in
+  up)
+    missing=()
+    for b in $CAPI_BINS; do [ -x "$BIN_DIR/$b" ] || missing+=("$BIN_DIR/$b"); done
+    for b in etcd kube-apiserver; do [ -x "$(asset_bin $b)" ] || missing+=("$(asset_bin $b)"); done
+    [ -f "$BIN_DIR/capi-src/.complete" ] || missing+=("$BIN_DIR/capi-src")
+    if [ ${#missing[@]} -gt 0 ]; then
+      if [ "${CAPKK_MGMT_AUTOBUILD:-0}" = 1 ]; then
+        "$MGMT_DIR/scripts/build-bins.sh"
+      else
+        log "management plane binaries missing: ${missing[*]}"
+        log "build them with \`make mgmt-bin\` (or set CAPKK_MGMT_AUTOBUILD=1)"
+        exit 1
+      fi
+    fi
+    exec "$(mgmtctl)" up --state-dir "$CAPKK_MGMT_DIR" --bin-dir "$BIN_DIR" --capi-src "$BIN_DIR/capi-src" \
+      --etcd "$(asset_bin etcd)" --kube-apiserver "$(asset_bin kube-apiserver)" "$@"
+    ;;
+  down|status)
+    exec "$(mgmtctl)" "$cmd" --state-dir "$CAPKK_MGMT_DIR" "$@"
+    ;;
+  kubeconfig)
+    echo "$CAPKK_MGMT_DIR/kubeconfig"
+    ;;
+  bin-dir)
+    echo "$BIN_DIR"
+    ;;
+  *)
+    echo "usage: $0 up|down|status|kubeconfig|bin-dir" >&2
+    exit 2
+    ;;
+esac
