@@ -1,0 +1,958 @@
+//! The connection pool and the [`Executor`] implementation.
+
+use std::{
+    collections::HashMap,
+    fmt,
+    future::Future,
+    hash::{BuildHasher, Hash, Hasher, RandomState},
+    path::Path,
+    pin::Pin,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use async_trait::async_trait;
+use capkk_executor::{ExecError, ExecOutput, ExecRequest, Executor, FileSource, PutRequest, quote};
+use russh::{
+    ChannelMsg,
+    client::{self, AuthResult, Handle},
+    keys::{HashAlg, PrivateKey, PrivateKeyWithHashAlg, PublicKeyOrCertificate},
+};
+use tokio::{io::AsyncWriteExt, net::TcpStream, sync::Semaphore, time::timeout};
+use tracing::{debug, info, instrument, warn};
+use zeroize::Zeroizing;
+
+use crate::{
+    config::{Auth, HostKeyPolicy, HostTarget, KeySource, PoolConfig},
+    error::SshError,
+};
+
+/// A factory of per-host executors sharing one multiplexed SSH connection per
+/// (address, port, user, credentials, host-key policy, bastion). Cheap to clone.
+#[derive(Clone)]
+pub struct SshPool {
+    inner: Arc<PoolInner>,
+}
+
+struct PoolInner {
+    config: PoolConfig,
+    hasher: RandomState,
+    slots: Mutex<HashMap<String, Arc<HostSlot>>>,
+    connects: AtomicU64,
+}
+
+/// Per-identity state: the live connection (if any), the observed host key, the sudo mode.
+struct HostSlot {
+    target: HostTarget,
+    conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    fingerprint: Mutex<Option<String>>,
+    sudo_mode: Mutex<Option<SudoMode>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SudoMode {
+    /// `sudo -n`: no password needed (or none configured).
+    NoPassword,
+    /// `sudo -k -S -p ''` with the password as the first stdin line.
+    Password,
+}
+
+/// One authenticated SSH connection.
+struct Conn {
+    handle: Handle<ClientHandler>,
+    channels: Arc<Semaphore>,
+    /// The bastion connection this one is tunnelled through (kept alive as long as this one).
+    _via: Option<Arc<Conn>>,
+    poisoned: AtomicBool,
+    id: u64,
+}
+
+impl Conn {
+    fn usable(&self) -> bool {
+        !self.poisoned.load(Ordering::Relaxed) && !self.handle.is_closed()
+    }
+}
+
+/// Statistics of a pool (for tests and metrics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// SSH connections established since the pool was created (including bastion connections).
+    pub connects: u64,
+    /// Distinct connection identities known to the pool.
+    pub identities: usize,
+}
+
+/// What [`SshPool::probe`] learned.
+#[derive(Clone, Debug)]
+pub struct Probe {
+    /// SHA256 fingerprint of the host key.
+    pub host_key_fingerprint: String,
+    /// Output of `uname -srm`.
+    pub uname: String,
+    /// Wall time of the probe's exec round trip.
+    pub round_trip: Duration,
+}
+
+impl fmt::Debug for SshPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SshPool")
+            .field("config", &self.inner.config)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Default for SshPool {
+    fn default() -> Self {
+        Self::new(PoolConfig::default())
+    }
+}
+
+impl SshPool {
+    /// A pool with these settings.
+    pub fn new(config: PoolConfig) -> Self {
+        Self {
+            inner: Arc::new(PoolInner {
+                config,
+                hasher: RandomState::new(),
+                slots: Mutex::new(HashMap::new()),
+                connects: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &PoolConfig {
+        &self.inner.config
+    }
+
+    /// An executor for `target`. Executors for the same identity share one connection (opened lazily).
+    pub fn executor(&self, target: &HostTarget) -> Arc<dyn Executor> {
+        Arc::new(self.ssh_executor(target))
+    }
+
+    /// Like [`SshPool::executor`], returning the concrete type (host key, download to file).
+    pub fn ssh_executor(&self, target: &HostTarget) -> SshExecutor {
+        SshExecutor {
+            pool: self.inner.clone(),
+            slot: self.inner.slot(target),
+        }
+    }
+
+    /// The host-key fingerprint seen on the latest connection to `target` (for trust-on-first-use persistence).
+    pub fn observed_fingerprint(&self, target: &HostTarget) -> Option<String> {
+        self.inner.slot(target).fingerprint.lock().ok()?.clone()
+    }
+
+    /// Connect (or reuse the connection), run `uname -srm` and report the host key and round trip.
+    pub async fn probe(&self, target: &HostTarget, within: Duration) -> Result<Probe, ExecError> {
+        let exec = self.ssh_executor(target);
+        let start = Instant::now();
+        let out = exec.exec(ExecRequest::new("uname -srm").timeout(within)).await?;
+        let round_trip = start.elapsed();
+        Ok(Probe {
+            host_key_fingerprint: exec.host_key_fingerprint().unwrap_or_default(),
+            uname: out.stdout_str().trim().to_owned(),
+            round_trip,
+        })
+    }
+
+    /// Connection counters.
+    pub fn stats(&self) -> PoolStats {
+        PoolStats {
+            connects: self.inner.connects.load(Ordering::Relaxed),
+            identities: self.inner.slots.lock().map(|s| s.len()).unwrap_or(0),
+        }
+    }
+
+    /// Drop every pooled connection (in-flight calls keep theirs until they finish).
+    pub async fn close_all(&self) {
+        let slots: Vec<_> = self
+            .inner
+            .slots
+            .lock()
+            .map(|s| s.values().cloned().collect())
+            .unwrap_or_default();
+        for slot in slots {
+            slot.conn.lock().await.take();
+        }
+    }
+}
+
+impl PoolInner {
+    /// The identity of a target: address, port, user, a keyed hash of the credentials, host-key policy, bastion.
+    fn identity(&self, t: &HostTarget) -> String {
+        let mut h = self.hasher.build_hasher();
+        match &t.auth {
+            Auth::Password(p) => {
+                0u8.hash(&mut h);
+                p.expose().hash(&mut h);
+            }
+            Auth::PrivateKey { key, passphrase } => {
+                1u8.hash(&mut h);
+                match key {
+                    KeySource::Bytes(b) => b.expose().hash(&mut h),
+                    KeySource::File(p) => p.hash(&mut h),
+                }
+                passphrase.as_ref().map(|p| p.expose()).hash(&mut h);
+            }
+        }
+        t.sudo_password.as_ref().map(|p| p.expose()).hash(&mut h);
+        format!("{:?}", t.host_key).hash(&mut h);
+        let mut id = format!("{}@{}:{}#{:016x}", t.user, t.address, t.port, h.finish());
+        if let Some(b) = &t.bastion {
+            id.push_str(" via ");
+            id.push_str(&self.identity(b));
+        }
+        id
+    }
+
+    fn slot(&self, target: &HostTarget) -> Arc<HostSlot> {
+        let id = self.identity(target);
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots
+            .entry(id)
+            .or_insert_with(|| {
+                Arc::new(HostSlot {
+                    target: target.clone(),
+                    conn: tokio::sync::Mutex::new(None),
+                    fingerprint: Mutex::new(None),
+                    sudo_mode: Mutex::new(None),
+                })
+            })
+            .clone()
+    }
+
+    /// The slot's live connection, connecting (through the bastion, if any) when there is none or it died.
+    fn connection<'a>(
+        self: &'a Arc<Self>,
+        slot: &'a Arc<HostSlot>,
+    ) -> Pin<Box<dyn Future<Output = Result<Arc<Conn>, SshError>> + Send + 'a>> {
+        Box::pin(async move {
+            let mut guard = slot.conn.lock().await;
+            if let Some(conn) = guard.as_ref()
+                && conn.usable()
+            {
+                return Ok(conn.clone());
+            }
+            if guard.take().is_some() {
+                debug!(target = %slot.target.display_name(), "replacing a dead connection");
+            }
+            let conn = Arc::new(self.connect(slot).await?);
+            *guard = Some(conn.clone());
+            Ok(conn)
+        })
+    }
+
+    #[instrument(level = "debug", skip_all, fields(target = %slot.target.display_name()))]
+    async fn connect(self: &Arc<Self>, slot: &Arc<HostSlot>) -> Result<Conn, SshError> {
+        let t = &slot.target;
+        let host = t.endpoint();
+        let cfg = &self.config;
+        let limit = cfg.connect_timeout;
+        let ssh_config = Arc::new(client::Config {
+            keepalive_interval: Some(cfg.keepalive_interval),
+            keepalive_max: cfg.keepalive_max,
+            inactivity_timeout: None,
+            nodelay: true,
+            ..Default::default()
+        });
+        let seen = Arc::new(Mutex::new(None::<String>));
+        let handler = ClientHandler {
+            policy: t.host_key.clone(),
+            seen: seen.clone(),
+        };
+
+        let mut via = None;
+        let connected = if let Some(bastion) = &t.bastion {
+            let bslot = self.slot(bastion);
+            let bconn = self.connection(&bslot).await?;
+            let channel = timeout(
+                limit,
+                bconn
+                    .handle
+                    .channel_open_direct_tcpip(t.address.clone(), u32::from(t.port), "127.0.0.1", 0),
+            )
+            .await
+            .map_err(|_| SshError::ConnectTimeout {
+                host: host.clone(),
+                step: "bastion tunnel",
+                after: limit,
+            })?
+            .map_err(|e| SshError::OpenTunnel {
+                host: host.clone(),
+                bastion: bastion.endpoint(),
+                message: e.to_string(),
+            })?;
+            via = Some(bconn);
+            timeout(
+                limit,
+                client::connect_stream(ssh_config, channel.into_stream(), handler),
+            )
+            .await
+        } else {
+            let tcp = timeout(limit, TcpStream::connect((t.address.as_str(), t.port)))
+                .await
+                .map_err(|_| SshError::ConnectTimeout {
+                    host: host.clone(),
+                    step: "TCP connect",
+                    after: limit,
+                })?
+                .map_err(|source| SshError::ConnectTcp {
+                    host: host.clone(),
+                    source,
+                })?;
+            // Without TCP_NODELAY every exec round trip waits on Nagle + delayed ACK (~52 ms vs ~8 ms).
+            if let Err(e) = tcp.set_nodelay(true) {
+                warn!(%host, "setting TCP_NODELAY failed: {e}");
+            }
+            timeout(limit, client::connect_stream(ssh_config, tcp, handler)).await
+        };
+        let observed = seen.lock().map(|s| s.clone()).unwrap_or(None);
+        let mut handle = match connected {
+            Err(_) => {
+                return Err(SshError::ConnectTimeout {
+                    host,
+                    step: "SSH handshake",
+                    after: limit,
+                });
+            }
+            Ok(Err(source)) => {
+                if let (HostKeyPolicy::Pinned(expected), Some(seen)) = (&t.host_key, observed.clone())
+                    && !expected.contains(&seen)
+                {
+                    warn!(%host, %seen, "host key mismatch; refusing to authenticate");
+                    return Err(SshError::VerifyHostKey {
+                        host,
+                        expected: expected.join(","),
+                        seen,
+                    });
+                }
+                return Err(SshError::Handshake { host, source });
+            }
+            Ok(Ok(h)) => h,
+        };
+        if let Some(fp) = &observed
+            && let Ok(mut f) = slot.fingerprint.lock()
+        {
+            *f = Some(fp.clone());
+        }
+
+        let authenticated =
+            timeout(limit, authenticate(&mut handle, t))
+                .await
+                .map_err(|_| SshError::ConnectTimeout {
+                    host: host.clone(),
+                    step: "authentication",
+                    after: limit,
+                })??;
+        if !authenticated {
+            return Err(SshError::Authenticate {
+                host,
+                user: t.user.clone(),
+            });
+        }
+        let id = self.connects.fetch_add(1, Ordering::Relaxed) + 1;
+        info!(%host, user = %t.user, conn = id, host_key = observed.as_deref().unwrap_or(""), "connected");
+        Ok(Conn {
+            handle,
+            channels: Arc::new(Semaphore::new(cfg.max_channels.max(1))),
+            _via: via,
+            poisoned: AtomicBool::new(false),
+            id,
+        })
+    }
+}
+
+async fn authenticate(handle: &mut Handle<ClientHandler>, t: &HostTarget) -> Result<bool, SshError> {
+    let host = t.endpoint();
+    let proto = |source| SshError::AuthenticateProtocol {
+        host: host.clone(),
+        source,
+    };
+    let result = match &t.auth {
+        Auth::Password(p) => {
+            let pw = Zeroizing::new(p.expose_str().unwrap_or_default().to_owned());
+            handle
+                .authenticate_password(t.user.clone(), pw.as_str())
+                .await
+                .map_err(proto)?
+        }
+        Auth::PrivateKey { key, passphrase } => {
+            let key = load_key(key, passphrase.as_ref().and_then(|p| p.expose_str()), t)?;
+            let hash = if key.algorithm().is_rsa() {
+                handle
+                    .best_supported_rsa_hash()
+                    .await
+                    .map_err(proto)?
+                    .flatten()
+                    .or(Some(HashAlg::Sha256))
+            } else {
+                None
+            };
+            handle
+                .authenticate_publickey(t.user.clone(), PrivateKeyWithHashAlg::new(Arc::new(key), hash))
+                .await
+                .map_err(proto)?
+        }
+    };
+    Ok(matches!(result, AuthResult::Success))
+}
+
+fn load_key(key: &KeySource, passphrase: Option<&str>, t: &HostTarget) -> Result<PrivateKey, SshError> {
+    let err = |message: String| SshError::LoadKey {
+        host: t.endpoint(),
+        user: t.user.clone(),
+        message,
+    };
+    match key {
+        KeySource::Bytes(b) => {
+            let text = b
+                .expose_str()
+                .ok_or_else(|| err("key is not UTF-8 text".into()))?;
+            russh::keys::decode_secret_key(text, passphrase).map_err(|e| err(format!("decoding failed: {e}")))
+        }
+        KeySource::File(p) => {
+            let text = Zeroizing::new(
+                std::fs::read_to_string(p)
+                    .map_err(|e| err(format!("reading {} failed: {e}", p.display())))?,
+            );
+            russh::keys::decode_secret_key(&text, passphrase)
+                .map_err(|e| err(format!("decoding {} failed: {e}", p.display())))
+        }
+    }
+}
+
+/// russh callbacks: host-key verification.
+struct ClientHandler {
+    policy: HostKeyPolicy,
+    seen: Arc<Mutex<Option<String>>>,
+}
+
+impl client::Handler for ClientHandler {
+    type Error = russh::Error;
+
+    async fn check_server_key(&mut self, key: &PublicKeyOrCertificate) -> Result<bool, Self::Error> {
+        let fp = key.public_key().fingerprint(HashAlg::Sha256).to_string();
+        let ok = match &self.policy {
+            HostKeyPolicy::Pinned(list) => list.iter().any(|p| p.trim() == fp),
+            HostKeyPolicy::TrustOnFirstUse => true,
+        };
+        if let Ok(mut s) = self.seen.lock() {
+            *s = Some(fp);
+        }
+        Ok(ok)
+    }
+}
+
+/// Where a command's stdin comes from.
+enum Input {
+    None,
+    Bytes(Vec<u8>),
+    File(tokio::fs::File),
+}
+
+/// Where a command's stdout goes.
+enum Sink<'a> {
+    Capture,
+    File(&'a mut tokio::fs::File, &'a Path),
+}
+
+/// What one channel run produced.
+struct RunResult {
+    exit_code: Option<u32>,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    truncated: bool,
+    stdout_bytes: u64,
+}
+
+/// Runs commands and moves files on one host over the pooled connection.
+#[derive(Clone)]
+pub struct SshExecutor {
+    pool: Arc<PoolInner>,
+    slot: Arc<HostSlot>,
+}
+
+impl fmt::Debug for SshExecutor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SshExecutor")
+            .field("target", &self.slot.target)
+            .finish()
+    }
+}
+
+impl SshExecutor {
+    /// The SHA256 fingerprint of the host key seen on the latest connection (`None` before the first).
+    pub fn host_key_fingerprint(&self) -> Option<String> {
+        self.slot.fingerprint.lock().ok()?.clone()
+    }
+
+    /// The target this executor talks to.
+    pub fn host_target(&self) -> &HostTarget {
+        &self.slot.target
+    }
+
+    fn host(&self) -> String {
+        self.slot.target.endpoint()
+    }
+
+    fn is_root(&self) -> bool {
+        self.slot.target.user == "root"
+    }
+
+    /// Download `path` into the local file `local` without holding it in memory. Returns the bytes written.
+    #[instrument(skip_all, fields(target = %self.target(), path))]
+    pub async fn get_to_file(
+        &self,
+        path: &str,
+        local: &Path,
+        privileged: bool,
+        within: Duration,
+    ) -> Result<u64, ExecError> {
+        let what = format!("download of {path}");
+        let work = async {
+            let mut file = tokio::fs::File::create(local)
+                .await
+                .map_err(|source| ExecError::LocalIo {
+                    path: local.display().to_string(),
+                    source,
+                })?;
+            let cmd = format!("cat -- {}", quote(path));
+            let res = self
+                .run(
+                    &cmd,
+                    Input::None,
+                    privileged,
+                    usize::MAX,
+                    Sink::File(&mut file, local),
+                )
+                .await?;
+            file.flush().await.map_err(|source| ExecError::LocalIo {
+                path: local.display().to_string(),
+                source,
+            })?;
+            if res.exit_code != Some(0) {
+                return Err(ExecError::Transfer {
+                    path: path.to_owned(),
+                    exit_code: res.exit_code,
+                    message: String::from_utf8_lossy(&res.stderr).trim().to_owned(),
+                });
+            }
+            Ok(res.stdout_bytes)
+        };
+        timeout(within, work)
+            .await
+            .unwrap_or_else(|_| Err(self.timed_out(what, within)))
+    }
+
+    fn timed_out(&self, what: String, after: Duration) -> ExecError {
+        // A call that hangs may mean a dead link: don't hand this connection to new calls.
+        if let Ok(guard) = self.slot.conn.try_lock()
+            && let Some(c) = guard.as_ref()
+        {
+            c.poisoned.store(true, Ordering::Relaxed);
+        } else {
+            let slot = self.slot.clone();
+            tokio::spawn(async move {
+                if let Some(c) = slot.conn.lock().await.as_ref() {
+                    c.poisoned.store(true, Ordering::Relaxed);
+                }
+            });
+        }
+        warn!(target = %self.target(), %what, ?after, "timed out");
+        ExecError::Timeout {
+            what: format!("{what} on {}", self.target()),
+            after,
+        }
+    }
+
+    /// Decide (once per identity) whether sudo needs the password.
+    async fn sudo_mode(&self) -> Result<SudoMode, ExecError> {
+        if self.slot.target.sudo_password.is_none() {
+            return Ok(SudoMode::NoPassword);
+        }
+        if let Some(mode) = *self.slot.sudo_mode.lock().unwrap_or_else(|e| e.into_inner()) {
+            return Ok(mode);
+        }
+        let probe = self
+            .run_raw("sudo -n -k true", Input::None, &[], 4096, Sink::Capture)
+            .await?;
+        let mode = if probe.exit_code == Some(0) {
+            SudoMode::NoPassword
+        } else {
+            SudoMode::Password
+        };
+        debug!(target = %self.target(), ?mode, "sudo mode");
+        *self.slot.sudo_mode.lock().unwrap_or_else(|e| e.into_inner()) = Some(mode);
+        Ok(mode)
+    }
+
+    /// Run `command` (privileged if asked), mapping sudo's own refusals onto [`ExecError::Sudo`].
+    async fn run(
+        &self,
+        command: &str,
+        input: Input,
+        privileged: bool,
+        limit: usize,
+        sink: Sink<'_>,
+    ) -> Result<RunResult, ExecError> {
+        if !privileged || self.is_root() {
+            return self.run_raw(command, input, &[], limit, sink).await;
+        }
+        let mode = self.sudo_mode().await?;
+        let (line, prefix) = match mode {
+            SudoMode::NoPassword => (
+                format!("sudo -n -- sh -c {}", quote(command)),
+                Zeroizing::new(Vec::new()),
+            ),
+            SudoMode::Password => {
+                let mut prefix = Zeroizing::new(Vec::new());
+                if let Some(p) = &self.slot.target.sudo_password {
+                    prefix.extend_from_slice(p.expose());
+                }
+                prefix.push(b'\n');
+                (format!("sudo -k -S -p '' -- sh -c {}", quote(command)), prefix)
+            }
+        };
+        let res = self.run_raw(&line, input, &prefix, limit, sink).await?;
+        if res.exit_code == Some(1) {
+            let err = String::from_utf8_lossy(&res.stderr);
+            let refused = [
+                "a password is required",
+                "incorrect password",
+                "Sorry, try again",
+                "is not in the sudoers file",
+                "not allowed to execute",
+                "no password was provided",
+                "a terminal is required",
+            ];
+            if let Some(line) = err
+                .lines()
+                .find(|l| l.starts_with("sudo:") || l.starts_with("Sorry, try again"))
+            {
+                if refused.iter().any(|r| err.contains(r)) {
+                    return Err(ExecError::Sudo {
+                        host: self.host(),
+                        message: line.trim().to_owned(),
+                    });
+                }
+            }
+        }
+        Ok(res)
+    }
+
+    /// One channel: exec `command`, send `prefix` then `input` then EOF, collect output until the channel closes.
+    /// A failure to open the channel on a pooled connection is retried once on a fresh connection (nothing was
+    /// sent yet, so this is safe).
+    async fn run_raw(
+        &self,
+        command: &str,
+        input: Input,
+        prefix: &[u8],
+        limit: usize,
+        sink: Sink<'_>,
+    ) -> Result<RunResult, ExecError> {
+        let host = self.host();
+        let mut attempt = 0;
+        let (conn, _permit, channel) = loop {
+            attempt += 1;
+            let conn = self.pool.connection(&self.slot).await.map_err(ExecError::from)?;
+            let permit =
+                conn.channels
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| ExecError::Disconnected {
+                        host: host.clone(),
+                        message: "pool closed".into(),
+                    })?;
+            match conn.handle.channel_open_session().await {
+                Ok(ch) => break (conn, permit, ch),
+                Err(e) => {
+                    conn.poisoned.store(true, Ordering::Relaxed);
+                    if attempt >= 2 {
+                        return Err(SshError::OpenChannel { host, source: e }.into());
+                    }
+                    debug!(%host, conn = conn.id, "channel open failed ({e}); reconnecting");
+                }
+            }
+        };
+        let io_err = |message: String| ExecError::Disconnected {
+            host: host.clone(),
+            message,
+        };
+        channel
+            .exec(true, command.as_bytes())
+            .await
+            .map_err(|e| io_err(format!("exec request: {e}")))?;
+        let (mut read, write) = channel.split();
+        let chunk = self.pool.config.chunk_size.max(1024);
+        let writer = async {
+            if !prefix.is_empty() {
+                write.data(prefix).await?;
+            }
+            match input {
+                Input::None => {}
+                Input::Bytes(b) => {
+                    for part in b.chunks(chunk) {
+                        write.data(part).await?;
+                    }
+                }
+                Input::File(f) => {
+                    let reader = tokio::io::BufReader::with_capacity(chunk, f);
+                    write.data(reader).await?;
+                }
+            }
+            write.eof().await
+        };
+        let mut sink = sink;
+        let reader = async {
+            let mut res = RunResult {
+                exit_code: None,
+                stdout: Vec::new(),
+                stderr: Vec::new(),
+                truncated: false,
+                stdout_bytes: 0,
+            };
+            let mut closed = false;
+            let mut got_exit = false;
+            while let Some(msg) = read.wait().await {
+                match msg {
+                    ChannelMsg::Data { data } => {
+                        res.stdout_bytes += data.len() as u64;
+                        match &mut sink {
+                            Sink::Capture => append_capped(&mut res.stdout, &data, limit, &mut res.truncated),
+                            Sink::File(f, p) => {
+                                f.write_all(&data).await.map_err(|source| ExecError::LocalIo {
+                                    path: p.display().to_string(),
+                                    source,
+                                })?
+                            }
+                        }
+                    }
+                    ChannelMsg::ExtendedData { data, .. } => {
+                        append_capped(&mut res.stderr, &data, limit, &mut res.truncated)
+                    }
+                    ChannelMsg::ExitStatus { exit_status } => {
+                        res.exit_code = Some(exit_status);
+                        got_exit = true;
+                    }
+                    ChannelMsg::ExitSignal { signal_name, .. } => {
+                        got_exit = true;
+                        debug!(%host, ?signal_name, "command killed by signal");
+                    }
+                    ChannelMsg::Failure => {
+                        return Err(io_err("the server refused the exec request".into()));
+                    }
+                    ChannelMsg::Close => {
+                        closed = true;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            if !closed && !got_exit {
+                return Err(io_err("channel ended before the command finished".into()));
+            }
+            Ok(res)
+        };
+        let (written, result) = tokio::join!(writer, reader);
+        if let Err(e) = written {
+            // The command may legitimately exit without reading its stdin; only log.
+            debug!(%host, conn = conn.id, "writing stdin stopped early: {e}");
+        }
+        result
+    }
+}
+
+fn append_capped(buf: &mut Vec<u8>, data: &[u8], limit: usize, truncated: &mut bool) {
+    let room = limit.saturating_sub(buf.len());
+    if data.len() > room {
+        *truncated = true;
+    }
+    buf.extend_from_slice(&data[..data.len().min(room)]);
+}
+
+fn upload_script(req: &PutRequest) -> String {
+    let path = quote(&req.path);
+    let mut s = String::from("set -e; umask 077; ");
+    s.push_str(&format!("p={path}; d=$(dirname -- \"$p\"); "));
+    if req.create_parents {
+        s.push_str("mkdir -p -- \"$d\"; ");
+    }
+    s.push_str("t=$(mktemp -- \"$d/.capkk-upload.XXXXXX\"); trap 'rm -f -- \"$t\"' EXIT; cat > \"$t\"; ");
+    s.push_str(&format!("chmod {:o} -- \"$t\"; ", req.mode & 0o7777));
+    if let Some(owner) = &req.owner {
+        s.push_str(&format!("chown -- {} \"$t\"; ", quote(owner)));
+    }
+    s.push_str("n=$(wc -c < \"$t\"); mv -f -- \"$t\" \"$p\"; trap - EXIT; echo \"$n\"");
+    s
+}
+
+#[async_trait]
+impl Executor for SshExecutor {
+    #[instrument(skip_all, fields(target = %self.target(), privileged = req.privileged))]
+    async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, ExecError> {
+        let start = Instant::now();
+        let input = req.stdin.map(Input::Bytes).unwrap_or(Input::None);
+        let work = self.run(
+            &req.command,
+            input,
+            req.privileged,
+            req.output_limit,
+            Sink::Capture,
+        );
+        let res = match timeout(req.timeout, work).await {
+            Ok(r) => r?,
+            Err(_) => return Err(self.timed_out("command".into(), req.timeout)),
+        };
+        debug!(exit = ?res.exit_code, stdout = res.stdout.len(), stderr = res.stderr.len(), "exec done");
+        Ok(ExecOutput {
+            exit_code: res.exit_code,
+            stdout: res.stdout,
+            stderr: res.stderr,
+            truncated: res.truncated,
+            duration: start.elapsed(),
+        })
+    }
+
+    #[instrument(skip_all, fields(target = %self.target(), path = %req.path, mode = format!("{:o}", req.mode)))]
+    async fn put(&self, req: PutRequest) -> Result<u64, ExecError> {
+        let (input, size) = match &req.source {
+            FileSource::Bytes(b) => (Input::Bytes(b.clone()), b.len() as u64),
+            FileSource::Path(p) => {
+                let f = tokio::fs::File::open(p)
+                    .await
+                    .map_err(|source| ExecError::LocalIo {
+                        path: p.display().to_string(),
+                        source,
+                    })?;
+                let size = f
+                    .metadata()
+                    .await
+                    .map_err(|source| ExecError::LocalIo {
+                        path: p.display().to_string(),
+                        source,
+                    })?
+                    .len();
+                (Input::File(f), size)
+            }
+        };
+        let script = upload_script(&req);
+        let work = self.run(&script, input, req.privileged, 64 * 1024, Sink::Capture);
+        let res = match timeout(req.timeout, work).await {
+            Ok(r) => r?,
+            Err(_) => return Err(self.timed_out(format!("upload of {}", req.path), req.timeout)),
+        };
+        if res.exit_code != Some(0) {
+            return Err(ExecError::Transfer {
+                path: req.path.clone(),
+                exit_code: res.exit_code,
+                message: String::from_utf8_lossy(&res.stderr).trim().to_owned(),
+            });
+        }
+        let written: u64 = String::from_utf8_lossy(&res.stdout)
+            .trim()
+            .parse()
+            .unwrap_or(u64::MAX);
+        if written != size {
+            return Err(ExecError::Transfer {
+                path: req.path.clone(),
+                exit_code: res.exit_code,
+                message: format!("sent {size} bytes but the host wrote {written}"),
+            });
+        }
+        debug!(bytes = size, "uploaded");
+        Ok(size)
+    }
+
+    #[instrument(skip_all, fields(target = %self.target(), path))]
+    async fn get(&self, path: &str, limit: usize, privileged: bool) -> Result<Vec<u8>, ExecError> {
+        let cmd = format!("cat -- {}", quote(path));
+        let within = capkk_executor::DEFAULT_TIMEOUT;
+        let work = self.run(&cmd, Input::None, privileged, limit, Sink::Capture);
+        let res = match timeout(within, work).await {
+            Ok(r) => r?,
+            Err(_) => return Err(self.timed_out(format!("download of {path}"), within)),
+        };
+        if res.exit_code != Some(0) {
+            return Err(ExecError::Transfer {
+                path: path.to_owned(),
+                exit_code: res.exit_code,
+                message: String::from_utf8_lossy(&res.stderr).trim().to_owned(),
+            });
+        }
+        if res.stdout_bytes > limit as u64 {
+            return Err(ExecError::Transfer {
+                path: path.to_owned(),
+                exit_code: res.exit_code,
+                message: format!("file is larger than the limit of {limit} bytes"),
+            });
+        }
+        Ok(res.stdout)
+    }
+
+    fn target(&self) -> String {
+        format!("{}@{}", self.slot.target.user, self.slot.target.address)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Secret;
+
+    #[test]
+    fn identity_separates_credentials_and_hides_them() {
+        let pool = SshPool::default();
+        let a = HostTarget::new("198.18.0.11", "root", Auth::password("canary-pw-1"));
+        let b = HostTarget::new("198.18.0.11", "root", Auth::password("canary-pw-2"));
+        let ia = pool.inner.identity(&a);
+        assert_ne!(ia, pool.inner.identity(&b));
+        assert_eq!(ia, pool.inner.identity(&a.clone()));
+        assert!(!ia.contains("canary"));
+        let via = b.clone().via(a.clone());
+        assert!(pool.inner.identity(&via).contains(" via "));
+    }
+
+    #[test]
+    fn debug_output_redacts_every_secret() {
+        let t = HostTarget::new(
+            "h",
+            "u",
+            Auth::key_bytes("KEY-CANARY").with_passphrase("PASS-CANARY"),
+        )
+        .sudo_password("SUDO-CANARY")
+        .via(HostTarget::new("b", "u", Auth::password("PW-CANARY")));
+        let text = format!(
+            "{t:?} {:?} {}",
+            Secret::from("S-CANARY"),
+            Secret::from("S-CANARY")
+        );
+        assert!(!text.contains("CANARY"), "{text}");
+    }
+
+    #[test]
+    fn upload_script_quotes_path_and_owner() {
+        let req = PutRequest::bytes("/etc/it's here/x", b"data".to_vec(), 0o640).owner("root:root");
+        let s = upload_script(&req);
+        assert!(s.contains(r"p='/etc/it'\''s here/x'"), "{s}");
+        assert!(s.contains("chmod 640"));
+        assert!(s.contains("chown -- root:root"));
+        assert!(!s.contains("data"));
+    }
+
+    #[test]
+    fn output_cap_truncates() {
+        let mut buf = Vec::new();
+        let mut t = false;
+        append_capped(&mut buf, b"hello", 3, &mut t);
+        append_capped(&mut buf, b"world", 3, &mut t);
+        assert_eq!(buf, b"hel");
+        assert!(t);
+    }
+}

@@ -1,0 +1,272 @@
+//! Targets, credentials, host-key policy and pool settings. Secrets are zeroized and never printed.
+
+use std::{fmt, path::PathBuf, time::Duration};
+
+use zeroize::{Zeroize, ZeroizeOnDrop};
+
+/// Secret bytes (a password, a private key, a passphrase): zeroized on drop, redacted in Debug and Display.
+#[derive(Clone, Default, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
+pub struct Secret(Vec<u8>);
+
+impl Secret {
+    /// Wrap secret bytes.
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Self {
+        Secret(bytes.into())
+    }
+
+    /// The raw bytes. Keep the borrow short; never log it.
+    pub fn expose(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The bytes as UTF-8, or `None` when they are not valid UTF-8.
+    pub fn expose_str(&self) -> Option<&str> {
+        std::str::from_utf8(&self.0).ok()
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(s: &str) -> Self {
+        Secret(s.as_bytes().to_vec())
+    }
+}
+
+impl From<String> for Secret {
+    fn from(s: String) -> Self {
+        Secret(s.into_bytes())
+    }
+}
+
+impl From<Vec<u8>> for Secret {
+    fn from(v: Vec<u8>) -> Self {
+        Secret(v)
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// Where a private key comes from.
+#[derive(Clone)]
+pub enum KeySource {
+    /// OpenSSH / PEM / PuTTY key text (e.g. from a Kubernetes Secret).
+    Bytes(Secret),
+    /// A key file on the controller's file system.
+    File(PathBuf),
+}
+
+impl fmt::Debug for KeySource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeySource::Bytes(_) => f.write_str("Bytes(<redacted>)"),
+            KeySource::File(p) => write!(f, "File({})", p.display()),
+        }
+    }
+}
+
+/// How to authenticate as the login user.
+#[derive(Clone)]
+pub enum Auth {
+    /// Password authentication.
+    Password(Secret),
+    /// Public-key authentication (ed25519, rsa, ecdsa), with an optional passphrase for an encrypted key.
+    PrivateKey {
+        /// The key.
+        key: KeySource,
+        /// Passphrase of an encrypted key.
+        passphrase: Option<Secret>,
+    },
+}
+
+impl Auth {
+    /// Password authentication.
+    pub fn password(password: impl Into<Secret>) -> Self {
+        Auth::Password(password.into())
+    }
+
+    /// An unencrypted private key given as text.
+    pub fn key_bytes(key: impl Into<Secret>) -> Self {
+        Auth::PrivateKey {
+            key: KeySource::Bytes(key.into()),
+            passphrase: None,
+        }
+    }
+
+    /// A private key read from a file.
+    pub fn key_file(path: impl Into<PathBuf>) -> Self {
+        Auth::PrivateKey {
+            key: KeySource::File(path.into()),
+            passphrase: None,
+        }
+    }
+
+    /// The same key, decrypted with this passphrase.
+    pub fn with_passphrase(self, passphrase: impl Into<Secret>) -> Self {
+        match self {
+            Auth::PrivateKey { key, .. } => Auth::PrivateKey {
+                key,
+                passphrase: Some(passphrase.into()),
+            },
+            other => other,
+        }
+    }
+}
+
+impl fmt::Debug for Auth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Auth::Password(_) => f.write_str("Password(<redacted>)"),
+            Auth::PrivateKey { key, passphrase } => f
+                .debug_struct("PrivateKey")
+                .field("key", key)
+                .field("passphrase", &passphrase.as_ref().map(|_| "<redacted>"))
+                .finish(),
+        }
+    }
+}
+
+/// Which host keys to accept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostKeyPolicy {
+    /// Accept only a host key whose SHA-256 fingerprint (`SHA256:<base64 without padding>`, as printed by
+    /// `ssh-keygen -lf`) is one of these. Anything else fails with `ExecError::HostKeyMismatch` before any
+    /// credential or command is sent.
+    Pinned(Vec<String>),
+    /// Accept whatever key the host presents and record its fingerprint (read it with
+    /// `SshPool::observed_fingerprint` / `SshExecutor::host_key_fingerprint`) so the caller can persist it and
+    /// pin it from then on.
+    TrustOnFirstUse,
+}
+
+impl HostKeyPolicy {
+    /// Pin one fingerprint.
+    pub fn pinned(fingerprint: impl Into<String>) -> Self {
+        HostKeyPolicy::Pinned(vec![fingerprint.into()])
+    }
+}
+
+/// One SSH destination: address, login, credentials, host-key policy, optional sudo password and bastion.
+#[derive(Clone)]
+pub struct HostTarget {
+    /// IP address or DNS name.
+    pub address: String,
+    /// TCP port (usually 22).
+    pub port: u16,
+    /// Login user.
+    pub user: String,
+    /// Credentials.
+    pub auth: Auth,
+    /// Host-key policy.
+    pub host_key: HostKeyPolicy,
+    /// Password for `sudo` when the login user is not root and sudo asks for one.
+    pub sudo_password: Option<Secret>,
+    /// Jump host: the connection to this target is tunnelled through an SSH connection to the bastion.
+    pub bastion: Option<Box<HostTarget>>,
+}
+
+impl HostTarget {
+    /// A target on port 22 with trust-on-first-use host keys.
+    pub fn new(address: impl Into<String>, user: impl Into<String>, auth: Auth) -> Self {
+        Self {
+            address: address.into(),
+            port: 22,
+            user: user.into(),
+            auth,
+            host_key: HostKeyPolicy::TrustOnFirstUse,
+            sudo_password: None,
+            bastion: None,
+        }
+    }
+
+    /// Set the port.
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// Set the host-key policy.
+    pub fn host_key(mut self, policy: HostKeyPolicy) -> Self {
+        self.host_key = policy;
+        self
+    }
+
+    /// Set the sudo password.
+    pub fn sudo_password(mut self, password: impl Into<Secret>) -> Self {
+        self.sudo_password = Some(password.into());
+        self
+    }
+
+    /// Reach this target through `bastion`.
+    pub fn via(mut self, bastion: HostTarget) -> Self {
+        self.bastion = Some(Box::new(bastion));
+        self
+    }
+
+    /// `user@address:port` (non-secret).
+    pub fn display_name(&self) -> String {
+        format!("{}@{}:{}", self.user, self.address, self.port)
+    }
+
+    /// `address:port` (non-secret).
+    pub fn endpoint(&self) -> String {
+        format!("{}:{}", self.address, self.port)
+    }
+}
+
+impl fmt::Debug for HostTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostTarget")
+            .field("address", &self.address)
+            .field("port", &self.port)
+            .field("user", &self.user)
+            .field("auth", &self.auth)
+            .field("host_key", &self.host_key)
+            .field(
+                "sudo_password",
+                &self.sudo_password.as_ref().map(|_| "<redacted>"),
+            )
+            .field("bastion", &self.bastion)
+            .finish()
+    }
+}
+
+/// Pool-wide settings.
+#[derive(Clone, Debug)]
+pub struct PoolConfig {
+    /// Bound on TCP connect + SSH handshake + authentication (default 30 s).
+    pub connect_timeout: Duration,
+    /// Send an SSH keepalive after this long without traffic from the server (default 15 s).
+    pub keepalive_interval: Duration,
+    /// Close the connection after this many unanswered keepalives (default 3).
+    pub keepalive_max: usize,
+    /// Concurrent channels per connection (default 8; OpenSSH's `MaxSessions` defaults to 10).
+    pub max_channels: usize,
+    /// Size of the chunks a file upload is streamed in (default 64 KiB).
+    pub chunk_size: usize,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(30),
+            keepalive_interval: Duration::from_secs(15),
+            keepalive_max: 3,
+            max_channels: 8,
+            chunk_size: 64 * 1024,
+        }
+    }
+}

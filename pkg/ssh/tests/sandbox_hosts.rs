@@ -1,0 +1,637 @@
+//! The SSH client against real OpenSSH servers in sandbox hosts (netns + overlay root, see `capkk-sandbox`).
+//!
+//! One sandbox (`ssh-tests`) is shared by all tests of this binary; a watchdog tears it down when the binary
+//! exits (and the next run's `up` cleans up after a crash). Each test uses its own pool, and tests that inject
+//! faults own a host of their own. Without root/sshd the tests print SKIPPED (under CI=true they fail instead).
+
+use std::{
+    sync::{Arc, Mutex, OnceLock},
+    time::{Duration, Instant},
+};
+
+use capkk_executor::{ExecError, ExecRequest, Executor, PutRequest};
+use capkk_sandbox::{Host, NOPASSWD_USER, PASSWD_USER, Sandbox, SandboxConfig, skip_unless_supported};
+use capkk_ssh::{Auth, HostKeyPolicy, HostTarget, PoolConfig, SshPool};
+use sha2::{Digest, Sha256};
+
+// Host roles (1-based): 1 general, 2 link faults, 3 sshd restart, 4 host-key rotation, 5 timeouts.
+const GENERAL: usize = 0;
+const LINK: usize = 1;
+const RESTART: usize = 2;
+const ROTATE: usize = 3;
+const TIMEOUTS: usize = 4;
+
+fn sandbox() -> Option<&'static Sandbox> {
+    static SB: OnceLock<Sandbox> = OnceLock::new();
+    if skip_unless_supported() {
+        return None;
+    }
+    Some(SB.get_or_init(|| {
+        Sandbox::shared(&SandboxConfig::new("ssh-tests", 5).with_internal_hosts(1)).expect("sandbox up")
+    }))
+}
+
+fn key_auth(sb: &Sandbox) -> Auth {
+    Auth::key_file(&sb.credentials().ed25519_key)
+}
+
+fn target(host: &Host<'_>, user: &str, auth: Auth) -> HostTarget {
+    HostTarget::new(host.address(), user, auth).host_key(HostKeyPolicy::pinned(host.fingerprint()))
+}
+
+fn root(sb: &Sandbox, idx: usize) -> HostTarget {
+    target(&sb.hosts()[idx], "root", key_auth(sb))
+}
+
+fn pool() -> SshPool {
+    SshPool::new(PoolConfig {
+        connect_timeout: Duration::from_secs(10),
+        ..Default::default()
+    })
+}
+
+#[tokio::test]
+async fn exec_reports_exit_codes_stdout_and_stderr() {
+    let Some(sb) = sandbox() else { return };
+    let pool = pool();
+    let ex = pool.executor(&root(sb, GENERAL));
+    let out = ex
+        .exec(ExecRequest::new("hostname; echo oops >&2; exit 3"))
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, Some(3));
+    assert_eq!(out.stdout_str().trim(), sb.hosts()[GENERAL].info.name);
+    assert_eq!(out.stderr_str(), "oops\n");
+    assert!(!out.truncated);
+    let ok = ex.exec(ExecRequest::new("true")).await.unwrap();
+    assert!(ok.success());
+    let stdin = ex
+        .exec(ExecRequest::new("tr a-z A-Z").stdin("hello stdin"))
+        .await
+        .unwrap();
+    assert_eq!(stdin.stdout_str(), "HELLO STDIN");
+    assert_eq!(ex.target(), format!("root@{}", sb.hosts()[GENERAL].address()));
+}
+
+#[tokio::test]
+async fn large_output_is_captured_and_capped() {
+    let Some(sb) = sandbox() else { return };
+    let pool = pool();
+    let ex = pool.executor(&root(sb, GENERAL));
+    let ten_mb = 10 * 1024 * 1024;
+    let out = ex
+        .exec(ExecRequest::new(format!("head -c {ten_mb} /dev/zero | tr '\\0' x")).output_limit(16 << 20))
+        .await
+        .unwrap();
+    assert!(out.success());
+    assert_eq!(out.stdout.len(), ten_mb);
+    assert!(out.stdout.iter().all(|&b| b == b'x'));
+    assert!(!out.truncated);
+
+    let capped = ex
+        .exec(ExecRequest::new(format!("head -c {ten_mb} /dev/zero; echo done >&2")).output_limit(1 << 20))
+        .await
+        .unwrap();
+    assert!(capped.success(), "the command still runs to completion");
+    assert_eq!(capped.stdout.len(), 1 << 20);
+    assert!(capped.truncated);
+    assert_eq!(capped.stderr_str(), "done\n");
+}
+
+fn pattern_file(len: usize) -> tempfile::NamedTempFile {
+    use std::io::Write;
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    let mut state = 0x9e3779b97f4a7c15u64;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = len;
+    while left > 0 {
+        for b in buf.iter_mut() {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            *b = state as u8;
+        }
+        let n = left.min(buf.len());
+        f.write_all(&buf[..n]).unwrap();
+        left -= n;
+    }
+    f.flush().unwrap();
+    f
+}
+
+fn sha256_file(path: &std::path::Path) -> String {
+    hex::encode(Sha256::digest(std::fs::read(path).unwrap()))
+}
+
+#[tokio::test]
+async fn upload_20mb_streams_atomically_and_matches_sha256_on_the_host() {
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[GENERAL];
+    let pool = pool();
+    let ex = pool.ssh_executor(&root(sb, GENERAL));
+    let local = pattern_file(20 * 1024 * 1024);
+    let want = sha256_file(local.path());
+    let sent = ex
+        .put(PutRequest::file("/opt/capkk/artifacts/big.bin", local.path(), 0o640).owner("root:daemon"))
+        .await
+        .unwrap();
+    assert_eq!(sent, 20 * 1024 * 1024);
+    // Checked out of band, inside the host, not through our client.
+    let inside = host
+        .sh_inside("sha256sum /opt/capkk/artifacts/big.bin; stat -c '%a %U %G' /opt/capkk/artifacts/big.bin; ls -A /opt/capkk/artifacts")
+        .unwrap();
+    let lines: Vec<&str> = inside.lines().collect();
+    assert_eq!(lines[0].split_whitespace().next(), Some(want.as_str()));
+    assert_eq!(lines[1], "640 root daemon");
+    assert_eq!(lines[2], "big.bin", "no temp file left behind");
+    assert!(
+        host.upper_dir().join("opt/capkk/artifacts/big.bin").exists(),
+        "written to the host's own layer"
+    );
+
+    // Download it back to a file (streamed) and into memory (with a limit).
+    let back = tempfile::NamedTempFile::new().unwrap();
+    let got = ex
+        .get_to_file(
+            "/opt/capkk/artifacts/big.bin",
+            back.path(),
+            false,
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    assert_eq!(got, 20 * 1024 * 1024);
+    assert_eq!(sha256_file(back.path()), want);
+    let small = ex.get("/etc/hostname", 1024, false).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&small).trim(), host.info.name);
+    let too_big = ex
+        .get("/opt/capkk/artifacts/big.bin", 1024, false)
+        .await
+        .unwrap_err();
+    assert!(matches!(too_big, ExecError::Transfer { .. }), "{too_big:?}");
+    let missing = ex.get("/nonexistent", 1024, false).await.unwrap_err();
+    assert!(
+        matches!(
+            missing,
+            ExecError::Transfer {
+                exit_code: Some(1),
+                ..
+            }
+        ),
+        "{missing:?}"
+    );
+}
+
+#[tokio::test]
+async fn fifty_concurrent_commands_share_one_connection() {
+    let Some(sb) = sandbox() else { return };
+    let pool = pool();
+    let ex = pool.executor(&root(sb, GENERAL));
+    let calls = (0..50).map(|i| {
+        let ex = ex.clone();
+        async move { ex.exec(ExecRequest::new(format!("sleep 0.05; echo {i}"))).await }
+    });
+    let results = futures::future::join_all(calls).await;
+    for (i, r) in results.into_iter().enumerate() {
+        let out = r.unwrap();
+        assert_eq!(out.stdout_str().trim(), i.to_string());
+    }
+    // A second executor for the same identity shares the connection too.
+    pool.executor(&root(sb, GENERAL))
+        .exec(ExecRequest::new("true"))
+        .await
+        .unwrap();
+    assert_eq!(pool.stats().connects, 1, "{:?}", pool.stats());
+}
+
+#[tokio::test]
+async fn sudo_without_password() {
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[GENERAL];
+    let pool = pool();
+    let ex = pool.executor(&target(host, NOPASSWD_USER, key_auth(sb)));
+    assert_eq!(
+        ex.exec(ExecRequest::new("id -un"))
+            .await
+            .unwrap()
+            .stdout_str()
+            .trim(),
+        NOPASSWD_USER
+    );
+    let out = ex
+        .sudo(ExecRequest::new("id -u; cat").stdin("through sudo"))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout_str(), "0\nthrough sudo");
+    ex.put(PutRequest::bytes("/etc/capkk/nopasswd.conf", "a=1\n", 0o600).owner("root:root"))
+        .await
+        .unwrap();
+    assert_eq!(
+        host.sh_inside("stat -c '%a %U' /etc/capkk/nopasswd.conf; cat /etc/capkk/nopasswd.conf")
+            .unwrap(),
+        "600 root\na=1\n"
+    );
+}
+
+#[tokio::test]
+async fn sudo_with_password_keeps_the_commands_stdin() {
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[GENERAL];
+    let pw = sb.credentials().password.clone();
+    let pool = pool();
+    let ex = pool.executor(&target(host, PASSWD_USER, key_auth(sb)).sudo_password(pw.as_str()));
+    let out = ex
+        .sudo(ExecRequest::new("id -u; cat").stdin("line1\nline2\n"))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout_str(), "0\nline1\nline2\n");
+    assert!(!out.stdout_str().contains(&pw) && !out.stderr_str().contains(&pw));
+    // A command reading no stdin and a second call (sudo credentials are never cached: -k).
+    assert_eq!(
+        ex.sudo(ExecRequest::new("whoami")).await.unwrap().stdout_str(),
+        "root\n"
+    );
+    ex.put(PutRequest::bytes("/etc/capkk/passwd.conf", "b=2\n", 0o644))
+        .await
+        .unwrap();
+    assert_eq!(
+        host.sh_inside("stat -c '%a %U' /etc/capkk/passwd.conf").unwrap(),
+        "644 root\n"
+    );
+    // Unprivileged calls don't go through sudo.
+    assert_eq!(
+        ex.exec(ExecRequest::new("id -un"))
+            .await
+            .unwrap()
+            .stdout_str()
+            .trim(),
+        PASSWD_USER
+    );
+
+    let wrong = pool.executor(&target(host, PASSWD_USER, key_auth(sb)).sudo_password("not-the-password"));
+    let err = wrong
+        .sudo(ExecRequest::new("touch /root/should-not-exist"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ExecError::Sudo { .. }), "{err:?}");
+    let missing = pool.executor(&target(host, PASSWD_USER, key_auth(sb)));
+    let err = missing.sudo(ExecRequest::new("true")).await.unwrap_err();
+    assert!(matches!(err, ExecError::Sudo { .. }), "{err:?}");
+    assert!(
+        host.run_inside("test -e /root/should-not-exist")
+            .unwrap()
+            .status
+            .code()
+            == Some(1)
+    );
+}
+
+#[tokio::test]
+async fn every_auth_kind_works_and_bad_credentials_fail_with_auth() {
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[GENERAL];
+    let c = sb.credentials();
+    let pool = pool();
+    let good = [
+        ("password", Auth::password(c.password.as_str())),
+        (
+            "ed25519 bytes",
+            Auth::key_bytes(std::fs::read_to_string(&c.ed25519_key).unwrap()),
+        ),
+        ("rsa", Auth::key_file(&c.rsa_key)),
+        ("ecdsa", Auth::key_file(&c.ecdsa_key)),
+        (
+            "passphrase",
+            Auth::key_file(&c.ed25519_key_with_passphrase).with_passphrase(c.password.as_str()),
+        ),
+    ];
+    for (what, auth) in good {
+        let out = pool
+            .executor(&target(host, "root", auth))
+            .exec(ExecRequest::new("id -u"))
+            .await;
+        assert_eq!(
+            out.map(|o| o.stdout_str())
+                .unwrap_or_else(|e| panic!("{what}: {e}")),
+            "0\n",
+            "{what}"
+        );
+    }
+    let bad = [
+        ("wrong password", Auth::password("wrong-password")),
+        ("unauthorized key", Auth::key_file(&c.unauthorized_key)),
+        (
+            "wrong passphrase",
+            Auth::key_file(&c.ed25519_key_with_passphrase).with_passphrase("nope"),
+        ),
+        ("missing key file", Auth::key_file("/nonexistent/key")),
+    ];
+    for (what, auth) in bad {
+        let err = pool
+            .executor(&target(host, PASSWD_USER, auth))
+            .exec(ExecRequest::new("true"))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ExecError::Auth { .. }), "{what}: {err:?}");
+        assert!(!err.is_transient(), "{what}");
+    }
+}
+
+#[tokio::test]
+async fn host_key_mismatch_is_refused_before_anything_runs() {
+    let Some(sb) = sandbox() else { return };
+    let hosts = sb.hosts();
+    let (mut host, other) = (hosts[ROTATE].clone(), &hosts[GENERAL]);
+    let pool = pool();
+    let marker = "/root/marker-from-mismatched-connection";
+    let mitm = target(&host, "root", key_auth(sb)).host_key(HostKeyPolicy::pinned(other.fingerprint()));
+    let err = pool
+        .executor(&mitm)
+        .exec(ExecRequest::new(format!("touch {marker}")))
+        .await
+        .unwrap_err();
+    match &err {
+        ExecError::HostKeyMismatch { expected, seen, .. } => {
+            assert_eq!(expected, other.fingerprint());
+            assert_eq!(seen, host.fingerprint());
+        }
+        other => panic!("expected HostKeyMismatch, got {other:?}"),
+    }
+    assert!(!err.is_transient());
+    assert_eq!(
+        host.run_inside(&format!("test -e {marker}"))
+            .unwrap()
+            .status
+            .code(),
+        Some(1),
+        "marker ran"
+    );
+    let log = host.sh_inside("cat /var/log/capkk-sshd.log").unwrap();
+    assert!(!log.contains("Accepted"), "no authentication happened:\n{log}");
+
+    // Trust on first use records the key; after a rotation the pinned old key is refused.
+    let tofu = HostTarget::new(host.address(), "root", key_auth(sb));
+    let fp = pool
+        .probe(&tofu, Duration::from_secs(10))
+        .await
+        .unwrap()
+        .host_key_fingerprint;
+    assert_eq!(fp, host.fingerprint());
+    assert_eq!(pool.observed_fingerprint(&tofu).as_deref(), Some(fp.as_str()));
+    let new_fp = host.rotate_host_key().unwrap();
+    assert_ne!(new_fp, fp);
+    let pinned_old = tofu.clone().host_key(HostKeyPolicy::pinned(&fp));
+    let err = pool
+        .executor(&pinned_old)
+        .exec(ExecRequest::new(format!("touch {marker}")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ExecError::HostKeyMismatch { seen, .. } if *seen == new_fp),
+        "{err:?}"
+    );
+    assert_eq!(
+        host.run_inside(&format!("test -e {marker}"))
+            .unwrap()
+            .status
+            .code(),
+        Some(1),
+        "marker ran"
+    );
+    let accepted = tofu.host_key(HostKeyPolicy::Pinned(vec![fp, new_fp.clone()]));
+    assert!(
+        pool.executor(&accepted)
+            .exec(ExecRequest::new("true"))
+            .await
+            .unwrap()
+            .success()
+    );
+}
+
+#[tokio::test]
+async fn internal_host_is_reached_through_the_bastion_only() {
+    let Some(sb) = sandbox() else { return };
+    let bastion = sb.bastion().expect("bastion");
+    let inner = &sb.internal_hosts()[0];
+    let pool = pool();
+    let via = target(inner, "root", key_auth(sb)).via(target(&bastion, "root", key_auth(sb)));
+    let out = pool
+        .executor(&via)
+        .exec(ExecRequest::new("hostname; ip -4 -o addr show eth0"))
+        .await
+        .unwrap();
+    assert!(
+        out.stdout_str().starts_with(&inner.info.name),
+        "{}",
+        out.stdout_str()
+    );
+    assert!(out.stdout_str().contains(inner.address()));
+    assert_eq!(pool.stats().connects, 2, "bastion + target");
+
+    let direct = SshPool::new(PoolConfig {
+        connect_timeout: Duration::from_secs(3),
+        ..Default::default()
+    });
+    let start = Instant::now();
+    let err = direct
+        .executor(&target(inner, "root", key_auth(sb)))
+        .exec(ExecRequest::new("true"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ExecError::Connect { .. }), "{err:?}");
+    assert!(start.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn a_hanging_command_times_out_and_the_next_call_works() {
+    let Some(sb) = sandbox() else { return };
+    let pool = pool();
+    let ex = pool.executor(&root(sb, TIMEOUTS));
+    ex.exec(ExecRequest::new("true")).await.unwrap();
+    let start = Instant::now();
+    let err = ex
+        .exec(ExecRequest::new("sleep 100").timeout(Duration::from_secs(2)))
+        .await
+        .unwrap_err();
+    let took = start.elapsed();
+    assert!(
+        matches!(err, ExecError::Timeout { after, .. } if after == Duration::from_secs(2)),
+        "{err:?}"
+    );
+    assert!(err.is_transient());
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+    assert!(
+        ex.exec(ExecRequest::new("true").timeout(Duration::from_secs(10)))
+            .await
+            .unwrap()
+            .success()
+    );
+}
+
+#[tokio::test]
+async fn link_down_mid_command_fails_within_the_timeout_and_recovers() {
+    let Some(sb) = sandbox() else { return };
+    let host = sb.hosts()[LINK].clone();
+    let pool = pool();
+    let ex = pool.executor(&root(sb, LINK));
+    ex.exec(ExecRequest::new("true")).await.unwrap();
+    let start = Instant::now();
+    let call = tokio::spawn({
+        let ex = ex.clone();
+        async move {
+            ex.exec(ExecRequest::new("sleep 1; echo done").timeout(Duration::from_secs(4)))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    host.link_down().unwrap();
+    let err = call.await.unwrap().unwrap_err();
+    assert!(err.is_transient(), "{err:?}");
+    assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
+    host.link_up().unwrap();
+    let out = ex
+        .exec(ExecRequest::new("echo back").timeout(Duration::from_secs(15)))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout_str(), "back\n");
+}
+
+#[tokio::test]
+async fn a_dead_connection_is_replaced_after_an_sshd_restart() {
+    let Some(sb) = sandbox() else { return };
+    let host = sb.hosts()[RESTART].clone();
+    let pool = pool();
+    let ex = pool.executor(&root(sb, RESTART));
+    assert!(ex.exec(ExecRequest::new("true")).await.unwrap().success());
+    host.restart_sshd().unwrap();
+    let out = ex
+        .exec(ExecRequest::new("echo again").timeout(Duration::from_secs(15)))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout_str(), "again\n");
+    assert_eq!(pool.stats().connects, 2);
+    // Killed and not restarted: a clear transient error, then success once it is back.
+    host.kill_sshd().unwrap();
+    let err = ex
+        .exec(ExecRequest::new("true").timeout(Duration::from_secs(5)))
+        .await
+        .unwrap_err();
+    assert!(err.is_transient(), "{err:?}");
+    host.start_sshd().unwrap();
+    assert!(
+        ex.exec(ExecRequest::new("true").timeout(Duration::from_secs(15)))
+            .await
+            .unwrap()
+            .success()
+    );
+}
+
+/// Captures everything tracing emits, at TRACE, for the secret canary test.
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn secrets_never_reach_trace_logs_or_debug_output() {
+    let Some(sb) = sandbox() else { return };
+    let host = sb.hosts()[GENERAL].clone();
+    let c = sb.credentials().clone();
+    let key_text = std::fs::read_to_string(&c.ed25519_key_with_passphrase).unwrap();
+    // russh logs through the `log` crate: forward those records into tracing.
+    let _ = tracing_log::LogTracer::init();
+    let capture = Capture::default();
+    let writer = capture.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let debug_text = tracing::subscriber::with_default(subscriber, || {
+        // A current-thread runtime keeps russh's tasks on this thread, under the capturing subscriber.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let pool = pool();
+            let by_password = target(&host, PASSWD_USER, Auth::password(c.password.as_str()))
+                .sudo_password(c.password.as_str());
+            let by_key = target(
+                &host,
+                PASSWD_USER,
+                Auth::key_bytes(key_text.as_str()).with_passphrase(c.password.as_str()),
+            )
+            .sudo_password(c.password.as_str());
+            for t in [&by_password, &by_key] {
+                let ex = pool.executor(t);
+                let out = ex
+                    .sudo(ExecRequest::new("cat >/dev/null; id -u").stdin("payload"))
+                    .await
+                    .unwrap();
+                assert_eq!(out.stdout_str(), "0\n");
+                ex.put(PutRequest::bytes("/etc/capkk/canary", "x", 0o600))
+                    .await
+                    .unwrap();
+            }
+            let bad = pool.executor(&target(
+                &host,
+                PASSWD_USER,
+                Auth::password(format!("{}-wrong", c.password)),
+            ));
+            let err = bad.exec(ExecRequest::new("true")).await.unwrap_err();
+            tracing::error!("error: {err} / {err:?}");
+            format!(
+                "{by_password:?} {by_key:?} {pool:?} {:?} {err}",
+                pool.ssh_executor(&by_key)
+            )
+        })
+    });
+    let logs = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        logs.len() > 1000 && logs.contains("TRACE"),
+        "the subscriber captured russh's trace output"
+    );
+    let key_body: Vec<&str> = key_text
+        .lines()
+        .filter(|l| !l.starts_with("-----") && l.len() > 20)
+        .collect();
+    for (name, text) in [("logs", &logs), ("debug", &debug_text)] {
+        assert!(!text.contains(&c.password), "password leaked into {name}");
+        for line in &key_body {
+            assert!(!text.contains(line), "key material leaked into {name}");
+        }
+    }
+}
+
+/// Rough exec round-trip latency on one pooled connection (run with `--ignored --nocapture`).
+#[tokio::test]
+#[ignore = "measurement, not a check"]
+async fn measure_exec_round_trip() {
+    let Some(sb) = sandbox() else { return };
+    let pool = pool();
+    let ex = pool.executor(&root(sb, TIMEOUTS));
+    ex.exec(ExecRequest::new("true")).await.unwrap();
+    let mut times = Vec::new();
+    for _ in 0..100 {
+        let start = Instant::now();
+        ex.exec(ExecRequest::new("true")).await.unwrap();
+        times.push(start.elapsed());
+    }
+    times.sort();
+    println!(
+        "exec round trip over 100 `true` calls: median {:?}, p90 {:?}, min {:?}, max {:?}",
+        times[50], times[90], times[0], times[99]
+    );
+}
