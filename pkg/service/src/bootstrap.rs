@@ -1,1 +1,395 @@
-//! bootstrap service (being written).
+//! The bootstrap service: OS preparation on create ([`prepare`]) and cleanup on delete ([`reset`]).
+//!
+//! [`prepare`] runs one batched, idempotent script (one SSH round trip; each step journaled, unchanged steps
+//! journaled as skipped):
+//!
+//! | step | what |
+//! |---|---|
+//! | `hostname` | `/etc/hostname` and the running hostname |
+//! | `etc-hosts` | a managed block `# capkk hosts BEGIN` … `# capkk hosts END` in `/etc/hosts` |
+//! | `swap-off` | `swapoff -a` when swap is active; swap lines in `/etc/fstab` commented out |
+//! | `kernel-modules` | `/etc/modules-load.d/capkk.conf` (`overlay`, `br_netfilter`); `modprobe` when not loaded |
+//! | `sysctl` | `/etc/sysctl.d/99-capkk.conf` ([`SYSCTL`]); `sysctl -e -p <file>` when it changed |
+//! | `selinux` | `setenforce 0` when enforcing; `SELINUX=permissive` in `/etc/selinux/config` (only where present) |
+//! | `firewall` | stop and disable `firewalld` / `ufw` when active |
+//! | `directories` | [`DIRECTORIES`] |
+//!
+//! [`reset`] removes exactly [`OWNED_PATHS`] (documented in `docs/host-paths.md`) after `kubeadm reset -f`,
+//! stops kubelet and containerd, and removes Kubernetes/CNI iptables chains, IPVS services and CNI links.
+//! It never touches anything else.
+
+use std::time::Duration;
+
+use capkk_executor::{Executor, quote};
+use tracing::instrument;
+
+use crate::{
+    Error, Result,
+    facts::{
+        HostFacts,
+        script::{Script, ScriptOutcome, put_file},
+    },
+    journal::{Progress, Redactor},
+};
+
+/// Sysctl settings written to `/etc/sysctl.d/99-capkk.conf`.
+pub const SYSCTL: &[(&str, &str)] = &[
+    ("net.bridge.bridge-nf-call-iptables", "1"),
+    ("net.bridge.bridge-nf-call-ip6tables", "1"),
+    ("net.ipv4.ip_forward", "1"),
+    ("vm.max_map_count", "262144"),
+    ("vm.swappiness", "1"),
+    ("fs.inotify.max_user_instances", "524288"),
+    ("fs.inotify.max_user_watches", "524288"),
+];
+/// Kernel modules loaded now and at boot.
+pub const MODULES: &[&str] = &["overlay", "br_netfilter"];
+/// Directories created (mode 0755).
+pub const DIRECTORIES: &[&str] = &[
+    "/usr/local/bin",
+    "/etc/kubernetes/manifests",
+    "/etc/kubernetes/pki",
+    "/etc/cni/net.d",
+    "/opt/cni/bin",
+    "/var/lib/kubelet",
+    "/var/lib/capkk",
+];
+/// Sysctl file path.
+pub const SYSCTL_FILE: &str = "/etc/sysctl.d/99-capkk.conf";
+/// Modules file path.
+pub const MODULES_FILE: &str = "/etc/modules-load.d/capkk.conf";
+
+/// Paths [`reset`] removes — exactly these and nothing else (files or whole directory trees):
+///
+/// - Kubernetes: `/etc/kubernetes`, `/run/kubeadm`
+/// - kubelet: `/var/lib/kubelet`, `/etc/systemd/system/kubelet.service`,
+///   `/etc/systemd/system/kubelet.service.d`, `/var/log/pods`, `/var/log/containers`
+/// - etcd: `/var/lib/etcd`
+/// - CNI: `/etc/cni`, `/var/lib/cni`, `/opt/cni`, `/run/flannel`, `/run/calico`, `/var/lib/calico`,
+///   `/var/log/calico`
+/// - sentinel: `/run/cluster-api/bootstrap-success.complete`
+/// - capkk journal, artifact stamps and staging: `/var/lib/capkk`
+///
+/// Not removed (reused on the next provisioning; an upload is skipped when the digest matches): binaries in
+/// `/usr/local/bin` and `/usr/local/sbin`, containerd and its config and state, `/etc/crictl.yaml`,
+/// `/etc/hosts`, sysctl and module files, installed packages.
+pub const OWNED_PATHS: &[&str] = &[
+    "/etc/kubernetes",
+    "/run/kubeadm",
+    "/var/lib/kubelet",
+    "/etc/systemd/system/kubelet.service",
+    "/etc/systemd/system/kubelet.service.d",
+    "/var/log/pods",
+    "/var/log/containers",
+    "/var/lib/etcd",
+    "/etc/cni",
+    "/var/lib/cni",
+    "/opt/cni",
+    "/run/flannel",
+    "/run/calico",
+    "/var/lib/calico",
+    "/var/log/calico",
+    "/run/cluster-api/bootstrap-success.complete",
+    "/var/lib/capkk",
+];
+
+/// Network links created by kube-proxy (IPVS) and common CNIs; deleted on reset when present.
+pub const OWNED_LINKS: &[&str] = &[
+    "kube-ipvs0",
+    "nodelocaldns",
+    "cni0",
+    "flannel.1",
+    "flannel-v6.1",
+    "flannel-wg",
+    "cilium_host",
+    "cilium_net",
+    "cilium_vxlan",
+    "vxlan.calico",
+];
+
+/// Who the host is (mapped by the controller from the KKInstance and its KKCluster).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostIdentity {
+    /// Hostname (also the Kubernetes node name).
+    pub hostname: String,
+    /// Internal address (kubelet `--node-ip`).
+    pub internal_address: String,
+    /// `/etc/hosts` entries for all cluster hosts: `(address, names)`.
+    pub hosts_entries: Vec<(String, Vec<String>)>,
+}
+
+/// What [`prepare`] / [`reset`] did.
+#[derive(Clone, Debug, Default)]
+pub struct BootstrapOutcome {
+    /// Names of the steps that changed the host.
+    pub changed: Vec<String>,
+}
+
+impl From<ScriptOutcome> for BootstrapOutcome {
+    fn from(o: ScriptOutcome) -> Self {
+        Self { changed: o.changed }
+    }
+}
+
+fn valid_hostname(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
+}
+
+fn valid_address(a: &str) -> bool {
+    a.parse::<std::net::IpAddr>().is_ok()
+}
+
+/// The managed `/etc/hosts` block.
+pub fn hosts_block(id: &HostIdentity) -> Result<String> {
+    let mut s = String::from("# capkk hosts BEGIN\n");
+    for (i, (addr, names)) in id.hosts_entries.iter().enumerate() {
+        if !valid_address(addr) {
+            return Err(Error::InvalidInput {
+                field: format!("hosts entry {i} address"),
+                message: format!("{addr:?} is not an IP address"),
+            });
+        }
+        if let Some(bad) = names.iter().find(|n| !valid_hostname(n)) {
+            return Err(Error::InvalidInput {
+                field: format!("hosts entry {i} names"),
+                message: format!("{bad:?} is not a valid host name"),
+            });
+        }
+        if !names.is_empty() {
+            s.push_str(&format!("{addr} {}\n", names.join(" ")));
+        }
+    }
+    s.push_str("# capkk hosts END\n");
+    Ok(s)
+}
+
+/// The sysctl file content.
+pub fn sysctl_conf() -> String {
+    let mut s = String::from("# Managed by capkk.\n");
+    for (k, v) in SYSCTL {
+        s.push_str(&format!("{k} = {v}\n"));
+    }
+    s
+}
+
+/// Build the [`prepare`] script (pure; used by tests).
+pub fn prepare_script(id: &HostIdentity, facts: &HostFacts) -> Result<Script> {
+    if !valid_hostname(&id.hostname) {
+        return Err(Error::InvalidInput {
+            field: "hostname".into(),
+            message: format!("{:?} is not a valid host name (RFC 1123)", id.hostname),
+        });
+    }
+    if !id.internal_address.is_empty() && !valid_address(&id.internal_address) {
+        return Err(Error::InvalidInput {
+            field: "internalAddress".into(),
+            message: format!("{:?} is not an IP address", id.internal_address),
+        });
+    }
+    let h = quote(&id.hostname);
+    let mut s = Script::new();
+    s.step(
+        "hostname",
+        format!(
+            "if [ \"$(cat /etc/hostname 2>/dev/null)\" != {h} ]; then printf '%s\\n' {h} > /etc/hostname; CHANGED=1; fi\n\
+             if [ \"$(hostname)\" != {h} ]; then\n  \
+             if command -v hostnamectl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then hostnamectl set-hostname {h}; else hostname {h}; fi\n  \
+             CHANGED=1\nfi\n"
+        ),
+    );
+    {
+        use base64::Engine as _;
+        let block = base64::engine::general_purpose::STANDARD.encode(hosts_block(id)?);
+        s.step(
+            "etc-hosts",
+            format!(
+                "_n=$(mktemp)\n\
+                 awk '/^# capkk hosts BEGIN$/{{s=1;next}} /^# capkk hosts END$/{{s=0;next}} !s' /etc/hosts > \"$_n\"\n\
+                 printf '%s' {b} | base64 -d >> \"$_n\"\n\
+                 if ! cmp -s \"$_n\" /etc/hosts; then cat \"$_n\" > /etc/hosts; echo 'updated /etc/hosts'; CHANGED=1; fi\n\
+                 rm -f \"$_n\"\n",
+                b = quote(&block)
+            ),
+        );
+    }
+    s.step(
+        "swap-off",
+        "if [ -n \"$(tail -n +2 /proc/swaps 2>/dev/null)\" ]; then swapoff -a; echo 'swap turned off'; CHANGED=1; fi\n\
+         if [ -f /etc/fstab ] && grep -Eq '^[^#][^[:space:]]*[[:space:]]+[^[:space:]]+[[:space:]]+swap[[:space:]]' /etc/fstab; then\n  \
+         sed -i -E 's@^([^#][^[:space:]]*[[:space:]]+[^[:space:]]+[[:space:]]+swap[[:space:]].*)$@# \\1 # disabled by capkk@' /etc/fstab\n  \
+         echo 'swap entries in /etc/fstab commented out'; CHANGED=1\nfi\n",
+    );
+    let modules = MODULES.join("\n") + "\n";
+    s.step(
+        "kernel-modules",
+        format!(
+            "{}for m in {}; do\n  if ! grep -q \"^$m \" /proc/modules 2>/dev/null && [ ! -d /sys/module/$m ]; then modprobe $m; echo \"loaded $m\"; CHANGED=1; fi\ndone\n",
+            put_file(MODULES_FILE, 0o644, modules.as_bytes()),
+            MODULES.join(" ")
+        ),
+    );
+    s.step(
+        "sysctl",
+        format!(
+            "{}if [ \"$CHANGED\" = 1 ]; then sysctl -e -p {SYSCTL_FILE}; fi\n",
+            put_file(SYSCTL_FILE, 0o644, sysctl_conf().as_bytes())
+        ),
+    );
+    s.step(
+        "selinux",
+        "if command -v getenforce >/dev/null 2>&1 && [ \"$(getenforce)\" = Enforcing ]; then setenforce 0; echo 'SELinux now permissive'; CHANGED=1; fi\n\
+         if [ -f /etc/selinux/config ] && grep -q '^SELINUX=enforcing' /etc/selinux/config; then\n  \
+         sed -i 's/^SELINUX=enforcing/SELINUX=permissive/' /etc/selinux/config; CHANGED=1\nfi\n",
+    );
+    if facts.init.require_systemctl().is_ok() {
+        s.step(
+            "firewall",
+            "for u in firewalld ufw; do\n  if systemctl is-active -q $u >/dev/null 2>&1; then systemctl stop $u; systemctl disable $u; echo \"stopped $u\"; CHANGED=1; fi\ndone\n",
+        );
+    }
+    let mut dirs = String::new();
+    for d in DIRECTORIES {
+        dirs.push_str(&format!(
+            "if [ ! -d {d} ]; then mkdir -p -m 0755 {d}; CHANGED=1; fi\n",
+            d = quote(d)
+        ));
+    }
+    s.step("directories", dirs);
+    Ok(s)
+}
+
+/// Prepare the OS (one exec). Idempotent: a second run changes nothing and journals every step as skipped.
+#[instrument(skip_all, fields(host = %exec.target(), hostname = %id.hostname))]
+pub async fn prepare(
+    exec: &dyn Executor,
+    id: &HostIdentity,
+    facts: &HostFacts,
+    progress: &dyn Progress,
+    redactor: &Redactor,
+) -> Result<BootstrapOutcome> {
+    let script = prepare_script(id, facts)?;
+    Ok(script
+        .run(exec, "bootstrap", progress, redactor, Duration::from_secs(300))
+        .await?
+        .into())
+}
+
+/// Options for [`reset`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResetOptions {
+    /// CRI socket passed to `kubeadm reset --cri-socket` (default: kubeadm's detection).
+    pub cri_socket: Option<String>,
+}
+
+/// Build the [`reset`] script (pure; used by tests).
+pub fn reset_script(opts: &ResetOptions) -> Script {
+    let mut s = Script::new();
+    let sock = opts
+        .cri_socket
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .map(|s| format!(" --cri-socket {}", quote(s)))
+        .unwrap_or_default();
+    s.step(
+        "kubeadm-reset",
+        format!(
+            "if command -v kubeadm >/dev/null 2>&1 && [ -e /etc/kubernetes ]; then\n  \
+             if kubeadm reset -f{sock}; then echo 'kubeadm reset done'; else echo \"kubeadm reset exited $? (continuing with cleanup)\"; fi\n  \
+             CHANGED=1\nfi\n"
+        ),
+    );
+    s.step(
+        "stop-services",
+        "if command -v systemctl >/dev/null 2>&1; then\n  \
+         for u in kubelet containerd; do\n    \
+         if systemctl is-active -q $u >/dev/null 2>&1; then systemctl stop $u; echo \"stopped $u\"; CHANGED=1; fi\n  done\n  \
+         if [ -e /etc/systemd/system/kubelet.service ] && systemctl is-enabled -q kubelet >/dev/null 2>&1; then systemctl disable kubelet; CHANGED=1; fi\n\
+         fi\n",
+    );
+    let links = OWNED_LINKS.join(" ");
+    s.step(
+        "network-cleanup",
+        format!(
+            "for ipt in iptables ip6tables; do\n  \
+             command -v $ipt-save >/dev/null 2>&1 && command -v $ipt-restore >/dev/null 2>&1 || continue\n  \
+             for t in filter nat mangle raw; do\n    \
+             _d=$($ipt-save -t $t 2>/dev/null) || continue\n    \
+             if printf '%s\\n' \"$_d\" | grep -Eq -- '(KUBE-|CNI-|cali-|cali:|FLANNEL|flannel)'; then\n      \
+             printf '%s\\n' \"$_d\" | grep -Ev -- '(KUBE-|CNI-|cali-|cali:|FLANNEL|flannel)' | $ipt-restore -T $t\n      \
+             echo \"removed kubernetes/CNI rules from $ipt table $t\"; CHANGED=1\n    fi\n  done\ndone\n\
+             if ip link show kube-ipvs0 >/dev/null 2>&1 && command -v ipvsadm >/dev/null 2>&1; then ipvsadm -C; echo 'cleared IPVS services'; CHANGED=1; fi\n\
+             for l in {links}; do\n  if ip link show \"$l\" >/dev/null 2>&1; then ip link delete \"$l\"; echo \"deleted link $l\"; CHANGED=1; fi\ndone\n\
+             for l in $(ip -o link show 2>/dev/null | awk -F': ' '{{print $2}}' | cut -d@ -f1 | grep '^cali'); do ip link delete \"$l\" && CHANGED=1; done\n"
+        ),
+    );
+    let mut rm = String::new();
+    for p in OWNED_PATHS {
+        rm.push_str(&format!(
+            "if [ -e {p} ] || [ -L {p} ]; then rm -rf -- {p}; echo 'removed {raw}'; CHANGED=1; fi\n",
+            p = quote(p),
+            raw = p
+        ));
+    }
+    rm.push_str("if [ \"$CHANGED\" = 1 ] && command -v systemctl >/dev/null 2>&1; then systemctl daemon-reload; fi\n");
+    s.step("remove-paths", rm);
+    s
+}
+
+/// Undo the node (one exec): `kubeadm reset -f` when Kubernetes is present, stop kubelet and containerd,
+/// remove Kubernetes/CNI firewall rules, IPVS services and CNI links, then remove exactly [`OWNED_PATHS`].
+#[instrument(skip_all, fields(host = %exec.target()))]
+pub async fn reset(
+    exec: &dyn Executor,
+    opts: &ResetOptions,
+    progress: &dyn Progress,
+    redactor: &Redactor,
+) -> Result<BootstrapOutcome> {
+    Ok(reset_script(opts)
+        .run(exec, "reset", progress, redactor, Duration::from_secs(600))
+        .await?
+        .into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts() -> HostFacts {
+        crate::facts::parse("@@os-release\nID=debian\n@@end\nmachine=x86_64\npm=apt-get\nsystemctl=/x\n").unwrap()
+    }
+
+    #[test]
+    fn rejects_bad_identity() {
+        let mut id = HostIdentity {
+            hostname: "node-1".into(),
+            internal_address: "10.0.0.1".into(),
+            hosts_entries: vec![("10.0.0.1".into(), vec!["node-1".into()])],
+        };
+        assert!(prepare_script(&id, &facts()).is_ok());
+        id.hostname = "bad name;rm".into();
+        assert!(prepare_script(&id, &facts()).unwrap_err().to_string().contains("hostname"));
+        id.hostname = "ok".into();
+        id.hosts_entries.push(("not-ip".into(), vec!["x".into()]));
+        assert!(prepare_script(&id, &facts()).unwrap_err().to_string().contains("hosts entry 1 address"));
+    }
+
+    #[test]
+    fn reset_removes_only_owned_paths() {
+        let text = reset_script(&ResetOptions::default()).render();
+        let removed: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.split("rm -rf -- ").nth(1))
+            .map(|r| r.split(';').next().unwrap_or_default().trim())
+            .collect();
+        assert_eq!(removed, OWNED_PATHS);
+        assert!(!text.contains("iptables -F"));
+    }
+}
