@@ -633,13 +633,9 @@ impl SshExecutor {
             if let Some(line) = err
                 .lines()
                 .find(|l| l.starts_with("sudo:") || l.starts_with("Sorry, try again"))
+                && refused.iter().any(|r| err.contains(r))
             {
-                if refused.iter().any(|r| err.contains(r)) {
-                    return Err(ExecError::Sudo {
-                        host: self.host(),
-                        message: line.trim().to_owned(),
-                    });
-                }
+                return Err(ExecError::Sudo { host: self.host(), message: line.trim().to_owned() });
             }
         }
         Ok(res)
