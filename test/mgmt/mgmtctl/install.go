@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,32 +19,71 @@ import (
 // installCAPI renders CAPI's kustomize trees the way config/default would, minus cert-manager and the
 // in-cluster Service: every CRD listed in <provider>/config/crd/kustomization.yaml is applied with the
 // provider label; the CRDs patched by a crd/patches/webhook_in_*.yaml get their conversion webhook pointed
-// at https://127.0.0.1:<webhook port>/convert with our CA bundle; the webhook configurations of
+// at https://127.0.0.1:<webhook port>/convert with our CA bundle; the kustomization's labels (the CAPI
+// contract labels) are added; the webhook configurations of
 // <provider>/config/webhook/manifests.yaml get the kustomize name prefix and URL client configs.
-func installCAPI(ctx context.Context, kc *kubeClient, capiSrc string, caPEM []byte) error {
+func installCAPI(ctx context.Context, kc *kubeClient, stateDir, capiSrc string, caPEM []byte) error {
 	caBundle := base64.StdEncoding.EncodeToString(caPEM)
-	var crdNames []string
+	var crds, hooks []object
 	for _, m := range managers {
-		names, err := installCRDs(ctx, kc, capiSrc, m, caBundle)
+		c, err := renderCRDs(capiSrc, m, caBundle)
 		if err != nil {
 			return err
 		}
-		crdNames = append(crdNames, names...)
+		crds = append(crds, c...)
+		h, err := renderWebhooks(capiSrc, m, caBundle)
+		if err != nil {
+			return err
+		}
+		hooks = append(hooks, h...)
+	}
+	// Skip the apply when exactly these objects were applied to this plane before.
+	digest := sha256.New()
+	for _, o := range append(append([]object{}, crds...), hooks...) {
+		b, err := json.Marshal(o.body)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(digest, "%s\n%s\n", o.path, b)
+	}
+	sum := hex.EncodeToString(digest.Sum(nil))
+	marker := filepath.Join(stateDir, "capi-installed")
+	if prev, err := os.ReadFile(marker); err == nil && strings.TrimSpace(string(prev)) == sum {
+		return nil
+	}
+	var crdNames []string
+	for _, o := range crds {
+		if err := kc.apply(ctx, o.path, o.body); err != nil {
+			return err
+		}
+		crdNames = append(crdNames, o.name)
 	}
 	if err := waitEstablished(ctx, kc, crdNames); err != nil {
 		return err
 	}
-	for _, m := range managers {
-		if err := installWebhooks(ctx, kc, capiSrc, m, caBundle); err != nil {
+	for _, o := range hooks {
+		if err := kc.apply(ctx, o.path, o.body); err != nil {
 			return err
 		}
 	}
-	return nil
+	logf("applied %d CAPI CRDs and %d webhook configurations", len(crds), len(hooks))
+	return os.WriteFile(marker, []byte(sum+"\n"), 0o644)
+}
+
+// object is a rendered manifest and the URL path it is applied at.
+type object struct {
+	name string
+	path string
+	body map[string]any
 }
 
 type kustomization struct {
-	Resources []string `json:"resources"`
-	Patches   []struct {
+	Labels []struct {
+		Pairs map[string]string `json:"pairs"`
+	} `json:"labels"`
+	CommonLabels map[string]string `json:"commonLabels"`
+	Resources    []string          `json:"resources"`
+	Patches      []struct {
 		Path string `json:"path"`
 	} `json:"patches"`
 }
@@ -80,7 +122,7 @@ func readDocs(path string) ([]map[string]any, error) {
 	return out, nil
 }
 
-func installCRDs(ctx context.Context, kc *kubeClient, capiSrc string, m manager, caBundle string) ([]string, error) {
+func renderCRDs(capiSrc string, m manager, caBundle string) ([]object, error) {
 	dir := filepath.Join(capiSrc, m.configDir, "crd")
 	var k kustomization
 	if err := readYAML(filepath.Join(dir, "kustomization.yaml"), &k); err != nil {
@@ -100,7 +142,7 @@ func installCRDs(ctx context.Context, kc *kubeClient, capiSrc string, m manager,
 		}
 		conversion[name] = versions
 	}
-	var names []string
+	var out []object
 	for _, res := range k.Resources {
 		crd := map[string]any{}
 		if err := readYAML(filepath.Join(dir, res), &crd); err != nil {
@@ -114,6 +156,15 @@ func installCRDs(ctx context.Context, kc *kubeClient, capiSrc string, m manager,
 		meta := crd["metadata"].(map[string]any)
 		delete(meta, "creationTimestamp")
 		addLabel(meta, "cluster.x-k8s.io/provider", m.provider)
+		// kustomize labels / commonLabels, e.g. the contract labels cluster.x-k8s.io/v1beta2: v1beta2.
+		for key, value := range k.CommonLabels {
+			addLabel(meta, key, value)
+		}
+		for _, l := range k.Labels {
+			for key, value := range l.Pairs {
+				addLabel(meta, key, value)
+			}
+		}
 		if versions, ok := conversion[name]; ok {
 			spec := crd["spec"].(map[string]any)
 			spec["conversion"] = map[string]any{
@@ -128,23 +179,21 @@ func installCRDs(ctx context.Context, kc *kubeClient, capiSrc string, m manager,
 			}
 			delete(conversion, name)
 		}
-		if err := kc.apply(ctx, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"+name, crd); err != nil {
-			return nil, err
-		}
-		names = append(names, name)
+		out = append(out, object{name, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" + name, crd})
 	}
 	if len(conversion) > 0 {
 		return nil, fmt.Errorf("%s: conversion patches for CRDs that are not resources: %v", dir, conversion)
 	}
-	return names, nil
+	return out, nil
 }
 
-func installWebhooks(ctx context.Context, kc *kubeClient, capiSrc string, m manager, caBundle string) error {
+func renderWebhooks(capiSrc string, m manager, caBundle string) ([]object, error) {
 	path := filepath.Join(capiSrc, m.configDir, "webhook", "manifests.yaml")
 	docs, err := readDocs(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var out []object
 	for _, obj := range docs {
 		kind, _ := obj["kind"].(string)
 		var resource string
@@ -154,7 +203,7 @@ func installWebhooks(ctx context.Context, kc *kubeClient, capiSrc string, m mana
 		case "ValidatingWebhookConfiguration":
 			resource = "validatingwebhookconfigurations"
 		default:
-			return fmt.Errorf("%s: unexpected kind %q", path, kind)
+			return nil, fmt.Errorf("%s: unexpected kind %q", path, kind)
 		}
 		meta := obj["metadata"].(map[string]any)
 		name := m.namePrefix + meta["name"].(string)
@@ -165,18 +214,16 @@ func installWebhooks(ctx context.Context, kc *kubeClient, capiSrc string, m mana
 			hook := h.(map[string]any)
 			svcPath, _ := dig(hook, "clientConfig", "service", "path").(string)
 			if svcPath == "" {
-				return fmt.Errorf("%s: webhook %v has no clientConfig.service.path", path, hook["name"])
+				return nil, fmt.Errorf("%s: webhook %v has no clientConfig.service.path", path, hook["name"])
 			}
 			hook["clientConfig"] = map[string]any{
 				"url":      fmt.Sprintf("https://127.0.0.1:%d%s", m.webhookPort, svcPath),
 				"caBundle": caBundle,
 			}
 		}
-		if err := kc.apply(ctx, "/apis/admissionregistration.k8s.io/v1/"+resource+"/"+name, obj); err != nil {
-			return err
-		}
+		out = append(out, object{name, "/apis/admissionregistration.k8s.io/v1/" + resource + "/" + name, obj})
 	}
-	return nil
+	return out, nil
 }
 
 func waitEstablished(ctx context.Context, kc *kubeClient, names []string) error {

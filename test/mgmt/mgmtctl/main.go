@@ -196,6 +196,18 @@ func up(ctx context.Context, o *options) error {
 		err := checkReady(qctx, o.stateDir)
 		cancel()
 		if err == nil {
+			caBundle, err := os.ReadFile(filepath.Join(pkiDir(o.stateDir), "ca.crt"))
+			if err != nil {
+				return err
+			}
+			kc, err := newKubeClient(o.stateDir)
+			if err != nil {
+				return err
+			}
+			// No-op unless the CAPI manifests or their rendering changed since the last up.
+			if err := installCAPI(ctx, kc, o.stateDir, o.capiSrc, caBundle); err != nil {
+				return fmt.Errorf("install CAPI CRDs and webhooks: %w", err)
+			}
 			logf("management plane already running (state %s)", o.stateDir)
 			return nil
 		}
@@ -209,7 +221,7 @@ func up(ctx context.Context, o *options) error {
 		if err := stopAll(o.stateDir); err != nil {
 			return err
 		}
-		for _, d := range []string{"etcd", "pki", "run", "kubeconfig"} {
+		for _, d := range []string{"etcd", "pki", "run", "kubeconfig", "capi-installed"} {
 			if err := os.RemoveAll(filepath.Join(o.stateDir, d)); err != nil {
 				return err
 			}
@@ -247,7 +259,7 @@ func up(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
-	if err := installCAPI(ctx, kc, o.capiSrc, caBundle); err != nil {
+	if err := installCAPI(ctx, kc, o.stateDir, o.capiSrc, caBundle); err != nil {
 		return fmt.Errorf("install CAPI CRDs and webhooks: %w", err)
 	}
 
@@ -412,7 +424,7 @@ func down(stateDir string) error {
 		return err
 	}
 	var errs []error
-	for _, d := range []string{"etcd", "pki", "run", "kubeconfig"} {
+	for _, d := range []string{"etcd", "pki", "run", "kubeconfig", "capi-installed"} {
 		errs = append(errs, os.RemoveAll(filepath.Join(stateDir, d)))
 	}
 	if err := errors.Join(errs...); err != nil {

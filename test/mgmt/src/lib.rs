@@ -147,7 +147,9 @@ impl ManagementPlane {
         let out = run_script("up", UP_TIMEOUT).await?;
         info!(elapsed = ?started.elapsed(), "management plane up: {}", out.trim());
         let path = run_script("kubeconfig", Duration::from_secs(30)).await?;
-        Ok(ManagementPlane { kubeconfig: PathBuf::from(path.trim()) })
+        Ok(ManagementPlane {
+            kubeconfig: PathBuf::from(path.trim()),
+        })
     }
 
     /// Path of the admin kubeconfig of the plane.
@@ -158,26 +160,36 @@ impl ManagementPlane {
     /// A new admin client for the plane. Create one per test (per tokio runtime); clients must not be
     /// shared across runtimes.
     pub async fn client(&self) -> Result<Client, Error> {
-        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)
-            .map_err(|source| Error::ReadKubeconfig { path: self.kubeconfig.clone(), source })?;
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig).map_err(|source| Error::ReadKubeconfig {
+            path: self.kubeconfig.clone(),
+            source,
+        })?;
         let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
-            .map_err(|source| Error::ReadKubeconfig { path: self.kubeconfig.clone(), source })?;
+            .map_err(|source| Error::ReadKubeconfig {
+                path: self.kubeconfig.clone(),
+                source,
+            })?;
         Client::try_from(config).map_err(Error::CreateClient)
     }
 }
 
 /// Path of the management plane script (`test/mgmt/scripts/mgmt.sh`).
 pub fn script_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join("mgmt.sh")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scripts")
+        .join("mgmt.sh")
 }
 
 /// The repository root (two levels above this crate).
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap_or_else(|_| {
-        // canonicalize only fails if the source tree vanished; keep the lexical path then.
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-    })
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap_or_else(|_| {
+            // canonicalize only fails if the source tree vanished; keep the lexical path then.
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+        })
 }
 
 async fn run_script(command: &str, timeout: Duration) -> Result<String, Error> {
@@ -190,8 +202,14 @@ async fn run_script(command: &str, timeout: Duration) -> Result<String, Error> {
         .output();
     let out = tokio::time::timeout(timeout, child)
         .await
-        .map_err(|_| Error::ScriptTimeout { script: script.clone(), timeout })?
-        .map_err(|source| Error::RunScript { script: script.clone(), source })?;
+        .map_err(|_| Error::ScriptTimeout {
+            script: script.clone(),
+            timeout,
+        })?
+        .map_err(|source| Error::RunScript {
+            script: script.clone(),
+            source,
+        })?;
     if !out.status.success() {
         return Err(Error::ScriptFailed {
             script,
@@ -202,20 +220,29 @@ async fn run_script(command: &str, timeout: Duration) -> Result<String, Error> {
     }
     // mgmtctl reports on stderr; commands that print a value (kubeconfig) use stdout.
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    Ok(if stdout.trim().is_empty() { String::from_utf8_lossy(&out.stderr).into_owned() } else { stdout })
+    Ok(if stdout.trim().is_empty() {
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    } else {
+        stdout
+    })
 }
 
 /// Parses every YAML document of `text` into JSON values (empty documents are skipped).
 pub fn parse_yaml_docs(text: &str, origin: &str) -> Result<Vec<serde_json::Value>, Error> {
-    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(text)
-        .map_err(|e| Error::ParseManifest { origin: origin.to_owned(), message: e.to_string() })?;
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(text).map_err(|e| Error::ParseManifest {
+            origin: origin.to_owned(),
+            message: e.to_string(),
+        })?;
     Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
 }
 
 /// Reads and parses a (multi-document) YAML file.
 pub fn read_yaml_docs(path: &Path) -> Result<Vec<serde_json::Value>, Error> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| Error::ReadManifest { path: path.to_owned(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|source| Error::ReadManifest {
+        path: path.to_owned(),
+        source,
+    })?;
     parse_yaml_docs(&text, &path.display().to_string())
 }
 
@@ -224,7 +251,10 @@ pub fn read_yaml_docs(path: &Path) -> Result<Vec<serde_json::Value>, Error> {
 #[instrument(skip(client))]
 pub async fn install_crds(client: &Client, dir: &Path) -> Result<Vec<String>, Error> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|source| Error::ReadManifest { path: dir.to_owned(), source })?
+        .map_err(|source| Error::ReadManifest {
+            path: dir.to_owned(),
+            source,
+        })?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
         .collect();
@@ -234,16 +264,25 @@ pub async fn install_crds(client: &Client, dir: &Path) -> Result<Vec<String>, Er
     for file in &files {
         for doc in read_yaml_docs(file)? {
             let origin = file.display().to_string();
-            let crd: CustomResourceDefinition = serde_json::from_value(doc)
-                .map_err(|e| Error::ParseManifest { origin: origin.clone(), message: e.to_string() })?;
-            let name = crd
-                .metadata
-                .name
-                .clone()
-                .ok_or(Error::InvalidManifest { origin, field: "metadata.name" })?;
-            crds.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&crd))
-                .await
-                .map_err(|source| Error::Api { action: format!("apply CRD {name}"), source })?;
+            let crd: CustomResourceDefinition =
+                serde_json::from_value(doc).map_err(|e| Error::ParseManifest {
+                    origin: origin.clone(),
+                    message: e.to_string(),
+                })?;
+            let name = crd.metadata.name.clone().ok_or(Error::InvalidManifest {
+                origin,
+                field: "metadata.name",
+            })?;
+            crds.patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&crd),
+            )
+            .await
+            .map_err(|source| Error::Api {
+                action: format!("apply CRD {name}"),
+                source,
+            })?;
             names.push(name);
         }
     }
@@ -257,18 +296,24 @@ async fn wait_established(crds: &Api<CustomResourceDefinition>, name: &str) -> R
     let timeout = Duration::from_secs(60);
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        let crd = crds
-            .get(name)
-            .await
-            .map_err(|source| Error::Api { action: format!("get CRD {name}"), source })?;
-        let established = crd.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| {
-            c.type_ == "Established" && c.status == "True"
-        });
+        let crd = crds.get(name).await.map_err(|source| Error::Api {
+            action: format!("get CRD {name}"),
+            source,
+        })?;
+        let established = crd
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
         if established {
             return Ok(());
         }
         if tokio::time::Instant::now() >= deadline {
-            return Err(Error::CrdNotEstablished { name: name.to_owned(), timeout });
+            return Err(Error::CrdNotEstablished {
+                name: name.to_owned(),
+                timeout,
+            });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -286,7 +331,10 @@ pub async fn dynamic_api(
     let gvk = GroupVersionKind::gvk(group, version, kind);
     let (ar, caps) = discovery::pinned_kind(client, &gvk)
         .await
-        .map_err(|source| Error::Api { action: format!("discover {api_version} {kind}"), source })?;
+        .map_err(|source| Error::Api {
+            action: format!("discover {api_version} {kind}"),
+            source,
+        })?;
     let api = match caps.scope {
         Scope::Namespaced => Api::namespaced_with(client.clone(), namespace, &ar),
         Scope::Cluster => Api::all_with(client.clone(), &ar),
@@ -302,13 +350,23 @@ pub async fn apply(
     obj: &serde_json::Value,
 ) -> Result<DynamicObject, Error> {
     let field = |f: &'static str, v: Option<&str>| {
-        v.map(str::to_owned).ok_or(Error::InvalidManifest { origin: "object".into(), field: f })
+        v.map(str::to_owned).ok_or(Error::InvalidManifest {
+            origin: "object".into(),
+            field: f,
+        })
     };
     let api_version = field("apiVersion", obj["apiVersion"].as_str())?;
     let kind = field("kind", obj["kind"].as_str())?;
     let name = field("metadata.name", obj["metadata"]["name"].as_str())?;
     let (api, _) = dynamic_api(client, &api_version, &kind, namespace).await?;
-    api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(obj))
-        .await
-        .map_err(|source| Error::Api { action: format!("apply {kind} {namespace}/{name}"), source })
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(obj),
+    )
+    .await
+    .map_err(|source| Error::Api {
+        action: format!("apply {kind} {namespace}/{name}"),
+        source,
+    })
 }

@@ -1,0 +1,108 @@
+//! Helpers shared by the capkk-mgmt integration tests.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::future::Future;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::{Client, ResourceExt};
+
+/// A client for the shared management plane (started on first use).
+pub async fn client() -> anyhow::Result<Client> {
+    let plane = capkk_mgmt::ManagementPlane::shared()
+        .await
+        .context("management plane")?;
+    Ok(plane.client().await?)
+}
+
+/// A name unique across test runs against the same (long-lived) plane.
+pub fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() ^ (d.as_secs() as u32).rotate_left(7))
+        .unwrap_or_default();
+    format!("{prefix}-{:x}{:x}", std::process::id() & 0xfff, nanos & 0xfffff)
+}
+
+/// Creates a fresh namespace named after `prefix` and returns its name. Namespaces are not deleted: the
+/// plane has no namespace controller, and `make mgmt-down` wipes everything anyway.
+pub async fn namespace(client: &Client, prefix: &str) -> anyhow::Result<String> {
+    let name = unique(prefix);
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    Ok(name)
+}
+
+/// Creates (POST) an object given as JSON in `ns` and returns it as stored.
+pub async fn create(client: &Client, ns: &str, obj: serde_json::Value) -> anyhow::Result<DynamicObject> {
+    let (api, _) = dynamic(client, &obj, ns).await?;
+    let dynobj: DynamicObject = serde_json::from_value(obj)?;
+    let name = dynobj.name_any();
+    api.create(&PostParams::default(), &dynobj)
+        .await
+        .with_context(|| {
+            format!(
+                "create {} {ns}/{name}",
+                dynobj.types.as_ref().map_or("", |t| &t.kind)
+            )
+        })
+}
+
+/// Like [`create`], but returns the API error message instead of failing when the API rejects the object.
+pub async fn create_rejected(client: &Client, ns: &str, obj: serde_json::Value) -> anyhow::Result<String> {
+    let (api, _) = dynamic(client, &obj, ns).await?;
+    let dynobj: DynamicObject = serde_json::from_value(obj)?;
+    match api.create(&PostParams::default(), &dynobj).await {
+        Ok(created) => bail!(
+            "object {} was accepted, expected a rejection: {:?}",
+            created.name_any(),
+            created.data
+        ),
+        Err(kube::Error::Api(status)) => Ok(status.message),
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub async fn dynamic(
+    client: &Client,
+    obj: &serde_json::Value,
+    ns: &str,
+) -> anyhow::Result<(Api<DynamicObject>, kube::core::ApiResource)> {
+    let api_version = obj["apiVersion"].as_str().context("apiVersion")?;
+    let kind = obj["kind"].as_str().context("kind")?;
+    Ok(capkk_mgmt::dynamic_api(client, api_version, kind, ns).await?)
+}
+
+/// Polls `f` every 250 ms until it returns `Some`, failing after `timeout` with `what` in the message.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Option<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last_err = None;
+    loop {
+        match f().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last_err = Some(e),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            match last_err {
+                Some(e) => bail!("timed out after {timeout:?} waiting for {what}; last error: {e:#}"),
+                None => bail!("timed out after {timeout:?} waiting for {what}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Installs the capkk-rs CRDs from config/crd/bases.
+pub async fn install_capkk_crds(client: &Client) -> anyhow::Result<Vec<String>> {
+    let dir = capkk_mgmt::repo_root().join("config/crd/bases");
+    Ok(capkk_mgmt::install_crds(client, &dir).await?)
+}
