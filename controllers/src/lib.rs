@@ -1,1 +1,23 @@
-//! KKCluster, KKMachine and KKInstance reconcilers.
+//! KKCluster, KKMachine and KKInstance reconcilers and the manager that runs them.
+//!
+//! - [`kkcluster`]: owner Cluster, pause, inventory validation, host probes, endpoint, provisioned.
+//! - [`kkmachine`]: the InfraMachine contract; claims a host by creating its KKInstance (the apiserver's
+//!   AlreadyExists makes a claim atomic across managers), mirrors progress, patches the Node's providerID.
+//! - [`kkinstance`]: host work as background tasks keyed by UID; release, reset and quarantine.
+//! - [`manager`]: flags, logging, metrics/health endpoints, leader election, graceful shutdown.
+
+pub mod annotations;
+pub mod capi;
+pub mod conditions;
+pub mod context;
+pub mod error;
+pub mod hosts;
+pub mod kkcluster;
+pub mod kkinstance;
+pub mod kkmachine;
+pub mod leader;
+pub mod manager;
+pub mod metrics;
+pub mod services;
+
+pub use error::{Error, Result};

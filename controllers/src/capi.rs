@@ -1,0 +1,159 @@
+//! The few Cluster API v1beta2 fields the provider reads. Read-only: these types are never written back
+//! (they drop every field they do not name).
+
+use capkk_api::ApiEndpoint;
+use kube::CustomResource;
+use serde::{Deserialize, Serialize};
+
+/// CAPI core group.
+pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
+
+/// `Cluster.spec` (subset).
+#[derive(CustomResource, Clone, Debug, Default, Serialize, Deserialize)]
+#[kube(
+    group = "cluster.x-k8s.io",
+    version = "v1beta2",
+    kind = "Cluster",
+    plural = "clusters",
+    namespaced,
+    status = "ClusterStatus",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSpec {
+    /// Pause reconciliation of the whole cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
+    /// The API endpoint (copied from the InfraCluster by CAPI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_endpoint: Option<ApiEndpoint>,
+    /// Cluster network settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_network: Option<ClusterNetwork>,
+    /// The InfraCluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infrastructure_ref: Option<ContractRef>,
+}
+
+/// `Cluster.spec.clusterNetwork` (subset).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterNetwork {
+    /// API server port (default 6443).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_server_port: Option<i32>,
+}
+
+/// A v1beta2 contract-versioned reference `{apiGroup, kind, name}`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ContractRef {
+    /// API group.
+    #[serde(default)]
+    pub api_group: String,
+    /// Kind.
+    #[serde(default)]
+    pub kind: String,
+    /// Name.
+    #[serde(default)]
+    pub name: String,
+}
+
+impl ContractRef {
+    /// True when this points at `kind` in the infrastructure group.
+    pub fn is(&self, kind: &str) -> bool {
+        self.kind == kind && (self.api_group.is_empty() || self.api_group == capkk_api::GROUP)
+    }
+}
+
+/// `Cluster.status` (subset).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterStatus {
+    /// Initialization flags.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialization: Option<ClusterInitialization>,
+}
+
+/// `Cluster.status.initialization`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterInitialization {
+    /// The InfraCluster reported provisioned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infrastructure_provisioned: Option<bool>,
+    /// The control plane is initialized.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_initialized: Option<bool>,
+}
+
+/// `Machine.spec` (subset).
+#[derive(CustomResource, Clone, Debug, Default, Serialize, Deserialize)]
+#[kube(
+    group = "cluster.x-k8s.io",
+    version = "v1beta2",
+    kind = "Machine",
+    plural = "machines",
+    namespaced,
+    status = "MachineStatus",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineSpec {
+    /// The owning Cluster.
+    #[serde(default)]
+    pub cluster_name: String,
+    /// Bootstrap settings.
+    #[serde(default)]
+    pub bootstrap: MachineBootstrap,
+    /// The InfraMachine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infrastructure_ref: Option<ContractRef>,
+    /// Kubernetes version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Provider ID (copied from the InfraMachine).
+    #[serde(default, rename = "providerID", skip_serializing_if = "Option::is_none")]
+    pub provider_id: Option<String>,
+}
+
+/// `Machine.spec.bootstrap` (subset).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineBootstrap {
+    /// Secret with the bootstrap data (`value`, `format`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_secret_name: Option<String>,
+}
+
+/// `Machine.status` (subset).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineStatus {
+    /// The workload Node once CAPI found it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_ref: Option<NodeRef>,
+}
+
+/// `Machine.status.nodeRef`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRef {
+    /// Node name.
+    #[serde(default)]
+    pub name: String,
+}
+
+/// The CAPI label marking control-plane Machines.
+pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
+
+/// The owner reference of `kind` in the CAPI core group, if any.
+pub fn capi_owner<'a>(
+    meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    kind: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    meta.owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.kind == kind && o.api_version.split('/').next() == Some(CAPI_GROUP))
+}

@@ -1,0 +1,113 @@
+//! `metav1.Condition` helpers: transition time changes only when the status changes.
+
+use k8s_openapi::{
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+    jiff::Timestamp,
+};
+
+/// Longest message kept in a condition (the API allows 32 KiB; keep status small).
+pub const MAX_MESSAGE: usize = 4096;
+
+/// Set (or add) the condition `type_`.
+pub fn set(
+    conds: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: impl Into<String>,
+    generation: Option<i64>,
+) {
+    let status = if status { "True" } else { "False" };
+    set_raw(conds, type_, status, reason, message, generation)
+}
+
+/// Set a condition with a raw status (`True`, `False`, `Unknown`).
+pub fn set_raw(
+    conds: &mut Vec<Condition>,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: impl Into<String>,
+    generation: Option<i64>,
+) {
+    let mut message = message.into();
+    if message.len() > MAX_MESSAGE {
+        let mut cut = message.len() - MAX_MESSAGE;
+        while !message.is_char_boundary(cut) {
+            cut += 1;
+        }
+        message = format!("...{}", &message[cut..]);
+    }
+    let now = Time(Timestamp::now());
+    if let Some(c) = conds.iter_mut().find(|c| c.type_ == type_) {
+        if c.status != status {
+            c.last_transition_time = now;
+        }
+        c.status = status.to_owned();
+        c.reason = reason.to_owned();
+        c.message = message;
+        c.observed_generation = generation;
+    } else {
+        conds.push(Condition {
+            type_: type_.to_owned(),
+            status: status.to_owned(),
+            reason: reason.to_owned(),
+            message,
+            observed_generation: generation,
+            last_transition_time: now,
+        });
+    }
+}
+
+/// The condition `type_`, if present.
+pub fn get<'a>(conds: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conds.iter().find(|c| c.type_ == type_)
+}
+
+/// True when `type_` is present with status `True`.
+pub fn is_true(conds: &[Condition], type_: &str) -> bool {
+    get(conds, type_).is_some_and(|c| c.status == "True")
+}
+
+/// Compare two condition lists ignoring transition times (to skip no-op status writes).
+pub fn same(a: &[Condition], b: &[Condition]) -> bool {
+    a.len() == b.len()
+        && a.iter().all(|x| {
+            get(b, &x.type_).is_some_and(|y| {
+                x.status == y.status
+                    && x.reason == y.reason
+                    && x.message == y.message
+                    && x.observed_generation == y.observed_generation
+            })
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transition_time_moves_only_on_status_change() {
+        let mut c = Vec::new();
+        set(&mut c, "Ready", false, "A", "m", Some(1));
+        let t0 = c[0].last_transition_time.clone();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        set(&mut c, "Ready", false, "B", "m2", Some(2));
+        assert_eq!(c[0].last_transition_time, t0);
+        assert_eq!(c[0].reason, "B");
+        assert_eq!(c[0].observed_generation, Some(2));
+        set(&mut c, "Ready", true, "C", "", Some(2));
+        assert_ne!(c[0].last_transition_time, t0);
+        assert!(is_true(&c, "Ready"));
+        assert_eq!(c.len(), 1);
+    }
+
+    #[test]
+    fn long_messages_keep_their_tail() {
+        let mut c = Vec::new();
+        let msg = format!("{}END", "x".repeat(10_000));
+        set(&mut c, "T", false, "R", msg, None);
+        assert!(c[0].message.len() <= MAX_MESSAGE + 3);
+        assert!(c[0].message.ends_with("END"));
+    }
+}

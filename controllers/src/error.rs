@@ -1,0 +1,106 @@
+//! The crate's error type. Variants are named after the action that failed.
+
+use capkk_executor::ExecError;
+
+/// Result alias.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a reconcile (or a step of one) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Kubernetes API call failed.
+    #[error("{action}: {source}")]
+    Kube {
+        /// What was attempted, e.g. `get Cluster ns/name`.
+        action: String,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Adding or removing a finalizer failed.
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    /// The spec is invalid; `field` names what to fix.
+    #[error("invalid {field}: {message}")]
+    InvalidSpec {
+        /// The offending field path.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// SSH credentials could not be resolved (Secret missing, key absent).
+    #[error("resolving credentials: {0}")]
+    ResolveCredentials(String),
+    /// Reaching a host failed.
+    #[error("host {host}: {source}")]
+    Exec {
+        /// The host name.
+        host: String,
+        /// The executor's error.
+        #[source]
+        source: ExecError,
+    },
+    /// Talking to the workload cluster failed.
+    #[error("workload cluster {cluster}: {message}")]
+    WorkloadCluster {
+        /// Cluster name.
+        cluster: String,
+        /// Why.
+        message: String,
+    },
+    /// (De)serializing an object failed.
+    #[error("serializing {what}: {source}")]
+    Serialize {
+        /// What.
+        what: String,
+        /// Cause.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl Error {
+    /// A closure wrapping a kube error with the action that failed.
+    pub fn kube(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+        let action = action.into();
+        move |source| Error::Kube { action, source }
+    }
+
+    /// True when the API reported a 409 Conflict (optimistic concurrency).
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Kube { source: kube::Error::Api(s), .. } if s.code == 409)
+    }
+
+    /// A short machine-readable label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube { .. } => "kube",
+            Error::Finalizer(_) => "finalizer",
+            Error::InvalidSpec { .. } => "invalid_spec",
+            Error::ResolveCredentials(_) => "credentials",
+            Error::Exec { .. } => "exec",
+            Error::WorkloadCluster { .. } => "workload",
+            Error::Serialize { .. } => "serialize",
+        }
+    }
+}
+
+impl From<kube::runtime::finalizer::Error<Error>> for Error {
+    fn from(e: kube::runtime::finalizer::Error<Error>) -> Self {
+        match e {
+            kube::runtime::finalizer::Error::ApplyFailed(e)
+            | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+            other => Error::Finalizer(Box::new(other)),
+        }
+    }
+}
+
+/// True when a kube error is 404.
+pub fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// True when a kube error is 409 AlreadyExists/Conflict.
+pub fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}

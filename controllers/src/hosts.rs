@@ -1,0 +1,233 @@
+//! Reaching hosts: the SSH factory seam, credential resolution (Secrets or the KKCluster's inline auth, at
+//! use time, never copied) and [`HostTarget`] construction with the host-key policy.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use capkk_api::{Auth as ApiAuth, Bastion, InstanceInfo, KKCluster, KKInstance};
+use capkk_executor::Executor;
+use capkk_ssh::{Auth, HostKeyPolicy, HostTarget, Secret, SshPool};
+use k8s_openapi::{ByteString, api::core::v1::Secret as K8sSecret};
+use kube::{Api, Client};
+
+use crate::error::{Error, Result};
+
+/// Creates executors for hosts. The manager uses the real [`SshPool`]; tests use the same pool against
+/// sandbox hosts.
+pub trait SshFactory: Send + Sync {
+    /// An executor for `target`.
+    fn executor(&self, target: &HostTarget) -> Arc<dyn Executor>;
+    /// The host key fingerprint seen on the latest connection to `target` (trust on first use).
+    fn observed_fingerprint(&self, target: &HostTarget) -> Option<String>;
+}
+
+impl SshFactory for SshPool {
+    fn executor(&self, target: &HostTarget) -> Arc<dyn Executor> {
+        SshPool::executor(self, target)
+    }
+
+    fn observed_fingerprint(&self, target: &HostTarget) -> Option<String> {
+        SshPool::observed_fingerprint(self, target)
+    }
+}
+
+/// The effective auth of one inventory host (per-host over global), inline secrets included.
+pub fn host_auth(cluster: &KKCluster, host: &InstanceInfo) -> ApiAuth {
+    match &host.auth {
+        Some(a) => a.merged_over(&cluster.spec.nodes.auth),
+        None => cluster.spec.nodes.auth.clone(),
+    }
+}
+
+/// The bastion with its auth defaulted from the nodes' auth.
+pub fn effective_bastion(cluster: &KKCluster) -> Option<Bastion> {
+    let b = cluster.spec.nodes.bastion.clone()?;
+    let auth = match &b.auth {
+        Some(a) => a.merged_over(&cluster.spec.nodes.auth),
+        None => cluster.spec.nodes.auth.clone(),
+    };
+    Some(Bastion {
+        auth: Some(auth),
+        ..b
+    })
+}
+
+fn secret_value(data: &BTreeMap<String, ByteString>, key: &str) -> Option<Secret> {
+    data.get(key)
+        .filter(|v| !v.0.is_empty())
+        .map(|v| Secret::new(v.0.clone()))
+}
+
+async fn read_secret(client: &Client, ns: &str, name: &str) -> Result<BTreeMap<String, ByteString>> {
+    let api: Api<K8sSecret> = Api::namespaced(client.clone(), ns);
+    let s = api
+        .get_opt(name)
+        .await
+        .map_err(Error::kube(format!("get Secret {ns}/{name}")))?
+        .ok_or_else(|| Error::ResolveCredentials(format!("Secret {ns}/{name} not found")))?;
+    Ok(s.data.unwrap_or_default())
+}
+
+/// Login user, port, credentials and sudo password resolved from `auth`.
+pub struct Resolved {
+    /// Login user.
+    pub user: String,
+    /// SSH port.
+    pub port: u16,
+    /// Credentials.
+    pub auth: Auth,
+    /// Password for sudo (non-root users).
+    pub sudo_password: Option<Secret>,
+}
+
+/// Resolve `auth` into credentials. Order: inline private key, inline password, `secretRef`, `secret`
+/// (CAPKK), `privateKeyPath`. `field` names the auth in error messages.
+pub async fn resolve_auth(client: &Client, ns: &str, auth: &ApiAuth, field: &str) -> Result<Resolved> {
+    let user = auth
+        .user
+        .clone()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "root".into());
+    let port = auth.port.unwrap_or(22);
+    let port = u16::try_from(port)
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| Error::InvalidSpec {
+            field: format!("{field}.port"),
+            message: format!("{port} is not a TCP port"),
+        })?;
+    let mut password: Option<Secret> = auth
+        .password
+        .as_deref()
+        .filter(|p| !p.is_empty())
+        .map(Secret::from);
+    let mut key: Option<Secret> = auth
+        .private_key
+        .as_deref()
+        .filter(|p| !p.is_empty())
+        .map(Secret::from);
+    let mut passphrase = None;
+    let mut sudo = None;
+    let secret_name = auth
+        .secret_ref
+        .as_ref()
+        .map(|r| r.name.clone())
+        .or_else(|| auth.secret.clone())
+        .filter(|s| !s.is_empty());
+    if let Some(name) = secret_name.as_deref()
+        && (key.is_none() && password.is_none())
+    {
+        let data = read_secret(client, ns, name).await?;
+        key = secret_value(&data, "privateKey");
+        password = secret_value(&data, "password");
+        passphrase = secret_value(&data, "passphrase");
+        sudo = secret_value(&data, "sudoPassword");
+        if key.is_none() && password.is_none() {
+            return Err(Error::ResolveCredentials(format!(
+                "Secret {ns}/{name} (from {field}) has neither `privateKey` nor `password`"
+            )));
+        }
+    }
+    let creds = if let Some(k) = key {
+        let a = Auth::key_bytes(k);
+        match passphrase {
+            Some(p) => a.with_passphrase(p),
+            None => a,
+        }
+    } else if let Some(p) = password.clone() {
+        Auth::Password(p)
+    } else if let Some(path) = auth.private_key_path.as_deref().filter(|p| !p.is_empty()) {
+        Auth::key_file(path)
+    } else {
+        return Err(Error::ResolveCredentials(format!(
+            "{field} sets none of password, privateKey, privateKeyPath, secret or secretRef"
+        )));
+    };
+    if user != "root" && sudo.is_none() {
+        sudo = password;
+    }
+    Ok(Resolved {
+        user,
+        port,
+        auth: creds,
+        sudo_password: sudo,
+    })
+}
+
+/// Everything needed to dial one host.
+pub struct HostDial<'a> {
+    /// Host name (for messages).
+    pub name: &'a str,
+    /// Address.
+    pub address: &'a str,
+    /// Effective auth.
+    pub auth: &'a ApiAuth,
+    /// Pinned fingerprints (KKCluster).
+    pub pinned: &'a [String],
+    /// Fingerprint recorded on first use (KKInstance).
+    pub recorded: Option<&'a str>,
+    /// Bastion (auth already defaulted).
+    pub bastion: Option<&'a Bastion>,
+}
+
+/// Build the [`HostTarget`] for a host.
+pub async fn target(client: &Client, ns: &str, dial: &HostDial<'_>) -> Result<HostTarget> {
+    let field = format!("auth of host {}", dial.name);
+    let r = resolve_auth(client, ns, dial.auth, &field).await?;
+    let policy = if !dial.pinned.is_empty() {
+        HostKeyPolicy::Pinned(dial.pinned.to_vec())
+    } else if let Some(fp) = dial.recorded.filter(|f| !f.is_empty()) {
+        HostKeyPolicy::pinned(fp)
+    } else {
+        HostKeyPolicy::TrustOnFirstUse
+    };
+    let mut t = HostTarget::new(dial.address, r.user, r.auth)
+        .port(r.port)
+        .host_key(policy);
+    t.sudo_password = r.sudo_password;
+    if let Some(b) = dial.bastion {
+        let auth = b.auth.clone().unwrap_or_default();
+        let br = resolve_auth(client, ns, &auth, "spec.nodes.bastion.auth").await?;
+        let policy = if b.host_keys.is_empty() {
+            HostKeyPolicy::TrustOnFirstUse
+        } else {
+            HostKeyPolicy::Pinned(b.host_keys.clone())
+        };
+        let bt = HostTarget::new(b.address.clone(), br.user, br.auth)
+            .port(br.port)
+            .host_key(policy);
+        t = t.via(bt);
+    }
+    Ok(t)
+}
+
+/// The target of a KKInstance. Credentials come from its KKCluster (inline or Secret refs) when the
+/// KKCluster still exists, else from the Secret references in the KKInstance.
+pub async fn instance_target(
+    client: &Client,
+    inst: &KKInstance,
+    cluster: Option<&KKCluster>,
+) -> Result<HostTarget> {
+    let ns = inst.metadata.namespace.clone().unwrap_or_default();
+    let host = cluster.and_then(|c| c.spec.nodes.instances.iter().find(|h| h.name == inst.spec.name));
+    let auth = match (cluster, host) {
+        (Some(c), Some(h)) => host_auth(c, h),
+        _ => inst.spec.auth.clone().unwrap_or_default(),
+    };
+    let bastion = match cluster {
+        Some(c) => effective_bastion(c),
+        None => inst.spec.bastion.clone(),
+    };
+    target(
+        client,
+        &ns,
+        &HostDial {
+            name: &inst.spec.name,
+            address: &inst.spec.address,
+            auth: &auth,
+            pinned: &inst.spec.host_keys,
+            recorded: inst.spec.host_key.as_deref(),
+            bastion: bastion.as_ref(),
+        },
+    )
+    .await
+}

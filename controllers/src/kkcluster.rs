@@ -1,0 +1,597 @@
+//! KKCluster reconciler: owner Cluster, pause, inventory validation, host probes, control-plane endpoint,
+//! `status.initialization.provisioned`; deletion waits for every KKMachine and claimed KKInstance.
+
+use std::{collections::HashSet, sync::Arc, time::Duration};
+
+use capkk_api::{
+    ApiEndpoint, HostProbe, KKCluster, KKClusterStatus, KKInstance, KKMachine, Role,
+    consts::{KKCLUSTER_FINALIZER, KKCLUSTER_NAME_LABEL, conditions as cond, reasons},
+};
+use capkk_executor::ExecRequest;
+use futures::{StreamExt, stream};
+use kube::{
+    Api, ResourceExt,
+    api::{ListParams, Patch, PatchParams},
+    runtime::{controller::Action, finalizer, finalizer::Event},
+};
+use serde_json::json;
+use tracing::{debug, info, instrument, warn};
+
+use crate::{
+    capi::{Cluster, capi_owner},
+    conditions,
+    context::{Context, externally_managed, paused_annotation},
+    error::{Error, Result},
+    hosts::{self, HostDial},
+};
+
+const KIND: &str = "KKCluster";
+
+/// Reconcile one KKCluster.
+#[instrument(skip_all, fields(kkcluster = %obj.name_any(), ns = obj.namespace().unwrap_or_default()))]
+pub async fn reconcile(obj: Arc<KKCluster>, ctx: Arc<Context>) -> Result<Action> {
+    let start = std::time::Instant::now();
+    let res = reconcile_inner(obj, &ctx).await;
+    ctx.metrics.reconciled(KIND, start.elapsed());
+    res
+}
+
+/// Requeue with backoff on errors.
+pub fn error_policy(obj: Arc<KKCluster>, err: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.failed(KIND, err.metric_label());
+    let uid = obj.uid().unwrap_or_default();
+    let delay = ctx.tasks.transient_failure(&format!("kkc/{uid}"));
+    warn!(kkcluster = %obj.name_any(), error = %err, ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+async fn reconcile_inner(obj: Arc<KKCluster>, ctx: &Context) -> Result<Action> {
+    if !ctx.passes_filter(&*obj) {
+        return Ok(Action::await_change());
+    }
+    if externally_managed(&*obj) {
+        debug!("externally managed, skipping");
+        return Ok(Action::await_change());
+    }
+    let ns = obj.namespace().unwrap_or_default();
+    let Some(owner) = capi_owner(&obj.metadata, "Cluster").cloned() else {
+        info!("waiting for the owner Cluster to set its ownerReference");
+        return Ok(Action::await_change());
+    };
+    let clusters: Api<Cluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(cluster) = clusters
+        .get_opt(&owner.name)
+        .await
+        .map_err(Error::kube(format!("get Cluster {ns}/{}", owner.name)))?
+    else {
+        info!(cluster = %owner.name, "owner Cluster not found yet");
+        return Ok(Action::requeue(Duration::from_secs(10)));
+    };
+    let api: Api<KKCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let paused = cluster.spec.paused == Some(true) || paused_annotation(&*obj);
+    if paused {
+        info!("paused");
+        let mut status = obj.status.clone().unwrap_or_default();
+        conditions::set(
+            &mut status.conditions,
+            cond::PAUSED,
+            true,
+            reasons::PAUSED,
+            "",
+            obj.metadata.generation,
+        );
+        write_status(&api, &obj, status, ctx).await?;
+        return Ok(Action::await_change());
+    }
+    let res = finalizer(&api, KKCLUSTER_FINALIZER, obj, |ev| async {
+        match ev {
+            Event::Apply(o) => apply(o, &cluster, ctx).await,
+            Event::Cleanup(o) => cleanup(o, ctx).await,
+        }
+    })
+    .await
+    .map_err(Error::from)?;
+    ctx.tasks.succeeded(&format!("kkc/{}", owner.uid));
+    Ok(res)
+}
+
+async fn write_status(
+    api: &Api<KKCluster>,
+    obj: &KKCluster,
+    status: KKClusterStatus,
+    ctx: &Context,
+) -> Result<()> {
+    let old = obj.status.clone().unwrap_or_default();
+    if conditions::same(&old.conditions, &status.conditions)
+        && old.hosts == status.hosts
+        && old.initialization == status.initialization
+        && old.observed_generation == status.observed_generation
+    {
+        return Ok(());
+    }
+    let patch = json!({ "status": status });
+    api.patch_status(
+        &obj.name_any(),
+        &PatchParams::apply(&ctx.settings.field_manager),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(Error::kube(format!("patch KKCluster {} status", obj.name_any())))?;
+    Ok(())
+}
+
+/// Validate the inventory; the error names the field.
+pub fn validate(kkc: &KKCluster) -> Result<()> {
+    let invalid = |field: String, message: String| Err(Error::InvalidSpec { field, message });
+    match kkc.spec.distribution.as_deref().unwrap_or("kubernetes") {
+        "kubernetes" | "k8s" => {}
+        "k3s" => {
+            return invalid(
+                "spec.distribution".into(),
+                "k3s is not supported by capkk-rs; use kubernetes".into(),
+            );
+        }
+        other => {
+            return invalid(
+                "spec.distribution".into(),
+                format!("unknown distribution {other:?}"),
+            );
+        }
+    }
+    let mut names = HashSet::new();
+    let mut addrs = HashSet::new();
+    if kkc.spec.nodes.instances.is_empty() {
+        return invalid(
+            "spec.nodes.instances".into(),
+            "the inventory lists no hosts".into(),
+        );
+    }
+    for (i, h) in kkc.spec.nodes.instances.iter().enumerate() {
+        let f = format!("spec.nodes.instances[{i}]");
+        let dns_label = !h.name.is_empty()
+            && h.name.len() <= 63
+            && h.name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !h.name.starts_with('-')
+            && !h.name.ends_with('-');
+        if !dns_label {
+            return invalid(
+                format!("{f}.name"),
+                format!("{:?} is not a lower-case DNS label", h.name),
+            );
+        }
+        if !names.insert(h.name.as_str()) {
+            return invalid(format!("{f}.name"), format!("duplicate host name {:?}", h.name));
+        }
+        if h.address.trim().is_empty() {
+            return invalid(format!("{f}.address"), "must be set".into());
+        }
+        if !addrs.insert(h.address.as_str()) {
+            return invalid(
+                format!("{f}.address"),
+                format!("duplicate address {:?}", h.address),
+            );
+        }
+        if h.roles().is_empty() {
+            return invalid(format!("{f}.roles"), "must name at least one role".into());
+        }
+        if !hosts::host_auth(kkc, h).has_credentials() {
+            return invalid(
+                format!("{f}.auth"),
+                "no credentials: set spec.nodes.auth or the host's auth (password, privateKey, privateKeyPath, secret or secretRef)".into(),
+            );
+        }
+        if let Some(arch) = h.arch.as_deref()
+            && !matches!(arch, "amd64" | "arm64")
+        {
+            return invalid(format!("{f}.arch"), format!("{arch:?} is not amd64 or arm64"));
+        }
+    }
+    Ok(())
+}
+
+/// The endpoint to publish: the user's, else the load balancer's, else the first control-plane host's.
+pub fn desired_endpoint(kkc: &KKCluster, cluster: &Cluster) -> Option<ApiEndpoint> {
+    if let Some(ep) = kkc.spec.control_plane_endpoint.as_ref().filter(|e| e.is_set()) {
+        return Some(ep.clone());
+    }
+    let port = cluster
+        .spec
+        .cluster_network
+        .as_ref()
+        .and_then(|n| n.api_server_port)
+        .filter(|p| *p > 0)
+        .unwrap_or(6443);
+    let user_port = kkc
+        .spec
+        .control_plane_endpoint
+        .as_ref()
+        .and_then(|e| e.port)
+        .filter(|p| *p > 0);
+    let host = kkc
+        .spec
+        .control_plane_load_balancer
+        .as_ref()
+        .and_then(|lb| lb.host.clone())
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            kkc.spec
+                .nodes
+                .instances
+                .iter()
+                .find(|h| Role::ControlPlane.served_by(&h.roles()))
+                .map(|h| h.internal_address().to_owned())
+        })?;
+    Some(ApiEndpoint {
+        host: Some(host),
+        port: Some(user_port.unwrap_or(port)),
+    })
+}
+
+fn go_arch(uname_m: &str) -> &str {
+    match uname_m {
+        "x86_64" => "amd64",
+        "aarch64" | "arm64" => "arm64",
+        other => other,
+    }
+}
+
+async fn probe_host(
+    ctx: &Context,
+    kkc: &KKCluster,
+    host: &capkk_api::InstanceInfo,
+    recorded: Option<String>,
+) -> HostProbe {
+    let ns = kkc.namespace().unwrap_or_default();
+    let mut probe = HostProbe {
+        name: host.name.clone(),
+        ..Default::default()
+    };
+    let auth = hosts::host_auth(kkc, host);
+    let bastion = hosts::effective_bastion(kkc);
+    let dial = HostDial {
+        name: &host.name,
+        address: &host.address,
+        auth: &auth,
+        pinned: &host.host_keys,
+        recorded: recorded.as_deref(),
+        bastion: bastion.as_ref(),
+    };
+    let target = match hosts::target(&ctx.client, &ns, &dial).await {
+        Ok(t) => t,
+        Err(e) => {
+            probe.message = Some(e.to_string());
+            return probe;
+        }
+    };
+    let exec = ctx.ssh.executor(&target);
+    let req = ExecRequest::new("uname -m; . /etc/os-release 2>/dev/null && echo \"$ID $VERSION_ID\"")
+        .timeout(ctx.settings.probe_timeout);
+    let start = std::time::Instant::now();
+    let res = tokio::time::timeout(ctx.settings.probe_timeout, exec.exec(req)).await;
+    ctx.metrics.ssh_command(start.elapsed());
+    probe.host_key = ctx.ssh.observed_fingerprint(&target);
+    match res {
+        Err(_) => probe.message = Some(format!("no answer within {:?}", ctx.settings.probe_timeout)),
+        Ok(Err(e)) => probe.message = Some(e.to_string()),
+        Ok(Ok(out)) if !out.success() => {
+            probe.reachable = true;
+            probe.message = Some(format!("probe command exited {:?}", out.exit_code));
+        }
+        Ok(Ok(out)) => {
+            probe.reachable = true;
+            let text = out.stdout_str();
+            let mut lines = text.lines();
+            let arch = lines.next().map(|a| go_arch(a.trim()).to_owned());
+            probe.os = lines
+                .next()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty());
+            let declared = host.arch.as_deref().unwrap_or("amd64");
+            if let Some(a) = arch.as_deref()
+                && a != declared
+            {
+                probe.message = Some(format!(
+                    "host architecture is {a} but spec.nodes.instances[{}].arch is {declared}",
+                    host.name
+                ));
+            }
+            probe.arch = arch;
+        }
+    }
+    probe
+}
+
+async fn apply(kkc: Arc<KKCluster>, cluster: &Cluster, ctx: &Context) -> Result<Action> {
+    let ns = kkc.namespace().unwrap_or_default();
+    let name = kkc.name_any();
+    let api: Api<KKCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let gen_ = kkc.metadata.generation;
+    let mut status = kkc.status.clone().unwrap_or_default();
+    conditions::set(
+        &mut status.conditions,
+        cond::PAUSED,
+        false,
+        reasons::NOT_PAUSED,
+        "",
+        gen_,
+    );
+
+    if let Err(e) = validate(&kkc) {
+        let reason = if e.to_string().contains("not supported") {
+            reasons::UNSUPPORTED
+        } else {
+            reasons::INVALID_SPEC
+        };
+        warn!(error = %e, "invalid inventory");
+        conditions::set(
+            &mut status.conditions,
+            cond::READY,
+            false,
+            reason,
+            e.to_string(),
+            gen_,
+        );
+        status.observed_generation = gen_;
+        write_status(&api, &kkc, status, ctx).await?;
+        ctx.event(&*kkc, true, reason, "Validate", e.to_string()).await;
+        return Ok(Action::await_change());
+    }
+
+    // Endpoint.
+    let Some(endpoint) = desired_endpoint(&kkc, cluster) else {
+        conditions::set(
+            &mut status.conditions,
+            cond::ENDPOINT_READY,
+            false,
+            reasons::INVALID_SPEC,
+            "no control-plane endpoint: set spec.controlPlaneEndpoint or spec.controlPlaneLoadBalancer.host, or give a host the control-plane role",
+            gen_,
+        );
+        write_status(&api, &kkc, status, ctx).await?;
+        return Ok(Action::await_change());
+    };
+    if kkc.spec.control_plane_endpoint.as_ref() != Some(&endpoint) {
+        let patch = json!({ "spec": { "controlPlaneEndpoint": endpoint } });
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(Error::kube(format!(
+                "set KKCluster {name} spec.controlPlaneEndpoint"
+            )))?;
+        info!(host = ?endpoint.host, port = ?endpoint.port, "control-plane endpoint set");
+    }
+    conditions::set(
+        &mut status.conditions,
+        cond::ENDPOINT_READY,
+        true,
+        reasons::READY,
+        format!(
+            "{}:{}",
+            endpoint.host.clone().unwrap_or_default(),
+            endpoint.port.unwrap_or(6443)
+        ),
+        gen_,
+    );
+
+    // Host pool accounting.
+    let instances: Api<KKInstance> = Api::namespaced(ctx.client.clone(), &ns);
+    let all = instances
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::kube("list KKInstances"))?;
+    let mut claimed = 0;
+    let mut quarantined = 0;
+    for h in &kkc.spec.nodes.instances {
+        if let Some(i) = all.items.iter().find(|i| i.name_any() == h.name) {
+            if i.spec.quarantine.is_some() {
+                quarantined += 1;
+            } else {
+                claimed += 1;
+            }
+        }
+    }
+    let total = kkc.spec.nodes.instances.len() as i64;
+    ctx.metrics
+        .set_hosts(&ns, &name, total - claimed - quarantined, claimed, quarantined);
+
+    // Probe hosts (bounded concurrency) when the spec changed or the last probe is old.
+    let uid = kkc.uid().unwrap_or_default();
+    let due = status.observed_generation != gen_ || status.hosts.is_empty() || ctx.probe_due(&uid);
+    if due {
+        ctx.probed(&uid);
+        let recorded = |h: &str| {
+            all.items
+                .iter()
+                .find(|i| i.name_any() == h)
+                .and_then(|i| i.spec.host_key.clone())
+        };
+        let futs: Vec<_> = kkc
+            .spec
+            .nodes
+            .instances
+            .iter()
+            .map(|h| probe_host(ctx, &kkc, h, recorded(&h.name)))
+            .collect();
+        let probes: Vec<HostProbe> = stream::iter(futs)
+            .buffered(ctx.settings.probe_concurrency.max(1))
+            .collect()
+            .await;
+        let bad: Vec<String> = probes
+            .iter()
+            .filter(|p| !p.reachable || p.message.is_some())
+            .map(|p| {
+                format!(
+                    "{}: {}",
+                    p.name,
+                    p.message.clone().unwrap_or_else(|| "unreachable".into())
+                )
+            })
+            .collect();
+        if bad.is_empty() {
+            conditions::set(
+                &mut status.conditions,
+                cond::HOSTS_REACHABLE,
+                true,
+                reasons::READY,
+                format!("{} hosts answered", probes.len()),
+                gen_,
+            );
+        } else {
+            conditions::set(
+                &mut status.conditions,
+                cond::HOSTS_REACHABLE,
+                false,
+                reasons::UNREACHABLE,
+                bad.join("; "),
+                gen_,
+            );
+        }
+        status.hosts = probes;
+    }
+
+    status.initialization = Some(capkk_api::Initialization {
+        provisioned: Some(true),
+    });
+    conditions::set(
+        &mut status.conditions,
+        cond::READY,
+        true,
+        reasons::READY,
+        "",
+        gen_,
+    );
+    status.observed_generation = gen_;
+    write_status(&api, &kkc, status, ctx).await?;
+    Ok(Action::requeue(ctx.settings.probe_interval))
+}
+
+async fn cleanup(kkc: Arc<KKCluster>, ctx: &Context) -> Result<Action> {
+    let ns = kkc.namespace().unwrap_or_default();
+    let name = kkc.name_any();
+    let api: Api<KKCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let lp = ListParams::default();
+    let machines: Api<KKMachine> = Api::namespaced(ctx.client.clone(), &ns);
+    let instances: Api<KKInstance> = Api::namespaced(ctx.client.clone(), &ns);
+    let host_names: HashSet<&str> = kkc.spec.nodes.instances.iter().map(|h| h.name.as_str()).collect();
+    let ms: Vec<String> = machines
+        .list(&lp)
+        .await
+        .map_err(Error::kube("list KKMachines"))?
+        .items
+        .into_iter()
+        .filter(|m| m.labels().get(KKCLUSTER_NAME_LABEL) == Some(&name))
+        .map(|m| m.name_any())
+        .collect();
+    let is: Vec<String> = instances
+        .list(&lp)
+        .await
+        .map_err(Error::kube("list KKInstances"))?
+        .items
+        .into_iter()
+        .filter(|i| {
+            (i.spec.cluster_name.as_deref() == Some(&name) || host_names.contains(i.name_any().as_str()))
+                && i.spec.quarantine.is_none()
+        })
+        .map(|i| i.name_any())
+        .collect();
+    if ms.is_empty() && is.is_empty() {
+        info!("no KKMachine or claimed KKInstance left; removing finalizer");
+        ctx.metrics.set_hosts(&ns, &name, 0, 0, 0);
+        return Ok(Action::await_change());
+    }
+    let msg = format!("waiting for KKMachines {ms:?} and KKInstances {is:?} to be deleted");
+    info!("{msg}");
+    let mut status = kkc.status.clone().unwrap_or_default();
+    conditions::set(
+        &mut status.conditions,
+        cond::READY,
+        false,
+        reasons::DELETING,
+        msg,
+        kkc.metadata.generation,
+    );
+    write_status(&api, &kkc, status, ctx).await?;
+    Ok(Action::requeue(Duration::from_secs(5)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capkk_api::{Auth, InstanceInfo, KKClusterSpec, LoadBalancer, Nodes};
+
+    fn kkc(hosts: Vec<InstanceInfo>) -> KKCluster {
+        KKCluster::new(
+            "c",
+            KKClusterSpec {
+                nodes: Nodes {
+                    auth: Auth {
+                        password: Some("pw".into()),
+                        ..Default::default()
+                    },
+                    bastion: None,
+                    instances: hosts,
+                },
+                ..Default::default()
+            },
+        )
+    }
+
+    fn host(name: &str, addr: &str) -> InstanceInfo {
+        InstanceInfo {
+            name: name.into(),
+            address: addr.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let e = validate(&kkc(vec![host("a", "1.1.1.1"), host("a", "1.1.1.2")])).unwrap_err();
+        assert!(e.to_string().contains("spec.nodes.instances[1].name"), "{e}");
+        let e = validate(&kkc(vec![host("a", "1.1.1.1"), host("b", "1.1.1.1")])).unwrap_err();
+        assert!(e.to_string().contains("spec.nodes.instances[1].address"), "{e}");
+        let e = validate(&kkc(vec![host("A_x", "1.1.1.1")])).unwrap_err();
+        assert!(e.to_string().contains("spec.nodes.instances[0].name"), "{e}");
+        let mut k = kkc(vec![host("a", "1.1.1.1")]);
+        k.spec.nodes.auth = Auth::default();
+        let e = validate(&k).unwrap_err();
+        assert!(e.to_string().contains("spec.nodes.instances[0].auth"), "{e}");
+        k.spec.distribution = Some("k3s".into());
+        assert!(
+            validate(&k)
+                .unwrap_err()
+                .to_string()
+                .contains("spec.distribution")
+        );
+        assert!(validate(&kkc(vec![host("a", "1.1.1.1")])).is_ok());
+    }
+
+    #[test]
+    fn endpoint_prefers_user_then_lb_then_first_control_plane() {
+        let cluster = Cluster::new("c", Default::default());
+        let mut k = kkc(vec![
+            InstanceInfo {
+                roles: Some(vec![Role::Worker]),
+                ..host("w", "10.0.0.2")
+            },
+            host("cp", "10.0.0.1"),
+        ]);
+        let ep = desired_endpoint(&k, &cluster).unwrap();
+        assert_eq!((ep.host.as_deref(), ep.port), (Some("10.0.0.1"), Some(6443)));
+        k.spec.control_plane_load_balancer = Some(LoadBalancer {
+            host: Some("vip.example".into()),
+        });
+        let mut c2 = cluster.clone();
+        c2.spec.cluster_network = Some(crate::capi::ClusterNetwork {
+            api_server_port: Some(7443),
+        });
+        let ep = desired_endpoint(&k, &c2).unwrap();
+        assert_eq!((ep.host.as_deref(), ep.port), (Some("vip.example"), Some(7443)));
+        k.spec.control_plane_endpoint = Some(ApiEndpoint {
+            host: Some("user".into()),
+            port: Some(1),
+        });
+        assert_eq!(desired_endpoint(&k, &c2).unwrap().host.as_deref(), Some("user"));
+    }
+}
