@@ -257,7 +257,7 @@ impl PoolInner {
             keepalive_interval: Some(cfg.keepalive_interval),
             keepalive_max: cfg.keepalive_max,
             inactivity_timeout: None,
-            nodelay: true,
+            nodelay: cfg.tcp_nodelay,
             ..Default::default()
         });
         let seen = Arc::new(Mutex::new(None::<String>));
@@ -306,7 +306,7 @@ impl PoolInner {
                     source,
                 })?;
             // Without TCP_NODELAY every exec round trip waits on Nagle + delayed ACK (~52 ms vs ~8 ms).
-            if let Err(e) = tcp.set_nodelay(true) {
+            if let Err(e) = tcp.set_nodelay(cfg.tcp_nodelay) {
                 warn!(%host, "setting TCP_NODELAY failed: {e}");
             }
             timeout(limit, client::connect_stream(ssh_config, tcp, handler)).await
@@ -635,7 +635,10 @@ impl SshExecutor {
                 .find(|l| l.starts_with("sudo:") || l.starts_with("Sorry, try again"))
                 && refused.iter().any(|r| err.contains(r))
             {
-                return Err(ExecError::Sudo { host: self.host(), message: line.trim().to_owned() });
+                return Err(ExecError::Sudo {
+                    host: self.host(),
+                    message: line.trim().to_owned(),
+                });
             }
         }
         Ok(res)

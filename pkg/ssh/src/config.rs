@@ -257,6 +257,9 @@ pub struct PoolConfig {
     pub max_channels: usize,
     /// Size of the chunks a file upload is streamed in (default 64 KiB).
     pub chunk_size: usize,
+    /// Set TCP_NODELAY on direct connections (default true; without it every exec round trip waits on
+    /// Nagle's algorithm + delayed ACKs). Only benchmarks turn it off, to compare.
+    pub tcp_nodelay: bool,
 }
 
 impl Default for PoolConfig {
@@ -267,6 +270,7 @@ impl Default for PoolConfig {
             keepalive_max: 3,
             max_channels: 8,
             chunk_size: 64 * 1024,
+            tcp_nodelay: true,
         }
     }
 }

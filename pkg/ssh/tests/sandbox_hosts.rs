@@ -620,18 +620,23 @@ fn secrets_never_reach_trace_logs_or_debug_output() {
 #[ignore = "measurement, not a check"]
 async fn measure_exec_round_trip() {
     let Some(sb) = sandbox() else { return };
-    let pool = pool();
-    let ex = pool.executor(&root(sb, TIMEOUTS));
-    ex.exec(ExecRequest::new("true")).await.unwrap();
-    let mut times = Vec::new();
-    for _ in 0..100 {
-        let start = Instant::now();
+    for nodelay in [true, false] {
+        let pool = SshPool::new(PoolConfig {
+            tcp_nodelay: nodelay,
+            ..Default::default()
+        });
+        let ex = pool.executor(&root(sb, TIMEOUTS));
         ex.exec(ExecRequest::new("true")).await.unwrap();
-        times.push(start.elapsed());
+        let mut times = Vec::new();
+        for _ in 0..100 {
+            let start = Instant::now();
+            ex.exec(ExecRequest::new("true")).await.unwrap();
+            times.push(start.elapsed());
+        }
+        times.sort();
+        println!(
+            "TCP_NODELAY={nodelay}: exec round trip over 100 `true` calls: median {:?}, p90 {:?}, min {:?}, max {:?}",
+            times[50], times[90], times[0], times[99]
+        );
     }
-    times.sort();
-    println!(
-        "exec round trip over 100 `true` calls: median {:?}, p90 {:?}, min {:?}, max {:?}",
-        times[50], times[90], times[0], times[99]
-    );
 }
