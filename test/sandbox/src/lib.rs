@@ -244,7 +244,8 @@ impl fmt::Debug for Sandbox {
     }
 }
 
-/// Why sandbox tests cannot run here, or `None` when they can (root, sshd, ip, unshare, nsenter, sudo present).
+/// Why sandbox tests cannot run here, or `None` when they can (root; sshd, ssh-keygen, ip, unshare, nsenter,
+/// setsid, sudo and openssl present).
 pub fn unsupported_reason() -> Option<String> {
     let mut missing = Vec::new();
     if !is_root() {
@@ -255,7 +256,9 @@ pub fn unsupported_reason() -> Option<String> {
         "/usr/bin/ssh-keygen",
         "/usr/bin/unshare",
         "/usr/bin/nsenter",
+        "/usr/bin/setsid",
         "/usr/bin/sudo",
+        "/usr/bin/openssl",
     ] {
         if !Path::new(tool).exists() {
             missing.push(tool.to_string());
