@@ -72,6 +72,13 @@ pub enum Error {
         /// What differs.
         message: String,
     },
+    /// Another run on the host still holds the lock (e.g. a provisioning step that outlived a dropped
+    /// connection). Transient: retry later.
+    #[error("host busy: {message}")]
+    HostBusy {
+        /// What is holding the host.
+        message: String,
+    },
     /// Local I/O (controller-side cache).
     #[error("local I/O on {path} failed: {source}")]
     LocalIo {
@@ -88,7 +95,7 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Exec { source, .. } => source.is_transient(),
-            Error::Download { .. } | Error::LocalIo { .. } => true,
+            Error::Download { .. } | Error::LocalIo { .. } | Error::HostBusy { .. } => true,
             _ => false,
         }
     }

@@ -1,1 +1,0 @@
-//! provisioning service (being written).

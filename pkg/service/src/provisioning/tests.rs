@@ -1,0 +1,516 @@
+//! Plan-rendering unit tests with a fake executor that records every request (no host involved), plus
+//! rendered file-writing bodies executed by a real local `sh` in a temp dir.
+
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use capkk_cloudinit::{Action, TemplateVars, parse};
+use capkk_executor::{ExecError, ExecOutput, ExecRequest, Executor, PutRequest};
+
+use super::*;
+use crate::journal::RecordingProgress;
+
+/// Answers like the host scripts would: every step it finds in a script "runs" with exit code 0 unless
+/// listed in `fail`; the sentinel appears once `sentinel_after` ran.
+#[derive(Default)]
+struct FakeHost {
+    requests: Mutex<Vec<ExecRequest>>,
+    probe_reply: String,
+    fail: Vec<String>,
+    sentinel_after: Option<String>,
+    busy: bool,
+    ran: Mutex<Vec<String>>,
+}
+
+impl FakeHost {
+    fn new() -> Self {
+        Self {
+            probe_reply: "@@capkk sentinel 0\n@@capkk journal\n".into(),
+            ..Default::default()
+        }
+    }
+    fn requests(&self) -> Vec<ExecRequest> {
+        self.requests.lock().unwrap().clone()
+    }
+    fn ran(&self) -> Vec<String> {
+        self.ran.lock().unwrap().clone()
+    }
+}
+
+#[async_trait]
+impl Executor for FakeHost {
+    async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, ExecError> {
+        self.requests.lock().unwrap().push(req.clone());
+        let stdout = match &req.stdin {
+            None => self.probe_reply.clone(),
+            Some(_) if self.busy => "@@capkk busy\n".into(),
+            Some(stdin) => {
+                let script = String::from_utf8_lossy(stdin);
+                let mut out = String::new();
+                for line in script.lines() {
+                    let Some(id) = line
+                        .strip_prefix("r=$(done_rc ")
+                        .and_then(|r| r.strip_suffix(')'))
+                    else {
+                        continue;
+                    };
+                    self.ran.lock().unwrap().push(id.to_owned());
+                    let rc = if self.fail.iter().any(|f| f == id) { 2 } else { 0 };
+                    let tail = base64::engine::general_purpose::STANDARD.encode(format!("output of {id}\n"));
+                    out.push_str(&format!("@@capkk step {id} {rc} 7 {tail}\n"));
+                    if rc != 0 && !script.contains(&format!("echo '{id} start'")) {
+                        break;
+                    }
+                }
+                let sentinel = self
+                    .sentinel_after
+                    .as_ref()
+                    .is_some_and(|s| self.ran().contains(s));
+                out.push_str(&format!("@@capkk sentinel {}\n", u8::from(sentinel)));
+                out
+            }
+        };
+        Ok(ExecOutput {
+            exit_code: Some(0),
+            stdout: stdout.into_bytes(),
+            ..Default::default()
+        })
+    }
+    async fn put(&self, _: PutRequest) -> Result<u64, ExecError> {
+        unreachable!("provisioning never uses put")
+    }
+    async fn get(&self, _: &str, _: usize, _: bool) -> Result<Vec<u8>, ExecError> {
+        unreachable!("provisioning never uses get")
+    }
+    fn target(&self) -> String {
+        "fake@host".into()
+    }
+}
+
+fn fixture(name: &str) -> Plan {
+    let path = format!(
+        "{}/../cloudinit/tests/fixtures/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let vars = TemplateVars::new()
+        .local_hostname("node-a")
+        .provider_id("kk://default/node-a");
+    parse(&std::fs::read(path).unwrap(), "cloud-config", &vars).unwrap()
+}
+
+fn kubeadm_step(plan: &Plan) -> String {
+    plan.steps
+        .iter()
+        .find(|s| matches!(&s.action, Action::Command(c) if c.script.starts_with("kubeadm")))
+        .unwrap()
+        .id
+        .clone()
+}
+
+fn stdin_text(req: &ExecRequest) -> String {
+    String::from_utf8(req.stdin.clone().unwrap_or_default()).unwrap()
+}
+
+#[tokio::test]
+async fn worker_join_runs_in_one_probe_one_batch_and_one_exec_per_command() {
+    let plan = fixture("join-worker.yaml");
+    let host = FakeHost {
+        sentinel_after: Some(kubeadm_step(&plan)),
+        ..FakeHost::new()
+    };
+    let progress = RecordingProgress::default();
+    let outcome = run(&host, &plan, &progress, &Redactor::default()).await.unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Provisioned {
+            already: false,
+            failed_items: vec![]
+        }
+    );
+    let reqs = host.requests();
+    assert_eq!(
+        reqs.len(),
+        4,
+        "probe + batch of 7 non-command steps + 2 runcmd items"
+    );
+    assert!(reqs.iter().all(|r| r.privileged));
+    assert!(reqs[0].stdin.is_none() && reqs[0].command.contains(SENTINEL));
+    let batch = stdin_text(&reqs[1]);
+    for step in &plan.steps[..7] {
+        assert!(
+            batch.contains(&format!("r=$(done_rc {})", step.id)),
+            "{} in batch",
+            step.name()
+        );
+    }
+    // Secrets never on a command line, and not in clear text in the scripts either (base64 in here-docs).
+    for r in &reqs {
+        assert!(!r.command.contains("abcdef.0123456789abcdef"));
+        assert!(!r.command.contains("kubeadm"));
+        assert!(!stdin_text(r).contains("abcdef.0123456789abcdef"));
+        assert!(
+            r.command
+                .contains(&format!("-eq {}", r.stdin.as_ref().map_or(0, Vec::len)))
+                || r.stdin.is_none()
+        );
+    }
+    let records = progress.records();
+    assert_eq!(records.len(), plan.steps.len());
+    assert!(
+        records
+            .iter()
+            .all(|r| r.phase == PHASE && r.exit_code == Some(0) && !r.skipped)
+    );
+    assert_eq!(records[7].name, "runcmd[0]: swapoff -a");
+    assert!(records[8].name.starts_with("runcmd[1]: kubeadm join --config"));
+    assert_eq!(
+        records[0].output_tail,
+        format!("output of {}\n", plan.steps[0].id)
+    );
+}
+
+#[tokio::test]
+async fn a_failing_item_does_not_stop_later_items_and_is_named_first() {
+    let plan = fixture("init-control-plane.yaml");
+    let cmds: Vec<&Step> = plan
+        .steps
+        .iter()
+        .filter(|s| matches!(s.action, Action::Command(_)))
+        .collect();
+    let host = FakeHost {
+        fail: vec![cmds[0].id.clone(), cmds[3].id.clone()],
+        ..FakeHost::new()
+    };
+    let outcome = run(&host, &plan, &RecordingProgress::default(), &Redactor::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        host.ran()
+            .iter()
+            .filter(|id| cmds.iter().any(|c| &c.id == *id))
+            .count(),
+        4,
+        "all items ran"
+    );
+    let Outcome::Failed {
+        first_failure: Some(first),
+        failed_items,
+    } = outcome
+    else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(first.name, "runcmd[0]");
+    assert_eq!(first.command.as_deref(), Some("modprobe br_netfilter"));
+    assert_eq!(first.exit_code, Some(2));
+    assert_eq!(first.output_tail, format!("output of {}\n", cmds[0].id));
+    assert_eq!(failed_items.len(), 2);
+}
+
+#[tokio::test]
+async fn a_failed_post_kubeadm_item_still_counts_as_provisioned() {
+    let plan = fixture("init-control-plane.yaml");
+    let last = plan.steps.last().unwrap().id.clone();
+    let host = FakeHost {
+        fail: vec![last.clone()],
+        sentinel_after: Some(kubeadm_step(&plan)),
+        ..FakeHost::new()
+    };
+    let outcome = run(&host, &plan, &RecordingProgress::default(), &Redactor::default())
+        .await
+        .unwrap();
+    let Outcome::Provisioned {
+        already: false,
+        failed_items,
+    } = outcome
+    else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(failed_items[0].step_id, last);
+}
+
+#[tokio::test]
+async fn sentinel_without_an_unfinished_journal_runs_nothing() {
+    let plan = fixture("join-worker.yaml");
+    let host = FakeHost {
+        probe_reply: "@@capkk sentinel 1\n@@capkk journal\n".into(),
+        ..FakeHost::new()
+    };
+    let progress = RecordingProgress::default();
+    let outcome = run(&host, &plan, &progress, &Redactor::default()).await.unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Provisioned {
+            already: true,
+            failed_items: vec![]
+        }
+    );
+    assert_eq!(host.requests().len(), 1, "only the probe");
+    assert!(progress.records()[0].skipped);
+}
+
+#[tokio::test]
+async fn a_journal_resumes_at_the_first_unfinished_step() {
+    let plan = fixture("init-control-plane.yaml");
+    let cmds: Vec<&Step> = plan
+        .steps
+        .iter()
+        .filter(|s| matches!(s.action, Action::Command(_)))
+        .collect();
+    // Every file and the first two items completed; the kubeadm item started but never finished.
+    let mut journal = String::new();
+    for s in plan
+        .steps
+        .iter()
+        .take_while(|s| !matches!(s.action, Action::Command(_)))
+    {
+        journal.push_str(&format!("{} 0\n", s.id));
+    }
+    journal.push_str(&format!(
+        "{} start\n{} 0\n{} start\n{} 1\n{} start\n",
+        cmds[0].id, cmds[0].id, cmds[1].id, cmds[1].id, cmds[2].id
+    ));
+    // The sentinel may even exist already: an unfinished journal still resumes.
+    let host = FakeHost {
+        probe_reply: format!("@@capkk sentinel 1\n@@capkk journal\n{journal}"),
+        sentinel_after: Some(cmds[2].id.clone()),
+        ..FakeHost::new()
+    };
+    let progress = RecordingProgress::default();
+    let outcome = run(&host, &plan, &progress, &Redactor::default()).await.unwrap();
+    assert_eq!(
+        host.ran(),
+        [cmds[2].id.clone(), cmds[3].id.clone()],
+        "only unfinished steps run"
+    );
+    let Outcome::Provisioned {
+        already: false,
+        failed_items,
+    } = outcome
+    else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(failed_items.len(), 1, "the earlier run's failure is remembered");
+    assert_eq!(
+        (
+            failed_items[0].name.as_str(),
+            failed_items[0].output_tail.as_str()
+        ),
+        ("runcmd[1]", "")
+    );
+    let records = progress.records();
+    assert_eq!(records.len(), plan.steps.len());
+    assert_eq!(records.iter().filter(|r| r.skipped).count(), plan.steps.len() - 2);
+}
+
+#[tokio::test]
+async fn a_failing_file_step_stops_the_run_and_is_not_journaled_as_done() {
+    let plan = fixture("join-worker.yaml");
+    let file = plan
+        .steps
+        .iter()
+        .find(|s| s.name() == "write_files /run/kubeadm/kubeadm-join-config.yaml")
+        .unwrap();
+    let host = FakeHost {
+        fail: vec![file.id.clone()],
+        ..FakeHost::new()
+    };
+    let outcome = run(&host, &plan, &RecordingProgress::default(), &Redactor::default())
+        .await
+        .unwrap();
+    assert_eq!(host.requests().len(), 2, "no command item ran");
+    let first = outcome.first_failure().unwrap();
+    assert_eq!(
+        (first.name.as_str(), first.command.as_deref()),
+        ("write_files /run/kubeadm/kubeadm-join-config.yaml", None)
+    );
+    // The batch script journals a step only when it exited 0.
+    let batch = stdin_text(&host.requests()[1]);
+    assert!(batch.contains(&format!(
+        "if [ $rc -eq 0 ]; then echo '{} 0' >> \"$J\"; fi",
+        file.id
+    )));
+}
+
+#[tokio::test]
+async fn a_busy_host_is_a_transient_error() {
+    let plan = fixture("join-worker.yaml");
+    let host = FakeHost {
+        probe_reply: "@@capkk busy\n".into(),
+        ..FakeHost::new()
+    };
+    let err = run(&host, &plan, &RecordingProgress::default(), &Redactor::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::HostBusy { .. }) && err.is_transient(),
+        "{err}"
+    );
+    let host = FakeHost {
+        busy: true,
+        ..FakeHost::new()
+    };
+    let err = run(&host, &plan, &RecordingProgress::default(), &Redactor::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::HostBusy { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn command_text_and_output_are_redacted() {
+    let plan = parse(
+        b"#cloud-config\nruncmd:\n- echo hunter2-canary && false\n",
+        "",
+        &TemplateVars::new(),
+    )
+    .unwrap();
+    let host = FakeHost {
+        fail: vec![plan.steps[0].id.clone()],
+        ..FakeHost::new()
+    };
+    let progress = RecordingProgress::default();
+    let outcome = run(&host, &plan, &progress, &Redactor::new(["hunter2-canary"]))
+        .await
+        .unwrap();
+    let first = outcome.first_failure().unwrap();
+    assert_eq!(first.command.as_deref(), Some("echo <redacted> && false"));
+    assert!(!format!("{outcome:?}{:?}", progress.records()).contains("hunter2"));
+}
+
+#[test]
+fn disk_and_filesystem_steps_never_destroy_existing_data_by_default() {
+    let plan = fixture("join-worker.yaml");
+    let disk = script::body(&plan.steps[0].action);
+    let check = disk.find("blkid -p -o value -s PTTYPE").unwrap();
+    assert!(check < disk.find("sgdisk").unwrap());
+    assert!(disk.contains("not partitioned (overwrite is false)\"; exit 0"));
+    assert!(!disk.contains("wipefs"));
+    let fs = script::body(&plan.steps[1].action);
+    assert!(fs.find("blkid -p -o value -s TYPE").unwrap() < fs.find("mkfs.ext4").unwrap());
+    assert!(
+        fs.contains("[ 0 = 0 ]"),
+        "overwrite false is rendered into the guard: {fs}"
+    );
+    assert!(fs.contains("dev=/dev/vdb1"));
+    let p = parse(
+        b"#cloud-config\ndisk_setup:\n  /dev/sdb: {layout: true, overwrite: true}\nfs_setup:\n- {device: /dev/sdb, filesystem: xfs, replace_fs: ntfs}\n",
+        "",
+        &TemplateVars::new(),
+    )
+    .unwrap();
+    let disk = script::body(&p.steps[0].action);
+    assert!(disk.contains("wipefs -a") && disk.contains("sfdisk"));
+    let fs = script::body(&p.steps[1].action);
+    assert!(
+        fs.contains("[ \"$cur\" != ntfs ]") && fs.contains("PTTYPE"),
+        "{fs}"
+    );
+}
+
+#[test]
+fn mounts_users_and_ntp_render_expected_commands() {
+    let plan = fixture("join-worker.yaml");
+    let mount = script::body(&plan.steps[2].action);
+    assert!(mount.contains("mkdir -p -- /var/lib/data") && mount.contains("mount /var/lib/data"));
+    let user = script::body(&plan.steps[5].action);
+    for needle in [
+        "groupadd -- adm",
+        "useradd --comment 'CAPKK operator' --shell /bin/bash --groups adm,sudo --create-home -- capkk",
+        "usermod --lock -- capkk",
+        "visudo -cf",
+        "/etc/sudoers.d/90-capkk-capkk",
+        "chmod 600 \"$ak\"",
+    ] {
+        assert!(user.contains(needle), "{needle} in {user}");
+    }
+    assert!(!user.contains("NOPASSWD"), "sudo rules travel base64-encoded");
+    let Action::ConfigureNtp(n) = &plan.steps[6].action else {
+        panic!()
+    };
+    assert_eq!(
+        script::chrony_conf(n)
+            .lines()
+            .filter(|l| l.starts_with("server "))
+            .collect::<Vec<_>>(),
+        [
+            "server time1.example.internal iburst",
+            "server time2.example.internal iburst"
+        ]
+    );
+    assert!(script::timesyncd_conf(n).contains("NTP=time1.example.internal time2.example.internal"));
+    let ntp = script::body(&plan.steps[6].action);
+    assert!(ntp.find("command -v chronyd").unwrap() < ntp.find("systemd-timesyncd ]").unwrap());
+    assert_eq!(
+        script::sudoers_file("first.last"),
+        "/etc/sudoers.d/90-capkk-first_last"
+    );
+}
+
+/// Run a rendered write_files body with the local `sh`, retargeted into a temp dir.
+fn run_write_body(dir: &std::path::Path, yaml: &str) {
+    let plan = parse(
+        format!("#cloud-config\nwrite_files:\n{yaml}").as_bytes(),
+        "",
+        &TemplateVars::new(),
+    )
+    .unwrap();
+    for step in &plan.steps {
+        let Action::WriteFile(f) = &step.action else {
+            panic!()
+        };
+        let mut f = f.clone();
+        f.path = format!("{}{}", dir.display(), f.path);
+        let body = script::body(&Action::WriteFile(f));
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("set -e\n{body}"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+#[test]
+fn rendered_file_bodies_write_exact_bytes_modes_and_append() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = std::env::temp_dir().join(format!("capkk-prov-unit-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let data = (0..=255u8).collect::<Vec<u8>>();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&data);
+    let uid = current_uid();
+    run_write_body(
+        &dir,
+        &format!(
+            "- {{path: /a/b/bin, encoding: b64, content: '{b64}', permissions: '0600', owner: '{uid}'}}\n\
+             - {{path: /a/log, content: \"one\\n\"}}\n- {{path: /a/log, content: \"two\\n\", append: true, permissions: '0640'}}\n\
+             - {{path: /a/trunc, content: \"a long first version\\n\"}}\n- {{path: /a/trunc, content: \"short\\n\"}}\n"
+        ),
+    );
+    assert_eq!(std::fs::read(dir.join("a/b/bin")).unwrap(), data);
+    let meta = std::fs::metadata(dir.join("a/b/bin")).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o600);
+    assert_eq!(meta.uid().to_string(), uid);
+    assert_eq!(std::fs::read_to_string(dir.join("a/log")).unwrap(), "one\ntwo\n");
+    assert_eq!(
+        std::fs::metadata(dir.join("a/log")).unwrap().permissions().mode() & 0o7777,
+        0o640
+    );
+    assert_eq!(std::fs::read_to_string(dir.join("a/trunc")).unwrap(), "short\n");
+    assert_eq!(
+        std::fs::metadata(dir.join("a/b")).unwrap().permissions().mode() & 0o777,
+        0o755
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(dir.join("a"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".capkk"))
+        .collect();
+    assert!(leftovers.is_empty());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The current user's uid as text (chown to ourselves works without root).
+fn current_uid() -> String {
+    let out = std::process::Command::new("id").arg("-u").output().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
