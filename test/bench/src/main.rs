@@ -1,3 +1,437 @@
-//! `capkk-bench`: side-by-side provisioning benchmark (see docs/benchmarks.md).
+//! `capkk-bench`: the same provisioning workload on N sandbox hosts, side by side, through
+//! capkk-rs (russh pool + provisioning path), ansible-core (pipelining + ControlPersist), OpenSSH
+//! (ControlMaster, one `ssh` per step) and locally with no SSH (the floor). See docs/benchmarks.md.
+//!
+//! `capkk-bench ssh` orchestrates (sandbox, reset, alternating runs, verification, table);
+//! `capkk-bench drive` is one timed run of one method in its own process (so CPU and RSS are measured the
+//! same way for every method).
 
-fn main() {}
+mod hosts;
+mod measure;
+mod methods;
+mod plan;
+mod workload;
+
+use std::{
+    collections::BTreeMap,
+    fmt::Write as _,
+    io::Read as _,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, Subcommand};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    hosts::{HostSpec, write},
+    measure::{PeakSampler, median},
+    methods::{DriveResult, DriveSpec, Method},
+    workload::Workload,
+};
+
+#[derive(Parser)]
+#[command(about = "capkk-rs benchmarks (see docs/benchmarks.md)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Provisioning over SSH: capkk-rs vs ansible-core vs OpenSSH ControlMaster vs local floor.
+    Ssh(SshArgs),
+    /// Internal: one timed run of one method; prints a JSON result on stdout.
+    Drive {
+        /// The spec file written by `ssh`.
+        #[arg(long)]
+        spec: PathBuf,
+    },
+}
+
+#[derive(clap::Args, Clone)]
+struct SshArgs {
+    /// Host counts to measure.
+    #[arg(long, value_delimiter = ',', default_value = "1,10,30")]
+    hosts: Vec<usize>,
+    /// Timed runs per method and host count (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Untimed warm-up runs per method and host count (still verified).
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
+    /// Methods to compare.
+    #[arg(long, value_delimiter = ',', default_value = "ours,ansible,openssh,local")]
+    methods: Vec<Method>,
+    /// CABPK bootstrap data (cloud-config) to provision.
+    #[arg(long, default_value = "test/bench/fixtures/cabpk-controlplane-init.yaml")]
+    fixture: PathBuf,
+    /// Sandbox name (its own /24).
+    #[arg(long, default_value = "bench")]
+    sandbox: String,
+    /// ansible-playbook from the bench venv.
+    #[arg(long, env = "CAPKK_BENCH_ANSIBLE")]
+    ansible_playbook: Option<PathBuf>,
+    /// Where results (JSON, markdown table, ansible files, logs) go.
+    #[arg(long, default_value = "target/bench")]
+    out: PathBuf,
+    /// Scratch dir for control sockets (short path: unix sockets are limited to 108 bytes).
+    #[arg(long, default_value = "/tmp/kkbench")]
+    scratch: PathBuf,
+    /// Abort one run after this many seconds.
+    #[arg(long, default_value_t = 1200)]
+    run_timeout: u64,
+    /// Leave the sandbox up afterwards.
+    #[arg(long)]
+    keep: bool,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CAPKK_BENCH_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Cmd::Drive { spec } => {
+            let text = std::fs::read(&spec).with_context(|| format!("reading {}", spec.display()))?;
+            let spec: DriveSpec = serde_json::from_slice(&text).context("parsing the drive spec")?;
+            let result = methods::drive(&spec)?;
+            println!("{}", serde_json::to_string(&result)?);
+            Ok(())
+        }
+        Cmd::Ssh(args) => ssh_bench(&args),
+    }
+}
+
+/// One measured run, as kept in the results file.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct RunRecord {
+    hosts: usize,
+    method: Method,
+    run: usize,
+    wall_s: f64,
+    cpu_s: f64,
+    peak_tree_rss_kib: u64,
+    max_process_rss_kib: u64,
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .next()
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|k| k.parse::<u64>().ok())
+        })
+        .map_or(0, |k| k / 1024 / 1024);
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!("{cores} cores ({cpu}), {mem} GiB, Linux {}", kernel.trim())
+}
+
+fn ssh_bench(a: &SshArgs) -> anyhow::Result<()> {
+    if let Some(reason) = capkk_sandbox::unsupported_reason() {
+        bail!("the benchmark needs sandbox hosts: {reason}");
+    }
+    if a.runs == 0 || a.hosts.is_empty() || a.methods.is_empty() {
+        bail!("--runs, --hosts and --methods must not be empty");
+    }
+    if !a.methods.contains(&Method::Ours) {
+        bail!("--methods must include ours (ratios are relative to it)");
+    }
+    let ansible = a.ansible_playbook.clone().unwrap_or_else(hosts::default_ansible);
+    if a.methods.contains(&Method::Ansible) {
+        methods::require_exe(
+            &ansible,
+            "run `make bench-venv` (ansible-core from PyPI into a venv)",
+        )?;
+    }
+    let fixture_text = std::fs::read_to_string(&a.fixture)
+        .with_context(|| format!("reading fixture {}", a.fixture.display()))?;
+    let fixture_name = a
+        .fixture
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let max_n = *a.hosts.iter().max().unwrap_or(&1);
+    let load_start = load_average();
+    let started = Instant::now();
+    eprintln!(
+        "capkk-bench: sandbox {:?} with {max_n} hosts (load average {load_start})",
+        a.sandbox
+    );
+    let sandbox = capkk_sandbox::Sandbox::up(&capkk_sandbox::SandboxConfig::new(a.sandbox.clone(), max_n))
+        .context("building the sandbox hosts")?;
+    let result = (|| {
+        let all: Vec<HostSpec> = sandbox
+            .hosts()
+            .iter()
+            .map(HostSpec::from_sandbox)
+            .collect::<anyhow::Result<_>>()?;
+        let _ = std::fs::remove_dir_all(&a.scratch);
+        std::fs::create_dir_all(&a.scratch)?;
+        std::fs::create_dir_all(&a.out)?;
+        let out = std::fs::canonicalize(&a.out)?;
+        let known_hosts = a.scratch.join("known_hosts");
+        let mut kh = String::new();
+        for h in &all {
+            h.install_standins()?;
+            kh.push_str(&h.known_hosts_line()?);
+        }
+        write(&known_hosts, kh.as_bytes())?;
+        let mut records = Vec::new();
+        let mut sources = Vec::new();
+        for &n in &a.hosts {
+            let hosts = all[..n].to_vec();
+            let names: Vec<String> = hosts.iter().map(|h| h.name.clone()).collect();
+            let w = plan::build(&fixture_text, &fixture_name, &names)?;
+            eprintln!("N={n}: {} steps per host ({})", w.steps(), w.source);
+            sources.push((n, w.steps(), w.source.clone()));
+            records.extend(bench_n(a, n, &hosts, &w, &known_hosts, &ansible, &out)?);
+        }
+        let load_end = load_average();
+        let report = render(a, &records, &sources, &load_start, &load_end, started.elapsed());
+        write(
+            &out.join("ssh-results.json"),
+            serde_json::to_string_pretty(&records)?.as_bytes(),
+        )?;
+        write(&out.join("ssh-table.md"), report.as_bytes())?;
+        print!("{report}");
+        anyhow::Ok(())
+    })();
+    if a.keep {
+        eprintln!(
+            "sandbox {} left up (--keep); `sandbox down --name {}` removes it",
+            a.sandbox, a.sandbox
+        );
+        std::mem::forget(sandbox);
+    } else {
+        sandbox.down().context("tearing the sandbox down")?;
+    }
+    result
+}
+
+fn bench_n(
+    a: &SshArgs,
+    n: usize,
+    hosts: &[HostSpec],
+    w: &Workload,
+    known_hosts: &Path,
+    ansible: &Path,
+    out: &Path,
+) -> anyhow::Result<Vec<RunRecord>> {
+    let work_dir = a.scratch.join(format!("n{n}"));
+    std::fs::create_dir_all(&work_dir)?;
+    let workload_path = work_dir.join("workload.json");
+    write(&workload_path, serde_json::to_string(w)?.as_bytes())?;
+    let base = DriveSpec {
+        method: Method::Ours,
+        hosts: hosts.to_vec(),
+        key: capkk_sandbox::Sandbox::attach(&a.sandbox)?
+            .credentials()
+            .ed25519_key
+            .clone(),
+        known_hosts: known_hosts.to_path_buf(),
+        work_dir: work_dir.clone(),
+        workload: workload_path,
+        ansible_playbook: ansible.to_path_buf(),
+    };
+    if a.methods.contains(&Method::Ansible) {
+        let dir = methods::prepare_ansible(&base, w)?;
+        // Keep a copy of the generated playbook next to the results for inspection.
+        let _ = std::fs::copy(dir.join("playbook.yml"), out.join(format!("playbook-n{n}.yml")));
+    }
+    let expected = w.digests();
+    let mut records = Vec::new();
+    let total = a.warmup + a.runs;
+    for r in 0..total {
+        let timed = r >= a.warmup;
+        let k = a.methods.len();
+        // Alternate: each round starts with a different method.
+        let order: Vec<Method> = (0..k).map(|i| a.methods[(i + r) % k]).collect();
+        for m in order {
+            for h in hosts {
+                h.reset(w).with_context(|| format!("resetting {}", h.name))?;
+            }
+            let spec = DriveSpec {
+                method: m,
+                ..base.clone()
+            };
+            let (res, peak) = run_driver(&spec, &work_dir, Duration::from_secs(a.run_timeout))
+                .with_context(|| format!("N={n} {} run {}", m.display(), r + 1))?;
+            let mut problems = Vec::new();
+            for h in hosts {
+                problems.extend(h.verify(&w.expect[&h.name])?);
+            }
+            if m == Method::Ours && res.digests != expected {
+                problems.push(format!(
+                    "capkk-rs sent different work than the workload: {:?} vs {:?}",
+                    res.digests, expected
+                ));
+            }
+            if !problems.is_empty() {
+                bail!(
+                    "N={n} {} run {} left the hosts WRONG ({} problems):\n  {}",
+                    m.display(),
+                    r + 1,
+                    problems.len(),
+                    problems.join("\n  ")
+                );
+            }
+            eprintln!(
+                "N={n:<2} {:<13} {} {:>2}: {:>8.3} s wall, {:>7.3} s cpu, {:>7.1} MiB peak  [verified]",
+                m.display(),
+                if timed { "run" } else { "warm-up" },
+                if timed { r + 1 - a.warmup } else { r + 1 },
+                res.wall_s,
+                res.usage.cpu_s(),
+                peak as f64 / 1024.0
+            );
+            if timed {
+                records.push(RunRecord {
+                    hosts: n,
+                    method: m,
+                    run: r + 1 - a.warmup,
+                    wall_s: res.wall_s,
+                    cpu_s: res.usage.cpu_s(),
+                    peak_tree_rss_kib: peak,
+                    max_process_rss_kib: res.usage.max_rss_kib,
+                });
+            }
+        }
+    }
+    for h in hosts {
+        h.reset(w)?;
+    }
+    Ok(records)
+}
+
+/// Spawn `capkk-bench drive`, sample its process tree's RSS, wait (bounded), parse its result.
+fn run_driver(spec: &DriveSpec, work_dir: &Path, limit: Duration) -> anyhow::Result<(DriveResult, u64)> {
+    let spec_path = work_dir.join(format!("spec-{:?}.json", spec.method).to_lowercase());
+    write(&spec_path, serde_json::to_string(spec)?.as_bytes())?;
+    let mut child = Command::new(methods::self_exe()?)
+        .arg("drive")
+        .arg("--spec")
+        .arg(&spec_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("starting the driver")?;
+    let sampler = PeakSampler::start(child.id(), Duration::from_millis(20));
+    let mut stdout = child.stdout.take().context("driver stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("the driver did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let peak = sampler.finish();
+    let text = reader.join().unwrap_or_default();
+    if !status.success() {
+        bail!("the driver failed ({status})");
+    }
+    let res: DriveResult =
+        serde_json::from_str(text.trim()).with_context(|| format!("parsing driver output {text:?}"))?;
+    Ok((res, peak))
+}
+
+fn render(
+    a: &SshArgs,
+    records: &[RunRecord],
+    sources: &[(usize, usize, String)],
+    load_start: &str,
+    load_end: &str,
+    took: Duration,
+) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "capkk-bench ssh: medians of {} runs (+{} warm-up), methods alternating; every run verified on the hosts",
+        a.runs, a.warmup
+    );
+    let _ = writeln!(s, "machine: {}", machine());
+    let _ = writeln!(
+        s,
+        "load average at start: {load_start}; at end: {load_end}; took {:.0} s",
+        took.as_secs_f64()
+    );
+    for (n, steps, src) in sources {
+        let _ = writeln!(s, "N={n}: {steps} steps per host; {src}");
+    }
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "| N | method | wall median (s) | min–max (s) | × capkk-rs | CPU median (s) | peak RSS median (MiB) |"
+    );
+    let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|");
+    let mut groups: BTreeMap<(usize, Method), Vec<&RunRecord>> = BTreeMap::new();
+    for r in records {
+        groups.entry((r.hosts, r.method)).or_default().push(r);
+    }
+    let med =
+        |v: &[&RunRecord], f: fn(&RunRecord) -> f64| median(&v.iter().map(|r| f(r)).collect::<Vec<_>>());
+    let wall = |n: usize, m: Method| groups.get(&(n, m)).map(|v| med(v, |r| r.wall_s));
+    for ((n, m), v) in &groups {
+        let w = med(v, |r| r.wall_s);
+        let min = v.iter().map(|r| r.wall_s).fold(f64::INFINITY, f64::min);
+        let max = v.iter().map(|r| r.wall_s).fold(0.0, f64::max);
+        let ratio = wall(*n, Method::Ours).map_or(f64::NAN, |o| w / o);
+        let _ = writeln!(
+            s,
+            "| {n} | {} | {w:.2} | {min:.2}–{max:.2} | {ratio:.2} | {:.2} | {:.1} |",
+            m.display(),
+            med(v, |r| r.cpu_s),
+            med(v, |r| r.peak_tree_rss_kib as f64) / 1024.0,
+        );
+    }
+    let _ = writeln!(s);
+    let ns: Vec<usize> = groups.keys().map(|(n, _)| *n).collect();
+    let key_n = if ns.contains(&10) {
+        10
+    } else {
+        ns.iter().copied().max().unwrap_or(0)
+    };
+    if let (Some(o), Some(l)) = (wall(key_n, Method::Ours), wall(key_n, Method::Local)) {
+        let _ = writeln!(s, "capkk-rs/local N={key_n}: {:.2}", o / l);
+    }
+    if let (Some(o), Some(x)) = (wall(key_n, Method::Ours), wall(key_n, Method::Openssh)) {
+        let _ = writeln!(s, "ratio openssh/capkk-rs N={key_n}: {:.1}", x / o);
+    }
+    if let (Some(o), Some(x)) = (wall(key_n, Method::Ours), wall(key_n, Method::Ansible)) {
+        let _ = writeln!(s, "ratio ansible/capkk-rs N={key_n}: {:.1}", x / o);
+    }
+    s
+}

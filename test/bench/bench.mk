@@ -1,0 +1,41 @@
+# Makefile fragment for the benchmarks (test/bench). Included from the top Makefile, which runs from the
+# repository root. Benchmarks are not tests: `make test` does not run them. See docs/benchmarks.md.
+#
+#   make bench          SSH provisioning benchmark: capkk-rs vs ansible-core vs OpenSSH ControlMaster vs local
+#                       floor on N = $(BENCH_HOSTS) sandbox hosts, $(BENCH_RUNS) runs each; prints the table and
+#                       `ratio ansible/capkk-rs N=10: X` last; results in target/bench/
+#   make bench-quick    the same with N=1,2, one run, no warm-up (smoke check, ~2 min)
+#   make bench-venv     ansible-core from PyPI into $(BENCH_VENV) (done by `bench` when missing)
+#
+# Needs root (sandbox hosts: network namespaces + overlay + sshd), openssh-client/-server, python3 with venv.
+
+CAPKK_CACHE ?= $(HOME)/.cache/capkk-rs
+BENCH_VENV ?= $(CAPKK_CACHE)/bench-venv
+# ansible-core 2.19 is the newest line that runs on Python 3.11 (2.20+ need 3.12).
+BENCH_ANSIBLE_CORE ?= ansible-core==2.19.14
+BENCH_HOSTS ?= 1,10,30
+BENCH_RUNS ?= 5
+BENCH_WARMUP ?= 1
+BENCH_METHODS ?= ours,ansible,openssh,local
+BENCH_ARGS ?=
+BENCH_BIN := target/release/capkk-bench
+
+.PHONY: bench bench-quick bench-venv bench-build
+
+bench-venv: $(BENCH_VENV)/bin/ansible-playbook
+
+$(BENCH_VENV)/bin/ansible-playbook:
+	python3 -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install --quiet '$(BENCH_ANSIBLE_CORE)'
+	$(BENCH_VENV)/bin/ansible-playbook --version | head -1
+
+bench-build:
+	$(CARGO) build --release -p capkk-bench
+
+bench: bench-venv bench-build ## benchmark capkk-rs vs ansible-core vs OpenSSH vs local (not part of make test)
+	CAPKK_BENCH_ANSIBLE=$(BENCH_VENV)/bin/ansible-playbook $(BENCH_BIN) ssh \
+		--hosts $(BENCH_HOSTS) --runs $(BENCH_RUNS) --warmup $(BENCH_WARMUP) --methods $(BENCH_METHODS) $(BENCH_ARGS)
+
+bench-quick: bench-venv bench-build ## benchmark smoke check: N=1,2, one run
+	CAPKK_BENCH_ANSIBLE=$(BENCH_VENV)/bin/ansible-playbook $(BENCH_BIN) ssh \
+		--hosts 1,2 --runs 1 --warmup 0 --methods $(BENCH_METHODS) $(BENCH_ARGS)

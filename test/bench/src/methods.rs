@@ -1,0 +1,471 @@
+//! The four ways of doing the same work, each run in its own driver process (`capkk-bench drive`).
+
+use std::{
+    collections::BTreeMap,
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use capkk_executor::{ExecRequest, Executor, PutRequest};
+use capkk_ssh::{Auth, HostKeyPolicy, HostTarget, PoolConfig, SshPool};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    hosts::{HostSpec, run_with_stdin, write},
+    measure::{self, Usage},
+    workload::{Op, RecordingExecutor, Workload, digest},
+};
+
+/// A way of running the workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// capkk-rs: the project's executor (russh pool) and provisioning code path, in-process.
+    Ours,
+    /// ansible-core with pipelining and ControlPersist, running a playbook generated from the same plan.
+    Ansible,
+    /// OpenSSH with ControlMaster/ControlPersist, one `ssh` per step.
+    Openssh,
+    /// The same commands run inside each host with `nsenter`, no SSH: the floor.
+    Local,
+}
+
+impl Method {
+    /// Name in the table.
+    pub fn display(self) -> &'static str {
+        match self {
+            Method::Ours => "capkk-rs",
+            Method::Ansible => "ansible-core",
+            Method::Openssh => "openssh-cm",
+            Method::Local => "local (floor)",
+        }
+    }
+}
+
+/// Everything a driver process needs (written as JSON by the orchestrator).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DriveSpec {
+    /// Method to run.
+    pub method: Method,
+    /// Hosts, in order.
+    pub hosts: Vec<HostSpec>,
+    /// Client private key (root login on every host).
+    pub key: PathBuf,
+    /// known_hosts with every host's key (OpenSSH, ansible).
+    pub known_hosts: PathBuf,
+    /// Scratch dir of this N (ansible files, control sockets).
+    pub work_dir: PathBuf,
+    /// Workload JSON.
+    pub workload: PathBuf,
+    /// `ansible-playbook` to run.
+    pub ansible_playbook: PathBuf,
+}
+
+/// What one driver run measured.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DriveResult {
+    /// Method.
+    pub method: Method,
+    /// Wall seconds of the work (all hosts done).
+    pub wall_s: f64,
+    /// Controller-side CPU and max single-process RSS, including reaped descendants.
+    pub usage: Usage,
+    /// Descendants reaped after the work (e.g. ssh ControlPersist masters).
+    pub reaped: usize,
+    /// For `ours`: digest of the ops actually sent, per host (must equal the workload's).
+    pub digests: BTreeMap<String, String>,
+}
+
+/// Run one method once in this process (the `drive` subcommand).
+pub fn drive(spec: &DriveSpec) -> anyhow::Result<DriveResult> {
+    measure::become_subreaper()?;
+    let text =
+        std::fs::read(&spec.workload).with_context(|| format!("reading {}", spec.workload.display()))?;
+    let w: Workload = serde_json::from_slice(&text).context("parsing the workload")?;
+    let start = Instant::now();
+    let digests = match spec.method {
+        Method::Ours => run_ours(spec, &w)?,
+        Method::Ansible => run_ansible(spec)?,
+        Method::Openssh => run_per_host(spec, &w, openssh_step)?,
+        Method::Local => run_per_host(spec, &w, local_step)?,
+    };
+    let wall_s = start.elapsed().as_secs_f64();
+    let reaped = measure::reap_all(Duration::from_secs(3));
+    Ok(DriveResult {
+        method: spec.method,
+        wall_s,
+        usage: measure::usage(),
+        reaped,
+        digests,
+    })
+}
+
+/// Run `ops` over an executor in order; a failed step stops the host with an error naming it.
+pub async fn provision(exec: &dyn Executor, ops: &[Op]) -> anyhow::Result<()> {
+    for (i, op) in ops.iter().enumerate() {
+        match op {
+            Op::Exec { command, stdin } => {
+                let mut req = ExecRequest::new(command.clone()).sudo();
+                if let Some(s) = stdin {
+                    req = req.stdin(s.clone());
+                }
+                let out = exec
+                    .exec(req)
+                    .await
+                    .with_context(|| format!("{}: step {} ({})", exec.target(), i + 1, op.label()))?;
+                if !out.success() {
+                    bail!(
+                        "{}: step {} ({}) exited {:?}: {}",
+                        exec.target(),
+                        i + 1,
+                        op.label(),
+                        out.exit_code,
+                        out.tail(400)
+                    );
+                }
+            }
+            Op::Put {
+                path,
+                content,
+                mode,
+                owner,
+            } => {
+                let mut req = PutRequest::bytes(path.clone(), content.clone(), *mode);
+                if let Some(o) = owner {
+                    req = req.owner(o.clone());
+                }
+                exec.put(req)
+                    .await
+                    .with_context(|| format!("{}: step {} ({})", exec.target(), i + 1, op.label()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run_ours(spec: &DriveSpec, w: &Workload) -> anyhow::Result<BTreeMap<String, String>> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async {
+        let pool = SshPool::new(PoolConfig::default());
+        let mut set = tokio::task::JoinSet::new();
+        for h in &spec.hosts {
+            let target = HostTarget::new(h.address.clone(), "root", Auth::key_file(&spec.key))
+                .host_key(HostKeyPolicy::pinned(h.fingerprint.clone()));
+            let rec = RecordingExecutor::new(pool.executor(&target));
+            let ops = w
+                .ops
+                .get(&h.name)
+                .cloned()
+                .with_context(|| format!("no ops for {}", h.name))?;
+            let name = h.name.clone();
+            set.spawn(async move {
+                provision(&rec, &ops).await?;
+                anyhow::Ok((name, digest(&rec.ops())))
+            });
+        }
+        let mut digests = BTreeMap::new();
+        while let Some(r) = set.join_next().await {
+            let (name, d) = r.context("host task panicked")??;
+            digests.insert(name, d);
+        }
+        pool.close_all().await;
+        Ok(digests)
+    })
+}
+
+type StepFn = fn(&DriveSpec, &HostSpec, &Op) -> Command;
+
+fn run_per_host(spec: &DriveSpec, w: &Workload, step: StepFn) -> anyhow::Result<BTreeMap<String, String>> {
+    let spec = Arc::new(spec.clone());
+    let mut threads = Vec::new();
+    for h in spec.hosts.clone() {
+        let ops = w
+            .ops
+            .get(&h.name)
+            .cloned()
+            .with_context(|| format!("no ops for {}", h.name))?;
+        let spec = spec.clone();
+        threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
+            for (i, op) in ops.iter().enumerate() {
+                let (_, stdin) = op.shell();
+                let out = run_with_stdin(step(&spec, &h, op), stdin)
+                    .with_context(|| format!("{}: step {} ({})", h.name, i + 1, op.label()))?;
+                if !out.status.success() {
+                    bail!(
+                        "{}: step {} ({}) failed ({}): {}",
+                        h.name,
+                        i + 1,
+                        op.label(),
+                        out.status,
+                        tail(&out.stderr, 400)
+                    );
+                }
+            }
+            if spec.method == Method::Openssh {
+                // Close the ControlPersist master now (the reaper would otherwise wait for it).
+                let _ = ssh_base(&spec, &h)
+                    .args(["-O", "exit"])
+                    .arg(format!("root@{}", h.address))
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
+            }
+            Ok(())
+        }));
+    }
+    let mut errors = Vec::new();
+    for t in threads {
+        match t.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => errors.push(format!("{e:#}")),
+            Err(_) => errors.push("a host thread panicked".into()),
+        }
+    }
+    if !errors.is_empty() {
+        bail!("{} host(s) failed:\n  {}", errors.len(), errors.join("\n  "));
+    }
+    Ok(BTreeMap::new())
+}
+
+fn tail(b: &[u8], max: usize) -> String {
+    let s = String::from_utf8_lossy(b);
+    let start = s.len().saturating_sub(max);
+    let start = (start..s.len())
+        .find(|i| s.is_char_boundary(*i))
+        .unwrap_or(s.len());
+    s[start..].trim().to_owned()
+}
+
+/// Control socket path template (short: unix sockets are limited to 108 bytes).
+fn control_path(spec: &DriveSpec) -> String {
+    format!("{}/cm-%C", spec.work_dir.display())
+}
+
+fn ssh_base(spec: &DriveSpec, _h: &HostSpec) -> Command {
+    let mut c = Command::new("ssh");
+    c.args([
+        "-F",
+        "/dev/null",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "IdentitiesOnly=yes",
+    ])
+    .arg("-o")
+    .arg(format!("UserKnownHostsFile={}", spec.known_hosts.display()))
+    .args(["-o", "StrictHostKeyChecking=yes", "-o", "LogLevel=ERROR"])
+    .args(["-o", "ControlMaster=auto", "-o", "ControlPersist=60s"])
+    .arg("-o")
+    .arg(format!("ControlPath={}", control_path(spec)))
+    .arg("-i")
+    .arg(&spec.key);
+    c
+}
+
+fn openssh_step(spec: &DriveSpec, h: &HostSpec, op: &Op) -> Command {
+    let (cmd, _) = op.shell();
+    let mut c = ssh_base(spec, h);
+    c.arg(format!("root@{}", h.address)).arg("--").arg(cmd);
+    c
+}
+
+fn local_step(_spec: &DriveSpec, h: &HostSpec, op: &Op) -> Command {
+    let (cmd, _) = op.shell();
+    h.command(&h.shell, &cmd)
+}
+
+fn run_ansible(spec: &DriveSpec) -> anyhow::Result<BTreeMap<String, String>> {
+    let dir = spec.work_dir.join("ansible");
+    let log = std::fs::File::create(dir.join("last-run.log"))?;
+    let status = Command::new(&spec.ansible_playbook)
+        .arg("playbook.yml")
+        .current_dir(&dir)
+        .env("ANSIBLE_CONFIG", dir.join("ansible.cfg"))
+        .env("ANSIBLE_NOCOLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .status()
+        .with_context(|| format!("running {}", spec.ansible_playbook.display()))?;
+    if !status.success() {
+        let text = std::fs::read(dir.join("last-run.log")).unwrap_or_default();
+        bail!(
+            "ansible-playbook failed ({status}); end of {}/last-run.log:\n{}",
+            dir.display(),
+            tail(&text, 3000)
+        );
+    }
+    Ok(BTreeMap::new())
+}
+
+/// YAML double-quoted scalar (JSON string syntax is valid YAML), marked `!unsafe` so Jinja leaves it alone.
+fn unsafe_str(s: &str) -> String {
+    format!("!unsafe {}", serde_json::Value::String(s.to_owned()))
+}
+
+/// Write ansible.cfg, the inventory, host_vars, files and the playbook for these hosts.
+pub fn prepare_ansible(spec: &DriveSpec, w: &Workload) -> anyhow::Result<PathBuf> {
+    let dir = spec.work_dir.join("ansible");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("host_vars"))?;
+    let first = spec.hosts.first().context("no hosts")?;
+    let shapes: Vec<&Vec<Op>> = spec
+        .hosts
+        .iter()
+        .map(|h| {
+            w.ops
+                .get(&h.name)
+                .with_context(|| format!("no ops for {}", h.name))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let n_ops = shapes[0].len();
+    if shapes.iter().any(|o| o.len() != n_ops) {
+        bail!("hosts have different step counts; the playbook generator needs one shape");
+    }
+    let cfg = format!(
+        "[defaults]\nforks = {forks}\nhost_key_checking = True\ngathering = explicit\n\
+         interpreter_python = /usr/bin/python3\nretry_files_enabled = False\nlocal_tmp = {dir}/tmp\n\
+         remote_tmp = /tmp/.ansible-bench\n\n[ssh_connection]\npipelining = True\n\
+         ssh_args = -F /dev/null -o ControlMaster=auto -o ControlPersist=60s -o BatchMode=yes -o IdentitiesOnly=yes \
+         -o StrictHostKeyChecking=yes -o UserKnownHostsFile={kh}\ncontrol_path_dir = {cp}\n",
+        forks = spec.hosts.len(),
+        dir = dir.display(),
+        kh = spec.known_hosts.display(),
+        cp = spec.work_dir.join("acp").display(),
+    );
+    write(&dir.join("ansible.cfg"), cfg.as_bytes())?;
+    let mut inv = String::from("[bench]\n");
+    for h in &spec.hosts {
+        writeln!(
+            inv,
+            "{} ansible_host={} ansible_user=root ansible_ssh_private_key_file={}",
+            h.name,
+            h.address,
+            spec.key.display()
+        )?;
+    }
+    write(&dir.join("inventory.ini"), inv.as_bytes())?;
+    let mut host_vars: BTreeMap<String, String> = BTreeMap::new();
+    let mut pb = format!(
+        "# Generated by capkk-bench from the same plan capkk-rs runs ({n_ops} steps).\n\
+         - hosts: bench\n  gather_facts: false\n  any_errors_fatal: true\n  tasks:\n"
+    );
+    // capkk-rs's upload creates parent directories itself; ansible's copy does not, so one task up front
+    // creates every parent directory the uploads need (one extra task, noted in docs/benchmarks.md).
+    let mut parents: Vec<String> = shapes
+        .iter()
+        .flat_map(|ops| ops.iter())
+        .filter_map(|o| match o {
+            Op::Put { path, .. } => Path::new(path).parent().map(|p| p.display().to_string()),
+            Op::Exec { .. } => None,
+        })
+        .collect();
+    parents.sort();
+    parents.dedup();
+    if !parents.is_empty() {
+        let cmd = format!("mkdir -p -- {}", capkk_executor::quote_all(&parents));
+        write!(
+            pb,
+            "    - name: \"step 0: parent directories of the uploads\"\n      ansible.builtin.shell:\n        \
+             cmd: {}\n        executable: {}\n",
+            unsafe_str(&cmd),
+            first.shell
+        )?;
+    }
+    for i in 0..n_ops {
+        let ops: Vec<&Op> = shapes.iter().map(|o| &o[i]).collect();
+        // A value that differs per host goes to host_vars; otherwise it is inline.
+        let mut value = |field: &str, get: &dyn Fn(&Op) -> String| -> String {
+            let vals: Vec<String> = ops.iter().map(|o| get(o)).collect();
+            if vals.iter().all(|v| *v == vals[0]) {
+                unsafe_str(&vals[0])
+            } else {
+                let var = format!("step{i}_{field}");
+                for (h, v) in spec.hosts.iter().zip(&vals) {
+                    let _ = writeln!(
+                        host_vars.entry(h.name.clone()).or_default(),
+                        "{var}: {}",
+                        unsafe_str(v)
+                    );
+                }
+                format!("\"{{{{ {var} }}}}\"")
+            }
+        };
+        match ops[0] {
+            Op::Exec { stdin, .. } => {
+                if ops.iter().any(|o| !matches!(o, Op::Exec { .. })) {
+                    bail!("step {} differs in kind between hosts", i + 1);
+                }
+                let cmd = value("cmd", &|o| match o {
+                    Op::Exec { command, .. } => command.clone(),
+                    Op::Put { .. } => String::new(),
+                });
+                write!(
+                    pb,
+                    "    - name: {}\n      ansible.builtin.shell:\n        cmd: {cmd}\n        executable: {}\n",
+                    unsafe_str(&format!("step {}: {}", i + 1, ops[0].label())),
+                    first.shell
+                )?;
+                if stdin.is_some() {
+                    let s = value("stdin", &|o| match o {
+                        Op::Exec { stdin: Some(s), .. } => String::from_utf8_lossy(s).into_owned(),
+                        _ => String::new(),
+                    });
+                    write!(pb, "        stdin: {s}\n        stdin_add_newline: false\n")?;
+                }
+            }
+            Op::Put { mode, owner, .. } => {
+                for (h, o) in spec.hosts.iter().zip(&ops) {
+                    let Op::Put { content, .. } = o else {
+                        bail!("step {} differs in kind between hosts", i + 1);
+                    };
+                    write(&dir.join("files").join(&h.name).join(i.to_string()), content)?;
+                }
+                let dest = value("dest", &|o| match o {
+                    Op::Put { path, .. } => path.clone(),
+                    Op::Exec { .. } => String::new(),
+                });
+                let (user, group) = owner
+                    .as_deref()
+                    .map(|o| o.split_once(':').unwrap_or((o, o)))
+                    .unwrap_or(("root", "root"));
+                write!(
+                    pb,
+                    "    - name: {}\n      ansible.builtin.copy:\n        src: \"files/{{{{ inventory_hostname }}}}/{i}\"\n        \
+                     dest: {dest}\n        mode: \"{:04o}\"\n        owner: {}\n        group: {}\n",
+                    unsafe_str(&format!("step {}: {}", i + 1, ops[0].label())),
+                    mode & 0o7777,
+                    unsafe_str(user),
+                    unsafe_str(group),
+                )?;
+            }
+        }
+    }
+    write(&dir.join("playbook.yml"), pb.as_bytes())?;
+    for (h, vars) in host_vars {
+        write(&dir.join("host_vars").join(format!("{h}.yml")), vars.as_bytes())?;
+    }
+    // ansible.cfg names the inventory implicitly through this file name.
+    let cfg_path = dir.join("ansible.cfg");
+    let mut cfg = std::fs::read_to_string(&cfg_path)?;
+    cfg = cfg.replacen("[defaults]\n", "[defaults]\ninventory = inventory.ini\n", 1);
+    write(&cfg_path, cfg.as_bytes())?;
+    Ok(dir)
+}
+
+/// Where the driver binary is.
+pub fn self_exe() -> anyhow::Result<PathBuf> {
+    std::env::current_exe().context("locating the capkk-bench binary")
+}
+
+/// Check that `p` is an executable file.
+pub fn require_exe(p: &Path, hint: &str) -> anyhow::Result<()> {
+    if !p.is_file() {
+        bail!("{} not found: {hint}", p.display());
+    }
+    Ok(())
+}

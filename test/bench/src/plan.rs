@@ -1,0 +1,199 @@
+//! The bench's provisioning plan: service-layer host preparation, then the CABPK bootstrap data.
+//!
+//! While `capkk-cloudinit` / `capkk-service::provisioning` do not yet expose a plan, the bench renders the
+//! same shape itself: the service steps the provider runs before provisioning (facts, bootstrap, binary
+//! check, container manager) followed by the fixture's `write_files` (one upload each, decoded, mode and
+//! owner applied) and `runcmd` (one command each, in order). Every method runs exactly these ops.
+
+use capkk_executor::quote;
+
+use crate::workload::{Op, SENTINEL, Workload, read_fixture};
+
+/// Where the stand-in `kubeadm` records its calls on each host.
+pub const KUBEADM_LOG: &str = "/var/log/capkk-kubeadm-standin.log";
+
+/// The stand-in `kubeadm` placed on every host before the runs (same for every method): records its
+/// arguments, writes an `admin.conf` on init/join so postKubeadmCommands find it, and exits 0.
+pub const KUBEADM_STANDIN: &str = r#"#!/bin/sh
+# capkk-bench stand-in for kubeadm: records its arguments, writes admin.conf on init/join, exits 0.
+echo "$*" >> /var/log/capkk-kubeadm-standin.log
+case "$1" in
+  init|join)
+    mkdir -p /etc/kubernetes
+    printf 'apiVersion: v1\nkind: Config\nclusters: []\n# capkk-bench stand-in admin.conf\n' > /etc/kubernetes/admin.conf
+    ;;
+  version) echo v1.34.1 ;;
+esac
+exit 0
+"#;
+
+const CONTAINERD_CONFIG: &str = r#"version = 3
+root = "/var/lib/containerd"
+state = "/run/containerd"
+
+[grpc]
+  address = "/run/containerd/containerd.sock"
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+  SystemdCgroup = true
+"#;
+
+const CONTAINERD_UNIT: &str = r#"[Unit]
+Description=containerd container runtime (capkk-bench stand-in)
+After=network.target
+
+[Service]
+ExecStart=/bin/sleep infinity
+Restart=always
+
+[Install]
+WantedBy=multi-user.target
+"#;
+
+const SYSCTL: &str = "net.bridge.bridge-nf-call-iptables = 1\nnet.bridge.bridge-nf-call-ip6tables = 1\n\
+                      net.ipv4.ip_forward = 1\n";
+
+fn exec(command: impl Into<String>) -> Op {
+    Op::Exec {
+        command: command.into(),
+        stdin: None,
+    }
+}
+
+fn put(path: &str, content: &[u8], mode: u32) -> Op {
+    Op::Put {
+        path: path.into(),
+        content: content.to_vec(),
+        mode,
+        owner: Some("root:root".into()),
+    }
+}
+
+/// The service-layer steps before provisioning (facts, bootstrap, binary, container manager).
+fn service_steps(hostname: &str) -> Vec<Op> {
+    vec![
+        // facts
+        exec("uname -srm"),
+        exec("cat /etc/os-release"),
+        exec("nproc && grep -E '^(MemTotal|SwapTotal):' /proc/meminfo"),
+        exec("command -v systemctl || true"),
+        // bootstrap
+        exec(format!("hostname {}", quote(hostname))),
+        exec("swapoff -a 2>/dev/null || true"),
+        put(
+            "/etc/modules-load.d/capkk.conf",
+            b"overlay\nbr_netfilter\n",
+            0o644,
+        ),
+        put("/etc/sysctl.d/99-capkk.conf", SYSCTL.as_bytes(), 0o644),
+        exec("sysctl --system >/dev/null 2>&1 || true"),
+        exec("mkdir -p /var/lib/capkk /etc/kubernetes/manifests /opt/cni/bin /var/lib/kubelet"),
+        // binary (the artifact itself is the stand-in placed out of band)
+        exec("test -x /usr/local/bin/kubeadm && sha256sum /usr/local/bin/kubeadm"),
+        exec("kubeadm version -o short"),
+        // container manager
+        put("/etc/containerd/config.toml", CONTAINERD_CONFIG.as_bytes(), 0o644),
+        put(
+            "/etc/systemd/system/containerd.service",
+            CONTAINERD_UNIT.as_bytes(),
+            0o644,
+        ),
+        exec("systemctl daemon-reload"),
+        exec("systemctl enable --now containerd"),
+        exec("systemctl is-active containerd"),
+    ]
+}
+
+/// Build the workload for these hosts from the fixture text.
+pub fn build(fixture: &str, fixture_name: &str, hosts: &[String]) -> anyhow::Result<Workload> {
+    let mut w = Workload {
+        source: format!(
+            "bench plan: 17 service-layer steps (facts, bootstrap, binary, containermanager) + \
+             {fixture_name} (write_files, runcmd)"
+        ),
+        ..Default::default()
+    };
+    for host in hosts {
+        let (files, cmds) = read_fixture(fixture, host)?;
+        let mut ops = service_steps(host);
+        for f in &files {
+            ops.push(Op::Put {
+                path: f.path.clone(),
+                content: f.content.clone(),
+                mode: f.mode,
+                owner: Some(f.owner.clone()),
+            });
+        }
+        ops.extend(cmds.iter().map(|c| exec(c.clone())));
+        w.ops.insert(host.clone(), ops);
+        let e = w.expect.entry(host.clone()).or_default();
+        e.exact.insert(SENTINEL.into(), "success\n".into());
+        let kubeadm_calls: Vec<String> = cmds
+            .iter()
+            .filter_map(|c| kubeadm_args(c))
+            .map(|a| format!("{a}\n"))
+            .collect();
+        let mut log = String::from("version -o short\n");
+        log.push_str(&kubeadm_calls.concat());
+        e.exact.insert(KUBEADM_LOG.into(), log);
+    }
+    w.reset_paths = [
+        "/run/cluster-api",
+        "/run/kubeadm",
+        "/var/lib/capkk",
+        "/etc/kubernetes",
+        "/root/.kube",
+        "/etc/containerd",
+        "/etc/systemd/system/containerd.service",
+        "/etc/modules-load.d/capkk.conf",
+        "/etc/sysctl.d/99-capkk.conf",
+        KUBEADM_LOG,
+        "/var/log/capkk-prekubeadm.log",
+        "/var/log/capkk-hostname",
+    ]
+    .map(String::from)
+    .to_vec();
+    w.derive_file_checks();
+    Ok(w)
+}
+
+/// The arguments the stand-in records for a runcmd entry that calls `kubeadm` (`kubeadm init --config x && …`).
+fn kubeadm_args(cmd: &str) -> Option<String> {
+    let rest = cmd.trim_start().strip_prefix("kubeadm ")?;
+    let args = rest.split("&&").next()?.trim();
+    // The stand-in echoes "$*": words joined by single spaces.
+    Some(args.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_has_service_steps_files_and_commands_for_every_host() {
+        let fixture = include_str!("../fixtures/cabpk-controlplane-init.yaml");
+        let w = build(fixture, "fixture", &["h1".into(), "h2".into()]).unwrap();
+        assert_eq!(w.ops.len(), 2);
+        let ops = &w.ops["h1"];
+        assert!(ops.len() >= 35, "{} ops", ops.len());
+        assert!(
+            ops.iter()
+                .any(|o| matches!(o, Op::Put { path, .. } if path == "/run/kubeadm/kubeadm.yaml"))
+        );
+        let e = &w.expect["h2"];
+        assert_eq!(e.exact[SENTINEL], "success\n");
+        assert_eq!(
+            e.exact[KUBEADM_LOG],
+            "version -o short\ninit --config /run/kubeadm/kubeadm.yaml\n"
+        );
+        assert!(e.files.contains_key("/etc/kubernetes/pki/ca.key"));
+        assert!(w.reset_paths.iter().any(|p| p == "/run/cluster-api"));
+        assert_ne!(w.digests()["h1"], w.digests()["h2"], "per-host rendering differs");
+    }
+}
