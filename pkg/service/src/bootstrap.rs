@@ -338,7 +338,9 @@ pub fn reset_script(opts: &ResetOptions) -> Script {
             raw = p
         ));
     }
-    rm.push_str("if [ \"$CHANGED\" = 1 ] && command -v systemctl >/dev/null 2>&1; then systemctl daemon-reload; fi\n");
+    rm.push_str(
+        "if [ \"$CHANGED\" = 1 ] && command -v systemctl >/dev/null 2>&1; then systemctl daemon-reload; fi\n",
+    );
     s.step("remove-paths", rm);
     s
 }
@@ -363,7 +365,8 @@ mod tests {
     use super::*;
 
     fn facts() -> HostFacts {
-        crate::facts::parse("@@os-release\nID=debian\n@@end\nmachine=x86_64\npm=apt-get\nsystemctl=/x\n").unwrap()
+        crate::facts::parse("@@os-release\nID=debian\n@@end\nmachine=x86_64\npm=apt-get\nsystemctl=/x\n")
+            .unwrap()
     }
 
     #[test]
@@ -375,10 +378,20 @@ mod tests {
         };
         assert!(prepare_script(&id, &facts()).is_ok());
         id.hostname = "bad name;rm".into();
-        assert!(prepare_script(&id, &facts()).unwrap_err().to_string().contains("hostname"));
+        assert!(
+            prepare_script(&id, &facts())
+                .unwrap_err()
+                .to_string()
+                .contains("hostname")
+        );
         id.hostname = "ok".into();
         id.hosts_entries.push(("not-ip".into(), vec!["x".into()]));
-        assert!(prepare_script(&id, &facts()).unwrap_err().to_string().contains("hosts entry 1 address"));
+        assert!(
+            prepare_script(&id, &facts())
+                .unwrap_err()
+                .to_string()
+                .contains("hosts entry 1 address")
+        );
     }
 
     #[test]

@@ -22,10 +22,7 @@ use tracing::instrument;
 
 use crate::{
     Error, Result,
-    binary::{
-        ArtifactCache, ArtifactRequest, ComponentSource, catalogue,
-        stage,
-    },
+    binary::{ArtifactCache, ArtifactRequest, ComponentSource, catalogue, stage},
     facts::{HostFacts, script::put_file},
     journal::{Progress, Redactor, StepRunner},
 };
@@ -123,7 +120,8 @@ fn socket_path(sock: &str) -> &str {
 
 fn valid_registry(r: &str) -> bool {
     !r.is_empty()
-        && r.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.:_[]".contains(&b))
+        && r.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-.:_[]".contains(&b))
 }
 
 fn toml_str(s: &str) -> String {
@@ -143,7 +141,11 @@ fn toml_str(s: &str) -> String {
 /// `/etc/containerd/config.toml`.
 pub fn config_toml(cfg: &ContainerdConfig) -> String {
     let sock = socket_path(cfg.cri_socket.as_deref().unwrap_or(DEFAULT_CRI_SOCKET));
-    let sandbox = cfg.sandbox_image.as_deref().filter(|s| !s.is_empty()).unwrap_or(DEFAULT_SANDBOX_IMAGE);
+    let sandbox = cfg
+        .sandbox_image
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .unwrap_or(DEFAULT_SANDBOX_IMAGE);
     format!(
         "# Managed by capkk.\nversion = 2\nroot = \"/var/lib/containerd\"\nstate = \"/run/containerd\"\n\n\
          [grpc]\n  address = {sock}\n\n\
@@ -179,7 +181,10 @@ pub fn hosts_tomls(cfg: &ContainerdConfig) -> Result<Vec<(String, String, u32)>>
         files.push(("docker.io".to_owned(), s, 0o644));
     }
     for (i, r) in cfg.insecure_registries.iter().enumerate() {
-        let host = r.trim_start_matches("http://").trim_start_matches("https://").trim_end_matches('/');
+        let host = r
+            .trim_start_matches("http://")
+            .trim_start_matches("https://")
+            .trim_end_matches('/');
         if !valid_registry(host) {
             return Err(Error::InvalidInput {
                 field: format!("spec.registry.insecureRegistries[{i}]"),
@@ -208,8 +213,15 @@ pub fn hosts_tomls(cfg: &ContainerdConfig) -> Result<Vec<(String, String, u32)>>
             });
         }
         let auth = cfg.registry_auth.clone().unwrap_or_default();
-        let insecure = cfg.insecure_registries.iter().any(|r| r.trim_start_matches("http://") == reg);
-        let scheme = if auth.plain_http || insecure { "http" } else { "https" };
+        let insecure = cfg
+            .insecure_registries
+            .iter()
+            .any(|r| r.trim_start_matches("http://") == reg);
+        let scheme = if auth.plain_http || insecure {
+            "http"
+        } else {
+            "https"
+        };
         let url = format!("{scheme}://{reg}");
         let mut s = format!(
             "server = {u}\n\n[host.{u}]\n  capabilities = [\"pull\", \"resolve\", \"push\"]\n",
@@ -238,7 +250,11 @@ pub fn hosts_tomls(cfg: &ContainerdConfig) -> Result<Vec<(String, String, u32)>>
             (Some(u), Some(p)) if !u.is_empty() => {
                 use base64::Engine as _;
                 let token = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"));
-                s.push_str(&format!("  [host.{}.header]\n    Authorization = {}\n", toml_str(&url), toml_str(&format!("Basic {token}"))));
+                s.push_str(&format!(
+                    "  [host.{}.header]\n    Authorization = {}\n",
+                    toml_str(&url),
+                    toml_str(&format!("Basic {token}"))
+                ));
                 mode = 0o600;
             }
             (Some(_), None) | (None, Some(_)) => {
@@ -309,18 +325,27 @@ pub async fn ensure(
     }
     let version = catalogue::normalize_version(
         "containerd",
-        cfg.version.as_deref().filter(|v| !v.is_empty()).unwrap_or(catalogue::DEFAULT_CONTAINERD_VERSION),
+        cfg.version
+            .as_deref()
+            .filter(|v| !v.is_empty())
+            .unwrap_or(catalogue::DEFAULT_CONTAINERD_VERSION),
     );
     let requests = [
         ArtifactRequest::new("containerd", &version, &facts.arch),
         ArtifactRequest::new(
             "runc",
-            cfg.runc_version.as_deref().filter(|v| !v.is_empty()).unwrap_or(catalogue::DEFAULT_RUNC_VERSION),
+            cfg.runc_version
+                .as_deref()
+                .filter(|v| !v.is_empty())
+                .unwrap_or(catalogue::DEFAULT_RUNC_VERSION),
             &facts.arch,
         ),
         ArtifactRequest::new(
             "crictl",
-            cfg.crictl_version.as_deref().filter(|v| !v.is_empty()).unwrap_or(catalogue::DEFAULT_CRICTL_VERSION),
+            cfg.crictl_version
+                .as_deref()
+                .filter(|v| !v.is_empty())
+                .unwrap_or(catalogue::DEFAULT_CRICTL_VERSION),
             &facts.arch,
         ),
     ];
@@ -344,13 +369,25 @@ pub async fn ensure(
     let out = runner
         .run(
             "probe-runtime",
-            capkk_executor::ExecRequest::new("sh -s").sudo().stdin(probe).timeout(Duration::from_secs(60)),
+            capkk_executor::ExecRequest::new("sh -s")
+                .sudo()
+                .stdin(probe)
+                .timeout(Duration::from_secs(60)),
         )
         .await?;
-    if let Some(line) = out.stdout_str().lines().find_map(|l| l.strip_prefix("foreign=").map(str::to_owned)) {
-        let has_version = line.split_whitespace().any(|w| w.trim_start_matches('v') == version);
+    if let Some(line) = out
+        .stdout_str()
+        .lines()
+        .find_map(|l| l.strip_prefix("foreign=").map(str::to_owned))
+    {
+        let has_version = line
+            .split_whitespace()
+            .any(|w| w.trim_start_matches('v') == version);
         if has_version {
-            runner.record_skip("containerd", &format!("containerd already running and not managed by capkk: {line}"));
+            runner.record_skip(
+                "containerd",
+                &format!("containerd already running and not managed by capkk: {line}"),
+            );
             return Ok(ContainerdOutcome {
                 skipped_existing: true,
                 ..Default::default()
@@ -379,7 +416,11 @@ pub async fn ensure(
     let restart_needed = !staged.uploaded.is_empty() || !staged.host_downloaded.is_empty();
     let mut conf = put_file(CONFIG_TOML, 0o644, config_toml(cfg).as_bytes());
     for (reg, content, mode) in &hosts {
-        conf.push_str(&put_file(&format!("{CERTS_D}/{reg}/hosts.toml"), *mode, content.as_bytes()));
+        conf.push_str(&put_file(
+            &format!("{CERTS_D}/{reg}/hosts.toml"),
+            *mode,
+            content.as_bytes(),
+        ));
     }
     conf.push_str(&put_file(CRICTL_YAML, 0o644, crictl_yaml(cfg).as_bytes()));
     // Steps run in separate subshells: a pending restart is handed over (and survives a failed start) as a
@@ -402,7 +443,13 @@ pub async fn ensure(
         ),
     );
     let run = script
-        .run(exec, "containermanager", progress, &redactor, Duration::from_secs(900))
+        .run(
+            exec,
+            "containermanager",
+            progress,
+            &redactor,
+            Duration::from_secs(900),
+        )
         .await?;
     Ok(ContainerdOutcome {
         bytes_uploaded: staged.bytes_uploaded,
@@ -441,7 +488,10 @@ mod tests {
         assert_eq!(files.len(), 3);
         assert_eq!(files[0].0, "docker.io");
         assert!(files[0].1.contains("[host.\"https://mirror.example\"]"));
-        assert!(files[1].1.contains("server = \"http://10.0.0.9:5000\"") && files[1].1.contains("skip_verify = true"));
+        assert!(
+            files[1].1.contains("server = \"http://10.0.0.9:5000\"")
+                && files[1].1.contains("skip_verify = true")
+        );
         let (reg, content, mode) = &files[2];
         assert_eq!(reg, "registry.local");
         assert_eq!(*mode, 0o600);
@@ -456,12 +506,22 @@ mod tests {
             registry_mirrors: vec!["mirror.example".into()],
             ..Default::default()
         };
-        assert!(hosts_tomls(&bad).unwrap_err().to_string().contains("registryMirrors[0]"));
+        assert!(
+            hosts_tomls(&bad)
+                .unwrap_err()
+                .to_string()
+                .contains("registryMirrors[0]")
+        );
         let bad = ContainerdConfig {
             insecure_registries: vec!["a b".into()],
             ..Default::default()
         };
-        assert!(hosts_tomls(&bad).unwrap_err().to_string().contains("insecureRegistries[0]"));
+        assert!(
+            hosts_tomls(&bad)
+                .unwrap_err()
+                .to_string()
+                .contains("insecureRegistries[0]")
+        );
         let bad = ContainerdConfig {
             private_registry: Some("r.local".into()),
             registry_auth: Some(RegistryAuth {

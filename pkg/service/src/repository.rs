@@ -30,8 +30,15 @@ use crate::{
 /// Default packages on apt hosts.
 pub const DEFAULT_APT_PACKAGES: &[&str] = &["conntrack", "socat", "ebtables", "ipset", "ipvsadm", "chrony"];
 /// Default packages on dnf/yum hosts.
-pub const DEFAULT_RPM_PACKAGES: &[&str] =
-    &["openssl", "conntrack-tools", "socat", "ebtables", "ipset", "ipvsadm", "chrony"];
+pub const DEFAULT_RPM_PACKAGES: &[&str] = &[
+    "openssl",
+    "conntrack-tools",
+    "socat",
+    "ebtables",
+    "ipset",
+    "ipvsadm",
+    "chrony",
+];
 /// Where an ISO is kept on the host.
 pub const ISO_DIR: &str = "/var/lib/capkk/repository";
 /// Where an ISO is mounted.
@@ -63,7 +70,12 @@ pub struct RepositoryConfig {
 
 impl RepositoryConfig {
     /// Map the API's `iso` value: `None`/`""` → `None` (skip the phase), `none` → host sources, else ISO.
-    pub fn from_api(iso: Option<&str>, update: bool, packages: Vec<String>, component: ComponentSource) -> Option<Self> {
+    pub fn from_api(
+        iso: Option<&str>,
+        update: bool,
+        packages: Vec<String>,
+        component: ComponentSource,
+    ) -> Option<Self> {
         let source = match iso.map(str::trim) {
             None | Some("") => return None,
             Some("none") => PackageSource::HostSources,
@@ -90,7 +102,8 @@ pub struct RepositoryOutcome {
 fn valid_package(p: &str) -> bool {
     !p.is_empty()
         && !p.starts_with('-')
-        && p.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-._:".contains(&b))
+        && p.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+-._:".contains(&b))
 }
 
 /// The package list for this host.
@@ -192,7 +205,10 @@ pub fn install_script(pm: PackageManager, missing: &[String], update: bool, iso:
                 body.push_str(&put_file(
                     "/etc/yum.repos.d/capkk-iso.repo",
                     0o644,
-                    format!("[capkk-iso]\nname=capkk ISO\nbaseurl=file://{ISO_MOUNT}\nenabled=1\ngpgcheck=0\n").as_bytes(),
+                    format!(
+                        "[capkk-iso]\nname=capkk ISO\nbaseurl=file://{ISO_MOUNT}\nenabled=1\ngpgcheck=0\n"
+                    )
+                    .as_bytes(),
                 ));
                 opts.push_str(" --disablerepo=* --enablerepo=capkk-iso");
             }
@@ -227,7 +243,9 @@ pub async fn ensure(
     let out = runner
         .run(
             "probe-packages",
-            ExecRequest::new(probe_command(pm, &packages)).sudo().timeout(Duration::from_secs(120)),
+            ExecRequest::new(probe_command(pm, &packages))
+                .sudo()
+                .timeout(Duration::from_secs(120)),
         )
         .await?;
     let missing: Vec<String> = out
@@ -237,14 +255,21 @@ pub async fn ensure(
         .map(str::to_owned)
         .collect();
     if missing.is_empty() {
-        runner.record_skip("install-packages", &format!("all {} packages installed", packages.len()));
+        runner.record_skip(
+            "install-packages",
+            &format!("all {} packages installed", packages.len()),
+        );
         return Ok(RepositoryOutcome::default());
     }
     let mut outcome = RepositoryOutcome::default();
     let iso = match &cfg.source {
         PackageSource::HostSources => None,
         PackageSource::Iso(name) => {
-            let name = if name == "auto" { auto_iso_name(facts) } else { name.clone() };
+            let name = if name == "auto" {
+                auto_iso_name(facts)
+            } else {
+                name.clone()
+            };
             if name.contains('/') || name.starts_with('.') {
                 return Err(Error::InvalidInput {
                     field: "spec.repository.iso".into(),
@@ -276,15 +301,25 @@ async fn upload_iso(
     let url = match ov {
         Some(o) if o.url.as_deref().is_some_and(|u| !u.is_empty()) => o.url.clone().unwrap_or_default(),
         Some(o) if o.path.as_deref().is_some_and(|p| !p.is_empty()) => {
-            format!("{base}/{}", o.path.as_deref().unwrap_or_default().trim_start_matches('/'))
+            format!(
+                "{base}/{}",
+                o.path.as_deref().unwrap_or_default().trim_start_matches('/')
+            )
         }
         _ => format!("{base}/kubesphere/kubekey/releases/download/v2.2.2/{name}"),
     };
     let field = "spec.component.overrides[id=iso].checksum";
-    let sha = if let Some(v) = ov.and_then(|o| o.checksum_value.clone()).filter(|v| !v.is_empty()) {
+    let sha = if let Some(v) = ov
+        .and_then(|o| o.checksum_value.clone())
+        .filter(|v| !v.is_empty())
+    {
         v.to_ascii_lowercase()
     } else if let Some(p) = ov.and_then(|o| o.checksum_path.clone()).filter(|v| !v.is_empty()) {
-        let curl = if p.starts_with("http") { p } else { format!("{base}/{}", p.trim_start_matches('/')) };
+        let curl = if p.starts_with("http") {
+            p
+        } else {
+            format!("{base}/{}", p.trim_start_matches('/'))
+        };
         let text = cache.fetch_text(&curl).await?;
         catalogue::parse_checksum_file(&text, name).ok_or_else(|| Error::InvalidInput {
             field: field.into(),
@@ -293,7 +328,9 @@ async fn upload_iso(
     } else {
         return Err(Error::InvalidInput {
             field: field.into(),
-            message: format!("ISO {name} needs a SHA-256: set checksum.value or checksum.path on an override with id iso"),
+            message: format!(
+                "ISO {name} needs a SHA-256: set checksum.value or checksum.path on an override with id iso"
+            ),
         });
     };
     let dest = format!("{ISO_DIR}/{name}");
@@ -306,7 +343,11 @@ async fn upload_iso(
     let out = runner
         .run(
             "probe-iso",
-            ExecRequest::new(format!("sha256sum {} 2>/dev/null | cut -d' ' -f1; true", quote(&dest))).sudo(),
+            ExecRequest::new(format!(
+                "sha256sum {} 2>/dev/null | cut -d' ' -f1; true",
+                quote(&dest)
+            ))
+            .sudo(),
         )
         .await?;
     if out.stdout_str().trim() == sha {
@@ -338,25 +379,46 @@ mod tests {
     fn maps_api_values_and_validates_packages() {
         assert!(RepositoryConfig::from_api(None, false, vec![], Default::default()).is_none());
         assert!(RepositoryConfig::from_api(Some(""), false, vec![], Default::default()).is_none());
-        let c = RepositoryConfig::from_api(Some("none"), true, vec!["socat".into()], Default::default()).unwrap();
+        let c =
+            RepositoryConfig::from_api(Some("none"), true, vec!["socat".into()], Default::default()).unwrap();
         assert_eq!(c.source, PackageSource::HostSources);
         assert_eq!(packages_for(&c, PackageManager::Apt).unwrap(), vec!["socat"]);
-        let bad = RepositoryConfig::from_api(Some("none"), true, vec!["-oops".into()], Default::default()).unwrap();
-        assert!(packages_for(&bad, PackageManager::Dnf).unwrap_err().to_string().contains("packages[0]"));
+        let bad =
+            RepositoryConfig::from_api(Some("none"), true, vec!["-oops".into()], Default::default()).unwrap();
+        assert!(
+            packages_for(&bad, PackageManager::Dnf)
+                .unwrap_err()
+                .to_string()
+                .contains("packages[0]")
+        );
         let d = RepositoryConfig::from_api(Some("none"), false, vec![], Default::default()).unwrap();
-        assert!(packages_for(&d, PackageManager::Dnf).unwrap().contains(&"conntrack-tools".to_string()));
+        assert!(
+            packages_for(&d, PackageManager::Dnf)
+                .unwrap()
+                .contains(&"conntrack-tools".to_string())
+        );
     }
 
     #[test]
     fn iso_scripts_use_only_the_iso_and_clean_up() {
-        let apt = install_script(PackageManager::Apt, &["socat".into()], false, Some("debian12-debs-amd64.iso")).render();
-        assert!(apt.contains("mount -o loop,ro /var/lib/capkk/repository/debian12-debs-amd64.iso /mnt/capkk-repository"));
+        let apt = install_script(
+            PackageManager::Apt,
+            &["socat".into()],
+            false,
+            Some("debian12-debs-amd64.iso"),
+        )
+        .render();
+        assert!(apt.contains(
+            "mount -o loop,ro /var/lib/capkk/repository/debian12-debs-amd64.iso /mnt/capkk-repository"
+        ));
         assert!(apt.contains("Dir::Etc::sourceparts=-"));
         assert!(apt.contains("trap 'umount /mnt/capkk-repository"));
         let dnf = install_script(PackageManager::Dnf, &["socat".into()], false, Some("x.iso")).render();
         assert!(dnf.contains("--disablerepo=* --enablerepo=capkk-iso"));
         assert!(dnf.contains("rm -f /etc/yum.repos.d/capkk-iso.repo"));
-        let facts = crate::facts::parse("@@os-release\nID=ubuntu\nVERSION_ID=\"22.04\"\n@@end\nmachine=x86_64\n").unwrap();
+        let facts =
+            crate::facts::parse("@@os-release\nID=ubuntu\nVERSION_ID=\"22.04\"\n@@end\nmachine=x86_64\n")
+                .unwrap();
         assert_eq!(auto_iso_name(&facts), "ubuntu-22.04-debs-amd64.iso");
     }
 }

@@ -34,7 +34,9 @@ pub struct ArtifactCache {
 
 impl std::fmt::Debug for ArtifactCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ArtifactCache").field("root", &self.root).finish_non_exhaustive()
+        f.debug_struct("ArtifactCache")
+            .field("root", &self.root)
+            .finish_non_exhaustive()
     }
 }
 
@@ -129,7 +131,9 @@ impl ArtifactCache {
                 actual,
             });
         }
-        tokio::fs::rename(&tmp, &dest).await.map_err(|e| local_io(&dest, e))?;
+        tokio::fs::rename(&tmp, &dest)
+            .await
+            .map_err(|e| local_io(&dest, e))?;
         self.downloads.fetch_add(1, Ordering::Relaxed);
         self.bytes_downloaded.fetch_add(size, Ordering::Relaxed);
         debug!(size, "cached");
@@ -182,7 +186,9 @@ impl ArtifactCache {
         }
         let body = resp.bytes().await.map_err(|e| dl(e.to_string()))?;
         if body.len() > CHECKSUM_FILE_LIMIT {
-            return Err(dl(format!("checksum file larger than {CHECKSUM_FILE_LIMIT} bytes")));
+            return Err(dl(format!(
+                "checksum file larger than {CHECKSUM_FILE_LIMIT} bytes"
+            )));
         }
         Ok(String::from_utf8_lossy(&body).into_owned())
     }
@@ -191,6 +197,11 @@ impl ArtifactCache {
 fn rand_suffix() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
     h.finish()
 }

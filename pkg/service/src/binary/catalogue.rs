@@ -56,28 +56,138 @@ pub const STAGING_DIR: &str = "/var/lib/capkk/staging";
 
 /// `(id, arch, version, sha256)` of upstream release files, from KubeKey's `version/components.json`.
 pub const KNOWN_SHA256: &[(&str, &str, &str, &str)] = &[
-    ("kubeadm", "amd64", "v1.31.4", "6c8e2fd2fa2cab51debf215fcb9149b94e7046f69ff558290066875200975cf6"),
-    ("kubeadm", "amd64", "v1.32.0", "8a10abe691a693d6deeeb1c992bc75da9d8c76718a22327688f7eb1d7c15f0d6"),
-    ("kubeadm", "arm64", "v1.31.4", "4598c2f0c69e60feb47a070376da358f16efe0e1403c6aca97fa8f7ab1d0e7c0"),
-    ("kubeadm", "arm64", "v1.32.0", "5da9746a449a3b8a8312b6dd8c48dcb861036cf394306cfbc66a298ba1e8fbde"),
-    ("kubelet", "amd64", "v1.31.4", "9062fbb2b6054ecab07b9e841b0a49ab4acc224860b01c218d01ba95017c5e49"),
-    ("kubelet", "amd64", "v1.32.0", "5ad4965598773d56a37a8e8429c3dc3d86b4c5c26d8417ab333ae345c053dae2"),
-    ("kubelet", "arm64", "v1.31.4", "fb6f02f3324a72307acc11998eb5b1c3778167ae165c98f9d49bd011498e72f8"),
-    ("kubelet", "arm64", "v1.32.0", "bda9b2324c96693b38c41ecea051bab4c7c434be5683050b5e19025b50dbc0bf"),
-    ("kubectl", "amd64", "v1.31.4", "298e19e9c6c17199011404278f0ff8168a7eca4217edad9097af577023a5620f"),
-    ("kubectl", "amd64", "v1.32.0", "646d58f6d98ee670a71d9cdffbf6625aeea2849d567f214bc43a35f8ccb7bf70"),
-    ("kubectl", "arm64", "v1.31.4", "b97e93c20e3be4b8c8fa1235a41b4d77d4f2022ed3d899230dbbbbd43d26f872"),
-    ("kubectl", "arm64", "v1.32.0", "ba4004f98f3d3a7b7d2954ff0a424caa2c2b06b78c17b1dccf2acc76a311a896"),
-    ("cni", "amd64", "v1.2.0", "f3a841324845ca6bf0d4091b4fc7f97e18a623172158b72fc3fdcdb9d42d2d37"),
-    ("cni", "amd64", "v1.3.0", "754a71ed60a4bd08726c3af705a7d55ee3df03122b12e389fdba4bea35d7dd7e"),
-    ("cni", "arm64", "v1.2.0", "525e2b62ba92a1b6f3dc9612449a84aa61652e680f7ebf4eff579795fe464b57"),
-    ("cni", "arm64", "v1.3.0", "de7a666fd6ad83a228086bd55756db62ef335a193d1b143d910b69f079e30598"),
-    ("crictl", "amd64", "v1.29.0", "d16a1ffb3938f5a19d5c8f45d363bd091ef89c0bc4d44ad16b933eede32fdcbb"),
-    ("crictl", "arm64", "v1.29.0", "0b615cfa00c331fb9c4524f3d4058a61cc487b33a3436d1269e7832cf283f925"),
-    ("containerd", "amd64", "1.7.13", "c2371c009dd8b7738663333d91e5ab50d204f8bcae24201f45d59060d12c3a23"),
-    ("containerd", "arm64", "1.7.13", "118759e398f35337109592b4d237538872dc12a207d38832b9d04515d0acbc4d"),
-    ("runc", "amd64", "v1.1.12", "aadeef400b8f05645768c1476d1023f7875b78f52c7ff1967a6dbce236b8cbd8"),
-    ("runc", "arm64", "v1.1.12", "879f910a05c95c10c64ad8eb7d5e3aa8e4b30e65587b3d68e009a3565aed5bb8"),
+    (
+        "kubeadm",
+        "amd64",
+        "v1.31.4",
+        "6c8e2fd2fa2cab51debf215fcb9149b94e7046f69ff558290066875200975cf6",
+    ),
+    (
+        "kubeadm",
+        "amd64",
+        "v1.32.0",
+        "8a10abe691a693d6deeeb1c992bc75da9d8c76718a22327688f7eb1d7c15f0d6",
+    ),
+    (
+        "kubeadm",
+        "arm64",
+        "v1.31.4",
+        "4598c2f0c69e60feb47a070376da358f16efe0e1403c6aca97fa8f7ab1d0e7c0",
+    ),
+    (
+        "kubeadm",
+        "arm64",
+        "v1.32.0",
+        "5da9746a449a3b8a8312b6dd8c48dcb861036cf394306cfbc66a298ba1e8fbde",
+    ),
+    (
+        "kubelet",
+        "amd64",
+        "v1.31.4",
+        "9062fbb2b6054ecab07b9e841b0a49ab4acc224860b01c218d01ba95017c5e49",
+    ),
+    (
+        "kubelet",
+        "amd64",
+        "v1.32.0",
+        "5ad4965598773d56a37a8e8429c3dc3d86b4c5c26d8417ab333ae345c053dae2",
+    ),
+    (
+        "kubelet",
+        "arm64",
+        "v1.31.4",
+        "fb6f02f3324a72307acc11998eb5b1c3778167ae165c98f9d49bd011498e72f8",
+    ),
+    (
+        "kubelet",
+        "arm64",
+        "v1.32.0",
+        "bda9b2324c96693b38c41ecea051bab4c7c434be5683050b5e19025b50dbc0bf",
+    ),
+    (
+        "kubectl",
+        "amd64",
+        "v1.31.4",
+        "298e19e9c6c17199011404278f0ff8168a7eca4217edad9097af577023a5620f",
+    ),
+    (
+        "kubectl",
+        "amd64",
+        "v1.32.0",
+        "646d58f6d98ee670a71d9cdffbf6625aeea2849d567f214bc43a35f8ccb7bf70",
+    ),
+    (
+        "kubectl",
+        "arm64",
+        "v1.31.4",
+        "b97e93c20e3be4b8c8fa1235a41b4d77d4f2022ed3d899230dbbbbd43d26f872",
+    ),
+    (
+        "kubectl",
+        "arm64",
+        "v1.32.0",
+        "ba4004f98f3d3a7b7d2954ff0a424caa2c2b06b78c17b1dccf2acc76a311a896",
+    ),
+    (
+        "cni",
+        "amd64",
+        "v1.2.0",
+        "f3a841324845ca6bf0d4091b4fc7f97e18a623172158b72fc3fdcdb9d42d2d37",
+    ),
+    (
+        "cni",
+        "amd64",
+        "v1.3.0",
+        "754a71ed60a4bd08726c3af705a7d55ee3df03122b12e389fdba4bea35d7dd7e",
+    ),
+    (
+        "cni",
+        "arm64",
+        "v1.2.0",
+        "525e2b62ba92a1b6f3dc9612449a84aa61652e680f7ebf4eff579795fe464b57",
+    ),
+    (
+        "cni",
+        "arm64",
+        "v1.3.0",
+        "de7a666fd6ad83a228086bd55756db62ef335a193d1b143d910b69f079e30598",
+    ),
+    (
+        "crictl",
+        "amd64",
+        "v1.29.0",
+        "d16a1ffb3938f5a19d5c8f45d363bd091ef89c0bc4d44ad16b933eede32fdcbb",
+    ),
+    (
+        "crictl",
+        "arm64",
+        "v1.29.0",
+        "0b615cfa00c331fb9c4524f3d4058a61cc487b33a3436d1269e7832cf283f925",
+    ),
+    (
+        "containerd",
+        "amd64",
+        "1.7.13",
+        "c2371c009dd8b7738663333d91e5ab50d204f8bcae24201f45d59060d12c3a23",
+    ),
+    (
+        "containerd",
+        "arm64",
+        "1.7.13",
+        "118759e398f35337109592b4d237538872dc12a207d38832b9d04515d0acbc4d",
+    ),
+    (
+        "runc",
+        "amd64",
+        "v1.1.12",
+        "aadeef400b8f05645768c1476d1023f7875b78f52c7ff1967a6dbce236b8cbd8",
+    ),
+    (
+        "runc",
+        "arm64",
+        "v1.1.12",
+        "879f910a05c95c10c64ad8eb7d5e3aa8e4b30e65587b3d68e009a3565aed5bb8",
+    ),
 ];
 
 /// The embedded checksum for `(id, arch, version)`, if known.
@@ -261,7 +371,15 @@ fn layout(id: &str) -> Option<Layout> {
 }
 
 /// Known artifact ids.
-pub const ARTIFACT_IDS: &[&str] = &["kubeadm", "kubelet", "kubectl", "cni", "crictl", "containerd", "runc"];
+pub const ARTIFACT_IDS: &[&str] = &[
+    "kubeadm",
+    "kubelet",
+    "kubectl",
+    "cni",
+    "crictl",
+    "containerd",
+    "runc",
+];
 
 fn install_of(id: &str) -> Install {
     match id {
@@ -299,7 +417,10 @@ pub fn normalize_version(id: &str, version: &str) -> String {
 }
 
 fn fill(template: &str, id: &str, v: &str, arch: &str) -> String {
-    template.replace("{v}", v).replace("{arch}", arch).replace("{id}", id)
+    template
+        .replace("{v}", v)
+        .replace("{arch}", arch)
+        .replace("{id}", id)
 }
 
 fn origin(url: &str) -> &str {
@@ -330,7 +451,11 @@ pub fn resolve(req: &ArtifactRequest, source: &ComponentSource) -> Result<Artifa
     let Some(layout) = layout(&req.id) else {
         return Err(Error::InvalidInput {
             field: "spec.component.overrides[].id".into(),
-            message: format!("unknown artifact {:?}; known: {}", req.id, ARTIFACT_IDS.join(", ")),
+            message: format!(
+                "unknown artifact {:?}; known: {}",
+                req.id,
+                ARTIFACT_IDS.join(", ")
+            ),
         });
     };
     let arch = crate::facts::normalize_arch(&req.arch);
@@ -348,7 +473,11 @@ pub fn resolve(req: &ArtifactRequest, source: &ComponentSource) -> Result<Artifa
         });
     }
     let host = source.host.as_deref().map(str::trim).filter(|h| !h.is_empty());
-    let cn = source.zone.as_deref().map(|z| z.eq_ignore_ascii_case("cn")).unwrap_or(false);
+    let cn = source
+        .zone
+        .as_deref()
+        .map(|z| z.eq_ignore_ascii_case("cn"))
+        .unwrap_or(false);
     let default_url = if let Some(h) = host {
         join(h, &fill(layout.host_path, &req.id, &v, &arch))
     } else if cn {
@@ -358,7 +487,9 @@ pub fn resolve(req: &ArtifactRequest, source: &ComponentSource) -> Result<Artifa
     };
     let ov = source.overrides.iter().find(|o| {
         o.id == req.id
-            && o.arch.as_deref().is_none_or(|a| a.is_empty() || crate::facts::normalize_arch(a) == arch)
+            && o.arch
+                .as_deref()
+                .is_none_or(|a| a.is_empty() || crate::facts::normalize_arch(a) == arch)
             && o.version
                 .as_deref()
                 .is_none_or(|ver| ver.is_empty() || normalize_version(&req.id, ver) == v)
@@ -369,7 +500,9 @@ pub fn resolve(req: &ArtifactRequest, source: &ComponentSource) -> Result<Artifa
             o.url.as_deref().unwrap_or_default().trim().to_owned()
         }
         Some(o) if o.path.as_deref().is_some_and(|p| !p.trim().is_empty()) => {
-            let base = host.map(str::to_owned).unwrap_or_else(|| origin(&default_url).to_owned());
+            let base = host
+                .map(str::to_owned)
+                .unwrap_or_else(|| origin(&default_url).to_owned());
             join(&base, o.path.as_deref().unwrap_or_default().trim())
         }
         _ => default_url,
@@ -381,9 +514,15 @@ pub fn resolve(req: &ArtifactRequest, source: &ComponentSource) -> Result<Artifa
         });
     }
     let file_name = url.rsplit('/').next().unwrap_or_default().to_owned();
-    let checksum = if let Some(value) = ov.and_then(|o| o.checksum_value.as_deref()).filter(|s| !s.trim().is_empty()) {
+    let checksum = if let Some(value) = ov
+        .and_then(|o| o.checksum_value.as_deref())
+        .filter(|s| !s.trim().is_empty())
+    {
         ChecksumSource::Value(validate_hex(&field("checksum.value"), value)?)
-    } else if let Some(path) = ov.and_then(|o| o.checksum_path.as_deref()).filter(|s| !s.trim().is_empty()) {
+    } else if let Some(path) = ov
+        .and_then(|o| o.checksum_path.as_deref())
+        .filter(|s| !s.trim().is_empty())
+    {
         let url = if path.starts_with("http://") || path.starts_with("https://") {
             path.to_owned()
         } else if let Some(h) = host {
@@ -422,7 +561,11 @@ pub fn resolve(req: &ArtifactRequest, source: &ComponentSource) -> Result<Artifa
 pub fn parse_checksum_file(text: &str, file_name: &str) -> Option<String> {
     let is_hex = |s: &str| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit());
     let mut all = Vec::new();
-    for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+    for line in text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
         // BSD: SHA256 (name) = hex
         if let Some(rest) = line.strip_prefix("SHA256 (")
             && let Some((name, hex)) = rest.split_once(") = ")
@@ -436,7 +579,9 @@ pub fn parse_checksum_file(text: &str, file_name: &str) -> Option<String> {
             continue;
         }
         let mut parts = line.split_whitespace();
-        let Some(hex) = parts.next().filter(|h| is_hex(h)) else { continue };
+        let Some(hex) = parts.next().filter(|h| is_hex(h)) else {
+            continue;
+        };
         let name = parts.next().map(|n| n.trim_start_matches('*'));
         let base = name.map(|n| n.rsplit('/').next().unwrap_or(n));
         if base == Some(file_name) {
@@ -485,7 +630,10 @@ mod tests {
             ..src()
         };
         let k = resolve(&ArtifactRequest::new("kubelet", "v1.31.4", "amd64"), &host).unwrap();
-        assert_eq!(k.url, "http://198.18.3.1:8080/kubernetes-release/release/v1.31.4/bin/linux/amd64/kubelet");
+        assert_eq!(
+            k.url,
+            "http://198.18.3.1:8080/kubernetes-release/release/v1.31.4/bin/linux/amd64/kubelet"
+        );
         let ov = ComponentSource {
             host: Some("http://mirror:80".into()),
             overrides: vec![
@@ -521,9 +669,16 @@ mod tests {
 
     #[test]
     fn refuses_unknown_checksums_ids_and_bad_values() {
-        let e = resolve(&ArtifactRequest::new("kubeadm", "v1.99.0", "amd64"), &src()).unwrap_err().to_string();
-        assert!(e.contains("kubeadm v1.99.0") && e.contains("checksum.value"), "{e}");
-        let e = resolve(&ArtifactRequest::new("helm", "v3", "amd64"), &src()).unwrap_err().to_string();
+        let e = resolve(&ArtifactRequest::new("kubeadm", "v1.99.0", "amd64"), &src())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("kubeadm v1.99.0") && e.contains("checksum.value"),
+            "{e}"
+        );
+        let e = resolve(&ArtifactRequest::new("helm", "v3", "amd64"), &src())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("unknown artifact"), "{e}");
         let bad = ComponentSource {
             overrides: vec![ArtifactOverride {
@@ -533,9 +688,13 @@ mod tests {
             }],
             ..src()
         };
-        let e = resolve(&ArtifactRequest::new("kubeadm", "v1.32.0", "amd64"), &bad).unwrap_err().to_string();
+        let e = resolve(&ArtifactRequest::new("kubeadm", "v1.32.0", "amd64"), &bad)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("overrides[id=kubeadm].checksum.value"), "{e}");
-        let e = resolve(&ArtifactRequest::new("kubeadm", "v1.32.0", "riscv64"), &src()).unwrap_err().to_string();
+        let e = resolve(&ArtifactRequest::new("kubeadm", "v1.32.0", "riscv64"), &src())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("riscv64"), "{e}");
         assert!(DownloadOn::parse(Some("sometimes")).is_err());
     }
@@ -546,9 +705,15 @@ mod tests {
         let g = "b".repeat(64);
         let gnu = format!("{h}  crictl-v1.29.0-linux-amd64.tar.gz\n{g} *other.tgz\n");
         assert_eq!(parse_checksum_file(&gnu, "other.tgz"), Some(g.clone()));
-        assert_eq!(parse_checksum_file(&gnu, "crictl-v1.29.0-linux-amd64.tar.gz"), Some(h.clone()));
+        assert_eq!(
+            parse_checksum_file(&gnu, "crictl-v1.29.0-linux-amd64.tar.gz"),
+            Some(h.clone())
+        );
         assert_eq!(parse_checksum_file(&gnu, "missing"), None);
-        assert_eq!(parse_checksum_file(&format!("{h}\n"), "anything"), Some(h.clone()));
+        assert_eq!(
+            parse_checksum_file(&format!("{h}\n"), "anything"),
+            Some(h.clone())
+        );
         let bsd = format!("SHA256 (runc.amd64) = {g}\n");
         assert_eq!(parse_checksum_file(&bsd, "runc.amd64"), Some(g));
     }

@@ -21,7 +21,8 @@ use tracing::instrument;
 
 pub use cache::ArtifactCache;
 pub use catalogue::{
-    Artifact, ArtifactOverride, ArtifactRequest, ChecksumSource, ComponentSource, DownloadOn, Install, resolve,
+    Artifact, ArtifactOverride, ArtifactRequest, ChecksumSource, ComponentSource, DownloadOn, Install,
+    resolve,
 };
 
 use crate::{
@@ -92,7 +93,10 @@ pub async fn ensure(
         .iter()
         .map(|id| ArtifactRequest::new(id, &cfg.kubernetes_version, &facts.arch))
         .collect();
-    let cni = cfg.cni_version.clone().unwrap_or_else(|| catalogue::DEFAULT_CNI_VERSION.into());
+    let cni = cfg
+        .cni_version
+        .clone()
+        .unwrap_or_else(|| catalogue::DEFAULT_CNI_VERSION.into());
     if !cni.trim().is_empty() {
         requests.push(ArtifactRequest::new("cni", &cni, &facts.arch));
     }
@@ -100,7 +104,17 @@ pub async fn ensure(
         .iter()
         .map(|r| resolve(r, &cfg.source))
         .collect::<Result<Vec<_>>>()?;
-    let (staged, _) = stage(exec, &artifacts, cfg.source.download_on, cache, "binary", progress, redactor, "").await?;
+    let (staged, _) = stage(
+        exec,
+        &artifacts,
+        cfg.source.download_on,
+        cache,
+        "binary",
+        progress,
+        redactor,
+        "",
+    )
+    .await?;
     let mut script = staged.script.clone();
     script.step("kubelet-unit", kubelet_unit_step(cfg));
     let run = script
@@ -140,7 +154,10 @@ pub fn kubelet_dropin(node_ip: Option<&str>, node_name: Option<&str>) -> String 
          EnvironmentFile=-/etc/default/kubelet\n",
     );
     if !extra.is_empty() {
-        s.push_str(&format!("Environment=\"KUBELET_EXTRA_ARGS={}\"\n", extra.join(" ")));
+        s.push_str(&format!(
+            "Environment=\"KUBELET_EXTRA_ARGS={}\"\n",
+            extra.join(" ")
+        ));
     }
     s.push_str(
         "ExecStart=\nExecStart=/usr/local/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS \
@@ -244,7 +261,10 @@ pub async fn stage(
     let out = runner
         .run(
             "probe-artifacts",
-            ExecRequest::new("sh -s").sudo().stdin(probe).timeout(Duration::from_secs(120)),
+            ExecRequest::new("sh -s")
+                .sudo()
+                .stdin(probe)
+                .timeout(Duration::from_secs(120)),
         )
         .await?;
     let text = out.stdout_str();
@@ -260,7 +280,10 @@ pub async fn stage(
     for (a, sha) in artifacts.iter().zip(&expected) {
         if installed.get(a.id.as_str()).map(|h| h.trim()) == Some(sha.as_str()) {
             staged.unchanged.push(a.label());
-            runner.record_skip(&format!("artifact-{}", a.id), &format!("{} already installed ({sha})", a.label()));
+            runner.record_skip(
+                &format!("artifact-{}", a.id),
+                &format!("{} already installed ({sha})", a.label()),
+            );
         } else {
             needed.push((a, sha));
         }

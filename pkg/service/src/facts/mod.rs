@@ -165,7 +165,10 @@ pub async fn gather(exec: &dyn Executor, progress: &dyn Progress, redactor: &Red
         phase: "facts",
     };
     let out = runner
-        .run("gather-facts", ExecRequest::new(PROBE).sudo().timeout(Duration::from_secs(60)))
+        .run(
+            "gather-facts",
+            ExecRequest::new(PROBE).sudo().timeout(Duration::from_secs(60)),
+        )
         .await?;
     parse(&out.stdout_str())
 }
@@ -235,16 +238,33 @@ pub fn parse(text: &str) -> Result<HostFacts> {
         kernel: one("kernel"),
         hostname: one("hostname"),
         init,
-        selinux: kv.get("selinux").and_then(|v| v.first().cloned()).filter(|s| !s.is_empty()),
+        selinux: kv
+            .get("selinux")
+            .and_then(|v| v.first().cloned())
+            .filter(|s| !s.is_empty()),
     })
 }
 
 fn family_of(id: &str, like: &[String]) -> OsFamily {
     const DEB: &[&str] = &["debian", "ubuntu"];
-    const RH: &[&str] = &["rhel", "centos", "rocky", "almalinux", "fedora", "ol", "openeuler", "anolis", "kylin"];
+    const RH: &[&str] = &[
+        "rhel",
+        "centos",
+        "rocky",
+        "almalinux",
+        "fedora",
+        "ol",
+        "openeuler",
+        "anolis",
+        "kylin",
+    ];
     if DEB.contains(&id) || like.iter().any(|l| l == "debian" || l == "ubuntu") {
         OsFamily::Debian
-    } else if RH.contains(&id) || like.iter().any(|l| ["rhel", "fedora", "centos"].contains(&l.as_str())) {
+    } else if RH.contains(&id)
+        || like
+            .iter()
+            .any(|l| ["rhel", "fedora", "centos"].contains(&l.as_str()))
+    {
         OsFamily::RedHat
     } else {
         OsFamily::Unknown
@@ -277,13 +297,21 @@ mod tests {
         assert_eq!(deb.package_manager, Some(PackageManager::Apt));
         assert_eq!(deb.init, InitSystem::Systemd);
         assert_eq!(deb.arch, "amd64");
-        let oe = parse("@@os-release\nID=\"openEuler\"\nVERSION_ID=\"22.03\"\n@@end\nmachine=x86_64\npm=yum\n").unwrap();
+        let oe =
+            parse("@@os-release\nID=\"openEuler\"\nVERSION_ID=\"22.03\"\n@@end\nmachine=x86_64\npm=yum\n")
+                .unwrap();
         assert_eq!(oe.package_manager, Some(PackageManager::Yum));
         assert!(matches!(oe.init, InitSystem::Unsupported(_)));
         assert!(oe.init.require_systemctl().is_err());
         let alpine = parse("@@os-release\nID=alpine\n@@end\nmachine=x86_64\n").unwrap();
         assert_eq!(alpine.family, OsFamily::Unknown);
-        assert!(alpine.require_package_manager().unwrap_err().to_string().contains("alpine"));
+        assert!(
+            alpine
+                .require_package_manager()
+                .unwrap_err()
+                .to_string()
+                .contains("alpine")
+        );
         assert!(parse("nothing").is_err());
     }
 }

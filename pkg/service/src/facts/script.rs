@@ -151,9 +151,15 @@ impl Script {
         for (i, step) in self.steps.iter().enumerate() {
             progress.step_started(phase, i + 1, total, &step.name);
         }
-        let req = ExecRequest::new("sh -s").sudo().stdin(self.render()).timeout(timeout);
+        let req = ExecRequest::new("sh -s")
+            .sudo()
+            .stdin(self.render())
+            .timeout(timeout);
         let first = self.steps[0].name.clone();
-        let out = exec.exec(req).await.map_err(|e| Error::exec(format!("{phase}/{first}"), e))?;
+        let out = exec
+            .exec(req)
+            .await
+            .map_err(|e| Error::exec(format!("{phase}/{first}"), e))?;
         let parsed = parse_output(&out.stdout_str(), phase, redactor);
         let mut outcome = ScriptOutcome::default();
         for p in &parsed {
@@ -235,7 +241,9 @@ fn parse_output(stdout: &str, phase: &str, redactor: &Redactor) -> Vec<ParsedSte
                 if let Some((name, text, changed, mismatch)) = current.take() {
                     let text = text.trim_matches('\n');
                     let start = text.len().saturating_sub(TAIL_BYTES);
-                    let start = (start..=text.len()).find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+                    let start = (start..=text.len())
+                        .find(|i| text.is_char_boundary(*i))
+                        .unwrap_or(0);
                     done.push(ParsedStep {
                         record: StepRecord {
                             phase: phase.to_owned(),

@@ -1,0 +1,1011 @@
+//! Host services against real sandbox hosts (netns + overlay root + sshd, see `capkk-sandbox`) over the real
+//! SSH client, with stand-in release artifacts served by a local HTTP mirror on the sandbox bridge.
+//!
+//! One sandbox (`svc-tests`, 6 hosts) is shared by the tests of this binary; each test owns its hosts:
+//! 0 apt end to end + reset, 1 dnf host (non-root login with sudo), 2 checksum mismatches, 3 host-download
+//! mode, 4+5 two hosts sharing one controller download. Fake package managers and kernel tools
+//! (`test/assets/`) are put into each host's `/usr/local/sbin` so nothing reaches the network or changes the
+//! machine's kernel state. Without root/sshd the tests print SKIPPED (under CI=true they fail instead).
+
+use std::{
+    collections::HashMap,
+    io::{BufRead, BufReader, Write},
+    net::TcpListener,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex, OnceLock},
+    time::Duration,
+};
+
+use base64::Engine as _;
+use capkk_executor::Executor;
+use capkk_sandbox::{Host, NOPASSWD_USER, Sandbox, SandboxConfig, skip_unless_supported};
+use capkk_service::{
+    Error,
+    binary::{self, ArtifactCache, ArtifactOverride, BinaryConfig, ComponentSource, DownloadOn},
+    bootstrap::{self, HostIdentity, OWNED_PATHS, ResetOptions},
+    containermanager::{self, ContainerdConfig, RegistryAuth},
+    facts::{self, HostFacts, OsFamily, PackageManager},
+    journal::{RecordingProgress, Redactor},
+    repository::{self, PackageSource, RepositoryConfig},
+};
+use capkk_ssh::{Auth, HostKeyPolicy, HostTarget, PoolConfig, SshPool};
+use sha2::{Digest, Sha256};
+
+const K8S: &str = "v1.32.0";
+const CNI: &str = "v1.3.0";
+const CRICTL: &str = "v1.29.0";
+const CONTAINERD: &str = "1.7.13";
+const RUNC: &str = "v1.1.12";
+
+fn sandbox() -> Option<&'static Sandbox> {
+    static SB: OnceLock<Sandbox> = OnceLock::new();
+    if skip_unless_supported() {
+        return None;
+    }
+    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("svc-tests", 6)).expect("sandbox up")))
+}
+
+fn pool() -> &'static SshPool {
+    static POOL: OnceLock<SshPool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        SshPool::new(PoolConfig {
+            connect_timeout: Duration::from_secs(10),
+            ..Default::default()
+        })
+    })
+}
+
+fn executor(sb: &Sandbox, idx: usize, user: &str) -> Arc<dyn Executor> {
+    let host = &sb.hosts()[idx];
+    let target = HostTarget::new(
+        host.address(),
+        user,
+        Auth::key_file(&sb.credentials().ed25519_key),
+    )
+    .host_key(HostKeyPolicy::pinned(host.fingerprint()));
+    pool().executor(&target)
+}
+
+fn sh(host: &Host<'_>, script: &str) -> String {
+    host.sh_inside(script)
+        .unwrap_or_else(|e| panic!("inside {}: {e}", host.info.name))
+}
+
+fn sha(data: &[u8]) -> String {
+    hex::encode(Sha256::digest(data))
+}
+
+/// Put the fake package managers and kernel tools into the host's /usr/local/sbin and check that root's and
+/// sudo's PATH pick them (so the real ones can never run).
+async fn install_fakes(host: &Host<'_>, ex: &dyn Executor) {
+    let assets = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../test/assets");
+    // The host's /sys is the machine's sysfs: give the host its own (tmpfs) /sys/module so the fake modprobe
+    // can mark modules as loaded there without touching the machine's kernel.
+    let mut script = String::from(
+        "mkdir -p /usr/local/sbin\nmountpoint -q /sys/module || mount -t tmpfs capkk-fake-sysmodule /sys/module\n",
+    );
+    for dir in ["fake-pm", "fake-kernel"] {
+        for entry in std::fs::read_dir(assets.join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+            let b64 = base64::engine::general_purpose::STANDARD.encode(std::fs::read(&path).unwrap());
+            script.push_str(&format!(
+                "printf '%s' '{b64}' | base64 -d > /usr/local/sbin/{name}; chmod 755 /usr/local/sbin/{name}\n"
+            ));
+        }
+    }
+    sh(host, &script);
+    let out = ex
+        .sudo(capkk_executor::ExecRequest::new(
+            "for t in apt-get dpkg-query dnf rpm modprobe sysctl swapoff; do command -v $t; done",
+        ))
+        .await
+        .unwrap();
+    let resolved = out.stdout_str();
+    for t in [
+        "apt-get",
+        "dpkg-query",
+        "dnf",
+        "rpm",
+        "modprobe",
+        "sysctl",
+        "swapoff",
+    ] {
+        assert!(
+            resolved.lines().any(|l| l == format!("/usr/local/sbin/{t}")),
+            "{t} does not resolve to the fake: {resolved}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Local HTTP mirror.
+
+#[derive(Clone)]
+struct Mirror {
+    base: String,
+    files: Arc<Mutex<HashMap<String, Vec<u8>>>>,
+    hits: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Mirror {
+    fn start(sb: &Sandbox) -> Mirror {
+        let addr = format!("198.18.{}.1", sb.state().index);
+        let listener = TcpListener::bind((addr.as_str(), 0)).expect("bind mirror on the sandbox bridge");
+        let port = listener.local_addr().unwrap().port();
+        let m = Mirror {
+            base: format!("http://{addr}:{port}"),
+            files: Arc::default(),
+            hits: Arc::default(),
+        };
+        let srv = m.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let srv = srv.clone();
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(conn.try_clone().unwrap());
+                    let mut first = String::new();
+                    if reader.read_line(&mut first).is_err() {
+                        return;
+                    }
+                    loop {
+                        let mut l = String::new();
+                        if reader.read_line(&mut l).unwrap_or(0) == 0 || l == "\r\n" || l == "\n" {
+                            break;
+                        }
+                    }
+                    let path = first.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                    *srv.hits.lock().unwrap().entry(path.clone()).or_default() += 1;
+                    let body = srv.files.lock().unwrap().get(&path).cloned();
+                    let _ = match body {
+                        Some(b) => conn
+                            .write_all(
+                                format!(
+                                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                                    b.len()
+                                )
+                                .as_bytes(),
+                            )
+                            .and_then(|_| conn.write_all(&b)),
+                        None => conn.write_all(
+                            b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                        ),
+                    };
+                });
+            }
+        });
+        m
+    }
+
+    fn put(&self, path: &str, body: Vec<u8>) {
+        self.files.lock().unwrap().insert(path.to_owned(), body);
+    }
+
+    fn hits(&self, path: &str) -> usize {
+        self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Stand-in artifacts with real checksums.
+
+struct StandIns {
+    /// id → (mirror path, bytes)
+    files: HashMap<&'static str, (String, Vec<u8>)>,
+    /// Contents of the single binaries, by install path.
+    binaries: Vec<(&'static str, Vec<u8>)>,
+}
+
+fn script_bytes(name: &str, extra: &str) -> Vec<u8> {
+    format!("#!/bin/sh\n# capkk stand-in {name}\n{extra}echo \"{name} stand-in $*\"\n").into_bytes()
+}
+
+fn tarball(dir: &Path, name: &str, members: &[(&str, Vec<u8>)]) -> Vec<u8> {
+    let root = dir.join(format!("{name}.d"));
+    for (path, content) in members {
+        let p = root.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, content).unwrap();
+        let mut perm = std::fs::metadata(&p).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+        std::fs::set_permissions(&p, perm).unwrap();
+    }
+    let out = dir.join(format!("{name}.tgz"));
+    let st = std::process::Command::new("tar")
+        .arg("-czf")
+        .arg(&out)
+        .arg("-C")
+        .arg(&root)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::fs::read(out).unwrap()
+}
+
+fn stand_ins(arch: &str, tag: &str) -> StandIns {
+    let dir = std::env::temp_dir().join(format!("capkk-svc-standins-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut files = HashMap::new();
+    let mut binaries = Vec::new();
+    for id in ["kubeadm", "kubelet", "kubectl"] {
+        let extra = if id == "kubeadm" {
+            "echo \"kubeadm $*\" >> /var/log/capkk-kubeadm.log\n"
+        } else {
+            ""
+        };
+        let body = script_bytes(&format!("{id} {K8S} {tag}"), extra);
+        files.insert(
+            id,
+            (
+                format!("/kubernetes-release/release/{K8S}/bin/linux/{arch}/{id}"),
+                body.clone(),
+            ),
+        );
+        binaries.push((
+            match id {
+                "kubeadm" => "/usr/local/bin/kubeadm",
+                "kubelet" => "/usr/local/bin/kubelet",
+                _ => "/usr/local/bin/kubectl",
+            },
+            body,
+        ));
+    }
+    let runc = script_bytes(&format!("runc {RUNC} {tag}"), "");
+    files.insert(
+        "runc",
+        (
+            format!("/opencontainers/runc/releases/download/{RUNC}/runc.{arch}"),
+            runc.clone(),
+        ),
+    );
+    binaries.push(("/usr/local/sbin/runc", runc));
+    let cni = tarball(
+        &dir,
+        "cni",
+        &[
+            ("bridge", script_bytes("bridge", "")),
+            ("loopback", script_bytes("loopback", "")),
+            ("host-local", script_bytes(&format!("host-local {tag}"), "")),
+        ],
+    );
+    files.insert(
+        "cni",
+        (
+            format!(
+                "/containernetworking/plugins/releases/download/{CNI}/cni-plugins-linux-{arch}-{CNI}.tgz"
+            ),
+            cni,
+        ),
+    );
+    let crictl = tarball(
+        &dir,
+        "crictl",
+        &[("crictl", script_bytes(&format!("crictl {tag}"), ""))],
+    );
+    files.insert(
+        "crictl",
+        (
+            format!("/cri-tools/releases/download/{CRICTL}/crictl-{CRICTL}-linux-{arch}.tar.gz"),
+            crictl,
+        ),
+    );
+    let containerd = tarball(
+        &dir,
+        "containerd",
+        &[
+            (
+                "bin/containerd",
+                format!(
+                    "#!/bin/sh\n# capkk stand-in containerd {tag}\nif [ \"$1\" = --version ]; then echo 'containerd github.com/containerd/containerd v{CONTAINERD} standin'; exit 0; fi\nmkdir -p /run/containerd\nexec sleep 86400\n"
+                )
+                .into_bytes(),
+            ),
+            ("bin/ctr", script_bytes("ctr", "")),
+            ("bin/containerd-shim-runc-v2", script_bytes("shim", "")),
+        ],
+    );
+    files.insert(
+        "containerd",
+        (
+            format!("/containerd/containerd/releases/download/v{CONTAINERD}/containerd-{CONTAINERD}-linux-{arch}.tar.gz"),
+            containerd,
+        ),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    StandIns { files, binaries }
+}
+
+impl StandIns {
+    fn serve(&self, mirror: &Mirror) {
+        for (path, body) in self.files.values() {
+            mirror.put(path, body.clone());
+        }
+        // A published checksum file for crictl (exercises checksum.path).
+        let (p, b) = &self.files["crictl"];
+        mirror.put(
+            "/sums/crictl.sha256",
+            format!("{}  {}\n", sha(b), p.rsplit('/').next().unwrap()).into_bytes(),
+        );
+    }
+
+    /// Overrides giving every artifact its stand-in checksum (crictl through a checksum file).
+    fn overrides(&self, skip: &[&str]) -> Vec<ArtifactOverride> {
+        self.files
+            .iter()
+            .filter(|(id, _)| !skip.contains(id))
+            .map(|(id, (_, body))| {
+                if *id == "crictl" {
+                    ArtifactOverride {
+                        id: (*id).into(),
+                        checksum_path: Some("/sums/crictl.sha256".into()),
+                        ..Default::default()
+                    }
+                } else {
+                    ArtifactOverride {
+                        id: (*id).into(),
+                        checksum_value: Some(sha(body)),
+                        ..Default::default()
+                    }
+                }
+            })
+            .collect()
+    }
+
+    fn source(&self, mirror: &Mirror, download_on: DownloadOn) -> ComponentSource {
+        ComponentSource {
+            zone: None,
+            host: Some(mirror.base.clone()),
+            overrides: self.overrides(&[]),
+            download_on,
+        }
+    }
+}
+
+fn cache(tag: &str) -> ArtifactCache {
+    let dir: PathBuf = std::env::temp_dir().join(format!("capkk-svc-cache-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    ArtifactCache::new(dir).unwrap()
+}
+
+fn binary_config(f: &HostFacts, source: ComponentSource) -> BinaryConfig {
+    BinaryConfig {
+        kubernetes_version: K8S.into(),
+        arch: f.arch.clone(),
+        cni_version: Some(CNI.into()),
+        source,
+        node_ip: Some("10.1.2.3".into()),
+        node_name: Some("node-a".into()),
+    }
+}
+
+/// `path mode sha256` of each path (or `path missing`).
+fn file_states(host: &Host<'_>, paths: &[&str]) -> Vec<String> {
+    let mut script = String::new();
+    for p in paths {
+        script.push_str(&format!(
+            "if [ -f {p} ]; then echo \"{p} $(stat -c %a {p}) $(sha256sum {p} | cut -d' ' -f1)\"; else echo '{p} missing'; fi\n"
+        ));
+    }
+    sh(host, &script).lines().map(str::to_owned).collect()
+}
+
+fn systemctl_mutations(host: &Host<'_>) -> Vec<String> {
+    host.systemctl_calls()
+        .unwrap()
+        .into_iter()
+        .filter(|l| !l.starts_with("is-"))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn apt_host_create_is_verified_idempotent_and_reset_removes_only_owned_paths() {
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[0];
+    let ex = executor(sb, 0, "root");
+    install_fakes(host, &*ex).await;
+    let progress = RecordingProgress::default();
+    let redactor = Redactor::new(["reg-password-canary"]);
+
+    // Facts.
+    let f = facts::gather(&*ex, &progress, &redactor).await.unwrap();
+    assert_eq!(f.family, OsFamily::Debian);
+    assert_eq!(f.package_manager, Some(PackageManager::Apt));
+    assert_eq!(
+        f.init,
+        facts::InitSystem::SystemctlOnly,
+        "sandbox hosts run the systemctl shim"
+    );
+    f.check_arch(&f.arch).unwrap();
+    let other = if f.arch == "amd64" { "arm64" } else { "amd64" };
+    assert!(matches!(f.check_arch(other), Err(Error::HostMismatch { .. })));
+
+    // Bootstrap: first run changes, second run is all skips and changes nothing.
+    let id = HostIdentity {
+        hostname: "node-a".into(),
+        internal_address: "10.1.2.3".into(),
+        hosts_entries: vec![
+            ("10.1.2.3".into(), vec!["node-a.c1".into(), "node-a".into()]),
+            ("10.1.2.4".into(), vec!["node-b.c1".into(), "node-b".into()]),
+        ],
+    };
+    let first = bootstrap::prepare(&*ex, &id, &f, &progress, &redactor)
+        .await
+        .unwrap();
+    assert!(
+        first.changed.contains(&"hostname".to_string()),
+        "{:?}",
+        first.changed
+    );
+    assert!(first.changed.contains(&"sysctl".to_string()));
+    assert_eq!(sh(host, "hostname; cat /etc/hostname"), "node-a\nnode-a\n");
+    let hosts = sh(host, "cat /etc/hosts");
+    assert!(
+        hosts.contains(
+            "# capkk hosts BEGIN\n10.1.2.3 node-a.c1 node-a\n10.1.2.4 node-b.c1 node-b\n# capkk hosts END\n"
+        ),
+        "{hosts}"
+    );
+    assert!(hosts.contains("localhost"), "existing entries kept: {hosts}");
+    assert_eq!(
+        sh(
+            host,
+            "stat -c '%a' /etc/sysctl.d/99-capkk.conf; cat /etc/sysctl.d/99-capkk.conf"
+        ),
+        format!("644\n{}", bootstrap::sysctl_conf())
+    );
+    assert_eq!(
+        sh(host, "cat /etc/modules-load.d/capkk.conf"),
+        "overlay\nbr_netfilter\n"
+    );
+    let kernel_log = sh(host, "cat /var/log/capkk-fake-kernel.log");
+    assert!(
+        kernel_log
+            .lines()
+            .any(|l| l == "sysctl -e -p /etc/sysctl.d/99-capkk.conf"),
+        "{kernel_log}"
+    );
+    for d in bootstrap::DIRECTORIES {
+        assert_eq!(sh(host, &format!("stat -c %a {d}")), "755\n", "{d}");
+    }
+    let second = bootstrap::prepare(&*ex, &id, &f, &progress, &redactor)
+        .await
+        .unwrap();
+    assert!(
+        second.changed.is_empty(),
+        "second prepare changed {:?}: {:?}",
+        second.changed,
+        progress
+            .records()
+            .iter()
+            .filter(|r| second.changed.contains(&r.name))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        sh(host, "cat /var/log/capkk-fake-kernel.log"),
+        kernel_log,
+        "no kernel calls on the second run"
+    );
+    assert_eq!(sh(host, "grep -c 'capkk hosts BEGIN' /etc/hosts"), "1\n");
+    let boot: Vec<_> = progress
+        .records()
+        .into_iter()
+        .filter(|r| r.phase == "bootstrap")
+        .collect();
+    let names: Vec<&str> = boot.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(
+        &names[..8],
+        [
+            "hostname",
+            "etc-hosts",
+            "swap-off",
+            "kernel-modules",
+            "sysctl",
+            "selinux",
+            "firewall",
+            "directories"
+        ]
+    );
+    assert!(boot.iter().all(|r| r.exit_code == Some(0)));
+    assert!(
+        boot[8..].iter().all(|r| r.skipped),
+        "second run journals skips: {:?}",
+        &boot[8..]
+    );
+
+    // Repository (fake apt): missing packages installed non-interactively after an index update; then no-op.
+    let repo = RepositoryConfig {
+        source: PackageSource::HostSources,
+        update: true,
+        packages: vec![],
+        component: ComponentSource::default(),
+    };
+    let c = cache("apt");
+    let r1 = repository::ensure(&*ex, &repo, &f, &c, &progress, &redactor)
+        .await
+        .unwrap();
+    assert_eq!(r1.installed, repository::DEFAULT_APT_PACKAGES);
+    let pm_log = sh(host, "grep '^apt-get' /var/log/capkk-fake-pm.log");
+    let pkgs = repository::DEFAULT_APT_PACKAGES.join(" ");
+    assert_eq!(
+        pm_log,
+        format!(
+            "apt-get -o DPkg::Lock::Timeout=600 -q -y update [DEBIAN_FRONTEND=noninteractive]\n\
+             apt-get -o DPkg::Lock::Timeout=600 -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold -q -y install --no-install-recommends {pkgs} [DEBIAN_FRONTEND=noninteractive]\n"
+        )
+    );
+    let r2 = repository::ensure(&*ex, &repo, &f, &c, &progress, &redactor)
+        .await
+        .unwrap();
+    assert!(r2.installed.is_empty());
+    assert_eq!(
+        sh(host, "grep '^apt-get' /var/log/capkk-fake-pm.log"),
+        pm_log,
+        "no apt-get call on the second run"
+    );
+
+    // Binaries from the local mirror (controller download + upload).
+    let mirror = Mirror::start(sb);
+    let si = stand_ins(&f.arch, "apt");
+    si.serve(&mirror);
+    let cfg = binary_config(&f, si.source(&mirror, DownloadOn::Controller));
+    let b1 = binary::ensure(&*ex, &cfg, &f, &c, &progress, &redactor)
+        .await
+        .unwrap();
+    let expected_bytes: u64 = ["kubeadm", "kubelet", "kubectl", "cni"]
+        .iter()
+        .map(|id| si.files[id].1.len() as u64)
+        .sum();
+    assert_eq!(b1.bytes_uploaded, expected_bytes);
+    assert_eq!(b1.uploaded.len(), 4);
+    assert!(b1.changed);
+    let bins: Vec<&str> = si
+        .binaries
+        .iter()
+        .map(|(p, _)| *p)
+        .filter(|p| !p.contains("runc"))
+        .collect();
+    let states = file_states(host, &bins);
+    for ((path, body), state) in si
+        .binaries
+        .iter()
+        .filter(|(p, _)| !p.contains("runc"))
+        .zip(&states)
+    {
+        assert_eq!(state, &format!("{path} 755 {}", sha(body)));
+    }
+    assert_eq!(
+        sh(host, "/usr/local/bin/kubectl version"),
+        format!("kubectl {K8S} apt stand-in version\n")
+    );
+    assert_eq!(
+        sh(host, "ls /opt/cni/bin | sort | tr '\\n' ' '"),
+        "bridge host-local loopback "
+    );
+    assert_eq!(
+        sh(host, "cat /var/lib/capkk/artifacts/cni"),
+        format!("{}\n", sha(&si.files["cni"].1))
+    );
+    assert_eq!(
+        sh(host, "cat /etc/systemd/system/kubelet.service"),
+        binary::kubelet_unit()
+    );
+    assert_eq!(
+        sh(host, "cat /etc/systemd/system/kubelet.service.d/10-kubeadm.conf"),
+        binary::kubelet_dropin(Some("10.1.2.3"), Some("node-a"))
+    );
+    assert_eq!(sh(host, "ls -A /var/lib/capkk/staging"), "", "staging cleaned");
+    let calls = systemctl_mutations(host);
+    assert_eq!(calls, ["daemon-reload", "enable kubelet"], "{calls:?}");
+
+    // containerd + runc + crictl, config, unit, start.
+    let cm = ContainerdConfig {
+        arch: f.arch.clone(),
+        version: Some(CONTAINERD.into()),
+        crictl_version: Some(CRICTL.into()),
+        runc_version: Some(RUNC.into()),
+        sandbox_image: Some("registry.local:5000/pause:3.10".into()),
+        registry_mirrors: vec!["https://mirror.example".into()],
+        insecure_registries: vec!["10.9.9.9:5000".into()],
+        private_registry: Some("registry.local:5000".into()),
+        registry_auth: Some(RegistryAuth {
+            username: Some("admin".into()),
+            password: Some("reg-password-canary".into()),
+            ..Default::default()
+        }),
+        source: si.source(&mirror, DownloadOn::Controller),
+        ..Default::default()
+    };
+    let c1 = containermanager::ensure(&*ex, &cm, &f, &c, &progress, &redactor)
+        .await
+        .unwrap();
+    assert!(!c1.skipped_existing);
+    let cm_bytes: u64 = ["containerd", "runc", "crictl"]
+        .iter()
+        .map(|id| si.files[id].1.len() as u64)
+        .sum();
+    assert_eq!(c1.bytes_uploaded, cm_bytes);
+    assert_eq!(
+        sh(host, "cat /etc/containerd/config.toml"),
+        containermanager::config_toml(&cm)
+    );
+    let hosts_files = containermanager::hosts_tomls(&cm).unwrap();
+    for (reg, content, mode) in &hosts_files {
+        assert_eq!(
+            sh(
+                host,
+                &format!(
+                    "stat -c %a /etc/containerd/certs.d/{reg}/hosts.toml; cat /etc/containerd/certs.d/{reg}/hosts.toml"
+                )
+            ),
+            format!("{mode:o}\n{content}")
+        );
+    }
+    assert_eq!(
+        sh(host, "cat /etc/crictl.yaml"),
+        containermanager::crictl_yaml(&cm)
+    );
+    assert_eq!(
+        sh(host, "cat /etc/systemd/system/containerd.service"),
+        containermanager::containerd_unit()
+    );
+    assert_eq!(
+        file_states(host, &["/usr/local/sbin/runc"]),
+        [format!(
+            "/usr/local/sbin/runc 755 {}",
+            sha(&si.binaries.iter().find(|(p, _)| p.contains("runc")).unwrap().1)
+        )]
+    );
+    assert_eq!(
+        sh(
+            host,
+            "ls /usr/local/bin/containerd /usr/local/bin/ctr /usr/local/bin/crictl | wc -l"
+        ),
+        "3\n"
+    );
+    let calls = systemctl_mutations(host);
+    assert_eq!(
+        calls,
+        [
+            "daemon-reload",
+            "enable kubelet",
+            "daemon-reload",
+            "enable containerd",
+            "start containerd"
+        ],
+        "{calls:?}"
+    );
+    assert_eq!(sh(host, "systemctl is-active containerd"), "active\n");
+
+    // Second run of everything: zero bytes uploaded, no downloads, no host change, no service restarts.
+    let downloads = c.downloads();
+    let b2 = binary::ensure(&*ex, &cfg, &f, &c, &progress, &redactor)
+        .await
+        .unwrap();
+    assert_eq!(b2.bytes_uploaded, 0);
+    assert!(!b2.changed);
+    assert_eq!(b2.unchanged.len(), 4);
+    let c2 = containermanager::ensure(&*ex, &cm, &f, &c, &progress, &redactor)
+        .await
+        .unwrap();
+    assert_eq!(c2.bytes_uploaded, 0);
+    assert!(!c2.changed, "{c2:?}");
+    assert_eq!(c.downloads(), downloads, "no downloads on the second run");
+    assert_eq!(
+        systemctl_mutations(host),
+        calls,
+        "no systemctl changes on the second run"
+    );
+
+    // Journal: every record has a phase and name; failures none; the registry password never appears.
+    let records = progress.records();
+    assert!(
+        records
+            .iter()
+            .all(|r| !r.output_tail.contains("reg-password-canary"))
+    );
+    for phase in ["facts", "bootstrap", "repository", "binary", "containermanager"] {
+        assert!(records.iter().any(|r| r.phase == phase), "no records for {phase}");
+    }
+    assert!(
+        records
+            .iter()
+            .any(|r| r.phase == "binary" && r.name == "upload-kubeadm" && !r.skipped)
+    );
+    assert!(
+        records
+            .iter()
+            .any(|r| r.phase == "binary" && r.name == "artifact-kubeadm" && r.skipped)
+    );
+
+    // Reset: owned paths gone, markers and non-owned files intact.
+    sh(
+        host,
+        "mkdir -p /etc/kubernetes/pki /var/lib/etcd/member /run/cluster-api /var/lib/kubelet/pods /var/lib/other /etc/kubernetes.bak /etc/cni/net.d /var/lib/cni/networks /run/kubeadm\n\
+         echo admin > /etc/kubernetes/admin.conf; echo db > /var/lib/etcd/member/db; touch /run/cluster-api/bootstrap-success.complete\n\
+         echo keep > /etc/keep-me; echo keep > /var/lib/other/keep; echo keep > /etc/kubernetes.bak/keep; echo keep > /run/cluster-api/other\n\
+         echo '{}' > /etc/cni/net.d/10-net.conflist; echo x > /run/kubeadm/kubeadm.yaml",
+    );
+    let opts = ResetOptions {
+        cri_socket: Some(containermanager::DEFAULT_CRI_SOCKET.into()),
+    };
+    bootstrap::reset(&*ex, &opts, &progress, &redactor).await.unwrap();
+    for p in OWNED_PATHS {
+        assert_eq!(
+            sh(host, &format!("[ -e {p} ] && echo present || echo gone")),
+            "gone\n",
+            "{p}"
+        );
+    }
+    assert_eq!(
+        sh(
+            host,
+            "cat /etc/keep-me /var/lib/other/keep /etc/kubernetes.bak/keep /run/cluster-api/other"
+        ),
+        "keep\nkeep\nkeep\nkeep\n"
+    );
+    assert_eq!(
+        sh(
+            host,
+            "ls /usr/local/bin/kubeadm /etc/containerd/config.toml /etc/crictl.yaml /etc/sysctl.d/99-capkk.conf | wc -l"
+        ),
+        "4\n",
+        "binaries and runtime config are not reset-owned"
+    );
+    assert_eq!(
+        sh(host, "cat /var/log/capkk-kubeadm.log"),
+        "kubeadm reset -f --cri-socket unix:///run/containerd/containerd.sock\n"
+    );
+    let after = host.systemctl_calls().unwrap();
+    assert!(after.iter().any(|l| l == "stop containerd"), "{after:?}");
+    assert_eq!(after.last().map(String::as_str), Some("daemon-reload"));
+    // A second reset finds nothing to do.
+    let again = bootstrap::reset(&*ex, &opts, &progress, &redactor).await.unwrap();
+    assert!(again.changed.is_empty(), "{:?}", again.changed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dnf_host_via_sudo_installs_missing_packages_in_order() {
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[1];
+    let ex = executor(sb, 1, NOPASSWD_USER);
+    install_fakes(host, &*ex).await;
+    sh(
+        host,
+        "printf 'NAME=\"Rocky Linux\"\\nVERSION_ID=\"9.3\"\\nID=\"rocky\"\\nID_LIKE=\"rhel centos fedora\"\\nPRETTY_NAME=\"Rocky Linux 9.3\"\\n' > /etc/os-release.capkk\n\
+         rm -f /etc/os-release; mv /etc/os-release.capkk /etc/os-release\n\
+         printf 'socat\\n' > /var/lib/capkk-fake-pm/installed 2>/dev/null || { mkdir -p /var/lib/capkk-fake-pm; printf 'socat\\n' > /var/lib/capkk-fake-pm/installed; }",
+    );
+    let progress = RecordingProgress::default();
+    let redactor = Redactor::default();
+    let f = facts::gather(&*ex, &progress, &redactor).await.unwrap();
+    assert_eq!(f.family, OsFamily::RedHat);
+    assert_eq!(f.os_id, "rocky");
+    assert_eq!(f.os_version, "9.3");
+    assert_eq!(f.package_manager, Some(PackageManager::Dnf));
+    let repo = RepositoryConfig {
+        source: PackageSource::HostSources,
+        update: true,
+        packages: vec![],
+        component: ComponentSource::default(),
+    };
+    let c = cache("dnf");
+    let r = repository::ensure(&*ex, &repo, &f, &c, &progress, &redactor)
+        .await
+        .unwrap();
+    let expected: Vec<&str> = repository::DEFAULT_RPM_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| *p != "socat")
+        .collect();
+    assert_eq!(r.installed, expected, "socat was already installed");
+    let log = sh(host, "cat /var/log/capkk-fake-pm.log");
+    let mut want: Vec<String> = repository::DEFAULT_RPM_PACKAGES
+        .iter()
+        .map(|p| format!("rpm -q --whatprovides {p}"))
+        .collect();
+    want.push("dnf -y makecache".into());
+    want.push(format!("dnf -y install {}", expected.join(" ")));
+    assert_eq!(log.lines().collect::<Vec<_>>(), want);
+    let again = repository::ensure(&*ex, &repo, &f, &c, &progress, &redactor)
+        .await
+        .unwrap();
+    assert!(again.installed.is_empty());
+    let log2 = sh(host, "cat /var/log/capkk-fake-pm.log");
+    assert!(
+        !log2[log.len()..].contains("dnf"),
+        "second run only queries rpm: {}",
+        &log2[log.len()..]
+    );
+    // Bootstrap works through sudo as well.
+    let id = HostIdentity {
+        hostname: "rocky-1".into(),
+        internal_address: "10.1.2.9".into(),
+        hosts_entries: vec![("10.1.2.9".into(), vec!["rocky-1".into()])],
+    };
+    bootstrap::prepare(&*ex, &id, &f, &progress, &redactor)
+        .await
+        .unwrap();
+    assert_eq!(sh(host, "hostname"), "rocky-1\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checksum_mismatch_refuses_and_leaves_the_host_unchanged() {
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[2];
+    let ex = executor(sb, 2, "root");
+    let progress = RecordingProgress::default();
+    let redactor = Redactor::default();
+    let f = facts::gather(&*ex, &progress, &redactor).await.unwrap();
+    let mirror = Mirror::start(sb);
+    let si = stand_ins(&f.arch, "bad");
+    si.serve(&mirror);
+    let watched = [
+        "/usr/local/bin/kubeadm",
+        "/usr/local/bin/kubelet",
+        "/usr/local/bin/kubectl",
+        "/opt/cni/bin/loopback",
+        binary::KUBELET_UNIT,
+    ];
+    let snapshot = || {
+        let mut s = file_states(host, &watched);
+        s.push(sh(host, "ls -A /var/lib/capkk/staging 2>/dev/null; true"));
+        s
+    };
+    let before = snapshot();
+    assert!(before[..5].iter().all(|l| l.ends_with("missing")), "{before:?}");
+
+    // 1. Controller side: kubeadm has no override, so the embedded upstream checksum applies and the stand-in
+    //    does not match it.
+    let c = cache("bad");
+    let mut source = si.source(&mirror, DownloadOn::Controller);
+    source.overrides.retain(|o| o.id != "kubeadm");
+    let cfg = binary_config(&f, source);
+    let err = binary::ensure(&*ex, &cfg, &f, &c, &progress, &redactor)
+        .await
+        .unwrap_err();
+    match &err {
+        Error::ChecksumMismatch {
+            artifact,
+            expected,
+            actual,
+        } => {
+            assert!(artifact.contains("kubeadm v1.32.0"), "{err}");
+            assert_eq!(
+                expected,
+                binary::catalogue::known_sha256("kubeadm", &f.arch, K8S).unwrap()
+            );
+            assert_eq!(actual, &sha(&si.files["kubeadm"].1));
+        }
+        other => panic!("expected a checksum mismatch, got {other}"),
+    }
+    assert!(err.to_string().contains("checksum mismatch for kubeadm"), "{err}");
+    assert_eq!(snapshot(), before, "nothing installed or staged");
+    assert!(
+        !c.path_for(&sha(&si.files["kubeadm"].1)).exists(),
+        "a bad file never enters the cache"
+    );
+
+    // 2. Host side (downloadOn: host): a wrong override digest is caught by the host before installing.
+    let mut source = si.source(&mirror, DownloadOn::Host);
+    for o in &mut source.overrides {
+        if o.id == "kubelet" {
+            o.checksum_value = Some("0".repeat(64));
+        }
+    }
+    let err = binary::ensure(&*ex, &binary_config(&f, source), &f, &c, &progress, &redactor)
+        .await
+        .unwrap_err();
+    match &err {
+        Error::ChecksumMismatch {
+            artifact,
+            expected,
+            actual,
+        } => {
+            assert!(artifact.contains("kubelet v1.32.0"), "{err}");
+            assert_eq!(expected, &"0".repeat(64));
+            assert_eq!(actual, &sha(&si.files["kubelet"].1));
+        }
+        other => panic!("expected a checksum mismatch, got {other}"),
+    }
+    assert_eq!(snapshot(), before, "nothing installed; staged downloads removed");
+    assert!(
+        progress
+            .records()
+            .iter()
+            .any(|r| r.name == "verify-artifacts" && r.exit_code == Some(65))
+    );
+
+    // 3. No checksum anywhere for an unknown version: refused before any download, naming the fix.
+    let mut cfg = binary_config(
+        &f,
+        ComponentSource {
+            host: Some(mirror.base.clone()),
+            ..Default::default()
+        },
+    );
+    cfg.kubernetes_version = "v1.99.0".into();
+    let err = binary::ensure(&*ex, &cfg, &f, &c, &progress, &redactor)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("kubeadm v1.99.0") && err.contains("checksum.value"),
+        "{err}"
+    );
+    assert_eq!(snapshot(), before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_download_mode_installs_without_uploads() {
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[3];
+    let ex = executor(sb, 3, "root");
+    let progress = RecordingProgress::default();
+    let redactor = Redactor::default();
+    let f = facts::gather(&*ex, &progress, &redactor).await.unwrap();
+    let mirror = Mirror::start(sb);
+    let si = stand_ins(&f.arch, "hostdl");
+    si.serve(&mirror);
+    let c = cache("hostdl");
+    let cfg = binary_config(&f, si.source(&mirror, DownloadOn::Host));
+    let out = binary::ensure(&*ex, &cfg, &f, &c, &progress, &redactor)
+        .await
+        .unwrap();
+    assert_eq!(out.bytes_uploaded, 0);
+    assert_eq!(out.host_downloaded.len(), 4);
+    assert_eq!(c.downloads(), 0, "the controller downloaded nothing");
+    for id in ["kubeadm", "kubelet", "kubectl", "cni"] {
+        assert_eq!(mirror.hits(&si.files[id].0), 1, "{id} fetched once by the host");
+    }
+    let (path, body) = &si.binaries[0];
+    assert_eq!(file_states(host, &[path]), [format!("{path} 755 {}", sha(body))]);
+    let again = binary::ensure(&*ex, &cfg, &f, &c, &progress, &redactor)
+        .await
+        .unwrap();
+    assert!(again.host_downloaded.is_empty() && !again.changed);
+    assert_eq!(
+        mirror.hits(&si.files["kubeadm"].0),
+        1,
+        "second run downloads nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_controller_download_serves_many_hosts() {
+    let Some(sb) = sandbox() else { return };
+    let ex4 = executor(sb, 4, "root");
+    let ex5 = executor(sb, 5, "root");
+    let progress = RecordingProgress::default();
+    let redactor = Redactor::default();
+    let f = facts::gather(&*ex4, &progress, &redactor).await.unwrap();
+    let mirror = Mirror::start(sb);
+    let si = stand_ins(&f.arch, "shared");
+    si.serve(&mirror);
+    let c = cache("shared");
+    let cfg = binary_config(&f, si.source(&mirror, DownloadOn::Controller));
+    let (a, b) = tokio::join!(
+        binary::ensure(&*ex4, &cfg, &f, &c, &progress, &redactor),
+        binary::ensure(&*ex5, &cfg, &f, &c, &progress, &redactor)
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.bytes_uploaded, b.bytes_uploaded);
+    assert!(a.bytes_uploaded > 0);
+    assert_eq!(c.downloads(), 4);
+    for id in ["kubeadm", "kubelet", "kubectl", "cni"] {
+        assert_eq!(
+            mirror.hits(&si.files[id].0),
+            1,
+            "{id} downloaded once for two hosts"
+        );
+    }
+    for idx in [4, 5] {
+        let host = &sb.hosts()[idx];
+        let (path, body) = &si.binaries[1];
+        assert_eq!(file_states(host, &[path]), [format!("{path} 755 {}", sha(body))]);
+    }
+}
