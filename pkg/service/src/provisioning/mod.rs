@@ -284,8 +284,19 @@ pub async fn run_with(
                 continue;
             }
             let Some((rc, ms, tail)) = marks.steps.get(&st.id) else {
-                // The script ended before reaching this step: report how.
-                return Err(failed_exec(&name, &name, &out, redactor));
+                // The script ended before reporting this step. Killed by a signal (host shutting down,
+                // processes killed; a shell reports 128 + signal): transient, the journal resumes it.
+                // Otherwise report how it ended.
+                if out.exit_code.is_none_or(|c| c > 128) {
+                    return Err(Error::exec(
+                        &name,
+                        ExecError::Disconnected {
+                            host: exec.target(),
+                            message: "the step runner was killed before it reported".into(),
+                        },
+                    ));
+                }
+                return Err(failed_exec(&name, "provisioning step runner", &out, redactor));
             };
             let tail = redactor.redact(tail);
             progress.step_finished(&StepRecord {

@@ -1,0 +1,388 @@
+//! Provisioning against real sandbox hosts (netns + overlay root + OpenSSH, see `capkk-sandbox`) through the
+//! real SSH executor: exact bytes/mode/owner, append, truncation, failing runcmd items, idempotent re-runs,
+//! resume after a dropped connection and after the host killed the running step.
+//!
+//! One sandbox (`prov-tests`) is shared by the tests of this binary; every test owns one host, because the
+//! sentinel is per host. Without root/sshd the tests print SKIPPED (under CI=true they fail instead).
+
+use std::{
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use capkk_cloudinit::{Encoding, Plan, TemplateVars, parse};
+use capkk_sandbox::{Host, NOPASSWD_USER, Sandbox, SandboxConfig, skip_unless_supported};
+use capkk_service::{
+    Error,
+    journal::{RecordingProgress, Redactor},
+    provisioning::{self, Outcome, STATE_DIR},
+};
+use capkk_ssh::{Auth, HostKeyPolicy, HostTarget, PoolConfig, SshPool};
+use sha2::{Digest, Sha256};
+
+// One host per test (the sentinel is per host).
+const FILES: usize = 0;
+const FAILING: usize = 1;
+const DROPPED: usize = 2;
+const CRASHED: usize = 3;
+const SUDO: usize = 4;
+
+fn sandbox() -> Option<&'static Sandbox> {
+    static SB: OnceLock<Sandbox> = OnceLock::new();
+    if skip_unless_supported() {
+        return None;
+    }
+    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("prov-tests", 5)).expect("sandbox up")))
+}
+
+fn target(sb: &Sandbox, idx: usize, user: &str) -> HostTarget {
+    let host = &sb.hosts()[idx];
+    HostTarget::new(
+        host.address(),
+        user,
+        Auth::key_file(&sb.credentials().ed25519_key),
+    )
+    .host_key(HostKeyPolicy::pinned(host.fingerprint()))
+}
+
+fn pool() -> SshPool {
+    SshPool::new(PoolConfig {
+        connect_timeout: Duration::from_secs(10),
+        ..Default::default()
+    })
+}
+
+fn plan(yaml: &str) -> Plan {
+    parse(
+        format!("#cloud-config\n{yaml}").as_bytes(),
+        "cloud-config",
+        &TemplateVars::new(),
+    )
+    .expect("plan")
+}
+
+fn inside(host: &Host<'_>, script: &str) -> String {
+    host.sh_inside(script).expect("inside the host")
+}
+
+fn counter(host: &Host<'_>) -> Vec<String> {
+    inside(host, "cat /root/counter 2>/dev/null; true")
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// CABPK's sentinel write (its placeholder file creates /run/cluster-api; so does this item).
+const SENTINEL_ITEM: &str =
+    "- \"mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\"\n";
+
+#[tokio::test]
+async fn files_land_exactly_failing_items_are_reported_and_a_second_run_is_a_no_op() {
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[FILES];
+    inside(
+        host,
+        "mkdir -p /etc/capkk-test && printf 'existing\\n' > /etc/capkk-test/append.txt && \
+                  printf 'a much longer previous version\\n' > /etc/capkk-test/trunc.txt && rm -f /root/counter",
+    );
+    let binary: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 256) as u8).collect();
+    let gz = String::from_utf8(Encoding::GzipBase64.encode(&binary)).unwrap();
+    let p = plan(&format!(
+        "write_files:\n\
+         - {{path: /etc/capkk-test/deep/dir/bin.dat, encoding: gz+b64, content: '{gz}', permissions: '0600', owner: '{NOPASSWD_USER}:adm'}}\n\
+         - {{path: /etc/capkk-test/append.txt, content: \"added\\n\", append: true, permissions: '0640', owner: 'root:adm'}}\n\
+         - {{path: /etc/capkk-test/trunc.txt, content: \"new\\n\"}}\n\
+         - path: /etc/capkk-test/setuid\n  permissions: '4755'\n  content: |\n    #!/bin/sh\n\
+         runcmd:\n\
+         - echo item0 >> /root/counter\n\
+         - [sh, -c, \"echo item1 >> /root/counter; echo item1 failed on purpose >&2; exit 3\"]\n\
+         - echo item2 >> /root/counter\n{SENTINEL_ITEM}- echo item4 >> /root/counter\n"
+    ));
+    let pool = pool();
+    let exec = pool.executor(&target(sb, FILES, "root"));
+    let progress = RecordingProgress::default();
+    let outcome = provisioning::run(exec.as_ref(), &p, &progress, &Redactor::default())
+        .await
+        .unwrap();
+    let Outcome::Provisioned {
+        already: false,
+        failed_items,
+    } = &outcome
+    else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(failed_items.len(), 1);
+    assert_eq!(failed_items[0].name, "runcmd[1]");
+    assert_eq!(failed_items[0].exit_code, Some(3));
+    assert!(
+        failed_items[0].output_tail.contains("item1 failed on purpose"),
+        "{:?}",
+        failed_items[0]
+    );
+    assert_eq!(
+        counter(host),
+        ["item0", "item1", "item2", "item4"],
+        "a failing item does not stop later ones"
+    );
+
+    let sum = inside(host, "sha256sum /etc/capkk-test/deep/dir/bin.dat | cut -d' ' -f1");
+    assert_eq!(sum.trim(), hex::encode(Sha256::digest(&binary)));
+    let stat = |path: &str| {
+        inside(host, &format!("stat -c '%a %U:%G' {path}"))
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(
+        stat("/etc/capkk-test/deep/dir/bin.dat"),
+        format!("600 {NOPASSWD_USER}:adm")
+    );
+    assert_eq!(stat("/etc/capkk-test/deep/dir"), "755 root:root");
+    assert_eq!(
+        inside(host, "cat /etc/capkk-test/append.txt"),
+        "existing\nadded\n"
+    );
+    assert_eq!(stat("/etc/capkk-test/append.txt"), "640 root:adm");
+    assert_eq!(
+        inside(host, "cat /etc/capkk-test/trunc.txt"),
+        "new\n",
+        "non-append writes truncate"
+    );
+    assert_eq!(stat("/etc/capkk-test/setuid"), "4755 root:root");
+    assert_eq!(stat(STATE_DIR), "700 root:root");
+    assert_eq!(stat(&format!("{STATE_DIR}/{}.journal", p.hash)), "600 root:root");
+    let leftovers = inside(
+        host,
+        &format!(
+            "ls -A {STATE_DIR} /etc/capkk-test | grep -e '^\\.run' -e '\\.sh$' -e '\\.out$' -e '^\\.capkk' || true"
+        ),
+    );
+    assert_eq!(leftovers, "", "no script, output or temp file is left behind");
+    let records = progress.records();
+    assert_eq!(records.len(), p.steps.len());
+    assert_eq!(records.iter().filter(|r| r.exit_code == Some(3)).count(), 1);
+
+    // Second run: the sentinel exists and the journal is complete, so nothing runs.
+    let progress = RecordingProgress::default();
+    let again = provisioning::run(exec.as_ref(), &p, &progress, &Redactor::default())
+        .await
+        .unwrap();
+    assert!(
+        matches!(again, Outcome::Provisioned { already: true, .. }),
+        "{again:?}"
+    );
+    assert_eq!(counter(host).len(), 4);
+    assert_eq!(
+        inside(host, "cat /etc/capkk-test/append.txt"),
+        "existing\nadded\n",
+        "no second append"
+    );
+    assert!(progress.records().iter().all(|r| r.skipped));
+}
+
+#[tokio::test]
+async fn without_the_sentinel_the_first_failing_item_is_named_and_reruns_change_nothing() {
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[FAILING];
+    inside(
+        host,
+        "rm -f /root/counter /run/cluster-api/bootstrap-success.complete",
+    );
+    let p = plan(
+        "runcmd:\n- echo a >> /root/counter\n- \"echo a-join-went-wrong >&2; exit 7\"\n- echo c >> /root/counter\n- \"exit 9\"\n",
+    );
+    let pool = pool();
+    let exec = pool.executor(&target(sb, FAILING, "root"));
+    let outcome = provisioning::run(
+        exec.as_ref(),
+        &p,
+        &RecordingProgress::default(),
+        &Redactor::default(),
+    )
+    .await
+    .unwrap();
+    let Outcome::Failed {
+        first_failure: Some(first),
+        failed_items,
+    } = &outcome
+    else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!((first.name.as_str(), first.exit_code), ("runcmd[1]", Some(7)));
+    assert_eq!(
+        first.command.as_deref(),
+        Some("echo a-join-went-wrong >&2; exit 7")
+    );
+    assert_eq!(first.output_tail, "a-join-went-wrong\n");
+    assert_eq!(failed_items.len(), 2);
+    assert_eq!(counter(host), ["a", "c"]);
+    // cloud-init semantics: a run item is never run again; the outcome is rebuilt from the host journal.
+    let again = provisioning::run(
+        exec.as_ref(),
+        &p,
+        &RecordingProgress::default(),
+        &Redactor::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        again.first_failure().map(|f| (f.name.clone(), f.exit_code)),
+        Some(("runcmd[1]".into(), Some(7)))
+    );
+    assert_eq!(counter(host), ["a", "c"]);
+}
+
+/// Items count their runs in /root/counter; item 1 sleeps long enough to be interrupted.
+fn resumable_plan() -> Plan {
+    plan(&format!(
+        "write_files:\n- {{path: /etc/capkk-test/before, content: \"x\\n\", append: true}}\n\
+         runcmd:\n- echo i0 >> /root/counter\n- \"echo i1-start >> /root/counter; sleep 4; echo i1-end >> /root/counter\"\n\
+         - echo i2 >> /root/counter\n{SENTINEL_ITEM}"
+    ))
+}
+
+async fn wait_for_line(host: &Host<'_>, line: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !counter(host).iter().any(|l| l == line) {
+        assert!(Instant::now() < deadline, "{line} never appeared");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_run_cut_off_by_a_dropped_connection_resumes_without_repeating_steps() {
+    let Some(sb) = sandbox() else { return };
+    let host = sb.hosts()[DROPPED].clone();
+    inside(
+        &host,
+        "rm -f /root/counter /etc/capkk-test/before /run/cluster-api/bootstrap-success.complete",
+    );
+    let p = resumable_plan();
+    let pool = pool();
+    let exec = pool.executor(&target(sb, DROPPED, "root"));
+    let running = {
+        let (exec, p) = (exec.clone(), p.clone());
+        tokio::spawn(async move {
+            provisioning::run(
+                exec.as_ref(),
+                &p,
+                &RecordingProgress::default(),
+                &Redactor::default(),
+            )
+            .await
+        })
+    };
+    wait_for_line(&host, "i1-start").await;
+    host.kill_sshd().expect("kill sshd");
+    let cut = running.await.unwrap();
+    let err = cut.expect_err("the connection was cut mid-run");
+    assert!(matches!(&err, Error::Exec { .. }) && err.is_transient(), "{err}");
+    host.start_sshd().expect("start sshd");
+    // The resumed run waits on the host lock for item 1 (still running on the host), then finishes.
+    let progress = RecordingProgress::default();
+    let outcome = provisioning::run(exec.as_ref(), &p, &progress, &Redactor::default())
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, Outcome::Provisioned { already: false, .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        counter(&host),
+        ["i0", "i1-start", "i1-end", "i2"],
+        "every completed step ran exactly once"
+    );
+    assert_eq!(inside(&host, "cat /etc/capkk-test/before"), "x\n");
+    let skipped: Vec<String> = progress
+        .records()
+        .iter()
+        .filter(|r| r.skipped)
+        .map(|r| r.name.clone())
+        .collect();
+    assert_eq!(
+        skipped.len(),
+        3,
+        "file, i0 and i1 came from the journal: {skipped:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_step_killed_on_the_host_is_rerun_and_completed_steps_are_not() {
+    let Some(sb) = sandbox() else { return };
+    let host = sb.hosts()[CRASHED].clone();
+    inside(
+        &host,
+        "rm -f /root/counter /etc/capkk-test/before /run/cluster-api/bootstrap-success.complete",
+    );
+    let p = resumable_plan();
+    let pool = pool();
+    let exec = pool.executor(&target(sb, CRASHED, "root"));
+    let running = {
+        let (exec, p) = (exec.clone(), p.clone());
+        tokio::spawn(async move {
+            provisioning::run(
+                exec.as_ref(),
+                &p,
+                &RecordingProgress::default(),
+                &Redactor::default(),
+            )
+            .await
+        })
+    };
+    wait_for_line(&host, "i1-start").await;
+    // Like a host crash for our processes: kill every process whose command line names the state dir
+    // (launcher, runner, item) at once; the pattern is assembled so this script does not match itself.
+    inside(
+        &host,
+        "a=capkk/provi; pat=\"${a}sioning\"; for p in /proc/[0-9]*; do [ \"${p#/proc/}\" = $$ ] && continue; \
+         tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -qF \"$pat\" && kill -9 ${p#/proc/}; done; true",
+    );
+    let err = running.await.unwrap().expect_err("the runner was killed");
+    assert!(err.is_transient(), "{err}");
+    let outcome = provisioning::run(
+        exec.as_ref(),
+        &p,
+        &RecordingProgress::default(),
+        &Redactor::default(),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(outcome, Outcome::Provisioned { .. }), "{outcome:?}");
+    // The interrupted item ran again (its start twice); everything completed before it ran once.
+    assert_eq!(counter(&host), ["i0", "i1-start", "i1-start", "i1-end", "i2"]);
+    assert_eq!(
+        inside(&host, "cat /etc/capkk-test/before"),
+        "x\n",
+        "the append was not repeated"
+    );
+}
+
+#[tokio::test]
+async fn a_non_root_login_provisions_through_sudo() {
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[SUDO];
+    inside(
+        host,
+        "rm -f /root/counter /run/cluster-api/bootstrap-success.complete",
+    );
+    let p = plan(&format!(
+        "write_files:\n- {{path: /etc/kubernetes/pki/ca.key, content: \"-----BEGIN RSA PRIVATE KEY-----\\nsecret\\n\", permissions: '0600'}}\n\
+         runcmd:\n- id -u >> /root/counter\n{SENTINEL_ITEM}"
+    ));
+    let pool = pool();
+    let exec = pool.executor(&target(sb, SUDO, NOPASSWD_USER));
+    assert!(exec.target().starts_with(NOPASSWD_USER));
+    let outcome = provisioning::run(
+        exec.as_ref(),
+        &p,
+        &RecordingProgress::default(),
+        &Redactor::default(),
+    )
+    .await
+    .unwrap();
+    assert!(outcome.is_provisioned(), "{outcome:?}");
+    assert_eq!(counter(host), ["0"], "items run as root");
+    assert_eq!(
+        inside(host, "stat -c '%a %U' /etc/kubernetes/pki/ca.key").trim(),
+        "600 root"
+    );
+}
