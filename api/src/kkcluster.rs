@@ -132,13 +132,12 @@ pub struct InstanceInfo {
     /// Pinned SHA256 host-key fingerprints (`SHA256:<base64>`, as `ssh-keygen -lf` prints). When empty the
     /// key is trusted on first use and recorded in the KKInstance.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    // A plain OpenAPI `pattern` (not CEL): a CEL rule here exceeds the apiserver's cost budget.
+    #[schemars(length(max = 8))]
     #[schemars(extend("items" = {
         "type": "string",
         "maxLength": 100,
-        "x-kubernetes-validations": [{
-            "rule": "self.matches('^SHA256:[A-Za-z0-9+/]{43}=?$')",
-            "message": "spec.nodes.instances[].hostKeys[] must look like SHA256:<43 base64 characters>"
-        }]
+        "pattern": "^SHA256:[A-Za-z0-9+/]{43}=?$"
     }))]
     pub host_keys: Vec<String>,
 }
