@@ -1,9 +1,10 @@
 //! Host services against real sandbox hosts (netns + overlay root + sshd, see `capkk-sandbox`) over the real
 //! SSH client, with stand-in release artifacts served by a local HTTP mirror on the sandbox bridge.
 //!
-//! One sandbox (`svc-tests`, 6 hosts) is shared by the tests of this binary; each test owns its hosts:
+//! One sandbox (`svc-tests`, 8 hosts) is shared by the tests of this binary; each test owns its hosts:
 //! 0 apt end to end + reset, 1 dnf host (non-root login with sudo), 2 checksum mismatches, 3 host-download
-//! mode, 4+5 two hosts sharing one controller download. Fake package managers and kernel tools
+//! mode, 4+5 two hosts sharing one controller download, 6 ISO repository mode, 7 a pre-existing containerd
+//! (login with a sudo password). Fake package managers and kernel tools
 //! (`test/assets/`) are put into each host's `/usr/local/sbin` so nothing reaches the network or changes the
 //! machine's kernel state. Without root/sshd the tests print SKIPPED (under CI=true they fail instead).
 
@@ -42,7 +43,7 @@ fn sandbox() -> Option<&'static Sandbox> {
     if skip_unless_supported() {
         return None;
     }
-    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("svc-tests", 6)).expect("sandbox up")))
+    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("svc-tests", 8)).expect("sandbox up")))
 }
 
 fn pool() -> &'static SshPool {
@@ -75,16 +76,15 @@ fn sha(data: &[u8]) -> String {
     hex::encode(Sha256::digest(data))
 }
 
-/// Put the fake package managers and kernel tools into the host's /usr/local/sbin and check that root's and
-/// sudo's PATH pick them (so the real ones can never run).
-async fn install_fakes(host: &Host<'_>, ex: &dyn Executor) {
+/// Copy the scripts of `test/assets/<dir>` into the host's /usr/local/sbin.
+fn install_asset_dirs(host: &Host<'_>, dirs: &[&str]) {
     let assets = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../test/assets");
     // The host's /sys is the machine's sysfs: give the host its own (tmpfs) /sys/module so the fake modprobe
     // can mark modules as loaded there without touching the machine's kernel.
     let mut script = String::from(
         "mkdir -p /usr/local/sbin\nmountpoint -q /sys/module || mount -t tmpfs capkk-fake-sysmodule /sys/module\n",
     );
-    for dir in ["fake-pm", "fake-kernel"] {
+    for dir in dirs {
         for entry in std::fs::read_dir(assets.join(dir)).unwrap() {
             let path = entry.unwrap().path();
             let name = path.file_name().unwrap().to_str().unwrap().to_owned();
@@ -95,6 +95,12 @@ async fn install_fakes(host: &Host<'_>, ex: &dyn Executor) {
         }
     }
     sh(host, &script);
+}
+
+/// Put the fake package managers and kernel tools into the host's /usr/local/sbin and check that root's and
+/// sudo's PATH pick them (so the real ones can never run).
+async fn install_fakes(host: &Host<'_>, ex: &dyn Executor) {
+    install_asset_dirs(host, &["fake-pm", "fake-kernel"]);
     let out = ex
         .sudo(capkk_executor::ExecRequest::new(
             "for t in apt-get dpkg-query dnf rpm modprobe sysctl swapoff; do command -v $t; done",
@@ -1008,4 +1014,183 @@ async fn one_controller_download_serves_many_hosts() {
         let (path, body) = &si.binaries[1];
         assert_eq!(file_states(host, &[path]), [format!("{path} 755 {}", sha(body))]);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn iso_mode_uploads_mounts_uses_only_the_iso_and_restores_sources() {
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[6];
+    let ex = executor(sb, 6, "root");
+    install_fakes(host, &*ex).await;
+    install_asset_dirs(host, &["fake-iso"]);
+    let progress = RecordingProgress::default();
+    let redactor = Redactor::default();
+    let f = facts::gather(&*ex, &progress, &redactor).await.unwrap();
+    let iso_name = repository::auto_iso_name(&f);
+    let iso = format!("ISO stand-in for {iso_name}\n").repeat(1000).into_bytes();
+    let mirror = Mirror::start(sb);
+    mirror.put(
+        &format!("/kubesphere/kubekey/releases/download/v2.2.2/{iso_name}"),
+        iso.clone(),
+    );
+    let repo = RepositoryConfig {
+        source: PackageSource::Iso("auto".into()),
+        update: false,
+        packages: vec!["socat".into(), "conntrack".into()],
+        component: ComponentSource {
+            host: Some(mirror.base.clone()),
+            overrides: vec![ArtifactOverride {
+                id: "iso".into(),
+                checksum_value: Some(sha(&iso)),
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+    };
+    let sources = "sha256sum /etc/apt/sources.list 2>/dev/null; ls -la /etc/apt/sources.list.d";
+    let sources_before = sh(host, sources);
+    let c = cache("iso");
+    let out = repository::ensure(&*ex, &repo, &f, &c, &progress, &redactor)
+        .await
+        .unwrap();
+    assert_eq!(out.bytes_uploaded, iso.len() as u64);
+    assert_eq!(out.installed, ["socat", "conntrack"]);
+    let iso_path = format!("{}/{iso_name}", repository::ISO_DIR);
+    assert_eq!(
+        file_states(host, &[&iso_path]),
+        [format!("{iso_path} 600 {}", sha(&iso))]
+    );
+    let log: Vec<String> = sh(host, "grep -v '^dpkg-query' /var/log/capkk-fake-pm.log")
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let apt_opts = "-o DPkg::Lock::Timeout=600 -o Dir::Etc::sourcelist=/var/lib/capkk/repository/iso.list \
+                    -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0";
+    assert_eq!(
+        log,
+        [
+            format!("mount -o loop,ro {iso_path} /mnt/capkk-repository"),
+            format!("apt-get {apt_opts} -q -y update [DEBIAN_FRONTEND=noninteractive]"),
+            format!(
+                "apt-get {apt_opts} -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold -q -y \
+                 install --no-install-recommends socat conntrack [DEBIAN_FRONTEND=noninteractive]"
+            ),
+            "umount /mnt/capkk-repository".to_owned(),
+        ]
+    );
+    assert_eq!(
+        sh(host, "cat /var/lib/capkk/repository/iso.list"),
+        "deb [trusted=yes] file:///mnt/capkk-repository ./\n"
+    );
+    assert_eq!(
+        sh(host, sources),
+        sources_before,
+        "the host's own sources are untouched"
+    );
+    // Everything installed now: no upload, no mount, no package manager call.
+    let again = repository::ensure(&*ex, &repo, &f, &c, &progress, &redactor)
+        .await
+        .unwrap();
+    assert_eq!(again, Default::default());
+    assert_eq!(
+        sh(host, "grep -vc '^dpkg-query' /var/log/capkk-fake-pm.log"),
+        "4\n"
+    );
+    // A wrong ISO digest is refused before anything is uploaded or mounted.
+    sh(host, "rm -f /var/lib/capkk-fake-pm/installed");
+    let mut bad = repo.clone();
+    bad.component.overrides[0].checksum_value = Some("1".repeat(64));
+    sh(host, &format!("rm -f {iso_path}"));
+    let err = repository::ensure(&*ex, &bad, &f, &cache("iso-bad"), &progress, &redactor)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::ChecksumMismatch { .. }), "{err}");
+    assert_eq!(file_states(host, &[&iso_path]), [format!("{iso_path} missing")]);
+    assert_eq!(
+        sh(host, "grep -vc '^dpkg-query' /var/log/capkk-fake-pm.log"),
+        "4\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_foreign_containerd_is_left_alone_via_password_sudo() {
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[7];
+    let target = HostTarget::new(
+        host.address(),
+        capkk_sandbox::PASSWD_USER,
+        Auth::key_file(&sb.credentials().ed25519_key),
+    )
+    .host_key(HostKeyPolicy::pinned(host.fingerprint()))
+    .sudo_password(capkk_ssh::Secret::new(sb.credentials().password.clone()));
+    let ex = pool().executor(&target);
+    let progress = RecordingProgress::default();
+    let redactor = Redactor::new([sb.credentials().password.clone()]);
+    let f = facts::gather(&*ex, &progress, &redactor).await.unwrap();
+    // A distro-installed containerd, already running.
+    sh(
+        host,
+        &format!(
+            "printf '#!/bin/sh\\nif [ \"$1\" = --version ]; then echo \"containerd containerd.io {CONTAINERD} abcdef\"; exit 0; fi\\nexec sleep 86400\\n' > /usr/bin/containerd\n\
+             chmod 755 /usr/bin/containerd\n\
+             printf '[Service]\\nExecStart=/usr/bin/containerd\\n' > /lib/systemd/system/containerd.service\n\
+             systemctl start containerd"
+        ),
+    );
+    let mirror = Mirror::start(sb);
+    let si = stand_ins(&f.arch, "foreign");
+    si.serve(&mirror);
+    let c = cache("foreign");
+    let mut cm = ContainerdConfig {
+        arch: f.arch.clone(),
+        version: Some(CONTAINERD.into()),
+        source: si.source(&mirror, DownloadOn::Controller),
+        ..Default::default()
+    };
+    let out = containermanager::ensure(&*ex, &cm, &f, &c, &progress, &redactor)
+        .await
+        .unwrap();
+    assert!(out.skipped_existing);
+    assert_eq!(out.bytes_uploaded, 0);
+    assert_eq!(c.downloads(), 0);
+    assert_eq!(
+        file_states(
+            host,
+            &[containermanager::CONFIG_TOML, "/usr/local/bin/containerd"]
+        ),
+        [
+            format!("{} missing", containermanager::CONFIG_TOML),
+            "/usr/local/bin/containerd missing".to_owned()
+        ]
+    );
+    // Another version requested: refused with a clear message, still nothing written.
+    cm.version = Some("1.7.99".into());
+    let err = containermanager::ensure(&*ex, &cm, &f, &c, &progress, &redactor)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("not installed by capkk") && err.contains("1.7.99"),
+        "{err}"
+    );
+    assert_eq!(
+        file_states(host, &[containermanager::CONFIG_TOML]),
+        [format!("{} missing", containermanager::CONFIG_TOML)]
+    );
+    // docker is refused before touching the host.
+    cm.runtime_type = Some("docker".into());
+    let err = containermanager::ensure(&*ex, &cm, &f, &c, &progress, &redactor)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Unsupported { .. }) && err.to_string().contains("docker"),
+        "{err}"
+    );
+    // The sudo password never reaches the journal.
+    assert!(
+        progress
+            .records()
+            .iter()
+            .all(|r| !r.output_tail.contains(&sb.credentials().password))
+    );
 }
