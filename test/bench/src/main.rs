@@ -9,6 +9,7 @@
 mod hosts;
 mod measure;
 mod methods;
+mod ours;
 mod plan;
 mod workload;
 
@@ -65,9 +66,10 @@ struct SshArgs {
     /// Methods to compare.
     #[arg(long, value_delimiter = ',', default_value = "ours,ansible,openssh,local")]
     methods: Vec<Method>,
-    /// CABPK bootstrap data (cloud-config) to provision.
-    #[arg(long, default_value = "test/bench/fixtures/cabpk-controlplane-init.yaml")]
-    fixture: PathBuf,
+    /// CABPK bootstrap data (cloud-config) to provision [default: test/fixtures/cabpk/init-control-plane.yaml
+    /// (captured from the local management plane), else test/bench/fixtures/cabpk-controlplane-init.yaml].
+    #[arg(long)]
+    fixture: Option<PathBuf>,
     /// Sandbox name (its own /24).
     #[arg(long, default_value = "bench")]
     sandbox: String,
@@ -87,6 +89,11 @@ struct SshArgs {
     #[arg(long)]
     keep: bool,
 }
+
+/// Real CABPK bootstrap data captured from the local management plane (test/mgmt `make fixtures`).
+const CAPTURED_FIXTURE: &str = "test/fixtures/cabpk/init-control-plane.yaml";
+/// Hand-made bootstrap data of the same shape (with pre/post kubeadm commands), the fallback.
+const HANDMADE_FIXTURE: &str = "test/bench/fixtures/cabpk-controlplane-init.yaml";
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -167,12 +174,18 @@ fn ssh_bench(a: &SshArgs) -> anyhow::Result<()> {
             "run `make bench-venv` (ansible-core from PyPI into a venv)",
         )?;
     }
-    let fixture_text = std::fs::read_to_string(&a.fixture)
-        .with_context(|| format!("reading fixture {}", a.fixture.display()))?;
-    let fixture_name = a
-        .fixture
-        .file_name()
-        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let fixture = a.fixture.clone().unwrap_or_else(|| {
+        [CAPTURED_FIXTURE, HANDMADE_FIXTURE]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| PathBuf::from(HANDMADE_FIXTURE))
+    });
+    let fixture =
+        std::fs::canonicalize(&fixture).with_context(|| format!("fixture {}", fixture.display()))?;
+    let fixture_text = std::fs::read_to_string(&fixture)
+        .with_context(|| format!("reading fixture {}", fixture.display()))?;
+    let fixture_name = fixture.display().to_string();
     let max_n = *a.hosts.iter().max().unwrap_or(&1);
     let load_start = load_average();
     let started = Instant::now();
@@ -183,6 +196,7 @@ fn ssh_bench(a: &SshArgs) -> anyhow::Result<()> {
     let sandbox = capkk_sandbox::Sandbox::up(&capkk_sandbox::SandboxConfig::new(a.sandbox.clone(), max_n))
         .context("building the sandbox hosts")?;
     let result = (|| {
+        let fixture = fixture.as_path();
         let all: Vec<HostSpec> = sandbox
             .hosts()
             .iter()
@@ -193,6 +207,7 @@ fn ssh_bench(a: &SshArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(&a.out)?;
         let out = std::fs::canonicalize(&a.out)?;
         let known_hosts = a.scratch.join("known_hosts");
+        let key = sandbox.credentials().ed25519_key.clone();
         let mut kh = String::new();
         for h in &all {
             h.install_standins()?;
@@ -204,10 +219,24 @@ fn ssh_bench(a: &SshArgs) -> anyhow::Result<()> {
         for &n in &a.hosts {
             let hosts = all[..n].to_vec();
             let names: Vec<String> = hosts.iter().map(|h| h.name.clone()).collect();
-            let w = plan::build(&fixture_text, &fixture_name, &names)?;
+            let mut w = plan::skeleton(&fixture_text, &fixture_name, &names)?;
+            // Recording pass (also capkk-rs's first warm-up): what capkk-rs sends is the workload.
+            for h in &hosts {
+                h.reset(&w)?;
+            }
+            w.ops = ours::record(&hosts, &key, fixture_text.as_bytes())?;
+            w.derive_file_checks();
+            verify_all(&hosts, &w).context("after the recording pass")?;
             eprintln!("N={n}: {} steps per host ({})", w.steps(), w.source);
             sources.push((n, w.steps(), w.source.clone()));
-            records.extend(bench_n(a, n, &hosts, &w, &known_hosts, &ansible, &out)?);
+            let ctx = Paths {
+                known_hosts: known_hosts.clone(),
+                key: key.clone(),
+                ansible: ansible.clone(),
+                out: out.clone(),
+                fixture: fixture.to_path_buf(),
+            };
+            records.extend(bench_n(a, n, &hosts, &w, &ctx)?);
         }
         let load_end = load_average();
         let report = render(a, &records, &sources, &load_start, &load_end, started.elapsed());
@@ -231,14 +260,21 @@ fn ssh_bench(a: &SshArgs) -> anyhow::Result<()> {
     result
 }
 
+/// Files every run of one host count uses.
+struct Paths {
+    known_hosts: PathBuf,
+    key: PathBuf,
+    ansible: PathBuf,
+    out: PathBuf,
+    fixture: PathBuf,
+}
+
 fn bench_n(
     a: &SshArgs,
     n: usize,
     hosts: &[HostSpec],
     w: &Workload,
-    known_hosts: &Path,
-    ansible: &Path,
-    out: &Path,
+    p: &Paths,
 ) -> anyhow::Result<Vec<RunRecord>> {
     let work_dir = a.scratch.join(format!("n{n}"));
     std::fs::create_dir_all(&work_dir)?;
@@ -247,19 +283,17 @@ fn bench_n(
     let base = DriveSpec {
         method: Method::Ours,
         hosts: hosts.to_vec(),
-        key: capkk_sandbox::Sandbox::attach(&a.sandbox)?
-            .credentials()
-            .ed25519_key
-            .clone(),
-        known_hosts: known_hosts.to_path_buf(),
+        key: p.key.clone(),
+        known_hosts: p.known_hosts.clone(),
         work_dir: work_dir.clone(),
         workload: workload_path,
-        ansible_playbook: ansible.to_path_buf(),
+        ansible_playbook: p.ansible.clone(),
+        fixture: p.fixture.clone(),
     };
     if a.methods.contains(&Method::Ansible) {
         let dir = methods::prepare_ansible(&base, w)?;
         // Keep a copy of the generated playbook next to the results for inspection.
-        let _ = std::fs::copy(dir.join("playbook.yml"), out.join(format!("playbook-n{n}.yml")));
+        let _ = std::fs::copy(dir.join("playbook.yml"), p.out.join(format!("playbook-n{n}.yml")));
     }
     let expected = w.digests();
     let mut records = Vec::new();
@@ -279,10 +313,7 @@ fn bench_n(
             };
             let (res, peak) = run_driver(&spec, &work_dir, Duration::from_secs(a.run_timeout))
                 .with_context(|| format!("N={n} {} run {}", m.display(), r + 1))?;
-            let mut problems = Vec::new();
-            for h in hosts {
-                problems.extend(h.verify(&w.expect[&h.name])?);
-            }
+            let mut problems = verify_problems(hosts, w)?;
             if m == Method::Ours && res.digests != expected {
                 problems.push(format!(
                     "capkk-rs sent different work than the workload: {:?} vs {:?}",
@@ -324,6 +355,30 @@ fn bench_n(
         h.reset(w)?;
     }
     Ok(records)
+}
+
+fn verify_problems(hosts: &[HostSpec], w: &Workload) -> anyhow::Result<Vec<String>> {
+    let mut problems = Vec::new();
+    for h in hosts {
+        let e = w
+            .expect
+            .get(&h.name)
+            .with_context(|| format!("no checks for {}", h.name))?;
+        problems.extend(h.verify(e)?);
+    }
+    Ok(problems)
+}
+
+fn verify_all(hosts: &[HostSpec], w: &Workload) -> anyhow::Result<()> {
+    let problems = verify_problems(hosts, w)?;
+    if !problems.is_empty() {
+        bail!(
+            "the hosts are WRONG ({} problems):\n  {}",
+            problems.len(),
+            problems.join("\n  ")
+        );
+    }
+    Ok(())
 }
 
 /// Spawn `capkk-bench drive`, sample its process tree's RSS, wait (bounded), parse its result.

@@ -10,14 +10,13 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
-use capkk_executor::{ExecRequest, Executor, PutRequest};
-use capkk_ssh::{Auth, HostKeyPolicy, HostTarget, PoolConfig, SshPool};
 use serde::{Deserialize, Serialize};
 
 use crate::{
     hosts::{HostSpec, run_with_stdin, write},
     measure::{self, Usage},
-    workload::{Op, RecordingExecutor, Workload, digest},
+    ours,
+    workload::{Op, Workload, digest},
 };
 
 /// A way of running the workload.
@@ -63,6 +62,8 @@ pub struct DriveSpec {
     pub workload: PathBuf,
     /// `ansible-playbook` to run.
     pub ansible_playbook: PathBuf,
+    /// Bootstrap data (cloud-config) capkk-rs provisions.
+    pub fixture: PathBuf,
 }
 
 /// What one driver run measured.
@@ -88,7 +89,7 @@ pub fn drive(spec: &DriveSpec) -> anyhow::Result<DriveResult> {
     let w: Workload = serde_json::from_slice(&text).context("parsing the workload")?;
     let start = Instant::now();
     let digests = match spec.method {
-        Method::Ours => run_ours(spec, &w)?,
+        Method::Ours => run_ours(spec)?,
         Method::Ansible => run_ansible(spec)?,
         Method::Openssh => run_per_host(spec, &w, openssh_step)?,
         Method::Local => run_per_host(spec, &w, local_step)?,
@@ -104,77 +105,11 @@ pub fn drive(spec: &DriveSpec) -> anyhow::Result<DriveResult> {
     })
 }
 
-/// Run `ops` over an executor in order; a failed step stops the host with an error naming it.
-pub async fn provision(exec: &dyn Executor, ops: &[Op]) -> anyhow::Result<()> {
-    for (i, op) in ops.iter().enumerate() {
-        match op {
-            Op::Exec { command, stdin } => {
-                let mut req = ExecRequest::new(command.clone()).sudo();
-                if let Some(s) = stdin {
-                    req = req.stdin(s.clone());
-                }
-                let out = exec
-                    .exec(req)
-                    .await
-                    .with_context(|| format!("{}: step {} ({})", exec.target(), i + 1, op.label()))?;
-                if !out.success() {
-                    bail!(
-                        "{}: step {} ({}) exited {:?}: {}",
-                        exec.target(),
-                        i + 1,
-                        op.label(),
-                        out.exit_code,
-                        out.tail(400)
-                    );
-                }
-            }
-            Op::Put {
-                path,
-                content,
-                mode,
-                owner,
-            } => {
-                let mut req = PutRequest::bytes(path.clone(), content.clone(), *mode);
-                if let Some(o) = owner {
-                    req = req.owner(o.clone());
-                }
-                exec.put(req)
-                    .await
-                    .with_context(|| format!("{}: step {} ({})", exec.target(), i + 1, op.label()))?;
-            }
-        }
-    }
-    Ok(())
-}
-
-fn run_ours(spec: &DriveSpec, w: &Workload) -> anyhow::Result<BTreeMap<String, String>> {
+fn run_ours(spec: &DriveSpec) -> anyhow::Result<BTreeMap<String, String>> {
+    let data = std::fs::read(&spec.fixture).with_context(|| format!("reading {}", spec.fixture.display()))?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    rt.block_on(async {
-        let pool = SshPool::new(PoolConfig::default());
-        let mut set = tokio::task::JoinSet::new();
-        for h in &spec.hosts {
-            let target = HostTarget::new(h.address.clone(), "root", Auth::key_file(&spec.key))
-                .host_key(HostKeyPolicy::pinned(h.fingerprint.clone()));
-            let rec = RecordingExecutor::new(pool.executor(&target));
-            let ops = w
-                .ops
-                .get(&h.name)
-                .cloned()
-                .with_context(|| format!("no ops for {}", h.name))?;
-            let name = h.name.clone();
-            set.spawn(async move {
-                provision(&rec, &ops).await?;
-                anyhow::Ok((name, digest(&rec.ops())))
-            });
-        }
-        let mut digests = BTreeMap::new();
-        while let Some(r) = set.join_next().await {
-            let (name, d) = r.context("host task panicked")??;
-            digests.insert(name, d);
-        }
-        pool.close_all().await;
-        Ok(digests)
-    })
+    let ops = rt.block_on(ours::run_all(&spec.hosts, &spec.key, Arc::new(data)))?;
+    Ok(ops.iter().map(|(h, o)| (h.clone(), digest(o))).collect())
 }
 
 type StepFn = fn(&DriveSpec, &HostSpec, &Op) -> Command;
@@ -395,6 +330,15 @@ pub fn prepare_ansible(spec: &DriveSpec, w: &Workload) -> anyhow::Result<PathBuf
                 format!("\"{{{{ {var} }}}}\"")
             }
         };
+        let task_name = if ops.iter().all(|o| o.label() == ops[0].label()) {
+            format!("step {}: {}", i + 1, ops[0].label())
+        } else {
+            format!(
+                "step {}: {} (per host)",
+                i + 1,
+                ops[0].label().split(' ').next().unwrap_or("op")
+            )
+        };
         match ops[0] {
             Op::Exec { stdin, .. } => {
                 if ops.iter().any(|o| !matches!(o, Op::Exec { .. })) {
@@ -407,7 +351,7 @@ pub fn prepare_ansible(spec: &DriveSpec, w: &Workload) -> anyhow::Result<PathBuf
                 write!(
                     pb,
                     "    - name: {}\n      ansible.builtin.shell:\n        cmd: {cmd}\n        executable: {}\n",
-                    unsafe_str(&format!("step {}: {}", i + 1, ops[0].label())),
+                    unsafe_str(&task_name),
                     first.shell
                 )?;
                 if stdin.is_some() {
@@ -437,7 +381,7 @@ pub fn prepare_ansible(spec: &DriveSpec, w: &Workload) -> anyhow::Result<PathBuf
                     pb,
                     "    - name: {}\n      ansible.builtin.copy:\n        src: \"files/{{{{ inventory_hostname }}}}/{i}\"\n        \
                      dest: {dest}\n        mode: \"{:04o}\"\n        owner: {}\n        group: {}\n",
-                    unsafe_str(&format!("step {}: {}", i + 1, ops[0].label())),
+                    unsafe_str(&task_name),
                     mode & 0o7777,
                     unsafe_str(user),
                     unsafe_str(group),

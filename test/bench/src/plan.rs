@@ -7,6 +7,8 @@
 
 use capkk_executor::quote;
 
+use sha2::{Digest as _, Sha256};
+
 use crate::workload::{Op, SENTINEL, Workload, read_fixture};
 
 /// Where the stand-in `kubeadm` records its calls on each host.
@@ -76,7 +78,7 @@ fn put(path: &str, content: &[u8], mode: u32) -> Op {
 }
 
 /// The service-layer steps before provisioning (facts, bootstrap, binary, container manager).
-fn service_steps(hostname: &str) -> Vec<Op> {
+pub fn service_steps(hostname: &str) -> Vec<Op> {
     vec![
         // facts
         exec("uname -srm"),
@@ -110,39 +112,17 @@ fn service_steps(hostname: &str) -> Vec<Op> {
     ]
 }
 
-/// Build the workload for these hosts from the fixture text.
-pub fn build(fixture: &str, fixture_name: &str, hosts: &[String]) -> anyhow::Result<Workload> {
+/// A workload for these hosts with its checks and reset paths; the ops are filled by recording capkk-rs
+/// (see [`crate::ours::record`]).
+pub fn skeleton(fixture: &str, fixture_name: &str, hosts: &[String]) -> anyhow::Result<Workload> {
     let mut w = Workload {
         source: format!(
-            "bench plan: 17 service-layer steps (facts, bootstrap, binary, containermanager) + \
-             {fixture_name} (write_files, runcmd)"
+            "{} service-layer steps (facts, bootstrap, binary, containermanager; bench stand-ins until \
+             capkk-service has them) + capkk-service provisioning of {fixture_name}",
+            service_steps("h").len()
         ),
         ..Default::default()
     };
-    for host in hosts {
-        let (files, cmds) = read_fixture(fixture, host)?;
-        let mut ops = service_steps(host);
-        for f in &files {
-            ops.push(Op::Put {
-                path: f.path.clone(),
-                content: f.content.clone(),
-                mode: f.mode,
-                owner: Some(f.owner.clone()),
-            });
-        }
-        ops.extend(cmds.iter().map(|c| exec(c.clone())));
-        w.ops.insert(host.clone(), ops);
-        let e = w.expect.entry(host.clone()).or_default();
-        e.exact.insert(SENTINEL.into(), "success\n".into());
-        let kubeadm_calls: Vec<String> = cmds
-            .iter()
-            .filter_map(|c| kubeadm_args(c))
-            .map(|a| format!("{a}\n"))
-            .collect();
-        let mut log = String::from("version -o short\n");
-        log.push_str(&kubeadm_calls.concat());
-        e.exact.insert(KUBEADM_LOG.into(), log);
-    }
     w.reset_paths = [
         "/run/cluster-api",
         "/run/kubeadm",
@@ -159,7 +139,32 @@ pub fn build(fixture: &str, fixture_name: &str, hosts: &[String]) -> anyhow::Res
     ]
     .map(String::from)
     .to_vec();
-    w.derive_file_checks();
+    for host in hosts {
+        let (files, cmds) = read_fixture(fixture, host)?;
+        let e = w.expect.entry(host.clone()).or_default();
+        for f in &files {
+            e.files.insert(
+                f.path.clone(),
+                (
+                    hex::encode(Sha256::digest(&f.content)),
+                    format!("{:o}", f.mode & 0o7777),
+                    f.owner.clone(),
+                ),
+            );
+            if !w.reset_paths.contains(&f.path) {
+                w.reset_paths.push(f.path.clone());
+            }
+        }
+        e.exact.insert(SENTINEL.into(), "success\n".into());
+        let kubeadm_calls: Vec<String> = cmds
+            .iter()
+            .filter_map(|c| kubeadm_args(c))
+            .map(|a| format!("{a}\n"))
+            .collect();
+        let mut log = String::from("version -o short\n");
+        log.push_str(&kubeadm_calls.concat());
+        e.exact.insert(KUBEADM_LOG.into(), log);
+    }
     Ok(w)
 }
 
@@ -176,24 +181,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plan_has_service_steps_files_and_commands_for_every_host() {
+    fn skeleton_checks_fixture_files_sentinel_and_kubeadm_calls_per_host() {
         let fixture = include_str!("../fixtures/cabpk-controlplane-init.yaml");
-        let w = build(fixture, "fixture", &["h1".into(), "h2".into()]).unwrap();
-        assert_eq!(w.ops.len(), 2);
-        let ops = &w.ops["h1"];
-        assert!(ops.len() >= 35, "{} ops", ops.len());
-        assert!(
-            ops.iter()
-                .any(|o| matches!(o, Op::Put { path, .. } if path == "/run/kubeadm/kubeadm.yaml"))
-        );
+        let w = skeleton(fixture, "fixture", &["h1".into(), "h2".into()]).unwrap();
         let e = &w.expect["h2"];
         assert_eq!(e.exact[SENTINEL], "success\n");
         assert_eq!(
             e.exact[KUBEADM_LOG],
             "version -o short\ninit --config /run/kubeadm/kubeadm.yaml\n"
         );
-        assert!(e.files.contains_key("/etc/kubernetes/pki/ca.key"));
+        assert_eq!(e.files["/etc/kubernetes/pki/ca.key"].1, "600");
+        assert_ne!(
+            w.expect["h1"].files["/run/kubeadm/kubeadm.yaml"].0, e.files["/run/kubeadm/kubeadm.yaml"].0,
+            "per-host rendering of the hostname"
+        );
         assert!(w.reset_paths.iter().any(|p| p == "/run/cluster-api"));
-        assert_ne!(w.digests()["h1"], w.digests()["h2"], "per-host rendering differs");
+        assert!(service_steps("h1").len() >= 15);
+    }
+
+    #[test]
+    fn kubeadm_args_are_what_the_standin_records() {
+        assert_eq!(
+            kubeadm_args("kubeadm init --config /run/kubeadm/kubeadm.yaml  && echo success > /x").as_deref(),
+            Some("init --config /run/kubeadm/kubeadm.yaml")
+        );
+        assert_eq!(kubeadm_args("echo kubeadm"), None);
     }
 }

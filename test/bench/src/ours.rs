@@ -1,0 +1,139 @@
+//! capkk-rs's own code path: the russh pool (`capkk-ssh`), the service-layer steps, and
+//! `capkk-cloudinit` + `capkk-service::provisioning` on the fixture. Also the recording pass that turns
+//! what this path sends into the workload the other methods replay.
+
+use std::{collections::BTreeMap, path::Path, sync::Arc};
+
+use anyhow::{Context as _, bail};
+use capkk_executor::{ExecRequest, Executor, PutRequest};
+use capkk_service::{
+    journal::{NoProgress, Redactor},
+    provisioning::{self, Outcome},
+};
+use capkk_ssh::{Auth, HostKeyPolicy, HostTarget, PoolConfig, SshPool};
+
+use crate::{
+    hosts::HostSpec,
+    plan,
+    workload::{Op, RecordingExecutor},
+};
+
+/// Run `ops` over an executor in order; a failed step stops the host with an error naming it.
+pub async fn replay(exec: &dyn Executor, ops: &[Op]) -> anyhow::Result<()> {
+    for (i, op) in ops.iter().enumerate() {
+        let what = || format!("{}: step {} ({})", exec.target(), i + 1, op.label());
+        match op {
+            Op::Exec { command, stdin } => {
+                let mut req = ExecRequest::new(command.clone()).sudo();
+                if let Some(s) = stdin {
+                    req = req.stdin(s.clone());
+                }
+                let out = exec.exec(req).await.with_context(what)?;
+                if !out.success() {
+                    bail!("{} exited {:?}: {}", what(), out.exit_code, out.tail(400));
+                }
+            }
+            Op::Put {
+                path,
+                content,
+                mode,
+                owner,
+            } => {
+                let mut req = PutRequest::bytes(path.clone(), content.clone(), *mode);
+                if let Some(o) = owner {
+                    req = req.owner(o.clone());
+                }
+                exec.put(req).await.with_context(what)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Provision one host the way the provider does: service-layer steps, then the bootstrap data through
+/// `capkk_cloudinit::parse` and `capkk_service::provisioning::run`. Fails unless the sentinel was written and
+/// every command item exited 0.
+pub async fn provision_host(
+    exec: &dyn Executor,
+    bootstrap_data: &[u8],
+    hostname: &str,
+) -> anyhow::Result<()> {
+    replay(exec, &plan::service_steps(hostname)).await?;
+    let vars = capkk_cloudinit::TemplateVars::new()
+        .local_hostname(hostname)
+        .instance_id(hostname)
+        .provider_id(format!("kk://bench/{hostname}"));
+    let parsed = capkk_cloudinit::parse(bootstrap_data, capkk_cloudinit::FORMAT_CLOUD_CONFIG, &vars)
+        .context("parsing the bootstrap data")?;
+    let outcome = provisioning::run(exec, &parsed, &NoProgress, &Redactor::default())
+        .await
+        .with_context(|| format!("{}: provisioning", exec.target()))?;
+    match outcome {
+        Outcome::Provisioned { already: true, .. } => {
+            bail!(
+                "{}: the sentinel was already there (host not reset)",
+                exec.target()
+            )
+        }
+        Outcome::Provisioned { failed_items, .. } if !failed_items.is_empty() => bail!(
+            "{}: provisioned, but command items failed: {:?}",
+            exec.target(),
+            failed_items
+        ),
+        Outcome::Provisioned { .. } => Ok(()),
+        Outcome::Failed { first_failure, .. } => {
+            bail!("{}: provisioning failed at {:?}", exec.target(), first_failure)
+        }
+    }
+}
+
+/// A pinned, key-authenticated root target.
+pub fn target(h: &HostSpec, key: &Path) -> HostTarget {
+    HostTarget::new(h.address.clone(), "root", Auth::key_file(key))
+        .host_key(HostKeyPolicy::pinned(h.fingerprint.clone()))
+}
+
+/// Provision every host concurrently over one pool, recording what is sent; returns the ops per host.
+pub async fn run_all(
+    hosts: &[HostSpec],
+    key: &Path,
+    bootstrap_data: Arc<Vec<u8>>,
+) -> anyhow::Result<BTreeMap<String, Vec<Op>>> {
+    let pool = SshPool::new(PoolConfig::default());
+    let mut set = tokio::task::JoinSet::new();
+    for h in hosts {
+        let rec = RecordingExecutor::new(pool.executor(&target(h, key)));
+        let name = h.name.clone();
+        let data = bootstrap_data.clone();
+        set.spawn(async move {
+            provision_host(&rec, &data, &name).await?;
+            anyhow::Ok((name, rec.ops()))
+        });
+    }
+    let mut ops = BTreeMap::new();
+    let mut errors = Vec::new();
+    while let Some(r) = set.join_next().await {
+        match r {
+            Ok(Ok((name, o))) => {
+                ops.insert(name, o);
+            }
+            Ok(Err(e)) => errors.push(format!("{e:#}")),
+            Err(e) => errors.push(format!("host task failed: {e}")),
+        }
+    }
+    pool.close_all().await;
+    if !errors.is_empty() {
+        bail!("{} host(s) failed:\n  {}", errors.len(), errors.join("\n  "));
+    }
+    Ok(ops)
+}
+
+/// The recording pass: run capkk-rs once on every host (in this process) and return what it sent.
+pub fn record(
+    hosts: &[HostSpec],
+    key: &Path,
+    bootstrap_data: &[u8],
+) -> anyhow::Result<BTreeMap<String, Vec<Op>>> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(run_all(hosts, key, Arc::new(bootstrap_data.to_vec())))
+}
