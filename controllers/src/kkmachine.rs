@@ -517,7 +517,8 @@ async fn record_claim(
 }
 
 async fn release_stray(instances: &Api<KKInstance>, i: &KKInstance) {
-    // A claim this KKMachine made but did not record (lost a race): nothing ran on the host yet.
+    // A claim this KKMachine made but did not record (lost a race): nothing ran on the host yet. Only called
+    // once spec.instanceID (immutable) names another host, so the stray can never become the recorded one.
     if let Err(e) = instances.delete(&i.name_any(), &DeleteParams::default()).await {
         warn!(instance = %i.name_any(), error = %e, "deleting an unrecorded claim failed");
     }
@@ -607,12 +608,11 @@ async fn claim(
         let inst = new_instance(km, machine, kkc, host, secret);
         match instances.create(&PostParams::default(), &inst).await {
             Ok(created) => {
-                if let Err(e) = record_claim(&api, km, rv.clone(), &kkc.name_any(), &host.name).await {
-                    // Someone else changed the KKMachine (possibly another manager recorded a different claim):
-                    // give this host back before it is touched, and retry.
-                    release_stray(&instances, &created).await;
-                    return Err(e);
-                }
+                // On a conflict (the KKMachine changed, possibly another manager recorded a different
+                // claim) the created KKInstance stays: the next reconcile either adopts it or, once
+                // spec.instanceID (immutable) names another host, deletes it as a stray. It is never worked
+                // on unless the KKMachine records it.
+                record_claim(&api, km, rv.clone(), &kkc.name_any(), &host.name).await?;
                 info!(host = %host.name, "claimed host");
                 ctx.event(
                     km,

@@ -1,0 +1,470 @@
+//! Helpers for the controller integration tests: the shared management plane, a kubeconfig for a
+//! ServiceAccount bound to exactly the ClusterRole in config/rbac, the manager as a separate process, and
+//! builders for CAPI and capkk objects.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::{
+    future::Future,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::{
+    authentication::v1::{TokenRequest, TokenRequestSpec},
+    core::v1::{Namespace, Secret, ServiceAccount},
+};
+use kube::{
+    Client, ResourceExt,
+    api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams},
+    config::Kubeconfig,
+};
+use serde_json::{Value, json};
+
+/// The shared management plane's admin client, with our CRDs installed.
+pub async fn client() -> anyhow::Result<Client> {
+    let plane = capkk_mgmt::ManagementPlane::shared()
+        .await
+        .context("management plane")?;
+    let client = plane.client().await?;
+    capkk_mgmt::install_crds(&client, &capkk_mgmt::repo_root().join("config/crd/bases")).await?;
+    Ok(client)
+}
+
+/// A name unique across test runs against the same (long-lived) plane.
+pub fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() ^ (d.as_secs() as u32).rotate_left(7))
+        .unwrap_or_default();
+    format!("{prefix}-{:x}{:x}", std::process::id() & 0xfff, nanos & 0xfffff)
+}
+
+/// A directory for a test's files (kubeconfig, manager logs) kept after the test for inspection:
+/// `/tmp/capkk-controllers-tests/<unique>`.
+pub fn test_dir(prefix: &str) -> anyhow::Result<PathBuf> {
+    let d = std::env::temp_dir()
+        .join("capkk-controllers-tests")
+        .join(unique(prefix));
+    std::fs::create_dir_all(&d)?;
+    Ok(d)
+}
+
+/// A fresh namespace.
+pub async fn namespace(client: &Client, prefix: &str) -> anyhow::Result<String> {
+    let name = unique(prefix);
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    Ok(name)
+}
+
+/// Server-side apply of a JSON object.
+pub async fn apply(client: &Client, ns: &str, obj: Value) -> anyhow::Result<DynamicObject> {
+    Ok(capkk_mgmt::apply(client, ns, &obj).await?)
+}
+
+/// Merge-patch an object by apiVersion/kind/name.
+pub async fn merge(
+    client: &Client,
+    ns: &str,
+    api_version: &str,
+    kind: &str,
+    name: &str,
+    patch: Value,
+) -> anyhow::Result<()> {
+    let (api, _) = capkk_mgmt::dynamic_api(client, api_version, kind, ns).await?;
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// Get an object as JSON (None when absent).
+pub async fn get(
+    client: &Client,
+    ns: &str,
+    api_version: &str,
+    kind: &str,
+    name: &str,
+) -> anyhow::Result<Option<Value>> {
+    let (api, _) = capkk_mgmt::dynamic_api(client, api_version, kind, ns).await?;
+    Ok(api
+        .get_opt(name)
+        .await?
+        .map(|o| serde_json::to_value(o).unwrap_or_default()))
+}
+
+/// List objects as JSON.
+pub async fn list(client: &Client, ns: &str, api_version: &str, kind: &str) -> anyhow::Result<Vec<Value>> {
+    let (api, _) = capkk_mgmt::dynamic_api(client, api_version, kind, ns).await?;
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|o| serde_json::to_value(o).unwrap_or_default())
+        .collect())
+}
+
+/// Delete an object.
+pub async fn delete(
+    client: &Client,
+    ns: &str,
+    api_version: &str,
+    kind: &str,
+    name: &str,
+) -> anyhow::Result<()> {
+    let (api, _) = capkk_mgmt::dynamic_api(client, api_version, kind, ns).await?;
+    api.delete(name, &Default::default()).await?;
+    Ok(())
+}
+
+/// Polls `f` every 500 ms until it returns `Some`, failing after `timeout`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Option<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last_err = None;
+    loop {
+        match f().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last_err = Some(e),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            match last_err {
+                Some(e) => bail!("timed out after {timeout:?} waiting for {what}; last error: {e:#}"),
+                None => bail!("timed out after {timeout:?} waiting for {what}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The condition `type_` of an object's status.
+pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+/// `status` and `reason` of a condition.
+pub fn cond_state(obj: &Value, type_: &str) -> (String, String) {
+    condition(obj, type_)
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or("").to_owned(),
+                c["reason"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .unwrap_or_default()
+}
+
+const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
+const CAPI: &str = "cluster.x-k8s.io/v1beta2";
+/// apiVersion of our kinds.
+pub const INFRA_V: &str = INFRA;
+/// apiVersion of CAPI core.
+pub const CAPI_V: &str = CAPI;
+
+/// A CAPI Cluster pointing at KKCluster `name`.
+pub fn cluster(ns: &str, name: &str, extra_spec: Value) -> Value {
+    let mut v = json!({
+        "apiVersion": CAPI, "kind": "Cluster",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KKCluster", "name": name}
+        }
+    });
+    if let (Some(s), Some(e)) = (v["spec"].as_object_mut(), extra_spec.as_object()) {
+        for (k, x) in e {
+            s.insert(k.clone(), x.clone());
+        }
+    }
+    v
+}
+
+/// A KKCluster with `hosts` as `(name, address, port)`, password auth from Secret `ssh-auth`.
+pub fn kkcluster(ns: &str, name: &str, hosts: &[(String, String, u16)], extra_spec: Value) -> Value {
+    let instances: Vec<Value> = hosts
+        .iter()
+        .map(|(n, a, p)| json!({"name": n, "address": a, "auth": {"port": p}}))
+        .collect();
+    let mut v = json!({
+        "apiVersion": INFRA, "kind": "KKCluster",
+        "metadata": {"name": name, "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": name}},
+        "spec": {
+            "nodes": {"auth": {"user": "root", "secretRef": {"name": "ssh-auth"}}, "instances": instances}
+        }
+    });
+    if let (Some(s), Some(e)) = (v["spec"].as_object_mut(), extra_spec.as_object()) {
+        for (k, x) in e {
+            s.insert(k.clone(), x.clone());
+        }
+    }
+    v
+}
+
+/// A KKMachine + Machine pair; the Machine carries `dataSecretName` directly (no bootstrap provider).
+pub fn machine_pair(
+    ns: &str,
+    cluster: &str,
+    name: &str,
+    role: &str,
+    data_secret: Option<&str>,
+) -> (Value, Value) {
+    let km = json!({
+        "apiVersion": INFRA, "kind": "KKMachine",
+        "metadata": {"name": name, "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
+        "spec": {"roles": [role]}
+    });
+    let mut labels = json!({"cluster.x-k8s.io/cluster-name": cluster});
+    if role == "control-plane" {
+        labels["cluster.x-k8s.io/control-plane"] = json!("");
+    }
+    let mut bootstrap = json!({});
+    if let Some(s) = data_secret {
+        bootstrap["dataSecretName"] = json!(s);
+    }
+    let m = json!({
+        "apiVersion": CAPI, "kind": "Machine",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {
+            "clusterName": cluster,
+            "version": "v1.34.4",
+            "bootstrap": bootstrap,
+            "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KKMachine", "name": name}
+        }
+    });
+    (km, m)
+}
+
+/// An Opaque Secret with string data.
+pub async fn secret(client: &Client, ns: &str, name: &str, data: &[(&str, &str)]) -> anyhow::Result<()> {
+    let mut sd = serde_json::Map::new();
+    for (k, v) in data {
+        sd.insert((*k).to_owned(), json!(v));
+    }
+    let s: Secret =
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": ns}, "stringData": sd}))?;
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &s)
+        .await?;
+    Ok(())
+}
+
+/// Creates a ServiceAccount bound to exactly the ClusterRole in config/rbac/role.yaml (and the leader
+/// election Role in `lease_ns`), and writes a kubeconfig using a TokenRequest token for it.
+pub async fn manager_kubeconfig(admin: &Client, lease_ns: &str, dir: &Path) -> anyhow::Result<PathBuf> {
+    let sa_ns = "capkk-test-system";
+    let ns_obj: Namespace = serde_json::from_value(json!({"metadata": {"name": sa_ns}}))?;
+    let _ = Api::<Namespace>::all(admin.clone())
+        .create(&PostParams::default(), &ns_obj)
+        .await;
+    let sa_name = unique("manager");
+    let sa: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": sa_name, "namespace": sa_ns}}))?;
+    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), sa_ns);
+    sas.create(&PostParams::default(), &sa).await?;
+
+    let rbac = capkk_mgmt::repo_root().join("config/rbac");
+    let mut role = capkk_mgmt::read_yaml_docs(&rbac.join("role.yaml"))?.remove(0);
+    let role_name = "capkk-test-manager-role";
+    role["metadata"]["name"] = json!(role_name);
+    apply(admin, "", role).await?;
+    apply(
+        admin,
+        "",
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": sa_name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+            "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": sa_ns}]
+        }),
+    )
+    .await?;
+    let mut le = capkk_mgmt::read_yaml_docs(&rbac.join("leader_election_role.yaml"))?.remove(0);
+    le["metadata"]["name"] = json!("capkk-test-leader-election");
+    le["metadata"]["namespace"] = json!(lease_ns);
+    apply(admin, lease_ns, le).await?;
+    apply(
+        admin,
+        lease_ns,
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": sa_name, "namespace": lease_ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "capkk-test-leader-election"},
+            "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": sa_ns}]
+        }),
+    )
+    .await?;
+
+    let tr = TokenRequest {
+        spec: TokenRequestSpec {
+            expiration_seconds: Some(3600 * 4),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let token = sas
+        .create_token_request(&sa_name, &PostParams::default(), &tr)
+        .await?
+        .status
+        .context("TokenRequest returned no status")?
+        .token;
+
+    let plane = capkk_mgmt::ManagementPlane::shared().await?;
+    let admin_kc = Kubeconfig::read_from(plane.kubeconfig_path())?;
+    let cluster = admin_kc
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.clone())
+        .context("admin kubeconfig has no cluster")?;
+    let server = cluster.server.clone().context("no server")?;
+    let ca = match (
+        &cluster.certificate_authority_data,
+        &cluster.certificate_authority,
+    ) {
+        (Some(d), _) => json!({"certificate-authority-data": d}),
+        (None, Some(p)) => json!({"certificate-authority": p}),
+        _ => json!({"insecure-skip-tls-verify": true}),
+    };
+    let mut c = json!({"server": server});
+    if let (Some(o), Some(extra)) = (c.as_object_mut(), ca.as_object()) {
+        for (k, v) in extra {
+            o.insert(k.clone(), v.clone());
+        }
+    }
+    let kc = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "mgmt", "cluster": c}],
+        "users": [{"name": "manager", "user": {"token": token}}],
+        "contexts": [{"name": "manager", "context": {"cluster": "mgmt", "user": "manager"}}],
+        "current-context": "manager"
+    });
+    let path = dir.join("manager.kubeconfig");
+    std::fs::write(&path, serde_json::to_string_pretty(&kc)?)?;
+    Ok(path)
+}
+
+/// The manager binary running as a separate process; killed on drop.
+pub struct Manager {
+    child: Option<Child>,
+    /// Combined log file.
+    pub log: PathBuf,
+}
+
+impl Manager {
+    /// Start `manager --kubeconfig <kc> <args>` with logs in `dir/<name>.log`.
+    pub fn start(kubeconfig: &Path, dir: &Path, name: &str, args: &[&str]) -> anyhow::Result<Manager> {
+        let log = dir.join(format!("{name}.log"));
+        let f = std::fs::OpenOptions::new().create(true).append(true).open(&log)?;
+        let child = Command::new(env!("CARGO_BIN_EXE_manager"))
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args([
+                "--metrics-bind-address=127.0.0.1:0",
+                "--health-probe-bind-address=127.0.0.1:0",
+            ])
+            .args(args)
+            .env("RUST_LOG", "info,capkk_controllers=debug,kube=warn")
+            .env_remove("KUBECONFIG")
+            .stdin(Stdio::null())
+            .stdout(f.try_clone()?)
+            .stderr(f)
+            .spawn()
+            .context("starting the manager")?;
+        Ok(Manager {
+            child: Some(child),
+            log,
+        })
+    }
+
+    /// SIGKILL.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait (up to 20 s, then SIGKILL).
+    pub fn terminate(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
+            for _ in 0..80 {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// True while the process runs.
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// The log so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Fails when `canary` appears in the manager logs, the namespace's events or any capkk object.
+pub async fn assert_no_canary(
+    client: &Client,
+    ns: &str,
+    canaries: &[&str],
+    logs: &[String],
+) -> anyhow::Result<()> {
+    let mut haystacks: Vec<(String, String)> = logs
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (format!("manager log {i}"), l.clone()))
+        .collect();
+    for (v, k) in [("events.k8s.io/v1", "Event"), ("v1", "Event")] {
+        for e in list(client, ns, v, k).await? {
+            haystacks.push((format!("{k} {}", e["metadata"]["name"]), e.to_string()));
+        }
+    }
+    for k in ["KKCluster", "KKMachine", "KKInstance"] {
+        for o in list(client, ns, INFRA, k).await? {
+            haystacks.push((format!("{k} {}", o["metadata"]["name"]), o.to_string()));
+        }
+    }
+    for (what, text) in &haystacks {
+        for c in canaries {
+            if text.contains(c) {
+                bail!("secret canary found in {what}");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Name of an object.
+pub fn name(v: &Value) -> String {
+    v["metadata"]["name"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Keep ResourceExt in scope for callers.
+pub fn _name_any<K: ResourceExt>(k: &K) -> String {
+    k.name_any()
+}
