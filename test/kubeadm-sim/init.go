@@ -405,6 +405,9 @@ func writeFile(path string, b []byte, mode os.FileMode) error {
 
 // findBinary locates a control-plane binary shipped to this host.
 func findBinary(name string) (string, error) {
+	if p, ok, err := extractEmbedded(name); ok || err != nil {
+		return p, err
+	}
 	var dirs []string
 	if d := os.Getenv("KUBEADM_SIM_BIN_DIR"); d != "" {
 		dirs = append(dirs, d)

@@ -19,8 +19,9 @@
 //	    stops the daemons started by init and removes what kubeadm reset removes.
 //	kubeadm version [-o short|json|yaml]
 //
-// etcd and kube-apiserver are looked up next to this program, in $KUBEADM_SIM_BIN_DIR, /usr/local/bin and
-// /usr/bin: they must have been shipped to the host. Logs and pid files go to /var/lib/kubelet/kubeadm-sim/.
+// etcd and kube-apiserver come embedded (build.sh, -tags embedcp: extracted to /var/lib/kubelet/kubeadm-sim/bin)
+// or are looked up in $KUBEADM_SIM_BIN_DIR, next to this program, /usr/local/bin and /usr/bin: either way they
+// reach the host only through the binary service. Logs and pid files go to /var/lib/kubelet/kubeadm-sim/.
 package main
 
 import (

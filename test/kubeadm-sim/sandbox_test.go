@@ -5,7 +5,8 @@ package main
 //
 // Needs root and two environment variables (test/kubeadm-sim/sandbox-test.sh sets them):
 //   KUBEADM_SIM_SANDBOX      path of the sandbox CLI (cargo build -p capkk-sandbox --bin sandbox)
-//   KUBEADM_SIM_CP_BIN_DIR   directory holding etcd and kube-apiserver (the management-plane build)
+//   KUBEADM_SIM_BIN          the simulator; built by build.sh it carries etcd and kube-apiserver
+//   KUBEADM_SIM_CP_BIN_DIR   (optional) directory of etcd and kube-apiserver to install next to a plain build
 
 import (
 	"context"
@@ -64,9 +65,9 @@ func (s sandbox) put(host, path string, content []byte) {
 }
 
 func TestSimulatorOnSandboxHosts(t *testing.T) {
-	sbBin, cpDir := os.Getenv("KUBEADM_SIM_SANDBOX"), os.Getenv("KUBEADM_SIM_CP_BIN_DIR")
-	if sbBin == "" || cpDir == "" || os.Geteuid() != 0 {
-		t.Skip("set KUBEADM_SIM_SANDBOX and KUBEADM_SIM_CP_BIN_DIR and run as root (test/kubeadm-sim/sandbox-test.sh)")
+	sbBin, cpDir, simBin := os.Getenv("KUBEADM_SIM_SANDBOX"), os.Getenv("KUBEADM_SIM_CP_BIN_DIR"), os.Getenv("KUBEADM_SIM_BIN")
+	if sbBin == "" || simBin == "" || os.Geteuid() != 0 {
+		t.Skip("set KUBEADM_SIM_SANDBOX and KUBEADM_SIM_BIN and run as root (test/kubeadm-sim/sandbox-test.sh)")
 	}
 	sb := sandbox{t: t, bin: sbBin, name: "kubeadm-sim"}
 	sb.run("up", "--name", sb.name, "--hosts", "2")
@@ -86,10 +87,6 @@ func TestSimulatorOnSandboxHosts(t *testing.T) {
 
 	// What the binary service ships and cloud-init writes, staged in a directory both hosts can read.
 	stage := t.TempDir()
-	simBin := os.Getenv("KUBEADM_SIM_BIN")
-	if simBin == "" {
-		t.Fatal("KUBEADM_SIM_BIN (the built simulator) is required")
-	}
 	writeTestCA(t, stage)
 	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
@@ -100,8 +97,10 @@ func TestSimulatorOnSandboxHosts(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(stage, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644))
 	initCfg := strings.NewReplacer("198.18.0.11", addrs[0], "name: CP-1", "name: "+cp).Replace(initV1beta4)
 
-	install := fmt.Sprintf("install -m 0755 %s /usr/local/bin/kubeadm && install -m 0755 %s/etcd %s/kube-apiserver /usr/local/bin/",
-		simBin, cpDir, cpDir)
+	install := fmt.Sprintf("install -m 0755 %s /usr/local/bin/kubeadm", simBin)
+	if cpDir != "" {
+		install += fmt.Sprintf(" && install -m 0755 %s/etcd %s/kube-apiserver /usr/local/bin/", cpDir, cpDir)
+	}
 	sb.mustExec(cp, install)
 	for _, f := range []string{"ca.crt", "ca.key", "sa.key", "sa.pub"} {
 		b, err := os.ReadFile(filepath.Join(stage, f))
