@@ -101,8 +101,10 @@ where
     }
 }
 
-/// Installs the capkk-rs CRDs from config/crd/bases.
+/// Installs the capkk-rs CRDs from config/crd/bases (or `$CAPKK_CRD_DIR`, e.g. freshly generated ones).
 pub async fn install_capkk_crds(client: &Client) -> anyhow::Result<Vec<String>> {
-    let dir = capkk_mgmt::repo_root().join("config/crd/bases");
+    let dir = std::env::var_os("CAPKK_CRD_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| capkk_mgmt::repo_root().join("config/crd/bases"));
     Ok(capkk_mgmt::install_crds(client, &dir).await?)
 }
