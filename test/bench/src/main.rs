@@ -123,6 +123,7 @@ struct RunRecord {
     run: usize,
     wall_s: f64,
     cpu_s: f64,
+    host_cpu_s: f64,
     peak_tree_rss_kib: u64,
     max_process_rss_kib: u64,
 }
@@ -311,8 +312,13 @@ fn bench_n(
                 method: m,
                 ..base.clone()
             };
+            let host_cpu_before: f64 = hosts.iter().map(|h| measure::tree_cpu_s(h.init_pid)).sum();
             let (res, peak) = run_driver(&spec, &work_dir, Duration::from_secs(a.run_timeout))
                 .with_context(|| format!("N={n} {} run {}", m.display(), r + 1))?;
+            // Connections are closed when the driver exits; give sshd a moment to reap its sessions.
+            std::thread::sleep(Duration::from_millis(200));
+            let host_cpu_s =
+                hosts.iter().map(|h| measure::tree_cpu_s(h.init_pid)).sum::<f64>() - host_cpu_before;
             let mut problems = verify_problems(hosts, w)?;
             if m == Method::Ours && res.digests != expected {
                 problems.push(format!(
@@ -330,12 +336,13 @@ fn bench_n(
                 );
             }
             eprintln!(
-                "N={n:<2} {:<13} {} {:>2}: {:>8.3} s wall, {:>7.3} s cpu, {:>7.1} MiB peak  [verified]",
+                "N={n:<2} {:<13} {} {:>2}: {:>8.3} s wall, {:>7.3} s cpu, {:>7.3} s host cpu, {:>7.1} MiB peak  [verified]",
                 m.display(),
                 if timed { "run" } else { "warm-up" },
                 if timed { r + 1 - a.warmup } else { r + 1 },
                 res.wall_s,
                 res.usage.cpu_s(),
+                host_cpu_s,
                 peak as f64 / 1024.0
             );
             if timed {
@@ -345,6 +352,7 @@ fn bench_n(
                     run: r + 1 - a.warmup,
                     wall_s: res.wall_s,
                     cpu_s: res.usage.cpu_s(),
+                    host_cpu_s,
                     peak_tree_rss_kib: peak,
                     max_process_rss_kib: res.usage.max_rss_kib,
                 });
@@ -449,9 +457,9 @@ fn render(
     let _ = writeln!(s);
     let _ = writeln!(
         s,
-        "| N | method | wall median (s) | min–max (s) | × capkk-rs | CPU median (s) | peak RSS median (MiB) |"
+        "| N | method | wall median (s) | min–max (s) | × capkk-rs | controller CPU (s) | hosts' CPU (s) | peak RSS (MiB) |"
     );
-    let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|");
+    let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|---:|");
     let mut groups: BTreeMap<(usize, Method), Vec<&RunRecord>> = BTreeMap::new();
     for r in records {
         groups.entry((r.hosts, r.method)).or_default().push(r);
@@ -466,9 +474,10 @@ fn render(
         let ratio = wall(*n, Method::Ours).map_or(f64::NAN, |o| w / o);
         let _ = writeln!(
             s,
-            "| {n} | {} | {w:.2} | {min:.2}–{max:.2} | {ratio:.2} | {:.2} | {:.1} |",
+            "| {n} | {} | {w:.2} | {min:.2}–{max:.2} | {ratio:.2} | {:.2} | {:.2} | {:.1} |",
             m.display(),
             med(v, |r| r.cpu_s),
+            med(v, |r| r.host_cpu_s),
             med(v, |r| r.peak_tree_rss_kib as f64) / 1024.0,
         );
     }

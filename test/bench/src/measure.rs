@@ -139,6 +139,36 @@ pub fn tree_rss_kib(root: u32) -> u64 {
     total
 }
 
+/// CPU seconds (user + system, including reaped children) of `root` and every live descendant: everything
+/// the tree has spent that has not been handed to a reaper outside it. Used for the hosts' side (sshd and
+/// what it ran), read before and after a run.
+pub fn tree_cpu_s(root: u32) -> f64 {
+    let tck = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    let mut ticks = 0u64;
+    let mut stack = vec![root];
+    let mut seen = 0;
+    while let Some(p) = stack.pop() {
+        seen += 1;
+        if seen > 100_000 {
+            break;
+        }
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat"))
+            && let Some((_, rest)) = stat.rsplit_once(')')
+        {
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            // After the command: state(3) ... utime(14) stime(15) cutime(16) cstime(17).
+            ticks += f
+                .get(11..15)
+                .map_or(0, |v| v.iter().filter_map(|x| x.parse::<u64>().ok()).sum());
+        }
+        stack.extend(children_of(p));
+    }
+    ticks as f64 / tck
+}
+
 /// Samples the process tree of a PID until stopped; keeps the peak.
 pub struct PeakSampler {
     stop: Arc<AtomicBool>,
@@ -199,6 +229,20 @@ mod tests {
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
         assert!(median(&[]).is_nan());
+    }
+
+    #[test]
+    fn tree_cpu_grows_with_work_of_a_reaped_child() {
+        let me = std::process::id();
+        let before = tree_cpu_s(me);
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done")
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let after = tree_cpu_s(me);
+        assert!(after > before, "before {before} after {after}");
     }
 
     #[test]
