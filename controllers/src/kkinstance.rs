@@ -735,6 +735,72 @@ async fn bootstrap_data(ctx: &Context, inst: &KKInstance) -> Result<Option<Boots
     }))
 }
 
+/// Inputs of the phases: spec, KKCluster spec, `/etc/hosts` entries, registry credentials (resolved from the
+/// KKCluster's inline auth or its Secret, at use time) and a redactor knowing them.
+async fn phase_input(
+    ctx: &Context,
+    inst: &KKInstance,
+    kkc: Option<&KKCluster>,
+) -> Result<PhaseInput, Failure> {
+    let ns = inst.namespace().unwrap_or_default();
+    let mut redactor = Redactor::default();
+    let mut registry_auth = None;
+    if let Some(a) = kkc
+        .and_then(|k| k.spec.registry.as_ref())
+        .and_then(|r| r.auth.as_ref())
+    {
+        let (mut user, mut pass) = (a.username.clone(), a.password.clone());
+        if let Some(r) = a.secret_ref.as_ref() {
+            let secret = Api::<K8sSecret>::namespaced(ctx.client.clone(), &ns)
+                .get_opt(&r.name)
+                .await
+                .map_err(|e| Failure::Transient(format!("reading registry Secret {}: {e}", r.name)))?
+                .ok_or_else(|| Failure::Terminal {
+                    reason: reasons::CREDENTIALS_UNAVAILABLE,
+                    message: format!(
+                        "registry Secret {ns}/{} (spec.registry.auth.secretRef) not found",
+                        r.name
+                    ),
+                })?;
+            let data = secret.data.unwrap_or_default();
+            let get = |k: &str| data.get(k).and_then(|v| String::from_utf8(v.0.clone()).ok());
+            user = get("username").or(user);
+            pass = get("password").or(pass);
+        }
+        if let Some(p) = pass.as_ref() {
+            redactor.add(p.clone());
+        }
+        registry_auth = Some(capkk_service::containermanager::RegistryAuth {
+            username: user,
+            password: pass,
+            insecure_skip_verify: a.insecure_skip_verify.unwrap_or(false),
+            plain_http: a.plain_http.unwrap_or(false),
+            ca_file: a.ca_file.clone(),
+            cert_file: a.cert_file.clone(),
+            key_file: a.key_file.clone(),
+        });
+    }
+    let hosts_entries = kkc
+        .map(|k| {
+            k.spec
+                .nodes
+                .instances
+                .iter()
+                .map(|h| (h.internal_address().to_owned(), vec![h.name.clone()]))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(PhaseInput {
+        instance: inst.spec.clone(),
+        cluster: kkc.map(|k| k.spec.clone()),
+        bootstrap: None,
+        redactor,
+        registry_auth,
+        hosts_entries,
+        facts: Default::default(),
+    })
+}
+
 async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<AtomicBool>) {
     let permit = ctx.tasks.permits.clone().acquire_owned().await;
     let mut t = Task::new(ctx.clone(), &inst);
@@ -765,12 +831,7 @@ async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<AtomicBoo
             }
         }
         let mut done = completed(&inst);
-        let mut input = PhaseInput {
-            instance: inst.spec.clone(),
-            cluster: kkc.as_ref().map(|k| k.spec.clone()),
-            bootstrap: None,
-            redactor: Redactor::default(),
-        };
+        let mut input = phase_input(&ctx, &inst, kkc.as_ref()).await?;
         for (i, phase) in phases.iter().copied().enumerate() {
             current = phase;
             if done.contains(phase.name()) {
@@ -888,12 +949,7 @@ async fn reset_task(ctx: Arc<Context>, inst: KKInstance, releasing: bool) {
             .await
             .map_err(|e| Failure::Transient(e.to_string()))?;
         let (exec, _) = connect(&ctx, &inst, kkc.as_ref()).await?;
-        let input = PhaseInput {
-            instance: inst.spec.clone(),
-            cluster: kkc.map(|k| k.spec),
-            bootstrap: None,
-            redactor: Redactor::default(),
-        };
+        let input = phase_input(&ctx, &inst, kkc.as_ref()).await?;
         let progress = TaskProgress::default();
         let res = ctx.services.reset(exec, &input, &progress).await;
         t.journal(progress.drain());

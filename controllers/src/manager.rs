@@ -109,12 +109,23 @@ pub struct Args {
     /// Bound on TCP connect + SSH handshake + authentication.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub ssh_connect_timeout: Duration,
+    /// Controller-side cache of downloaded artifacts (content-addressed).
+    #[arg(long, env = "CAPKK_ARTIFACT_CACHE_DIR", default_value_os_t = default_cache_dir())]
+    pub artifact_cache_dir: PathBuf,
     /// Log format.
     #[arg(long, env = "CAPKK_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
     /// Identity in the leader Lease (default: $POD_NAME, else hostname_pid).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+}
+
+fn default_cache_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("capkk-rs/artifacts")
 }
 
 fn init_tracing(format: LogFormat) {
@@ -312,6 +323,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         quarantine_after: args.quarantine_after,
         ..Settings::default()
     };
+    let services = ServiceLayer::new(&args.artifact_cache_dir)
+        .with_context(|| format!("artifact cache {}", args.artifact_cache_dir.display()))?;
     let pool = SshPool::new(PoolConfig {
         connect_timeout: args.ssh_connect_timeout,
         ..PoolConfig::default()
@@ -321,7 +334,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         client.clone(),
         settings,
         Arc::new(pool),
-        Arc::new(ServiceLayer),
+        Arc::new(services),
         metrics.clone(),
         trigger_tx,
     ));

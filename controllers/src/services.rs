@@ -5,11 +5,17 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use capkk_api::{KKClusterSpec, KKInstanceSpec, consts::conditions as cond};
-use capkk_executor::{ExecRequest, Executor, quote};
+use capkk_api::{Component, KKClusterSpec, KKInstanceSpec, consts::conditions as cond};
+use capkk_executor::Executor;
 use capkk_service::{
     Error as ServiceError, Result as ServiceResult,
-    journal::{Progress, Redactor, StepRunner},
+    binary::{ArtifactCache, ArtifactOverride, BinaryConfig, ComponentSource, DownloadOn},
+    bootstrap::{HostIdentity, ResetOptions},
+    containermanager::{ContainerdConfig, RegistryAuth},
+    facts::HostFacts,
+    journal::{Progress, Redactor, StepRecord},
+    provisioning::Outcome,
+    repository::RepositoryConfig,
 };
 use capkk_ssh::Secret;
 
@@ -78,7 +84,7 @@ impl std::fmt::Debug for BootstrapData {
 }
 
 /// What a phase gets to work with.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct PhaseInput {
     /// The KKInstance spec.
     pub instance: KKInstanceSpec,
@@ -88,6 +94,12 @@ pub struct PhaseInput {
     pub bootstrap: Option<BootstrapData>,
     /// Redacts known secrets from output kept in journals and conditions.
     pub redactor: Redactor,
+    /// Private registry credentials resolved from the KKCluster (inline or Secret).
+    pub registry_auth: Option<RegistryAuth>,
+    /// `/etc/hosts` entries: every host of the KKCluster as `(internal address, [name])`.
+    pub hosts_entries: Vec<(String, Vec<String>)>,
+    /// Host facts, gathered by the first phase that needs them.
+    pub facts: std::sync::Mutex<Option<HostFacts>>,
 }
 
 /// Carries out phases on a host.
@@ -112,18 +124,77 @@ pub trait HostServices: Send + Sync {
 }
 
 /// The sentinel CABPK's bootstrap data writes once kubeadm succeeded.
-pub const SENTINEL: &str = "/run/cluster-api/bootstrap-success.complete";
+pub const SENTINEL: &str = capkk_service::provisioning::SENTINEL;
 
-/// Production host services.
-#[derive(Debug, Default, Clone)]
-pub struct ServiceLayer;
+/// Production host services: `capkk-service` (facts, bootstrap, repository, binary, containermanager,
+/// provisioning, reset) with a controller-side artifact cache.
+#[derive(Debug)]
+pub struct ServiceLayer {
+    cache: ArtifactCache,
+}
 
-fn go_arch(m: &str) -> &str {
-    match m {
-        "x86_64" => "amd64",
-        "aarch64" | "arm64" => "arm64",
-        o => o,
+impl ServiceLayer {
+    /// Services caching downloads under `cache_dir`.
+    pub fn new(cache_dir: impl Into<std::path::PathBuf>) -> ServiceResult<Self> {
+        Ok(Self {
+            cache: ArtifactCache::new(cache_dir)?,
+        })
     }
+}
+
+/// Map the API's `component` to the binary service's download sources.
+pub fn component_source(c: Option<&Component>) -> ServiceResult<ComponentSource> {
+    let Some(c) = c else {
+        return Ok(ComponentSource::default());
+    };
+    Ok(ComponentSource {
+        zone: c.zone.clone().filter(|z| !z.is_empty()),
+        host: c.host.clone().filter(|h| !h.is_empty()),
+        overrides: c
+            .overrides
+            .iter()
+            .map(|o| ArtifactOverride {
+                id: o.id.clone(),
+                arch: o.arch.clone().filter(|s| !s.is_empty()),
+                version: o.version.clone().filter(|s| !s.is_empty()),
+                url: o.url.clone().filter(|s| !s.is_empty()),
+                path: o.path.clone().filter(|s| !s.is_empty()),
+                checksum_value: o
+                    .checksum
+                    .as_ref()
+                    .and_then(|c| c.value.clone())
+                    .filter(|s| !s.is_empty()),
+                checksum_path: o
+                    .checksum
+                    .as_ref()
+                    .and_then(|c| c.path.clone())
+                    .filter(|s| !s.is_empty()),
+            })
+            .collect(),
+        download_on: DownloadOn::parse(c.download_on.as_deref())?,
+    })
+}
+
+async fn facts(exec: &dyn Executor, input: &PhaseInput, progress: &dyn Progress) -> ServiceResult<HostFacts> {
+    if let Some(f) = input.facts.lock().ok().and_then(|f| f.clone()) {
+        return Ok(f);
+    }
+    let f = capkk_service::facts::gather(exec, progress, &input.redactor).await?;
+    if let Ok(mut slot) = input.facts.lock() {
+        *slot = Some(f.clone());
+    }
+    Ok(f)
+}
+
+fn skip(progress: &dyn Progress, phase: Phase, why: &str) {
+    progress.step_finished(&StepRecord {
+        phase: phase.name().into(),
+        name: phase.name().into(),
+        exit_code: None,
+        duration: std::time::Duration::ZERO,
+        output_tail: why.into(),
+        skipped: true,
+    });
 }
 
 #[async_trait]
@@ -135,110 +206,119 @@ impl HostServices for ServiceLayer {
         input: &PhaseInput,
         progress: &dyn Progress,
     ) -> ServiceResult<()> {
-        let runner = StepRunner {
-            exec: &*exec,
-            progress,
-            redactor: &input.redactor,
-            phase: phase.name(),
-        };
         let spec = &input.instance;
+        let exec = &*exec;
+        let r = &input.redactor;
+        let arch = spec.arch.clone().unwrap_or_else(|| "amd64".into());
+        let component = input.cluster.as_ref().and_then(|c| c.component.as_ref());
         match phase {
             Phase::Bootstrap => {
-                let out = runner
-                    .run("detect architecture", ExecRequest::new("uname -m"))
-                    .await?;
-                let arch = go_arch(out.stdout_str().trim()).to_owned();
-                let declared = spec.arch.clone().unwrap_or_else(|| "amd64".into());
-                if arch != declared {
-                    return Err(ServiceError::HostMismatch {
-                        message: format!(
-                            "host {} is {arch}, but its arch is declared as {declared}",
-                            spec.name
-                        ),
-                    });
-                }
-                let name = quote(&spec.name);
-                runner
-                    .run(
-                        "set hostname",
-                        ExecRequest::new(format!(
-                            "if [ \"$(hostname)\" != {name} ]; then hostname {name} && printf '%s\\n' {name} > /etc/hostname; fi"
-                        ))
-                        .sudo(),
-                    )
-                    .await?;
-                runner
-                    .run(
-                        "create directories",
-                        ExecRequest::new("mkdir -p /etc/kubernetes /run/cluster-api /var/lib/kubelet").sudo(),
-                    )
-                    .await?;
+                let f = facts(exec, input, progress).await?;
+                f.check_arch(&arch)?;
+                let id = HostIdentity {
+                    hostname: spec.name.clone(),
+                    internal_address: spec
+                        .internal_address
+                        .clone()
+                        .unwrap_or_else(|| spec.address.clone()),
+                    hosts_entries: input.hosts_entries.clone(),
+                };
+                capkk_service::bootstrap::prepare(exec, &id, &f, progress, r).await?;
                 Ok(())
             }
-            Phase::Repository => match spec
-                .repository
-                .as_ref()
-                .and_then(|r| r.iso.as_deref())
-                .unwrap_or("")
-            {
-                "" | "none" => {
-                    runner.record_skip(
-                        "repository",
-                        "no ISO configured; using the host's package sources",
+            Phase::Repository => {
+                let repo = spec.repository.clone().unwrap_or_default();
+                let Some(cfg) = RepositoryConfig::from_api(
+                    repo.iso.as_deref(),
+                    repo.update.unwrap_or(false),
+                    repo.packages.clone(),
+                    component_source(component)?,
+                ) else {
+                    skip(
+                        progress,
+                        phase,
+                        "spec.repository.iso is empty: package handling skipped",
                     );
-                    Ok(())
-                }
-                iso => Err(ServiceError::Unsupported {
-                    what: format!("spec.repository.iso {iso:?}"),
-                }),
-            },
-            Phase::Binary => {
-                let out = runner
-                    .run_allow_failure(
-                        "check kubernetes binaries",
-                        ExecRequest::new("command -v kubeadm && command -v kubelet"),
-                    )
-                    .await?;
-                if out.success() {
                     return Ok(());
-                }
-                Err(ServiceError::Unsupported {
-                    what: "installing kubeadm/kubelet on a host that lacks them (the binary service is not linked into this build)".into(),
-                })
+                };
+                let f = facts(exec, input, progress).await?;
+                capkk_service::repository::ensure(exec, &cfg, &f, &self.cache, progress, r).await?;
+                Ok(())
+            }
+            Phase::Binary => {
+                let f = facts(exec, input, progress).await?;
+                let cfg = BinaryConfig {
+                    kubernetes_version: spec.kubernetes_version.clone().unwrap_or_default(),
+                    arch,
+                    cni_version: None,
+                    source: component_source(component)?,
+                    node_ip: spec
+                        .internal_address
+                        .clone()
+                        .or_else(|| Some(spec.address.clone())),
+                    node_name: Some(spec.name.clone()),
+                };
+                capkk_service::binary::ensure(exec, &cfg, &f, &self.cache, progress, r).await?;
+                Ok(())
             }
             Phase::ContainerManager => {
-                match spec
-                    .container_manager
+                let f = facts(exec, input, progress).await?;
+                let cm = spec.container_manager.clone().unwrap_or_default();
+                let reg = input
+                    .cluster
                     .as_ref()
-                    .and_then(|c| c.type_.as_deref())
-                    .unwrap_or("containerd")
-                {
-                    "containerd" => {}
-                    other => {
-                        return Err(ServiceError::Unsupported {
-                            what: format!(
-                                "spec.containerManager.type {other:?} (only containerd is implemented)"
-                            ),
-                        });
-                    }
-                }
-                runner.record_skip("containerd", "container runtime handled by the host image");
+                    .and_then(|c| c.registry.clone())
+                    .unwrap_or_default();
+                let cfg = ContainerdConfig {
+                    runtime_type: cm.type_.clone(),
+                    version: cm.version.clone(),
+                    crictl_version: cm.crictl_version.clone(),
+                    runc_version: cm.runc_version.clone(),
+                    cri_socket: cm.cri_socket.clone(),
+                    sandbox_image: cm.sandbox_image.clone(),
+                    registry_mirrors: reg.registry_mirrors.clone(),
+                    insecure_registries: reg.insecure_registries.clone(),
+                    private_registry: reg.private_registry.clone().filter(|s| !s.is_empty()),
+                    registry_auth: input.registry_auth.clone(),
+                    arch,
+                    source: component_source(component)?,
+                };
+                capkk_service::containermanager::ensure(exec, &cfg, &f, &self.cache, progress, r).await?;
                 Ok(())
             }
             Phase::Provisioning => {
-                let check = runner
-                    .run_allow_failure(
-                        "check sentinel",
-                        ExecRequest::new(format!("test -f {SENTINEL}")).sudo(),
-                    )
-                    .await?;
-                if check.success() {
-                    return Ok(());
+                let Some(data) = input.bootstrap.as_ref() else {
+                    return Err(ServiceError::InvalidInput {
+                        field: "spec.bootstrapDataSecretRef".into(),
+                        message: "no bootstrap data".into(),
+                    });
+                };
+                let mut vars = capkk_cloudinit::TemplateVars::new()
+                    .local_hostname(spec.name.clone())
+                    .instance_id(spec.name.clone());
+                if let Some(p) = spec.provider_id.clone() {
+                    vars = vars.provider_id(p);
                 }
-                Err(ServiceError::Unsupported {
-                    what: "running bootstrap data (the provisioning service is not linked into this build)"
-                        .into(),
-                })
+                let plan = capkk_cloudinit::parse(data.value.expose(), &data.format, &vars)?;
+                match capkk_service::provisioning::run(exec, &plan, progress, r).await? {
+                    Outcome::Provisioned { .. } => Ok(()),
+                    Outcome::Failed { first_failure, .. } => Err(match first_failure {
+                        Some(f) => ServiceError::CommandFailed {
+                            step: f.name,
+                            command: f.command.unwrap_or_default(),
+                            exit_code: f.exit_code,
+                            output_tail: f.output_tail,
+                        },
+                        None => ServiceError::CommandFailed {
+                            step: "bootstrap data".into(),
+                            command: String::new(),
+                            exit_code: None,
+                            output_tail: format!(
+                                "every step succeeded but nothing wrote the sentinel {SENTINEL}"
+                            ),
+                        },
+                    }),
+                }
             }
         }
     }
@@ -249,27 +329,14 @@ impl HostServices for ServiceLayer {
         input: &PhaseInput,
         progress: &dyn Progress,
     ) -> ServiceResult<()> {
-        let runner = StepRunner {
-            exec: &*exec,
-            progress,
-            redactor: &input.redactor,
-            phase: "reset",
+        let opts = ResetOptions {
+            cri_socket: input
+                .instance
+                .container_manager
+                .as_ref()
+                .and_then(|c| c.cri_socket.clone()),
         };
-        runner
-            .run(
-                "kubeadm reset",
-                ExecRequest::new("if command -v kubeadm >/dev/null; then kubeadm reset -f; fi").sudo(),
-            )
-            .await?;
-        runner
-            .run(
-                "remove bootstrap files",
-                ExecRequest::new(format!(
-                    "rm -rf {SENTINEL} /run/kubeadm /etc/kubernetes /var/lib/kubelet /var/lib/etcd"
-                ))
-                .sudo(),
-            )
-            .await?;
+        capkk_service::bootstrap::reset(&*exec, &opts, progress, &input.redactor).await?;
         Ok(())
     }
 }
