@@ -22,7 +22,7 @@ use tracing::instrument;
 
 use crate::{
     Error, Result,
-    binary::{ArtifactCache, ArtifactRequest, ComponentSource, catalogue, stage},
+    binary::{ArtifactCache, ArtifactRequest, ComponentSource, catalogue, stage_gated},
     facts::{HostFacts, script::put_file},
     journal::{Progress, Redactor, StepRunner},
 };
@@ -110,7 +110,7 @@ pub struct ContainerdOutcome {
     pub skipped_existing: bool,
     /// True when anything changed.
     pub changed: bool,
-    /// True when containerd was (re)started.
+    /// True when the service step changed anything (unit, enable, start or restart).
     pub restarted: bool,
 }
 
@@ -354,54 +354,15 @@ pub async fn ensure(
         .map(|r| catalogue::resolve(r, &cfg.source))
         .collect::<Result<Vec<_>>>()?;
 
-    // Is a foreign containerd of this version already running? Checked before anything is uploaded.
+    // Is a foreign containerd of this version already running? Checked (in the same exec as the artifact
+    // probe) before anything is downloaded or uploaded.
     let probe = format!(
         "if [ ! -e {stamp} ] && command -v containerd >/dev/null 2>&1 && systemctl is-active -q containerd >/dev/null 2>&1; then\n  \
          echo \"foreign=$(containerd --version 2>/dev/null)\"\nfi\n",
         stamp = quote(&format!("{}/containerd", catalogue::STAMP_DIR)),
     );
-    let runner = StepRunner {
-        exec,
-        progress,
-        redactor: &redactor,
-        phase: "containermanager",
-    };
-    let out = runner
-        .run(
-            "probe-runtime",
-            capkk_executor::ExecRequest::new("sh -s")
-                .sudo()
-                .stdin(probe)
-                .timeout(Duration::from_secs(60)),
-        )
-        .await?;
-    if let Some(line) = out
-        .stdout_str()
-        .lines()
-        .find_map(|l| l.strip_prefix("foreign=").map(str::to_owned))
-    {
-        let has_version = line
-            .split_whitespace()
-            .any(|w| w.trim_start_matches('v') == version);
-        if has_version {
-            runner.record_skip(
-                "containerd",
-                &format!("containerd already running and not managed by capkk: {line}"),
-            );
-            return Ok(ContainerdOutcome {
-                skipped_existing: true,
-                ..Default::default()
-            });
-        }
-        return Err(Error::HostMismatch {
-            message: format!(
-                "a containerd not installed by capkk is running ({line}) but spec asks for {version}; stop and \
-                 remove it, or set spec.containerManager.version to its version"
-            ),
-        });
-    }
-
-    let (staged, _) = stage(
+    let mut foreign: Option<String> = None;
+    let (staged, _, proceed) = stage_gated(
         exec,
         &artifacts,
         cfg.source.download_on,
@@ -409,9 +370,43 @@ pub async fn ensure(
         "containermanager",
         progress,
         &redactor,
-        "",
+        &probe,
+        |extra| {
+            let Some(line) = extra.lines().find_map(|l| l.strip_prefix("foreign=")) else {
+                return Ok(true);
+            };
+            if line.split_whitespace().any(|w| w.trim_start_matches('v') == version) {
+                foreign = Some(line.to_owned());
+                return Ok(false);
+            }
+            Err(Error::HostMismatch {
+                message: format!(
+                    "a containerd not installed by capkk is running ({line}) but spec asks for {version}; stop and \
+                     remove it, or set spec.containerManager.version to its version"
+                ),
+            })
+        },
     )
     .await?;
+    if !proceed {
+        let runner = StepRunner {
+            exec,
+            progress,
+            redactor: &redactor,
+            phase: "containermanager",
+        };
+        runner.record_skip(
+            "containerd",
+            &format!(
+                "containerd already running and not managed by capkk: {}",
+                foreign.unwrap_or_default()
+            ),
+        );
+        return Ok(ContainerdOutcome {
+            skipped_existing: true,
+            ..Default::default()
+        });
+    }
     let mut script = staged.script.clone();
     let restart_needed = !staged.uploaded.is_empty() || !staged.host_downloaded.is_empty();
     let mut conf = put_file(CONFIG_TOML, 0o644, config_toml(cfg).as_bytes());

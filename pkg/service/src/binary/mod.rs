@@ -227,6 +227,36 @@ pub async fn stage(
     redactor: &Redactor,
     extra_probe: &str,
 ) -> Result<(Staged, String)> {
+    let (staged, extra, _) = stage_gated(
+        exec,
+        artifacts,
+        download_on,
+        cache,
+        phase,
+        progress,
+        redactor,
+        extra_probe,
+        |_| Ok(true),
+    )
+    .await?;
+    Ok((staged, extra))
+}
+
+/// Like [`stage`], but `gate` sees the output of `extra_probe` (same exec as the artifact probe) before
+/// anything is downloaded or uploaded: `Ok(false)` stops there (returns an empty [`Staged`] and `false`), an
+/// error is returned as is.
+#[allow(clippy::too_many_arguments)]
+pub async fn stage_gated(
+    exec: &dyn Executor,
+    artifacts: &[Artifact],
+    download_on: DownloadOn,
+    cache: &ArtifactCache,
+    phase: &str,
+    progress: &dyn Progress,
+    redactor: &Redactor,
+    extra_probe: &str,
+    gate: impl FnOnce(&str) -> Result<bool>,
+) -> Result<(Staged, String, bool)> {
     // 1. Expected digests (fails before touching the host when a checksum is unknown).
     let mut expected = Vec::with_capacity(artifacts.len());
     for a in artifacts {
@@ -274,6 +304,9 @@ pub async fn stage(
         .filter_map(|l| l.strip_prefix("@@art:"))
         .filter_map(|l| l.split_once('='))
         .collect();
+    if !gate(extra)? {
+        return Ok((Staged::default(), extra.to_owned(), false));
+    }
     // 3. Which are missing.
     let mut staged = Staged::default();
     let mut needed: Vec<(&Artifact, &str)> = Vec::new();
@@ -289,7 +322,7 @@ pub async fn stage(
         }
     }
     if needed.is_empty() {
-        return Ok((staged, extra.to_owned()));
+        return Ok((staged, extra.to_owned(), true));
     }
     // 4. Get them onto the host.
     match download_on {
@@ -373,7 +406,7 @@ pub async fn stage(
         };
         staged.script.step(format!("install-{}", a.id), body);
     }
-    Ok((staged, extra.to_owned()))
+    Ok((staged, extra.to_owned(), true))
 }
 
 trait PutTimeout {
