@@ -235,7 +235,7 @@ async fn cabpk_renders_init_and_join_bootstrap_data_for_a_kkcluster() -> anyhow:
             "metadata": {"name": cluster, "namespace": ns},
             "spec": {
                 "nodes": {
-                    "auth": {"user": "root"},
+                    "auth": {"user": "root", "privateKeyPath": "/root/.ssh/id_ed25519"},
                     "instances": [
                         {"name": "cp-0", "address": "198.18.0.10", "roles": ["control-plane"]},
                         {"name": "cp-1", "address": "198.18.0.11", "roles": ["control-plane"]},
