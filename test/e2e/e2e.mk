@@ -1,0 +1,20 @@
+# Makefile fragment for the end-to-end test and the quickstart (test/e2e). Included from the top Makefile.
+#
+#   make e2e               whole lifecycle on real CAPI controllers + sandbox hosts; asserts and times each stage
+#   make quickstart        the same flow for a person: leaves a Running cluster and says how to explore it
+#   make quickstart-down   tear the quickstart down (hosts, manager, mirror, namespace; the mgmt plane stays)
+#   make kubeadm-sim-test  the kubeadm simulator's tests, including init/join/reset on two sandbox hosts
+
+.PHONY: e2e quickstart quickstart-down kubeadm-sim-test
+
+e2e: ## end-to-end: 1 CP + 2 workers on 4 sandbox hosts, scale, GitOps diff, delete (needs root)
+	test/e2e/e2e.sh run
+
+quickstart: ## a cluster up end to end on this machine, left running (needs root)
+	test/e2e/e2e.sh quickstart
+
+quickstart-down: ## tear down what quickstart started
+	test/e2e/e2e.sh down
+
+kubeadm-sim-test: ## kubeadm simulator tests (unit + two sandbox hosts; needs root)
+	test/kubeadm-sim/sandbox-test.sh

@@ -1,0 +1,511 @@
+#!/usr/bin/env bash
+# The whole cluster lifecycle on real Cluster API controllers, against sandbox SSH hosts.
+#
+#   test/e2e/e2e.sh run          e2e: assert and time every stage, tear everything down (make e2e)
+#   test/e2e/e2e.sh quickstart   the same flow for a person: stops once the cluster is Running and leaves it up
+#   test/e2e/e2e.sh down         tear down what quickstart (or a crashed run) left (make quickstart-down)
+#
+# Pieces: the local management plane (test/mgmt: etcd, kube-apiserver, CAPI core/CABPK/KCP), 4 sandbox hosts
+# (test/sandbox), the provider's CRDs + RBAC from `clusterctl generate provider` of our local repository
+# (make release-manifests), the manager as a local process authenticated as its ServiceAccount (so it has
+# exactly config/rbac's permissions), a test mirror on the sandbox bridge serving stand-in release artifacts
+# (kubeadm = test/kubeadm-sim), and the cluster rendered by the real `clusterctl generate cluster`.
+# Why not `clusterctl init`: see docs/clusterctl.md.
+set -euo pipefail
+
+MODE=${1:-run}
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+NAME=${E2E_NAME:-$([ "$MODE" = run ] && echo e2e || echo quickstart)}
+CLUSTER=${E2E_CLUSTER:-$NAME}
+NS=${E2E_NAMESPACE:-capkk-$NAME}
+WORK=${E2E_WORK:-$ROOT/target/e2e/$NAME}
+VERSION=${VERSION:-v0.1.0}
+CAPKK_CACHE=${CAPKK_CACHE:-$HOME/.cache/capkk-rs}
+export CAPKK_CACHE CLUSTERCTL_DISABLE_VERSIONCHECK=true
+CARGO=${CARGO:-cargo}
+HOSTS=4
+
+T_START=$(date +%s)
+declare -a STAGES=() STAGE_SECS=() STAGE_RESULT=()
+PASSED=0
+FAILED=0
+CUR_STAGE=""
+CUR_T0=0
+
+log() { printf '\033[1m[%s %s]\033[0m %s\n' "$NAME" "$(date +%H:%M:%S)" "$*"; }
+die() { log "FATAL: $*"; exit 1; }
+
+stage() { # begin a timed stage
+  end_stage
+  CUR_STAGE=$1
+  CUR_T0=$(date +%s.%N)
+  log "== $1"
+}
+end_stage() {
+  [ -n "$CUR_STAGE" ] || return 0
+  local dt
+  dt=$(awk -v a="$CUR_T0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
+  STAGES+=("$CUR_STAGE")
+  STAGE_SECS+=("$dt")
+  STAGE_RESULT+=("${1:-ok}")
+  CUR_STAGE=""
+}
+
+check() { # check DESCRIPTION COMMAND...: an assertion, counted
+  local desc=$1
+  shift
+  if "$@"; then
+    PASSED=$((PASSED + 1))
+    log "  ok   $desc"
+  else
+    FAILED=$((FAILED + 1))
+    log "  FAIL $desc"
+    [ "$MODE" = run ] || return 1
+  fi
+}
+
+wait_for() { # wait_for DESCRIPTION TIMEOUT_SECONDS COMMAND...: poll until COMMAND succeeds (counted)
+  local desc=$1 timeout=$2
+  shift 2
+  local deadline=$(($(date +%s) + timeout)) next_progress=$(($(date +%s) + 30))
+  while ! "$@" >/dev/null 2>&1; do
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      FAILED=$((FAILED + 1))
+      log "  FAIL $desc (not within ${timeout}s)"
+      diagnostics
+      return 1
+    fi
+    if [ "$(date +%s)" -ge "$next_progress" ]; then
+      progress
+      next_progress=$(($(date +%s) + 30))
+    fi
+    sleep 2
+  done
+  PASSED=$((PASSED + 1))
+  log "  ok   $desc"
+}
+
+progress() {
+  if [ "$MODE" = quickstart ]; then
+    clusterctl describe cluster "$CLUSTER" -n "$NS" --grouping=false 2>/dev/null | sed 's/^/    /' || true
+  else
+    kubectl get machines -n "$NS" --no-headers \
+      -o custom-columns=MACHINE:.metadata.name,PHASE:.status.phase,NODE:.status.nodeRef.name 2>/dev/null |
+      sed 's/^/    /' || true
+  fi
+}
+
+diagnostics() {
+  log "-- diagnostics"
+  clusterctl describe cluster "$CLUSTER" -n "$NS" --show-conditions all 2>&1 | sed 's/^/    /' || true
+  kubectl get kkinstances,kkmachines -n "$NS" -o wide 2>&1 | sed 's/^/    /' || true
+  log "-- last manager log lines ($WORK/manager.log)"
+  tail -n 40 "$WORK/manager.log" 2>/dev/null | sed 's/^/    /' || true
+}
+
+timing_table() {
+  end_stage
+  local total=$(($(date +%s) - T_START)) i
+  printf '\n%-34s %9s  %s\n' "stage" "seconds" "result"
+  printf '%-34s %9s  %s\n' "----------------------------------" "---------" "------"
+  for i in "${!STAGES[@]}"; do
+    printf '%-34s %9s  %s\n' "${STAGES[$i]}" "${STAGE_SECS[$i]}" "${STAGE_RESULT[$i]}"
+  done
+  printf '%-34s %9s\n' "total" "$total"
+}
+
+# ---------------------------------------------------------------------------------------------------------
+# environment
+
+mgmt_env() {
+  # shellcheck source=../mgmt/scripts/common.sh
+  BIN_DIR=$(bash -c 'source "$1/test/mgmt/scripts/common.sh" && echo "$BIN_DIR"' _ "$ROOT")
+  KUBE_VERSION=$(bash -c 'source "$1/test/mgmt/scripts/common.sh" && echo "$KUBE_VERSION"' _ "$ROOT")
+  export PATH=$BIN_DIR:$PATH
+  export KUBECONFIG=${CAPKK_MGMT_DIR:-$CAPKK_CACHE/mgmt}/kubeconfig
+  SANDBOX=$ROOT/target/debug/sandbox
+  MANAGER=$ROOT/target/debug/manager
+}
+
+sb() { "$SANDBOX" "$@"; }
+inside() { sb exec --name "$NAME" --host "$1" -- "$2"; }
+host_name() { echo "$NAME-$1"; }
+host_addr() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['hosts'][int(sys.argv[2])-1]['address'])" "$SB_DIR/state.json" "$1"; }
+
+build() {
+  stage "build (cargo, go, mgmt binaries)"
+  mkdir -p "$WORK"
+  (cd "$ROOT" && $CARGO build -q -p capkk-controllers --bin manager && $CARGO build -q -p capkk-sandbox --bin sandbox)
+  make -s -C "$ROOT" mgmt-bin
+  mgmt_env
+  "$ROOT/test/kubeadm-sim/build.sh" "$WORK/bin/kubeadm" "$BIN_DIR"
+  (cd "$ROOT/test/e2e/mirror" && CGO_ENABLED=0 go build -trimpath -o "$WORK/bin/mirror" .)
+}
+
+mgmt_up() {
+  stage "management plane up"
+  make -s -C "$ROOT" mgmt-up
+  check "management plane answers" kubectl get --raw=/readyz
+}
+
+# ---------------------------------------------------------------------------------------------------------
+# provider: local clusterctl repository, CRDs + RBAC from `clusterctl generate provider`, manager process
+
+release() {
+  stage "release-manifests + clusterctl"
+  "$ROOT/test/release/release-manifests.sh" "$WORK/repo" "$VERSION" "ghcr.io/capkk-rs/capkk-manager:$VERSION" >/dev/null
+  CCONF=$WORK/repo/clusterctl.yaml
+  clusterctl generate provider --infrastructure "kubekey:$VERSION" --config "$CCONF" >"$WORK/components.yaml"
+  check "clusterctl generate provider renders the components" \
+    grep -q "image: ghcr.io/capkk-rs/capkk-manager:$VERSION" "$WORK/components.yaml"
+  clusterctl generate cluster "$CLUSTER" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" \
+    --list-variables >"$WORK/variables.txt"
+  local v missing=""
+  for v in KUBERNETES_VERSION KUBEKEY_INSTANCES CONTROL_PLANE_MACHINE_COUNT WORKER_MACHINE_COUNT \
+    KUBEKEY_SSH_USER KUBEKEY_SSH_SECRET KUBEKEY_COMPONENT POD_CIDR SERVICE_CIDR; do
+    grep -q -- "- $v\b" "$WORK/variables.txt" || missing+=" $v"
+  done
+  check "generate cluster --list-variables lists the documented variables${missing:+ (missing:$missing)}" \
+    test -z "$missing"
+  clusterctl generate cluster "$CLUSTER" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" \
+    --flavor kube-vip --list-variables >"$WORK/variables-kube-vip.txt"
+  check "the kube-vip flavor asks for KUBEKEY_CONTROL_PLANE_VIP" grep -q -- "- KUBEKEY_CONTROL_PLANE_VIP" \
+    "$WORK/variables-kube-vip.txt"
+}
+
+install_provider() {
+  stage "provider CRDs + RBAC, manager process"
+  # Everything of the components but the Deployment: the manager runs as a local process instead.
+  python3 - "$WORK/components.yaml" "$WORK/components-no-deployment.yaml" <<'PY'
+import sys
+docs = open(sys.argv[1]).read().split("\n---\n")
+keep = [d for d in docs if "\nkind: Deployment\n" not in "\n" + d + "\n"]
+open(sys.argv[2], "w").write("\n---\n".join(keep) + "\n")
+PY
+  kubectl apply --server-side --force-conflicts -f "$WORK/components-no-deployment.yaml" >/dev/null
+  kubectl wait --for condition=established --timeout=60s crd/kkclusters.infrastructure.cluster.x-k8s.io \
+    crd/kkmachines.infrastructure.cluster.x-k8s.io crd/kkinstances.infrastructure.cluster.x-k8s.io >/dev/null
+  kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+
+  # A kubeconfig for the ServiceAccount the Deployment would run as (config/rbac's permissions only).
+  local sa_ns=capkk-system sa=capkk-controller-manager server ca token
+  server=$(kubectl config view --minify --raw -o jsonpath='{.clusters[0].cluster.server}')
+  ca=$(kubectl config view --minify --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
+  token=$(kubectl -n "$sa_ns" create token "$sa" --duration=24h)
+  umask 077
+  cat >"$WORK/manager.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: mgmt, cluster: {server: "$server", certificate-authority-data: "$ca"}}]
+users: [{name: $sa, user: {token: "$token"}}]
+contexts: [{name: manager, context: {cluster: mgmt, user: $sa, namespace: $sa_ns}}]
+current-context: manager
+EOF
+  umask 022
+  check "the ServiceAccount may list KKMachines cluster-wide (config/rbac)" \
+    kubectl auth can-i list kkmachines.infrastructure.cluster.x-k8s.io --all-namespaces \
+    --as "system:serviceaccount:$sa_ns:$sa"
+  stop_manager
+  local port=$((20000 + RANDOM % 20000))
+  KUBECONFIG=$WORK/manager.kubeconfig POD_NAME=$NAME-manager POD_NAMESPACE=$sa_ns RUST_LOG=${RUST_LOG:-info} \
+    setsid "$MANAGER" --namespace "$NS" --leader-elect --leader-election-namespace "$sa_ns" \
+    --leader-election-id "capkk-$NAME" --health-probe-bind-address "127.0.0.1:$port" \
+    --metrics-bind-address "127.0.0.1:$((port + 1))" --max-concurrent-hosts 10 --log-format text \
+    </dev/null >>"$WORK/manager.log" 2>&1 &
+  echo $! >"$WORK/manager.pid"
+  wait_for "manager is ready (127.0.0.1:$port/readyz)" 60 curl -fsS "http://127.0.0.1:$port/readyz"
+}
+
+stop_manager() {
+  local pid
+  pid=$(cat "$WORK/manager.pid" 2>/dev/null || true)
+  if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = manager ]; then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
+  fi
+  rm -f "$WORK/manager.pid"
+}
+
+# ---------------------------------------------------------------------------------------------------------
+# hosts and the test mirror
+
+hosts_up() {
+  stage "sandbox hosts + test mirror"
+  sb up --name "$NAME" --hosts "$HOSTS" >/dev/null
+  SB_DIR=/tmp/capkk-sandbox/$NAME
+  [ -f "$SB_DIR/state.json" ] || die "sandbox state missing in $SB_DIR"
+  local i h script f
+  # Host image preparation (out of band): the stand-in kernel tools and package managers of test/assets, so
+  # provisioning never touches the machine's kernel or reaches a real package repository.
+  script="mkdir -p /usr/local/sbin; mountpoint -q /sys/module || mount -t tmpfs capkk-fake-sysmodule /sys/module"
+  for f in "$ROOT"/test/assets/fake-kernel/* "$ROOT"/test/assets/fake-pm/*; do
+    script+="; printf '%s' '$(base64 -w0 "$f")' | base64 -d > /usr/local/sbin/$(basename "$f"); chmod 755 /usr/local/sbin/$(basename "$f")"
+  done
+  for i in $(seq "$HOSTS"); do inside "$(host_name "$i")" "$script" >/dev/null; done
+  check "$HOSTS sandbox hosts answer" test "$(python3 -c "import json; print(len(json.load(open('$SB_DIR/state.json'))['hosts']))")" = "$HOSTS"
+  make_mirror
+  start_mirror
+}
+
+make_mirror() {
+  local m=$WORK/mirror arch=amd64 kv=$KUBE_VERSION t
+  rm -rf "$m"
+  local k8s=$m/kubernetes-release/release/$kv/bin/linux/$arch
+  mkdir -p "$k8s"
+  cp "$WORK/bin/kubeadm" "$k8s/kubeadm"
+  cp "$BIN_DIR/kubectl" "$k8s/kubectl"
+  standin() { printf '#!/bin/sh\n# capkk e2e stand-in: %s\n%s\n' "$1" "$2"; }
+  standin kubelet "case \"\$1\" in --version) echo 'Kubernetes $kv';; esac; exit 0" >"$k8s/kubelet"
+  t=$(mktemp -d)
+  for b in loopback bridge host-local portmap; do standin "cni $b" 'exit 0' >"$t/$b"; done
+  chmod 755 "$t"/*
+  mkdir -p "$m/containernetworking/plugins/releases/download/v1.3.0"
+  tar -C "$t" -czf "$m/containernetworking/plugins/releases/download/v1.3.0/cni-plugins-linux-$arch-v1.3.0.tgz" .
+  rm -rf "$t" && t=$(mktemp -d)
+  standin crictl 'echo "crictl version v1.29.0"' >"$t/crictl" && chmod 755 "$t/crictl"
+  mkdir -p "$m/cri-tools/releases/download/v1.29.0"
+  tar -C "$t" -czf "$m/cri-tools/releases/download/v1.29.0/crictl-v1.29.0-linux-$arch.tar.gz" crictl
+  rm -rf "$t" && t=$(mktemp -d) && mkdir "$t/bin"
+  standin containerd 'if [ "$1" = --version ]; then echo "containerd github.com/containerd/containerd v1.7.13 standin"; exit 0; fi
+mkdir -p /run/containerd; exec sleep 2147483647' >"$t/bin/containerd"
+  standin ctr 'exit 0' >"$t/bin/ctr"
+  standin containerd-shim-runc-v2 'exit 0' >"$t/bin/containerd-shim-runc-v2"
+  chmod 755 "$t"/bin/*
+  mkdir -p "$m/containerd/containerd/releases/download/v1.7.13"
+  tar -C "$t" -czf "$m/containerd/containerd/releases/download/v1.7.13/containerd-1.7.13-linux-$arch.tar.gz" bin
+  rm -rf "$t"
+  mkdir -p "$m/opencontainers/runc/releases/download/v1.1.12"
+  standin runc 'echo "runc version 1.1.12"' >"$m/opencontainers/runc/releases/download/v1.1.12/runc.$arch"
+  chmod 755 "$k8s"/* "$m/opencontainers/runc/releases/download/v1.1.12/runc.$arch"
+}
+
+sha() { sha256sum "$1" | cut -d' ' -f1; }
+
+start_mirror() {
+  stop_mirror
+  local bridge
+  bridge=$(ip -4 -o addr show "kkbr$(python3 -c "import json; print(json.load(open('$SB_DIR/state.json'))['index'])")" |
+    awk '{print $4}' | cut -d/ -f1)
+  [ -n "$bridge" ] || die "no sandbox bridge address"
+  rm -f "$WORK/mirror.addr"
+  setsid "$WORK/bin/mirror" -listen "$bridge:0" -dir "$WORK/mirror" -addr-file "$WORK/mirror.addr" \
+    </dev/null >>"$WORK/mirror.log" 2>&1 &
+  echo $! >"$WORK/mirror.pid"
+  for _ in $(seq 50); do [ -s "$WORK/mirror.addr" ] && break; sleep 0.1; done
+  MIRROR=http://$(cat "$WORK/mirror.addr")
+  local m=$WORK/mirror kv=$KUBE_VERSION arch=amd64
+  local k8s=$m/kubernetes-release/release/$kv/bin/linux/$arch
+  COMPONENT="{host: \"$MIRROR\", overrides: [
+ {id: kubeadm, checksum: {value: $(sha "$k8s/kubeadm")}},
+ {id: kubelet, checksum: {value: $(sha "$k8s/kubelet")}},
+ {id: kubectl, checksum: {value: $(sha "$k8s/kubectl")}},
+ {id: cni, checksum: {value: $(sha "$m/containernetworking/plugins/releases/download/v1.3.0/cni-plugins-linux-$arch-v1.3.0.tgz")}},
+ {id: crictl, checksum: {value: $(sha "$m/cri-tools/releases/download/v1.29.0/crictl-v1.29.0-linux-$arch.tar.gz")}},
+ {id: containerd, checksum: {value: $(sha "$m/containerd/containerd/releases/download/v1.7.13/containerd-1.7.13-linux-$arch.tar.gz")}},
+ {id: runc, checksum: {value: $(sha "$m/opencontainers/runc/releases/download/v1.1.12/runc.$arch")}}]}"
+  COMPONENT=$(echo "$COMPONENT" | tr -d '\n')
+  check "test mirror serves the simulator as kubeadm ($MIRROR)" \
+    curl -fsS -o /dev/null "$MIRROR/kubernetes-release/release/$kv/bin/linux/$arch/kubeadm"
+}
+
+stop_mirror() {
+  local pid
+  pid=$(cat "$WORK/mirror.pid" 2>/dev/null || true)
+  if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = mirror ]; then kill "$pid" 2>/dev/null || true; fi
+  rm -f "$WORK/mirror.pid"
+}
+
+# ---------------------------------------------------------------------------------------------------------
+# the cluster
+
+render_apply() {
+  stage "render (clusterctl generate cluster) + apply"
+  local i instances="" fp
+  for i in $(seq "$HOSTS"); do
+    fp=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['hosts'][int(sys.argv[2])-1]['host_key_fingerprint'])" "$SB_DIR/state.json" "$i")
+    role=worker
+    [ "$i" = 1 ] && role=control-plane
+    instances+="${instances:+, }{name: $(host_name "$i"), address: $(host_addr "$i"), roles: [$role], hostKeys: [\"$fp\"]}"
+  done
+  KUBEKEY_INSTANCES="[$instances]" KUBEKEY_COMPONENT="$COMPONENT" KUBEKEY_SSH_SECRET="$CLUSTER-ssh" \
+    clusterctl generate cluster "$CLUSTER" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" \
+    --kubernetes-version "$KUBE_VERSION" --control-plane-machine-count 1 --worker-machine-count 2 \
+    >"$WORK/cluster.yaml"
+  check "clusterctl generate cluster renders a cluster the apiserver accepts (server dry-run)" \
+    kubectl apply --dry-run=server -f "$WORK/cluster.yaml"
+  kubectl -n "$NS" create secret generic "$CLUSTER-ssh" \
+    --from-file=privateKey="$(python3 -c "import json; print(json.load(open('$SB_DIR/state.json'))['credentials']['ed25519_key'])")" \
+    --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  kubectl apply -f "$WORK/cluster.yaml"
+}
+
+machines_running() { # machines_running SELECTOR COUNT: COUNT Machines, all Running with a nodeRef
+  local sel=$1 want=$2 out
+  out=$(kubectl get machines -n "$NS" -l "$sel" -o jsonpath='{range .items[*]}{.status.phase}/{.status.nodeRef.name}{"\n"}{end}')
+  [ "$(grep -c . <<<"$out")" = "$want" ] && ! grep -qv '^Running/.\+' <<<"$out"
+}
+machine_count() { [ "$(kubectl get machines -n "$NS" -l "$1" -o name | grep -c .)" = "$2" ]; }
+
+CP_SEL="cluster.x-k8s.io/control-plane"
+MD_SEL() { echo "cluster.x-k8s.io/deployment-name=$CLUSTER-md-0"; }
+
+workload_kubeconfig() {
+  kubectl get secret -n "$NS" "$CLUSTER-kubeconfig" -o jsonpath='{.data.value}' | base64 -d >"$WORK/workload.kubeconfig"
+}
+wl() { kubectl --kubeconfig "$WORK/workload.kubeconfig" "$@"; }
+
+control_plane() {
+  stage "control plane Machine Running"
+  wait_for "control-plane Machine Running with a nodeRef" 600 machines_running "$CP_SEL" 1
+  wait_for "Cluster ControlPlaneInitialized" 120 kubectl wait -n "$NS" cluster/"$CLUSTER" \
+    --for=condition=ControlPlaneInitialized --timeout=5s
+}
+
+workers() {
+  stage "2 workers join"
+  wait_for "2 worker Machines Running with a nodeRef" 600 machines_running "$(MD_SEL)" 2
+  workload_kubeconfig
+  check "3 workload Nodes" test "$(wl get nodes -o name | grep -c .)" = 3
+  wait_for "every workload Node carries its providerID" 120 nodes_have_provider_ids
+  wait_for "workers lost node.cluster.x-k8s.io/uninitialized" 120 no_uninitialized_taint
+  clusterctl describe cluster "$CLUSTER" -n "$NS" --show-conditions all >"$WORK/describe.txt" 2>&1 || true
+  sed 's/^/    /' "$WORK/describe.txt"
+  check "clusterctl describe cluster shows the KKCluster and KKMachine conditions" \
+    grep -q "KKCluster" "$WORK/describe.txt"
+}
+
+nodes_have_provider_ids() {
+  local out
+  out=$(wl get nodes -o jsonpath='{range .items[*]}{.metadata.name}={.spec.providerID}{"\n"}{end}')
+  [ -n "$out" ] && ! grep -qv '=kk://' <<<"$out"
+}
+no_uninitialized_taint() {
+  ! wl get nodes -o jsonpath='{range .items[*]}{.spec.taints[*].key}{"\n"}{end}' | grep -q node.cluster.x-k8s.io/uninitialized
+}
+
+gitops() {
+  stage "GitOps: diff + re-apply"
+  local out rc=0
+  out=$(kubectl diff -f "$WORK/cluster.yaml" 2>&1) || rc=$?
+  [ "$rc" = 0 ] || printf '%s\n' "$out" | head -60 | sed 's/^/    /'
+  check "kubectl diff of the rendered cluster shows no difference (exit $rc)" test "$rc" = 0
+  out=$(kubectl apply -f "$WORK/cluster.yaml")
+  check "re-applying it changes nothing" bash -c "! grep -v ' unchanged$' <<<\"\$1\" | grep -q ." _ "$out"
+}
+
+host_claimed() { kubectl get kkinstance -n "$NS" "$1" >/dev/null 2>&1; }
+host_free() { ! kubectl get kkinstance -n "$NS" "$1" >/dev/null 2>&1; }
+host_clean() { # no sentinel, no kubeadm state, no control-plane process
+  local out
+  out=$(inside "$1" 'ls -d /run/cluster-api/bootstrap-success.complete /etc/kubernetes/admin.conf /etc/kubernetes/kubelet.conf /etc/kubernetes/bootstrap-kubelet.conf /etc/kubernetes/pki/ca.crt /var/lib/etcd 2>/dev/null; for p in /proc/[0-9]*; do case $(cat $p/comm 2>/dev/null) in etcd|kube-apiserver) echo "running $(cat $p/comm)";; esac; done; true')
+  [ -z "$out" ] || { log "    $1 not clean: $(tr '\n' ' ' <<<"$out")"; return 1; }
+}
+worker_hosts_of_machines() {
+  kubectl get kkmachines -n "$NS" -o jsonpath='{range .items[*]}{.spec.instanceID}{"\n"}{end}' | grep . | sort
+}
+
+scale() {
+  stage "scale MachineDeployment 2 -> 3"
+  kubectl scale -n "$NS" machinedeployment "$CLUSTER-md-0" --replicas=3 >/dev/null
+  wait_for "3 worker Machines Running with a nodeRef" 600 machines_running "$(MD_SEL)" 3
+  check "the fourth host ($(host_name 4)) is claimed" host_claimed "$(host_name 4)"
+  wait_for "4 workload Nodes" 120 bash -c "[ \"\$(kubectl --kubeconfig '$WORK/workload.kubeconfig' get nodes -o name | grep -c .)\" = 4 ]"
+
+  stage "scale MachineDeployment 3 -> 1"
+  local before after freed=() h
+  before=$(worker_hosts_of_machines)
+  kubectl scale -n "$NS" machinedeployment "$CLUSTER-md-0" --replicas=1 >/dev/null
+  wait_for "1 worker Machine left" 600 machine_count "$(MD_SEL)" 1
+  after=$(worker_hosts_of_machines)
+  mapfile -t freed < <(comm -23 <(echo "$before") <(echo "$after"))
+  check "two hosts were released (${freed[*]:-none})" test "${#freed[@]}" = 2
+  for h in "${freed[@]}"; do
+    wait_for "$h is free again (its KKInstance is gone)" 300 host_free "$h"
+    check "$h was reset: sentinel and kubeadm state gone" host_clean "$h"
+  done
+  check "2 workload Nodes left" test "$(wl get nodes -o name | grep -c .)" = 2
+}
+
+delete_cluster() {
+  stage "delete the Cluster"
+  kubectl delete -n "$NS" cluster "$CLUSTER" --wait=false >/dev/null
+  wait_for "the Cluster is gone" 600 bash -c "! kubectl get -n '$NS' cluster '$CLUSTER' >/dev/null 2>&1"
+  local kinds=machines,machinesets,machinedeployments,kubeadmcontrolplanes,kubeadmconfigs,kkclusters,kkmachines,kkinstances
+  wait_for "every Machine, KCP, KubeadmConfig, KKCluster, KKMachine, KKInstance is gone" 300 \
+    bash -c "[ -z \"\$(kubectl get -n '$NS' $kinds -o name 2>/dev/null)\" ]"
+  local stuck
+  stuck=$(kubectl get -n "$NS" "$kinds" -o jsonpath='{range .items[*]}{.kind}/{.metadata.name} {.metadata.finalizers}{"\n"}{end}' 2>/dev/null || true)
+  check "no object stuck on a finalizer${stuck:+: $stuck}" test -z "$stuck"
+  local i
+  for i in $(seq "$HOSTS"); do check "$(host_name "$i") is clean" host_clean "$(host_name "$i")"; done
+}
+
+teardown() {
+  stop_manager
+  stop_mirror
+  if [ -x "${SANDBOX:-}" ]; then sb down --name "$NAME" >/dev/null 2>&1 || true; fi
+  if [ -n "${KUBECONFIG:-}" ] && kubectl get ns "$NS" >/dev/null 2>&1; then
+    # Objects left by a failed run: drop finalizers so the namespace can go.
+    local o
+    for o in $(kubectl get -n "$NS" clusters,machines,machinesets,machinedeployments,kubeadmcontrolplanes,kubeadmconfigs,kkclusters,kkmachines,kkinstances -o name 2>/dev/null); do
+      kubectl patch -n "$NS" "$o" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
+    done
+    kubectl delete ns "$NS" --wait=false >/dev/null 2>&1 || true
+  fi
+}
+
+case $MODE in
+  run)
+    trap 'rc=$?; end_stage failed; timing_table; echo; echo "e2e: $PASSED passed, $FAILED failed"; teardown; exit $rc' EXIT
+    build
+    mgmt_up
+    release
+    install_provider
+    hosts_up
+    render_apply
+    control_plane
+    workers
+    gitops
+    scale
+    delete_cluster
+    end_stage
+    [ "$FAILED" = 0 ]
+    ;;
+  quickstart)
+    trap 'rc=$?; if [ $rc != 0 ]; then end_stage failed; timing_table; diagnostics; log "failed; make quickstart-down cleans up"; fi' EXIT
+    build
+    mgmt_up
+    release
+    install_provider
+    hosts_up
+    render_apply
+    control_plane
+    workers
+    end_stage
+    timing_table
+    progress
+    cat <<EOF
+
+The cluster "$CLUSTER" is Running: $(( $(date +%s) - T_START ))s from start to 3 Ready Nodes.
+
+Explore it (management plane):
+  export PATH=$BIN_DIR:\$PATH KUBECONFIG=$KUBECONFIG
+  clusterctl describe cluster $CLUSTER -n $NS --show-conditions all
+  kubectl get cluster,kkcluster,machines,kkmachines,kkinstances -n $NS
+  kubectl scale machinedeployment $CLUSTER-md-0 -n $NS --replicas 3     # claims the fourth host
+Workload cluster (the simulated kube-apiserver on $(host_name 1)):
+  kubectl --kubeconfig $WORK/workload.kubeconfig get nodes -o wide
+Hosts (sandbox $NAME):
+  $SANDBOX status --name $NAME
+  $SANDBOX exec --name $NAME --host $(host_name 1) -- ls /etc/kubernetes
+Files: rendered cluster $WORK/cluster.yaml, manager log $WORK/manager.log, mirror log $WORK/mirror.log
+Tear down: make quickstart-down
+EOF
+    ;;
+  down)
+    mgmt_env
+    teardown
+    log "quickstart torn down (the management plane stays up: make mgmt-down)"
+    ;;
+  *) die "usage: $0 run|quickstart|down" ;;
+esac
