@@ -600,3 +600,45 @@ fn an_empty_cloud_config_is_an_empty_plan() {
             .is_empty()
     );
 }
+
+/// CABPK invariants hold for every fixture: the hand-made ones here and, once captured, the real CABPK
+/// outputs in `test/fixtures/cabpk/`.
+#[test]
+fn every_cabpk_fixture_has_cabpks_invariants() {
+    let dirs = [
+        format!("{}/tests/fixtures", env!("CARGO_MANIFEST_DIR")),
+        format!("{}/../../test/fixtures/cabpk", env!("CARGO_MANIFEST_DIR")),
+    ];
+    let mut checked = Vec::new();
+    for dir in &dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+                continue;
+            }
+            let name = path.display().to_string();
+            let plan = parse(&std::fs::read(&path).unwrap(), "cloud-config", &vars())
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let f = files(&plan);
+            assert!(f.iter().any(|f| f.path == "/run/cluster-api/placeholder"), "{name}: placeholder");
+            let kubeadm = f
+                .iter()
+                .find(|f| f.path.starts_with("/run/kubeadm/kubeadm"))
+                .unwrap_or_else(|| panic!("{name}: kubeadm config"));
+            assert_eq!(kubeadm.mode, 0o640, "{name}");
+            assert!(!String::from_utf8_lossy(&kubeadm.content).contains("{{"), "{name}: jinja rendered");
+            let cmds = commands(&plan, Module::RunCmd);
+            assert!(
+                cmds.iter().any(|c| c.starts_with("kubeadm ")
+                    && c.ends_with("&& echo success > /run/cluster-api/bootstrap-success.complete")),
+                "{name}: kubeadm command chained to the sentinel"
+            );
+            if name.contains("control-plane") {
+                assert!(f.iter().any(|f| f.path == "/etc/kubernetes/pki/ca.key" && f.mode == 0o600), "{name}");
+            }
+            checked.push(name);
+        }
+    }
+    assert!(checked.len() >= 3, "{checked:?}");
+}

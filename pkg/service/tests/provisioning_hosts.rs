@@ -26,13 +26,14 @@ const FAILING: usize = 1;
 const DROPPED: usize = 2;
 const CRASHED: usize = 3;
 const SUDO: usize = 4;
+const CABPK: usize = 5;
 
 fn sandbox() -> Option<&'static Sandbox> {
     static SB: OnceLock<Sandbox> = OnceLock::new();
     if skip_unless_supported() {
         return None;
     }
-    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("prov-tests", 5)).expect("sandbox up")))
+    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("prov-tests", 6)).expect("sandbox up")))
 }
 
 fn target(sb: &Sandbox, idx: usize, user: &str) -> HostTarget {
@@ -384,5 +385,91 @@ async fn a_non_root_login_provisions_through_sudo() {
     assert_eq!(
         inside(host, "stat -c '%a %U' /etc/kubernetes/pki/ca.key").trim(),
         "600 root"
+    );
+}
+
+#[tokio::test]
+async fn a_cabpk_control_plane_payload_lands_byte_for_byte_and_names_the_kubeadm_item() {
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[CABPK];
+    let fixture = format!(
+        "{}/../cloudinit/tests/fixtures/init-control-plane.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let vars = TemplateVars::new()
+        .local_hostname("cp-0")
+        .provider_id("kk://default/cp-0");
+    let p = parse(&std::fs::read(fixture).unwrap(), "cloud-config", &vars).unwrap();
+    // The sandbox has no kubeadm: make the kubeadm item fail the way a broken kubeadm would.
+    inside(
+        host,
+        "rm -f /run/cluster-api/bootstrap-success.complete /etc/modules-load.d/k8s.conf",
+    );
+    let pool = pool();
+    let exec = pool.executor(&target(sb, CABPK, "root"));
+    let started = Instant::now();
+    let progress = RecordingProgress::default();
+    let outcome = provisioning::run(exec.as_ref(), &p, &progress, &Redactor::default())
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    for r in progress.records() {
+        println!("  {:>12?} exit {:?} {}", r.duration, r.exit_code, r.name);
+    }
+    let Outcome::Failed { failed_items, .. } = &outcome else {
+        panic!("no sentinel without kubeadm: {outcome:?}")
+    };
+    let kubeadm = failed_items
+        .iter()
+        .find(|f| {
+            f.command
+                .as_deref()
+                .is_some_and(|c| c.starts_with("kubeadm init --config /run/kubeadm/kubeadm.yaml"))
+        })
+        .expect("the kubeadm item failed");
+    assert_eq!(kubeadm.exit_code, Some(127), "{kubeadm:?}");
+    assert!(kubeadm.output_tail.contains("kubeadm"), "{kubeadm:?}");
+    // Every file exactly as the plan says: bytes, mode, owner.
+    let mut check = String::new();
+    for step in &p.steps {
+        if let capkk_cloudinit::Action::WriteFile(f) = &step.action {
+            check.push_str(&format!(
+                "printf '%s ' \"$(stat -c '%a %U:%G' {0})\"; sha256sum {0}\n",
+                f.path
+            ));
+        }
+    }
+    let got = inside(host, &check);
+    let mut lines = got.lines();
+    for step in &p.steps {
+        if let capkk_cloudinit::Action::WriteFile(f) = &step.action {
+            let want = format!(
+                "{:o} {} {}  {}",
+                f.mode,
+                f.owner,
+                hex::encode(Sha256::digest(&f.content)),
+                f.path
+            );
+            assert_eq!(lines.next(), Some(want.as_str()));
+        }
+    }
+    // A re-run on the warm connection is one probe round trip (the journal is complete; nothing runs).
+    let started = Instant::now();
+    let again = provisioning::run(
+        exec.as_ref(),
+        &p,
+        &RecordingProgress::default(),
+        &Redactor::default(),
+    )
+    .await
+    .unwrap();
+    let probe = started.elapsed();
+    assert_eq!(
+        again.first_failure().map(|f| f.step_id.clone()),
+        outcome.first_failure().map(|f| f.step_id.clone())
+    );
+    println!(
+        "CABPK init payload: {} steps in {took:?} (5 execs, first one includes the SSH handshake); re-run {probe:?}",
+        p.steps.len()
     );
 }

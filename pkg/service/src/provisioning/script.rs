@@ -36,11 +36,13 @@ fn decode_heredoc(data: &[u8], redirect: &str) -> String {
 /// die on a broken pipe when it reports, after the journal line and after removing its temporary files).
 pub(crate) fn launcher(script_len: usize) -> String {
     format!(
-        "trap '' HUP; umask 077; D={dir}; mkdir -p \"$D\" && chmod 700 \"$D\" && \
+        "trap '' HUP; umask 022; mkdir -p {parent} || exit 97; umask 077; D={dir}; mkdir -p \"$D\" && \
+         chmod 700 \"$D\" && \
          f=$(mktemp \"$D/.run.XXXXXX\") || exit 97; cat > \"$f\"; \
          if [ $(wc -c < \"$f\") -eq {script_len} ]; then (cd / && sh \"$f\" < /dev/null); rc=$?; \
          else echo '@@capkk truncated'; rc=98; fi; rm -f \"$f\"; exit $rc",
-        dir = quote(STATE_DIR)
+        dir = quote(STATE_DIR),
+        parent = quote(parent(STATE_DIR)),
     )
 }
 
