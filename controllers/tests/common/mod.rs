@@ -3,6 +3,8 @@
 //! builders for CAPI and capkk objects.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod sandbox;
+
 use std::{
     future::Future,
     path::{Path, PathBuf},

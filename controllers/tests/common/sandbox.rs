@@ -1,0 +1,232 @@
+//! Sandbox hosts for controller tests: fake kernel tools and package managers (so nothing touches the
+//! machine's kernel or the network), a local HTTP mirror on the sandbox bridge serving stand-in release
+//! artifacts with their real SHA-256 (the binary and containerd services download, verify and upload them
+//! exactly as in production), and a `kubeadm` stand-in that records its arguments and config.
+
+use std::{
+    collections::HashMap,
+    io::{BufRead, BufReader, Write},
+    net::TcpListener,
+    path::Path,
+    sync::{Arc, Mutex},
+};
+
+use base64::Engine as _;
+use capkk_sandbox::{Host, Sandbox};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+/// Kubernetes version the stand-ins are published for.
+pub const K8S: &str = "v1.32.0";
+const CNI: &str = "v1.3.0";
+const CRICTL: &str = "v1.29.0";
+const CONTAINERD: &str = "1.7.13";
+const RUNC: &str = "v1.1.12";
+
+/// Where the kubeadm stand-in records its arguments (one line per call).
+pub const KUBEADM_ARGS_LOG: &str = "/var/log/capkk-kubeadm.args";
+/// Where it copies the `--config` file it was given.
+pub const KUBEADM_CONFIG_COPY: &str = "/var/log/capkk-kubeadm.config";
+
+/// Hex SHA-256.
+pub fn sha(data: &[u8]) -> String {
+    hex::encode(Sha256::digest(data))
+}
+
+/// Install the fake kernel tools and package managers of `test/assets` into the host's /usr/local/sbin
+/// (with a private tmpfs /sys/module), so bootstrap never changes the machine's kernel state.
+pub fn install_fakes(host: &Host<'_>) -> anyhow::Result<()> {
+    let assets = capkk_mgmt::repo_root().join("test/assets");
+    let mut script = String::from(
+        "mkdir -p /usr/local/sbin\nmountpoint -q /sys/module || mount -t tmpfs capkk-fake-sysmodule /sys/module\n",
+    );
+    for dir in ["fake-pm", "fake-kernel"] {
+        for entry in std::fs::read_dir(assets.join(dir))? {
+            let path = entry?.path();
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default()
+                .to_owned();
+            let b64 = base64::engine::general_purpose::STANDARD.encode(std::fs::read(&path)?);
+            script.push_str(&format!(
+                "printf '%s' '{b64}' | base64 -d > /usr/local/sbin/{name}; chmod 755 /usr/local/sbin/{name}\n"
+            ));
+        }
+    }
+    host.sh_inside(&script)?;
+    Ok(())
+}
+
+/// A tiny HTTP/1.1 file server on the sandbox bridge.
+#[derive(Clone)]
+pub struct Mirror {
+    /// `http://198.18.N.1:port`.
+    pub base: String,
+    files: Arc<Mutex<HashMap<String, Vec<u8>>>>,
+}
+
+impl Mirror {
+    /// Listen on the sandbox bridge address.
+    pub fn start(sb: &Sandbox) -> anyhow::Result<Mirror> {
+        let addr = format!("198.18.{}.1", sb.state().index);
+        let listener = TcpListener::bind((addr.as_str(), 0))?;
+        let port = listener.local_addr()?.port();
+        let m = Mirror {
+            base: format!("http://{addr}:{port}"),
+            files: Arc::default(),
+        };
+        let srv = m.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let srv = srv.clone();
+                std::thread::spawn(move || {
+                    let Ok(c2) = conn.try_clone() else { return };
+                    let mut reader = BufReader::new(c2);
+                    let mut first = String::new();
+                    if reader.read_line(&mut first).is_err() {
+                        return;
+                    }
+                    loop {
+                        let mut l = String::new();
+                        if reader.read_line(&mut l).unwrap_or(0) == 0 || l == "\r\n" || l == "\n" {
+                            break;
+                        }
+                    }
+                    let path = first.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                    let body = srv.files.lock().ok().and_then(|f| f.get(&path).cloned());
+                    let _ = match body {
+                        Some(b) => conn
+                            .write_all(
+                                format!(
+                                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                                    b.len()
+                                )
+                                .as_bytes(),
+                            )
+                            .and_then(|_| conn.write_all(&b)),
+                        None => conn.write_all(
+                            b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                        ),
+                    };
+                });
+            }
+        });
+        Ok(m)
+    }
+
+    /// Serve `body` at `path`.
+    pub fn put(&self, path: &str, body: Vec<u8>) {
+        if let Ok(mut f) = self.files.lock() {
+            f.insert(path.to_owned(), body);
+        }
+    }
+}
+
+fn script(name: &str, body: &str) -> Vec<u8> {
+    format!("#!/bin/sh\n# capkk stand-in {name}\n{body}").into_bytes()
+}
+
+fn tarball(dir: &Path, name: &str, members: &[(&str, Vec<u8>)]) -> anyhow::Result<Vec<u8>> {
+    let root = dir.join(format!("{name}.d"));
+    for (path, content) in members {
+        let p = root.join(path);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&p, content)?;
+        let mut perm = std::fs::metadata(&p)?.permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+        std::fs::set_permissions(&p, perm)?;
+    }
+    let out = dir.join(format!("{name}.tgz"));
+    let st = std::process::Command::new("tar")
+        .arg("-czf")
+        .arg(&out)
+        .arg("-C")
+        .arg(&root)
+        .arg(".")
+        .status()?;
+    anyhow::ensure!(st.success(), "tar failed");
+    Ok(std::fs::read(out)?)
+}
+
+/// The kubeadm stand-in: records its arguments and the `--config` file, exits 0.
+pub fn kubeadm_standin() -> Vec<u8> {
+    script(
+        "kubeadm",
+        &format!(
+            "echo \"$*\" >> {KUBEADM_ARGS_LOG}\nprev=\nfor a in \"$@\"; do\n  if [ \"$prev\" = --config ]; then cp \"$a\" {KUBEADM_CONFIG_COPY}; fi\n  prev=$a\ndone\nif [ \"$1\" = version ]; then echo {K8S}; fi\nexit 0\n"
+        ),
+    )
+}
+
+/// Publish stand-ins for every artifact on `mirror` and return the KKCluster `spec.component` pointing at
+/// it (overrides carry the stand-ins' SHA-256).
+pub fn publish_standins(mirror: &Mirror, dir: &Path, arch: &str) -> anyhow::Result<Value> {
+    let dir = dir.join("standins");
+    std::fs::create_dir_all(&dir)?;
+    let mut files: Vec<(&str, String, Vec<u8>)> = Vec::new();
+    for id in ["kubeadm", "kubelet", "kubectl"] {
+        let body = if id == "kubeadm" {
+            kubeadm_standin()
+        } else {
+            script(id, "exit 0\n")
+        };
+        files.push((
+            id,
+            format!("/kubernetes-release/release/{K8S}/bin/linux/{arch}/{id}"),
+            body,
+        ));
+    }
+    files.push((
+        "runc",
+        format!("/opencontainers/runc/releases/download/{RUNC}/runc.{arch}"),
+        script("runc", "exit 0\n"),
+    ));
+    files.push((
+        "cni",
+        format!("/containernetworking/plugins/releases/download/{CNI}/cni-plugins-linux-{arch}-{CNI}.tgz"),
+        tarball(
+            &dir,
+            "cni",
+            &[
+                ("bridge", script("bridge", "exit 0\n")),
+                ("loopback", script("loopback", "exit 0\n")),
+            ],
+        )?,
+    ));
+    files.push((
+        "crictl",
+        format!("/cri-tools/releases/download/{CRICTL}/crictl-{CRICTL}-linux-{arch}.tar.gz"),
+        tarball(&dir, "crictl", &[("crictl", script("crictl", "exit 0\n"))])?,
+    ));
+    let containerd = format!(
+        "if [ \"$1\" = --version ]; then echo 'containerd github.com/containerd/containerd v{CONTAINERD} standin'; exit 0; fi\nmkdir -p /run/containerd\nexec sleep 86400\n"
+    );
+    files.push((
+        "containerd",
+        format!("/containerd/containerd/releases/download/v{CONTAINERD}/containerd-{CONTAINERD}-linux-{arch}.tar.gz"),
+        tarball(
+            &dir,
+            "containerd",
+            &[
+                ("bin/containerd", script("containerd", &containerd)),
+                ("bin/ctr", script("ctr", "exit 0\n")),
+                ("bin/containerd-shim-runc-v2", script("shim", "exit 0\n")),
+            ],
+        )?,
+    ));
+    let mut overrides = Vec::new();
+    for (id, path, body) in files {
+        overrides.push(json!({"id": id, "checksum": {"value": sha(&body)}}));
+        mirror.put(&path, body);
+    }
+    Ok(json!({"host": mirror.base, "overrides": overrides}))
+}
+
+/// Run a script inside a host and return stdout ("" on failure).
+pub fn inside(host: &Host<'_>, script: &str) -> String {
+    host.sh_inside(script).unwrap_or_default()
+}
