@@ -23,7 +23,10 @@ use tracing::instrument;
 use crate::{
     Error, Result,
     binary::{ArtifactCache, ArtifactRequest, ComponentSource, catalogue, stage_gated},
-    facts::{HostFacts, script::put_file},
+    facts::{
+        HostFacts,
+        script::{ExpectedFile, file_probe, files_match, put_file},
+    },
     journal::{Progress, Redactor, StepRunner},
 };
 
@@ -361,8 +364,29 @@ pub async fn ensure(
          echo \"foreign=$(containerd --version 2>/dev/null)\"\nfi\n",
         stamp = quote(&format!("{}/containerd", catalogue::STAMP_DIR)),
     );
+    let mut files = vec![ExpectedFile::new(CONFIG_TOML, 0o644, config_toml(cfg).as_bytes())];
+    for (reg, content, mode) in &hosts {
+        files.push(ExpectedFile::new(
+            &format!("{CERTS_D}/{reg}/hosts.toml"),
+            *mode,
+            content.as_bytes(),
+        ));
+    }
+    files.push(ExpectedFile::new(CRICTL_YAML, 0o644, crictl_yaml(cfg).as_bytes()));
+    files.push(ExpectedFile::new(
+        CONTAINERD_UNIT,
+        0o644,
+        containerd_unit().as_bytes(),
+    ));
+    // The same exec also tells whether the config/service steps would change anything.
+    let probe = format!(
+        "{probe}{files}systemctl is-enabled -q containerd >/dev/null 2>&1 && echo '@@enabled'\n\
+         systemctl is-active -q containerd >/dev/null 2>&1 && echo '@@active'\n\
+         [ -e {RESTART_MARKER} ] && echo '@@restart-pending'\n",
+        files = file_probe(&files)
+    );
     let mut foreign: Option<String> = None;
-    let (staged, _, proceed) = stage_gated(
+    let (staged, probe_out, proceed) = stage_gated(
         exec,
         &artifacts,
         cfg.source.download_on,
@@ -406,6 +430,25 @@ pub async fn ensure(
             skipped_existing: true,
             ..Default::default()
         });
+    }
+    let up_to_date = staged.script.is_empty()
+        && files_match(&probe_out, &files)
+        && ["@@enabled", "@@active"]
+            .iter()
+            .all(|m| probe_out.lines().any(|l| l == *m))
+        && !probe_out.lines().any(|l| l == "@@restart-pending");
+    if up_to_date {
+        StepRunner {
+            exec,
+            progress,
+            redactor: &redactor,
+            phase: "containermanager",
+        }
+        .record_skip(
+            "containerd-config",
+            "containerd binaries, configuration and unit up to date; running",
+        );
+        return Ok(ContainerdOutcome::default());
     }
     let mut script = staged.script.clone();
     let restart_needed = !staged.uploaded.is_empty() || !staged.host_downloaded.is_empty();

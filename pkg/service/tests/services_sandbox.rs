@@ -765,11 +765,7 @@ async fn apt_host_create_is_verified_idempotent_and_reset_removes_only_owned_pat
     let b2 = binary::ensure(&counting, &cfg, &f, &c, &progress, &redactor)
         .await
         .unwrap();
-    assert_eq!(
-        counting.take(),
-        (2, 0),
-        "binary no-op: probe + config check, no upload"
-    );
+    assert_eq!(counting.take(), (1, 0), "binary no-op: one probe exec, no upload");
     let t_bin = t.elapsed();
     assert_eq!(b2.bytes_uploaded, 0);
     assert!(!b2.changed);
@@ -780,8 +776,8 @@ async fn apt_host_create_is_verified_idempotent_and_reset_removes_only_owned_pat
         .unwrap();
     assert_eq!(
         counting.take(),
-        (2, 0),
-        "containermanager no-op: probe + config check, no upload"
+        (1, 0),
+        "containermanager no-op: one probe exec, no upload"
     );
     eprintln!(
         "no-op re-run over SSH (`true` exec {t_true:?}): bootstrap {t_boot:?}, repository {t_repo:?}, binary {t_bin:?}, containermanager {:?}",

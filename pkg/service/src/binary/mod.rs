@@ -29,7 +29,7 @@ use crate::{
     Error, Result,
     facts::{
         HostFacts,
-        script::{Script, put_file},
+        script::{ExpectedFile, Script, file_probe, files_match, put_file},
     },
     journal::{Progress, Redactor, StepRecord, StepRunner},
 };
@@ -104,7 +104,13 @@ pub async fn ensure(
         .iter()
         .map(|r| resolve(r, &cfg.source))
         .collect::<Result<Vec<_>>>()?;
-    let (staged, _) = stage(
+    // The probe also checks the unit files and the enablement, so a run with nothing to do is one exec.
+    let files = kubelet_files(cfg);
+    let extra = format!(
+        "{}systemctl is-enabled -q kubelet >/dev/null 2>&1 && echo '@@enabled'\n",
+        file_probe(&files)
+    );
+    let (staged, probe_out) = stage(
         exec,
         &artifacts,
         cfg.source.download_on,
@@ -112,20 +118,40 @@ pub async fn ensure(
         "binary",
         progress,
         redactor,
-        "",
+        &extra,
     )
     .await?;
+    let outcome = BinaryOutcome {
+        bytes_uploaded: staged.bytes_uploaded,
+        uploaded: staged.uploaded.clone(),
+        host_downloaded: staged.host_downloaded.clone(),
+        unchanged: staged.unchanged.clone(),
+        changed: false,
+    };
+    if staged.script.is_empty()
+        && files_match(&probe_out, &files)
+        && probe_out.lines().any(|l| l == "@@enabled")
+    {
+        StepRunner {
+            exec,
+            progress,
+            redactor,
+            phase: "binary",
+        }
+        .record_skip(
+            "kubelet-unit",
+            "kubelet unit and drop-in up to date, kubelet enabled",
+        );
+        return Ok(outcome);
+    }
     let mut script = staged.script.clone();
     script.step("kubelet-unit", kubelet_unit_step(cfg));
     let run = script
         .run(exec, "binary", progress, redactor, Duration::from_secs(900))
         .await?;
     Ok(BinaryOutcome {
-        bytes_uploaded: staged.bytes_uploaded,
-        uploaded: staged.uploaded,
-        host_downloaded: staged.host_downloaded,
-        unchanged: staged.unchanged,
         changed: run.any_changed(),
+        ..outcome
     })
 }
 
@@ -164,6 +190,17 @@ pub fn kubelet_dropin(node_ip: Option<&str>, node_name: Option<&str>) -> String 
          $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS\n",
     );
     s
+}
+
+fn kubelet_files(cfg: &BinaryConfig) -> [ExpectedFile; 2] {
+    [
+        ExpectedFile::new(KUBELET_UNIT, 0o644, kubelet_unit().as_bytes()),
+        ExpectedFile::new(
+            KUBELET_DROPIN,
+            0o644,
+            kubelet_dropin(cfg.node_ip.as_deref(), cfg.node_name.as_deref()).as_bytes(),
+        ),
+    ]
 }
 
 fn kubelet_unit_step(cfg: &BinaryConfig) -> String {

@@ -285,6 +285,55 @@ pub fn put_file(path: &str, mode: u32, content: &[u8]) -> String {
     )
 }
 
+/// A file a step would write: path, mode and content digest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExpectedFile {
+    /// Absolute path.
+    pub path: String,
+    /// Permission bits.
+    pub mode: u32,
+    /// Hex SHA-256 of the content.
+    pub sha256: String,
+}
+
+impl ExpectedFile {
+    /// Expect `content` at `path` with `mode`.
+    pub fn new(path: &str, mode: u32, content: &[u8]) -> Self {
+        Self {
+            path: path.to_owned(),
+            mode,
+            sha256: sha256_hex(content),
+        }
+    }
+}
+
+/// A read-only probe printing `@@file:<path>=<mode> <sha256>` (or `@@file:<path>=missing`) per file, so a
+/// service can tell in its probe exec whether a config step would change anything.
+pub fn file_probe(files: &[ExpectedFile]) -> String {
+    let mut s = String::new();
+    for f in files {
+        let p = quote(&f.path);
+        s.push_str(&format!(
+            "if [ -f {p} ]; then echo \"@@file:{raw}=$(stat -c %a {p}) $(sha256sum {p} | cut -d' ' -f1)\"; \
+             else echo '@@file:{raw}=missing'; fi\n",
+            raw = probe_label(&f.path),
+        ));
+    }
+    s
+}
+
+fn probe_label(path: &str) -> String {
+    path.replace(['\'', '"', '$', '`', '\\', '\n'], "_")
+}
+
+/// True when the output of [`file_probe`] shows every file with its expected mode and digest.
+pub fn files_match(probe_output: &str, files: &[ExpectedFile]) -> bool {
+    files.iter().all(|f| {
+        let want = format!("@@file:{}={:o} {}", probe_label(&f.path), f.mode, f.sha256);
+        probe_output.lines().any(|l| l == want)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,6 +359,36 @@ mod tests {
                 actual: "bb".into()
             })
         );
+    }
+
+    #[test]
+    fn file_probe_detects_content_and_mode() {
+        let dir = std::env::temp_dir().join(format!("capkk-probe-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("a.conf");
+        std::fs::write(&path, b"x=1\n").unwrap();
+        let p = path.to_str().unwrap();
+        let run = |files: &[ExpectedFile]| {
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(file_probe(files))
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        std::process::Command::new("chmod")
+            .args(["644", p])
+            .status()
+            .unwrap();
+        let good = [ExpectedFile::new(p, 0o644, b"x=1\n")];
+        assert!(files_match(&run(&good), &good));
+        let other_mode = [ExpectedFile::new(p, 0o600, b"x=1\n")];
+        assert!(!files_match(&run(&other_mode), &other_mode));
+        let other_content = [ExpectedFile::new(p, 0o644, b"x=2\n")];
+        assert!(!files_match(&run(&other_content), &other_content));
+        let missing = [ExpectedFile::new("/nonexistent/capkk", 0o644, b"")];
+        assert!(!files_match(&run(&missing), &missing));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
