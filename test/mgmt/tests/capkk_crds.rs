@@ -1,0 +1,538 @@
+//! Our CRDs (config/crd/bases, or `$CAPKK_CRD_DIR`) on the real kube-apiserver: they install, the samples
+//! in config/samples are accepted with the schema defaults applied, every CEL rule rejects a bad object
+//! with its message, and CAPI resolves KKCluster references through the CRDs' contract label.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+const GROUP_VERSION: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
+
+fn crd_dir() -> PathBuf {
+    std::env::var_os("CAPKK_CRD_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| capkk_mgmt::repo_root().join("config/crd/bases"))
+}
+
+/// Every CRD file, parsed.
+fn crds() -> anyhow::Result<Vec<Value>> {
+    let mut out = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(crd_dir())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    files.sort();
+    for f in files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|x| x == "yaml"))
+    {
+        out.extend(capkk_mgmt::read_yaml_docs(f)?);
+    }
+    Ok(out)
+}
+
+fn storage_schema(crd: &Value) -> &Value {
+    crd["spec"]["versions"]
+        .as_array()
+        .and_then(|vs| vs.iter().find(|v| v["storage"] == json!(true)))
+        .map_or(&Value::Null, |v| &v["schema"]["openAPIV3Schema"])
+}
+
+#[tokio::test]
+async fn crds_install_and_carry_the_capi_contract_label() -> anyhow::Result<()> {
+    let client = common::client().await?;
+    let names = common::install_capkk_crds(&client).await?;
+    let want: BTreeSet<&str> = [
+        "kkclusters",
+        "kkclustertemplates",
+        "kkinstances",
+        "kkmachines",
+        "kkmachinetemplates",
+    ]
+    .into_iter()
+    .collect();
+    let got: BTreeSet<&str> = names.iter().filter_map(|n| n.split('.').next()).collect();
+    assert_eq!(got, want, "installed CRDs");
+    for crd in crds()? {
+        let name = crd["metadata"]["name"].as_str().unwrap_or_default();
+        assert_eq!(
+            crd["metadata"]["labels"]["cluster.x-k8s.io/v1beta2"], "v1beta1",
+            "{name}: contract label"
+        );
+    }
+    Ok(())
+}
+
+/// Walks `schema` alongside `obj` and returns the paths where a schema default is missing from `obj`
+/// (only below objects that exist in `obj`).
+fn missing_defaults(schema: &Value, obj: &Value, path: &str, out: &mut Vec<String>) {
+    match obj {
+        Value::Object(map) => {
+            let Some(props) = schema["properties"].as_object() else {
+                return;
+            };
+            for (key, sub) in props {
+                let child = format!("{path}.{key}");
+                match map.get(key) {
+                    Some(v) => missing_defaults(sub, v, &child, out),
+                    None if sub.get("default").is_some() => out.push(child),
+                    None => {}
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                missing_defaults(&schema["items"], item, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Collects the paths (in `stored`) whose value was filled from a schema default, i.e. absent in `sent`.
+fn defaulted(schema: &Value, sent: &Value, stored: &Value, path: &str, out: &mut Vec<String>) {
+    let (Some(stored_map), Some(props)) = (stored.as_object(), schema["properties"].as_object()) else {
+        if let (Some(a), Some(b)) = (sent.as_array(), stored.as_array()) {
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                defaulted(&schema["items"], x, y, &format!("{path}[{i}]"), out);
+            }
+        }
+        return;
+    };
+    for (key, sub) in props {
+        let child = format!("{path}.{key}");
+        match (sent.get(key), stored_map.get(key)) {
+            (None, Some(_)) if sub.get("default").is_some() => out.push(child),
+            (Some(a), Some(b)) => defaulted(sub, a, b, &child, out),
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn samples_are_accepted_with_schema_defaults_applied() -> anyhow::Result<()> {
+    let client = common::client().await?;
+    common::install_capkk_crds(&client).await?;
+    let schemas: Vec<(String, Value)> = crds()?
+        .iter()
+        .map(|c| {
+            (
+                c["spec"]["names"]["kind"].as_str().unwrap_or_default().to_owned(),
+                storage_schema(c).clone(),
+            )
+        })
+        .collect();
+    let dir = capkk_mgmt::repo_root().join("config/samples");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    files.sort();
+    let mut checked = 0;
+    for file in files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|x| x == "yaml"))
+    {
+        let ns = common::namespace(&client, "samples").await?;
+        for mut doc in capkk_mgmt::read_yaml_docs(file)? {
+            let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
+            doc["metadata"]["namespace"] = json!(ns);
+            let stored = common::create(&client, &ns, doc.clone())
+                .await
+                .with_context(|| format!("sample {} ({kind}) rejected", file.display()))?;
+            let Some((_, schema)) = schemas.iter().find(|(k, _)| *k == kind) else {
+                continue;
+            };
+            let stored = serde_json::to_value(&stored)?;
+            let mut missing = Vec::new();
+            missing_defaults(schema, &stored, "", &mut missing);
+            assert!(
+                missing.is_empty(),
+                "{}: {kind} stored without defaults at {missing:?}",
+                file.display()
+            );
+            let mut filled = Vec::new();
+            defaulted(schema, &doc, &stored, "", &mut filled);
+            eprintln!(
+                "{}: {kind} accepted; defaults applied at {filled:?}",
+                file.display()
+            );
+            assert!(
+                !filled.is_empty(),
+                "{}: {kind}: no schema default was applied",
+                file.display()
+            );
+            checked += 1;
+        }
+    }
+    assert!(
+        checked >= 3,
+        "expected the KKCluster and KKMachineTemplate samples, checked {checked}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn schema_defaults_fill_an_omitted_auth_block() -> anyhow::Result<()> {
+    let client = common::client().await?;
+    common::install_capkk_crds(&client).await?;
+    let ns = common::namespace(&client, "defaults").await?;
+    let mut obj = kk_cluster("defaults");
+    obj["spec"]["nodes"]["instances"][0]["auth"] = json!({"password": "per-instance"});
+    obj["spec"]["nodes"]["instances"][1]["auth"] = json!({"privateKeyPath": "/root/.ssh/id"});
+    obj["spec"]["nodes"].as_object_mut().map(|n| n.remove("auth"));
+    let stored = common::create(&client, &ns, obj).await?;
+    let auth = &stored.data["spec"]["nodes"]["auth"];
+    assert_eq!(auth["user"], "root", "{auth}");
+    assert_eq!(auth["port"], 22, "{auth}");
+    assert_eq!(auth["timeout"], "30s", "{auth}");
+    assert_eq!(stored.data["spec"]["distribution"], "kubernetes");
+    Ok(())
+}
+
+// ---- CEL rules -------------------------------------------------------------------------------------------
+
+fn kk_cluster_spec() -> Value {
+    json!({
+        "nodes": {
+            "auth": {"user": "ubuntu", "privateKeyPath": "/root/.ssh/id_ed25519"},
+            "instances": [
+                {"name": "cp-1", "address": "198.18.0.11", "internalAddress": "10.0.0.11"},
+                {"name": "worker-1", "address": "198.18.0.21", "internalAddress": "10.0.0.21"}
+            ]
+        },
+        "controlPlaneLoadBalancer": {"host": "198.18.0.100"}
+    })
+}
+
+fn kk_cluster(name: &str) -> Value {
+    json!({"apiVersion": GROUP_VERSION, "kind": "KKCluster", "metadata": {"name": name}, "spec": kk_cluster_spec()})
+}
+
+fn base(kind: &str, name: &str) -> Value {
+    let spec = match kind {
+        "KKCluster" => kk_cluster_spec(),
+        "KKClusterTemplate" => json!({"template": {"spec": kk_cluster_spec()}}),
+        "KKInstance" => json!({"name": "cp-1", "address": "198.18.0.11"}),
+        "KKMachine" => json!({"roles": ["worker"]}),
+        "KKMachineTemplate" => json!({"template": {"spec": {"roles": ["worker"]}}}),
+        other => panic!("no base object for {other}"),
+    };
+    json!({"apiVersion": GROUP_VERSION, "kind": kind, "metadata": {"name": name}, "spec": spec})
+}
+
+/// When the bad value is applied: at creation, or as an update of a valid object.
+#[derive(Clone, Copy, Debug)]
+enum When {
+    Create,
+    /// `setup` runs on the object before creation, `bad` on the stored object before the update.
+    Update(Edit),
+}
+
+struct Case {
+    kind: &'static str,
+    message: &'static str,
+    when: When,
+    /// Makes the object invalid; gets the spec (for KKClusterTemplate: spec.template.spec).
+    bad: Edit,
+}
+
+/// Edits an object (or its spec) in place.
+type Edit = fn(&mut Value);
+
+fn cluster_rules() -> Vec<(&'static str, When, Edit)> {
+    vec![
+        (
+            "spec.controlPlaneLoadBalancer is immutable once set",
+            When::Update(|_| {}),
+            |s| s["controlPlaneLoadBalancer"]["host"] = json!("198.18.0.101"),
+        ),
+        (
+            "spec.nodes.auth must set one of password, privateKey, privateKeyPath, secret or secretRef (or every instance must set its own auth)",
+            When::Create,
+            |s| s["nodes"]["auth"] = json!({"user": "ubuntu"}),
+        ),
+        (
+            "bastion.address must be a valid IP address or DNS name",
+            When::Create,
+            |s| s["nodes"]["bastion"] = json!({"address": "999.0.0.1"}),
+        ),
+        (
+            "spec.nodes.instances[].address must be unique",
+            When::Create,
+            |s| s["nodes"]["instances"][1]["address"] = json!("198.18.0.11"),
+        ),
+        (
+            "spec.nodes.instances[].internalAddress must be unique",
+            When::Create,
+            |s| s["nodes"]["instances"][1]["internalAddress"] = json!("10.0.0.11"),
+        ),
+        (
+            "spec.nodes.instances[].address must be a valid IP address or DNS name",
+            When::Create,
+            |s| s["nodes"]["instances"][0]["address"] = json!("999.0.0.1"),
+        ),
+        (
+            "spec.nodes.instances[].internalAddress must be a valid IP address",
+            When::Create,
+            |s| s["nodes"]["instances"][0]["internalAddress"] = json!("not-an-ip"),
+        ),
+        (
+            "spec.nodes.instances[].name must be a lower-case DNS label (a-z, 0-9, '-')",
+            When::Create,
+            |s| s["nodes"]["instances"][0]["name"] = json!("Bad_Name"),
+        ),
+    ]
+}
+
+fn cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for (message, when, bad) in cluster_rules() {
+        cases.push(Case {
+            kind: "KKCluster",
+            message,
+            when,
+            bad,
+        });
+        cases.push(Case {
+            kind: "KKClusterTemplate",
+            message,
+            when,
+            bad,
+        });
+    }
+    cases.extend([
+        Case {
+            kind: "KKClusterTemplate",
+            message: "spec.template is immutable: create a new KKClusterTemplate and reference it instead",
+            when: When::Update(|_| {}),
+            bad: |s| s["nodes"]["instances"][1]["name"] = json!("worker-2"),
+        },
+        Case {
+            kind: "KKInstance",
+            message: "spec.name and spec.address are immutable",
+            when: When::Update(|_| {}),
+            bad: |s| s["address"] = json!("198.18.0.12"),
+        },
+        Case {
+            kind: "KKInstance",
+            message: "spec.hostKey is immutable once recorded; delete the KKInstance to re-trust a host",
+            when: When::Update(|s| {
+                s["hostKey"] = json!("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl")
+            }),
+            bad: |s| {
+                s["hostKey"] = json!("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHc2t0N0lFvDu4fZp0Fq6m0g8aZl6u3D4b7s8q9w0e1r")
+            },
+        },
+        Case {
+            kind: "KKInstance",
+            message: "bastion.address must be a valid IP address or DNS name",
+            when: When::Create,
+            bad: |s| s["bastion"] = json!({"address": "999.0.0.1"}),
+        },
+        Case {
+            kind: "KKMachine",
+            message: "spec.providerID is immutable once set",
+            when: When::Update(|s| s["providerID"] = json!("kk://ns/cp-1")),
+            bad: |s| s["providerID"] = json!("kk://ns/cp-2"),
+        },
+        Case {
+            kind: "KKMachine",
+            message: "spec.instanceID is immutable once set",
+            when: When::Update(|s| s["instanceID"] = json!("cp-1")),
+            bad: |s| s["instanceID"] = json!("cp-2"),
+        },
+        Case {
+            kind: "KKMachineTemplate",
+            message: "spec.template is immutable: create a new KKMachineTemplate and point the KubeadmControlPlane or MachineDeployment at it",
+            when: When::Update(|_| {}),
+            bad: |s| s["roles"] = json!(["control-plane"]),
+        },
+        Case {
+            kind: "KKMachineTemplate",
+            message: "spec.providerID is immutable once set",
+            when: When::Update(|s| s["providerID"] = json!("kk://ns/cp-1")),
+            bad: |s| s["providerID"] = json!("kk://ns/cp-2"),
+        },
+        Case {
+            kind: "KKMachineTemplate",
+            message: "spec.instanceID is immutable once set",
+            when: When::Update(|s| s["instanceID"] = json!("cp-1")),
+            bad: |s| s["instanceID"] = json!("cp-2"),
+        },
+    ]);
+    cases
+}
+
+/// The part of the object a case's functions edit.
+fn target<'a>(kind: &str, obj: &'a mut Value) -> &'a mut Value {
+    match kind {
+        "KKClusterTemplate" | "KKMachineTemplate" => &mut obj["spec"]["template"]["spec"],
+        _ => &mut obj["spec"],
+    }
+}
+
+/// Every (kind, message) of an x-kubernetes-validations rule in the CRDs.
+fn cel_rules() -> anyhow::Result<BTreeSet<(String, String)>> {
+    fn walk(kind: &str, schema: &Value, out: &mut BTreeSet<(String, String)>) {
+        if let Some(rules) = schema["x-kubernetes-validations"].as_array() {
+            for r in rules {
+                let message = r["message"]
+                    .as_str()
+                    .unwrap_or("<rule without message>")
+                    .to_owned();
+                out.insert((kind.to_owned(), message));
+            }
+        }
+        if let Some(props) = schema["properties"].as_object() {
+            props.values().for_each(|p| walk(kind, p, out));
+        }
+        if schema["items"].is_object() {
+            walk(kind, &schema["items"], out);
+        }
+        if schema["additionalProperties"].is_object() {
+            walk(kind, &schema["additionalProperties"], out);
+        }
+    }
+    let mut out = BTreeSet::new();
+    for crd in crds()? {
+        let kind = crd["spec"]["names"]["kind"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        walk(&kind, storage_schema(&crd), &mut out);
+    }
+    Ok(out)
+}
+
+#[test]
+fn every_cel_rule_has_a_rejection_case() -> anyhow::Result<()> {
+    let rules = cel_rules()?;
+    let covered: BTreeSet<(String, String)> = cases()
+        .iter()
+        .map(|c| (c.kind.to_owned(), c.message.to_owned()))
+        .collect();
+    let uncovered: Vec<_> = rules.difference(&covered).collect();
+    let stale: Vec<_> = covered.difference(&rules).collect();
+    assert!(
+        uncovered.is_empty(),
+        "CEL rules without a case in tests/capkk_crds.rs: {uncovered:#?}"
+    );
+    assert!(
+        stale.is_empty(),
+        "cases for rules no longer in the CRDs: {stale:#?}"
+    );
+    Ok(())
+}
+
+async fn api_for(client: &Client, ns: &str, kind: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "infrastructure.cluster.x-k8s.io",
+        "v1beta1",
+        kind,
+    ));
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+async fn run_case(client: &Client, ns: &str, i: usize, case: &Case) -> anyhow::Result<String> {
+    let name = format!("cel-{i}");
+    let api = api_for(client, ns, case.kind).await;
+    let mut obj = base(case.kind, &name);
+    obj["metadata"]["namespace"] = json!(ns);
+    match case.when {
+        When::Create => {
+            (case.bad)(target(case.kind, &mut obj));
+            common::create_rejected(client, ns, obj).await
+        }
+        When::Update(setup) => {
+            setup(target(case.kind, &mut obj));
+            common::create(client, ns, obj)
+                .await
+                .context("create the valid object")?;
+            let stored = api.get(&name).await?;
+            let mut edited = serde_json::to_value(&stored)?;
+            (case.bad)(target(case.kind, &mut edited));
+            let edited: DynamicObject = serde_json::from_value(edited)?;
+            match api.replace(&name, &PostParams::default(), &edited).await {
+                Ok(o) => bail!("update of {} accepted: {:?}", o.name_any(), o.data["spec"]),
+                Err(kube::Error::Api(status)) => Ok(status.message),
+                Err(e) => Err(e.into()),
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_cel_rule_rejects_a_bad_object_with_its_message() -> anyhow::Result<()> {
+    let client = common::client().await?;
+    common::install_capkk_crds(&client).await?;
+    let ns = common::namespace(&client, "cel").await?;
+    // The valid base objects must be accepted, or every rejection below would prove nothing.
+    for kind in [
+        "KKCluster",
+        "KKClusterTemplate",
+        "KKInstance",
+        "KKMachine",
+        "KKMachineTemplate",
+    ] {
+        let mut obj = base(kind, &format!("valid-{}", kind.to_lowercase()));
+        obj["metadata"]["namespace"] = json!(ns);
+        common::create(&client, &ns, obj)
+            .await
+            .with_context(|| format!("valid {kind} rejected"))?;
+    }
+    let mut failures = Vec::new();
+    for (i, case) in cases().iter().enumerate() {
+        match run_case(&client, &ns, i, case).await {
+            Ok(msg) if msg.contains(case.message) => {}
+            Ok(msg) => failures.push(format!(
+                "{} `{}`: rejected with another message: {msg}",
+                case.kind, case.message
+            )),
+            Err(e) => failures.push(format!("{} `{}`: {e:#}", case.kind, case.message)),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} CEL cases failed:\n{}",
+        failures.len(),
+        cases().len(),
+        failures.join("\n")
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn capi_resolves_kkcluster_references_through_the_contract_label() -> anyhow::Result<()> {
+    let client = common::client().await?;
+    common::install_capkk_crds(&client).await?;
+    let ns = common::namespace(&client, "contract").await?;
+    common::create(
+        &client,
+        &ns,
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2",
+            "kind": "Cluster",
+            "metadata": {"name": "c", "namespace": ns},
+            "spec": {
+                "paused": true,
+                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KKCluster", "name": "c"}
+            }
+        }),
+    )
+    .await?;
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Cluster"));
+    let api: Api<DynamicObject> = Api::namespaced_with(client, &ns, &ar);
+    let old = common::eventually("v1beta1 view of the Cluster", Duration::from_secs(30), || async {
+        Ok(Some(api.get("c").await?))
+    })
+    .await?;
+    assert_eq!(old.data["spec"]["infrastructureRef"]["apiVersion"], GROUP_VERSION);
+    Ok(())
+}
