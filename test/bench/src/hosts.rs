@@ -15,6 +15,23 @@ use crate::{
     workload::{Expect, SENTINEL, Workload},
 };
 
+/// The project's kernel-tool stand-ins for sandbox hosts.
+const FAKE_KERNEL: &[(&str, &str)] = &[
+    ("modprobe", include_str!("../../assets/fake-kernel/modprobe")),
+    ("sysctl", include_str!("../../assets/fake-kernel/sysctl")),
+    ("swapoff", include_str!("../../assets/fake-kernel/swapoff")),
+];
+
+/// Files bootstrap edits in place; snapshotted before the runs and restored between them.
+pub const EDITED_IN_PLACE: &[&str] = &["/etc/hosts", "/etc/hostname", "/etc/fstab"];
+
+/// A host's files from before the first run.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Path and content (`None`: the file did not exist).
+    pub files: Vec<(String, Option<Vec<u8>>)>,
+}
+
 /// What a driver needs to know about one host.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct HostSpec {
@@ -104,6 +121,20 @@ impl HostSpec {
     /// fresh node: the sandbox's lower layer is the machine's own root, whose `/root/.bashrc` (pyenv init)
     /// costs ~180 ms in every `bash -c` that sshd starts; a node has Debian's default `.bashrc`.
     pub fn install_standins(&self) -> anyhow::Result<()> {
+        // Kernel tools: the hosts share the machine's kernel, so modprobe/sysctl/swapoff are the project's
+        // test stand-ins (test/assets/fake-kernel) and /sys/module is the host's own tmpfs, as in the
+        // capkk-service sandbox tests.
+        let mut script = String::from(
+            "set -e; mkdir -p /usr/local/sbin; mountpoint -q /sys/module || mount -t tmpfs capkk-fake-sysmodule /sys/module\n",
+        );
+        for (name, text) in FAKE_KERNEL {
+            use base64::Engine as _;
+            let b64 = base64::engine::general_purpose::STANDARD.encode(text);
+            script.push_str(&format!(
+                "printf '%s' '{b64}' | base64 -d > /usr/local/sbin/{name}; chmod 755 /usr/local/sbin/{name}\n"
+            ));
+        }
+        self.sh(&script)?;
         let out = self.run(
             "cp /etc/skel/.bashrc /root/.bashrc && \
              mkdir -p /usr/local/bin && cat > /usr/local/bin/kubeadm && chmod 755 /usr/local/bin/kubeadm",
@@ -117,6 +148,36 @@ impl HostSpec {
             );
         }
         Ok(())
+    }
+
+    /// Contents of the host's files that bootstrap edits in place (`/etc/hosts`, `/etc/hostname`, `/etc/fstab`)
+    /// before any run, restored by [`HostSpec::reset`] so every run does the full work.
+    pub fn snapshot(&self) -> anyhow::Result<Snapshot> {
+        let mut files = Vec::new();
+        for path in EDITED_IN_PLACE {
+            let out = self.run(&format!("cat -- {path}"), None)?;
+            files.push((path.to_string(), out.status.success().then_some(out.stdout)));
+        }
+        Ok(Snapshot { files })
+    }
+
+    /// Restore the snapshot, then remove everything a run writes; checks the sentinel is gone.
+    pub fn reset_to(&self, snap: &Snapshot, w: &Workload) -> anyhow::Result<()> {
+        for (path, content) in &snap.files {
+            let p = quote(path);
+            let out = match content {
+                Some(c) => self.run(&format!("cat > {p}"), Some(c))?,
+                None => self.run(&format!("rm -f -- {p}"), None)?,
+            };
+            if !out.status.success() {
+                bail!(
+                    "{}: restoring {path} failed: {}",
+                    self.name,
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+        self.reset(w)
     }
 
     /// Remove everything a run writes, so the next method does the full work; checks the sentinel is gone.

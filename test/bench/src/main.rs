@@ -126,6 +126,7 @@ struct RunRecord {
     host_cpu_s: f64,
     peak_tree_rss_kib: u64,
     max_process_rss_kib: u64,
+    step_s: Vec<f64>,
 }
 
 fn load_average() -> String {
@@ -210,37 +211,57 @@ fn ssh_bench(a: &SshArgs) -> anyhow::Result<()> {
         let known_hosts = a.scratch.join("known_hosts");
         let key = sandbox.credentials().ed25519_key.clone();
         let mut kh = String::new();
+        let mut snaps = BTreeMap::new();
         for h in &all {
+            snaps.insert(h.name.clone(), h.snapshot()?);
             h.install_standins()?;
             kh.push_str(&h.known_hosts_line()?);
         }
         write(&known_hosts, kh.as_bytes())?;
         let mut records = Vec::new();
         let mut sources = Vec::new();
+        let mut labels: BTreeMap<usize, Vec<String>> = BTreeMap::new();
         for &n in &a.hosts {
             let hosts = all[..n].to_vec();
             let names: Vec<String> = hosts.iter().map(|h| h.name.clone()).collect();
             let mut w = plan::skeleton(&fixture_text, &fixture_name, &names)?;
             // Recording pass (also capkk-rs's first warm-up): what capkk-rs sends is the workload.
             for h in &hosts {
-                h.reset(&w)?;
+                h.reset_to(&snaps[&h.name], &w)?;
             }
             w.ops = ours::record(&hosts, &key, fixture_text.as_bytes())?;
             w.derive_file_checks();
             verify_all(&hosts, &w).context("after the recording pass")?;
             eprintln!("N={n}: {} steps per host ({})", w.steps(), w.source);
             sources.push((n, w.steps(), w.source.clone()));
+            labels.insert(
+                n,
+                w.ops
+                    .values()
+                    .next()
+                    .map(|o| o.iter().map(|op| op.label()).collect())
+                    .unwrap_or_default(),
+            );
             let ctx = Paths {
                 known_hosts: known_hosts.clone(),
                 key: key.clone(),
                 ansible: ansible.clone(),
                 out: out.clone(),
                 fixture: fixture.to_path_buf(),
+                snaps: snaps.clone(),
             };
             records.extend(bench_n(a, n, &hosts, &w, &ctx)?);
         }
         let load_end = load_average();
-        let report = render(a, &records, &sources, &load_start, &load_end, started.elapsed());
+        let report = render(
+            a,
+            &records,
+            &sources,
+            &labels,
+            &load_start,
+            &load_end,
+            started.elapsed(),
+        );
         write(
             &out.join("ssh-results.json"),
             serde_json::to_string_pretty(&records)?.as_bytes(),
@@ -268,6 +289,7 @@ struct Paths {
     ansible: PathBuf,
     out: PathBuf,
     fixture: PathBuf,
+    snaps: BTreeMap<String, hosts::Snapshot>,
 }
 
 fn bench_n(
@@ -306,7 +328,8 @@ fn bench_n(
         let order: Vec<Method> = (0..k).map(|i| a.methods[(i + r) % k]).collect();
         for m in order {
             for h in hosts {
-                h.reset(w).with_context(|| format!("resetting {}", h.name))?;
+                h.reset_to(&p.snaps[&h.name], w)
+                    .with_context(|| format!("resetting {}", h.name))?;
             }
             let spec = DriveSpec {
                 method: m,
@@ -355,12 +378,13 @@ fn bench_n(
                     host_cpu_s,
                     peak_tree_rss_kib: peak,
                     max_process_rss_kib: res.usage.max_rss_kib,
+                    step_s: res.step_s.clone(),
                 });
             }
         }
     }
     for h in hosts {
-        h.reset(w)?;
+        h.reset_to(&p.snaps[&h.name], w)?;
     }
     Ok(records)
 }
@@ -435,6 +459,7 @@ fn render(
     a: &SshArgs,
     records: &[RunRecord],
     sources: &[(usize, usize, String)],
+    labels: &BTreeMap<usize, Vec<String>>,
     load_start: &str,
     load_end: &str,
     took: Duration,
@@ -488,6 +513,44 @@ fn render(
     } else {
         ns.iter().copied().max().unwrap_or(0)
     };
+    // Where the time goes: each step's wall time (mean over hosts, median over runs).
+    let step_med = |m: Method, i: usize| {
+        groups.get(&(key_n, m)).map(|v| {
+            median(
+                &v.iter()
+                    .filter_map(|r| r.step_s.get(i).copied())
+                    .collect::<Vec<_>>(),
+            )
+        })
+    };
+    if let Some(l) = labels.get(&key_n) {
+        let shown: Vec<Method> = [Method::Ours, Method::Openssh, Method::Local]
+            .into_iter()
+            .filter(|m| groups.contains_key(&(key_n, *m)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "Per-step wall time at N={key_n} (s; mean over hosts, median over runs):"
+        );
+        let _ = writeln!(s);
+        let head: Vec<&str> = shown.iter().map(|m| m.display()).collect();
+        let _ = writeln!(s, "| step | {} |", head.join(" | "));
+        let _ = writeln!(s, "|---|{}", "---:|".repeat(shown.len()));
+        for (i, label) in l.iter().enumerate() {
+            let cells: Vec<String> = shown
+                .iter()
+                .map(|m| step_med(*m, i).map_or("-".into(), |v| format!("{v:.3}")))
+                .collect();
+            let _ = writeln!(
+                s,
+                "| {} {} | {} |",
+                i + 1,
+                label.replace('|', "\\|"),
+                cells.join(" | ")
+            );
+        }
+        let _ = writeln!(s);
+    }
     if let (Some(o), Some(l)) = (wall(key_n, Method::Ours), wall(key_n, Method::Local)) {
         let _ = writeln!(s, "capkk-rs/local N={key_n}: {:.2}", o / l);
     }

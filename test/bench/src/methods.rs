@@ -79,6 +79,8 @@ pub struct DriveResult {
     pub reaped: usize,
     /// For `ours`: digest of the ops actually sent, per host (must equal the workload's).
     pub digests: BTreeMap<String, String>,
+    /// Wall seconds of each step, mean over hosts (not for ansible).
+    pub step_s: Vec<f64>,
 }
 
 /// Run one method once in this process (the `drive` subcommand).
@@ -88,11 +90,11 @@ pub fn drive(spec: &DriveSpec) -> anyhow::Result<DriveResult> {
         std::fs::read(&spec.workload).with_context(|| format!("reading {}", spec.workload.display()))?;
     let w: Workload = serde_json::from_slice(&text).context("parsing the workload")?;
     let start = Instant::now();
-    let digests = match spec.method {
+    let (digests, step_s) = match spec.method {
         Method::Ours => run_ours(spec)?,
-        Method::Ansible => run_ansible(spec)?,
-        Method::Openssh => run_per_host(spec, &w, openssh_step)?,
-        Method::Local => run_per_host(spec, &w, local_step)?,
+        Method::Ansible => (run_ansible(spec)?, Vec::new()),
+        Method::Openssh => (BTreeMap::new(), run_per_host(spec, &w, openssh_step)?),
+        Method::Local => (BTreeMap::new(), run_per_host(spec, &w, local_step)?),
     };
     let wall_s = start.elapsed().as_secs_f64();
     let reaped = measure::reap_all(Duration::from_secs(3));
@@ -102,19 +104,35 @@ pub fn drive(spec: &DriveSpec) -> anyhow::Result<DriveResult> {
         usage: measure::usage(),
         reaped,
         digests,
+        step_s,
     })
 }
 
-fn run_ours(spec: &DriveSpec) -> anyhow::Result<BTreeMap<String, String>> {
+fn run_ours(spec: &DriveSpec) -> anyhow::Result<(BTreeMap<String, String>, Vec<f64>)> {
     let data = std::fs::read(&spec.fixture).with_context(|| format!("reading {}", spec.fixture.display()))?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let ops = rt.block_on(ours::run_all(&spec.hosts, &spec.key, Arc::new(data)))?;
-    Ok(ops.iter().map(|(h, o)| (h.clone(), digest(o))).collect())
+    let sent = rt.block_on(ours::run_all(&spec.hosts, &spec.key, Arc::new(data)))?;
+    let digests = sent.iter().map(|(h, (o, _))| (h.clone(), digest(o))).collect();
+    Ok((
+        digests,
+        mean_per_step(sent.values().map(|(_, t)| t.clone()).collect()),
+    ))
+}
+
+/// Per step index, the mean over hosts.
+fn mean_per_step(per_host: Vec<Vec<f64>>) -> Vec<f64> {
+    let n = per_host.iter().map(Vec::len).max().unwrap_or(0);
+    (0..n)
+        .map(|i| {
+            let v: Vec<f64> = per_host.iter().filter_map(|t| t.get(i).copied()).collect();
+            v.iter().sum::<f64>() / v.len().max(1) as f64
+        })
+        .collect()
 }
 
 type StepFn = fn(&DriveSpec, &HostSpec, &Op) -> Command;
 
-fn run_per_host(spec: &DriveSpec, w: &Workload, step: StepFn) -> anyhow::Result<BTreeMap<String, String>> {
+fn run_per_host(spec: &DriveSpec, w: &Workload, step: StepFn) -> anyhow::Result<Vec<f64>> {
     let spec = Arc::new(spec.clone());
     let mut threads = Vec::new();
     for h in spec.hosts.clone() {
@@ -124,11 +142,14 @@ fn run_per_host(spec: &DriveSpec, w: &Workload, step: StepFn) -> anyhow::Result<
             .cloned()
             .with_context(|| format!("no ops for {}", h.name))?;
         let spec = spec.clone();
-        threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
+        threads.push(std::thread::spawn(move || -> anyhow::Result<Vec<f64>> {
+            let mut times = Vec::with_capacity(ops.len());
             for (i, op) in ops.iter().enumerate() {
                 let (_, stdin) = op.shell();
+                let t = Instant::now();
                 let out = run_with_stdin(step(&spec, &h, op), stdin)
                     .with_context(|| format!("{}: step {} ({})", h.name, i + 1, op.label()))?;
+                times.push(t.elapsed().as_secs_f64());
                 if !out.status.success() {
                     bail!(
                         "{}: step {} ({}) failed ({}): {}",
@@ -149,13 +170,14 @@ fn run_per_host(spec: &DriveSpec, w: &Workload, step: StepFn) -> anyhow::Result<
                     .stderr(Stdio::null())
                     .status();
             }
-            Ok(())
+            Ok(times)
         }));
     }
     let mut errors = Vec::new();
+    let mut per_host = Vec::new();
     for t in threads {
         match t.join() {
-            Ok(Ok(())) => {}
+            Ok(Ok(times)) => per_host.push(times),
             Ok(Err(e)) => errors.push(format!("{e:#}")),
             Err(_) => errors.push("a host thread panicked".into()),
         }
@@ -163,7 +185,7 @@ fn run_per_host(spec: &DriveSpec, w: &Workload, step: StepFn) -> anyhow::Result<
     if !errors.is_empty() {
         bail!("{} host(s) failed:\n  {}", errors.len(), errors.join("\n  "));
     }
-    Ok(BTreeMap::new())
+    Ok(mean_per_step(per_host))
 }
 
 fn tail(b: &[u8], max: usize) -> String {

@@ -50,14 +50,32 @@ pub async fn replay(exec: &dyn Executor, ops: &[Op]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Provision one host the way the provider does: service-layer steps, then the bootstrap data through
+/// Provision one host the way the provider does: facts and bootstrap (capkk-service), the binary and
+/// container-manager steps (bench stand-ins, see [`plan::service_steps`]), then the bootstrap data through
 /// `capkk_cloudinit::parse` and `capkk_service::provisioning::run`. Fails unless the sentinel was written and
-/// every command item exited 0.
+/// every command item exited 0. `peers` are `(address, name)` of all hosts (the `/etc/hosts` block).
 pub async fn provision_host(
     exec: &dyn Executor,
     bootstrap_data: &[u8],
     hostname: &str,
+    address: &str,
+    peers: &[(String, String)],
 ) -> anyhow::Result<()> {
+    let redactor = Redactor::default();
+    let facts = capkk_service::facts::gather(exec, &NoProgress, &redactor)
+        .await
+        .with_context(|| format!("{}: facts", exec.target()))?;
+    let id = capkk_service::bootstrap::HostIdentity {
+        hostname: hostname.to_owned(),
+        internal_address: address.to_owned(),
+        hosts_entries: peers
+            .iter()
+            .map(|(a, n)| (a.clone(), vec![format!("{n}.bench"), n.clone()]))
+            .collect(),
+    };
+    capkk_service::bootstrap::prepare(exec, &id, &facts, &NoProgress, &redactor)
+        .await
+        .with_context(|| format!("{}: bootstrap", exec.target()))?;
     replay(exec, &plan::service_steps(hostname)).await?;
     let vars = capkk_cloudinit::TemplateVars::new()
         .local_hostname(hostname)
@@ -65,7 +83,7 @@ pub async fn provision_host(
         .provider_id(format!("kk://bench/{hostname}"));
     let parsed = capkk_cloudinit::parse(bootstrap_data, capkk_cloudinit::FORMAT_CLOUD_CONFIG, &vars)
         .context("parsing the bootstrap data")?;
-    let outcome = provisioning::run(exec, &parsed, &NoProgress, &Redactor::default())
+    let outcome = provisioning::run(exec, &parsed, &NoProgress, &redactor)
         .await
         .with_context(|| format!("{}: provisioning", exec.target()))?;
     match outcome {
@@ -93,21 +111,26 @@ pub fn target(h: &HostSpec, key: &Path) -> HostTarget {
         .host_key(HostKeyPolicy::pinned(h.fingerprint.clone()))
 }
 
-/// Provision every host concurrently over one pool, recording what is sent; returns the ops per host.
-pub async fn run_all(
-    hosts: &[HostSpec],
-    key: &Path,
-    bootstrap_data: Arc<Vec<u8>>,
-) -> anyhow::Result<BTreeMap<String, Vec<Op>>> {
+/// What capkk-rs sent to each host, and how long each call took (seconds).
+pub type Sent = BTreeMap<String, (Vec<Op>, Vec<f64>)>;
+
+/// Provision every host concurrently over one pool, recording what is sent and how long each call took.
+pub async fn run_all(hosts: &[HostSpec], key: &Path, bootstrap_data: Arc<Vec<u8>>) -> anyhow::Result<Sent> {
     let pool = SshPool::new(PoolConfig::default());
+    let peers: Arc<Vec<(String, String)>> = Arc::new(
+        hosts
+            .iter()
+            .map(|h| (h.address.clone(), h.name.clone()))
+            .collect(),
+    );
     let mut set = tokio::task::JoinSet::new();
     for h in hosts {
         let rec = RecordingExecutor::new(pool.executor(&target(h, key)));
-        let name = h.name.clone();
-        let data = bootstrap_data.clone();
+        let (name, address) = (h.name.clone(), h.address.clone());
+        let (data, peers) = (bootstrap_data.clone(), peers.clone());
         set.spawn(async move {
-            provision_host(&rec, &data, &name).await?;
-            anyhow::Ok((name, rec.ops()))
+            provision_host(&rec, &data, &name, &address, &peers).await?;
+            anyhow::Ok((name, (rec.ops(), rec.times())))
         });
     }
     let mut ops = BTreeMap::new();
@@ -135,5 +158,6 @@ pub fn record(
     bootstrap_data: &[u8],
 ) -> anyhow::Result<BTreeMap<String, Vec<Op>>> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    rt.block_on(run_all(hosts, key, Arc::new(bootstrap_data.to_vec())))
+    let sent = rt.block_on(run_all(hosts, key, Arc::new(bootstrap_data.to_vec())))?;
+    Ok(sent.into_iter().map(|(h, (ops, _))| (h, ops)).collect())
 }

@@ -5,8 +5,6 @@
 //! check, container manager) followed by the fixture's `write_files` (one upload each, decoded, mode and
 //! owner applied) and `runcmd` (one command each, in order). Every method runs exactly these ops.
 
-use capkk_executor::quote;
-
 use sha2::{Digest as _, Sha256};
 
 use crate::workload::{Op, SENTINEL, Workload, read_fixture};
@@ -58,9 +56,6 @@ Restart=always
 WantedBy=multi-user.target
 "#;
 
-const SYSCTL: &str = "net.bridge.bridge-nf-call-iptables = 1\nnet.bridge.bridge-nf-call-ip6tables = 1\n\
-                      net.ipv4.ip_forward = 1\n";
-
 fn exec(command: impl Into<String>) -> Op {
     Op::Exec {
         command: command.into(),
@@ -77,26 +72,12 @@ fn put(path: &str, content: &[u8], mode: u32) -> Op {
     }
 }
 
-/// The service-layer steps before provisioning (facts, bootstrap, binary, container manager).
-pub fn service_steps(hostname: &str) -> Vec<Op> {
+/// The service-layer steps capkk-service does not run yet in the bench: the binary check (the artifact is the
+/// stand-in placed out of band) and the container manager (config, unit, start through the systemctl shim).
+/// Facts and bootstrap are capkk-service's own ([`crate::ours::provision_host`]).
+pub fn service_steps(_hostname: &str) -> Vec<Op> {
     vec![
-        // facts
-        exec("uname -srm"),
-        exec("cat /etc/os-release"),
-        exec("nproc && grep -E '^(MemTotal|SwapTotal):' /proc/meminfo"),
-        exec("command -v systemctl || true"),
-        // bootstrap
-        exec(format!("hostname {}", quote(hostname))),
-        exec("swapoff -a 2>/dev/null || true"),
-        put(
-            "/etc/modules-load.d/capkk.conf",
-            b"overlay\nbr_netfilter\n",
-            0o644,
-        ),
-        put("/etc/sysctl.d/99-capkk.conf", SYSCTL.as_bytes(), 0o644),
-        exec("sysctl --system >/dev/null 2>&1 || true"),
-        exec("mkdir -p /var/lib/capkk /etc/kubernetes/manifests /opt/cni/bin /var/lib/kubelet"),
-        // binary (the artifact itself is the stand-in placed out of band)
+        // binary
         exec("test -x /usr/local/bin/kubeadm && sha256sum /usr/local/bin/kubeadm"),
         exec("kubeadm version -o short"),
         // container manager
@@ -117,8 +98,8 @@ pub fn service_steps(hostname: &str) -> Vec<Op> {
 pub fn skeleton(fixture: &str, fixture_name: &str, hosts: &[String]) -> anyhow::Result<Workload> {
     let mut w = Workload {
         source: format!(
-            "{} service-layer steps (facts, bootstrap, binary, containermanager; bench stand-ins until \
-             capkk-service has them) + capkk-service provisioning of {fixture_name}",
+            "capkk-service facts + bootstrap, {} binary/containermanager steps (bench stand-ins until \
+             capkk-service's run without a mirror), capkk-service provisioning of {fixture_name}",
             service_steps("h").len()
         ),
         ..Default::default()
@@ -133,7 +114,11 @@ pub fn skeleton(fixture: &str, fixture_name: &str, hosts: &[String]) -> anyhow::
         "/etc/systemd/system/containerd.service",
         "/etc/modules-load.d/capkk.conf",
         "/etc/sysctl.d/99-capkk.conf",
+        "/etc/cni",
+        "/opt/cni",
+        "/var/lib/kubelet",
         KUBEADM_LOG,
+        "/var/log/capkk-fake-kernel.log",
         "/var/log/capkk-prekubeadm.log",
         "/var/log/capkk-hostname",
     ]
@@ -196,7 +181,7 @@ mod tests {
             "per-host rendering of the hostname"
         );
         assert!(w.reset_paths.iter().any(|p| p == "/run/cluster-api"));
-        assert!(service_steps("h1").len() >= 15);
+        assert!(service_steps("h1").len() >= 5);
     }
 
     #[test]

@@ -231,6 +231,7 @@ mod b64opt {
 pub struct RecordingExecutor {
     inner: Arc<dyn Executor>,
     ops: Mutex<Vec<Op>>,
+    times: Mutex<Vec<f64>>,
 }
 
 impl RecordingExecutor {
@@ -239,12 +240,24 @@ impl RecordingExecutor {
         Self {
             inner,
             ops: Mutex::new(Vec::new()),
+            times: Mutex::new(Vec::new()),
         }
     }
 
     /// The ops recorded so far.
     pub fn ops(&self) -> Vec<Op> {
         self.ops.lock().map(|o| o.clone()).unwrap_or_default()
+    }
+
+    /// Wall seconds of each recorded call, in order.
+    pub fn times(&self) -> Vec<f64> {
+        self.times.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+
+    fn timed(&self, start: std::time::Instant) {
+        if let Ok(mut t) = self.times.lock() {
+            t.push(start.elapsed().as_secs_f64());
+        }
     }
 
     fn push(&self, op: Op) {
@@ -261,7 +274,10 @@ impl Executor for RecordingExecutor {
             command: req.command.clone(),
             stdin: req.stdin.clone(),
         });
-        self.inner.exec(req).await
+        let start = std::time::Instant::now();
+        let r = self.inner.exec(req).await;
+        self.timed(start);
+        r
     }
 
     async fn put(&self, req: PutRequest) -> Result<u64, ExecError> {
@@ -278,7 +294,10 @@ impl Executor for RecordingExecutor {
             mode: req.mode,
             owner: req.owner.clone(),
         });
-        self.inner.put(req).await
+        let start = std::time::Instant::now();
+        let r = self.inner.put(req).await;
+        self.timed(start);
+        r
     }
 
     async fn get(&self, path: &str, limit: usize, privileged: bool) -> Result<Vec<u8>, ExecError> {
@@ -286,7 +305,10 @@ impl Executor for RecordingExecutor {
             command: format!("cat -- {}", quote(path)),
             stdin: None,
         });
-        self.inner.get(path, limit, privileged).await
+        let start = std::time::Instant::now();
+        let r = self.inner.get(path, limit, privileged).await;
+        self.timed(start);
+        r
     }
 
     fn target(&self) -> String {
