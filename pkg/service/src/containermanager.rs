@@ -538,6 +538,64 @@ mod tests {
         assert!(!format!("{cfg:?}").contains("hunter2"));
     }
 
+    /// An executor that fails the test when called: the checks below must refuse before touching the host.
+    struct NoHost;
+
+    #[async_trait::async_trait]
+    impl Executor for NoHost {
+        async fn exec(
+            &self,
+            req: capkk_executor::ExecRequest,
+        ) -> std::result::Result<capkk_executor::ExecOutput, capkk_executor::ExecError> {
+            panic!("unexpected exec {req:?}")
+        }
+        async fn put(
+            &self,
+            req: capkk_executor::PutRequest,
+        ) -> std::result::Result<u64, capkk_executor::ExecError> {
+            panic!("unexpected put {req:?}")
+        }
+        async fn get(
+            &self,
+            path: &str,
+            _: usize,
+            _: bool,
+        ) -> std::result::Result<Vec<u8>, capkk_executor::ExecError> {
+            panic!("unexpected get {path}")
+        }
+        fn target(&self) -> String {
+            "nohost".into()
+        }
+    }
+
+    #[tokio::test]
+    async fn refuses_docker_bad_types_and_wrong_arch_without_touching_the_host() {
+        let facts =
+            crate::facts::parse("@@os-release\nID=debian\n@@end\nmachine=x86_64\nsystemctl=/x\n").unwrap();
+        let dir = std::env::temp_dir().join(format!("capkk-cm-unit-{}", std::process::id()));
+        let cache = ArtifactCache::new(&dir).unwrap();
+        let p = crate::journal::NoProgress;
+        let r = Redactor::default();
+        let mut cfg = ContainerdConfig {
+            runtime_type: Some("docker".into()),
+            arch: "amd64".into(),
+            ..Default::default()
+        };
+        let e = ensure(&NoHost, &cfg, &facts, &cache, &p, &r).await.unwrap_err();
+        assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+        cfg.runtime_type = Some("podman".into());
+        let e = ensure(&NoHost, &cfg, &facts, &cache, &p, &r)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("spec.containerManager.type"), "{e}");
+        cfg.runtime_type = None;
+        cfg.arch = "arm64".into();
+        let e = ensure(&NoHost, &cfg, &facts, &cache, &p, &r).await.unwrap_err();
+        assert!(matches!(e, Error::HostMismatch { .. }), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn rejects_bad_registry_input() {
         let bad = ContainerdConfig {
