@@ -35,10 +35,12 @@ CUR_T0=0
 log() { printf '\033[1m[%s %s]\033[0m %s\n' "$NAME" "$(date +%H:%M:%S)" "$*"; }
 die() { log "FATAL: $*"; exit 1; }
 
+STAGE_FAILED0=0
 stage() { # begin a timed stage
   end_stage
   CUR_STAGE=$1
   CUR_T0=$(date +%s.%N)
+  STAGE_FAILED0=$FAILED
   log "== $1"
 }
 end_stage() {
@@ -47,7 +49,9 @@ end_stage() {
   dt=$(awk -v a="$CUR_T0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
   STAGES+=("$CUR_STAGE")
   STAGE_SECS+=("$dt")
-  STAGE_RESULT+=("${1:-ok}")
+  local result=${1:-ok}
+  [ "$FAILED" = "$STAGE_FAILED0" ] || result="FAILED ($((FAILED - STAGE_FAILED0)))"
+  STAGE_RESULT+=("$result")
   CUR_STAGE=""
 }
 
@@ -106,12 +110,12 @@ diagnostics() {
 timing_table() {
   end_stage
   local total=$(($(date +%s) - T_START)) i
-  printf '\n%-34s %9s  %s\n' "stage" "seconds" "result"
-  printf '%-34s %9s  %s\n' "----------------------------------" "---------" "------"
+  printf '\n%-46s %8s  %s\n' "stage" "seconds" "result"
+  printf '%-46s %8s  %s\n' "----------------------------------------------" "--------" "------"
   for i in "${!STAGES[@]}"; do
-    printf '%-34s %9s  %s\n' "${STAGES[$i]}" "${STAGE_SECS[$i]}" "${STAGE_RESULT[$i]}"
+    printf '%-46s %8s  %s\n' "${STAGES[$i]}" "${STAGE_SECS[$i]}" "${STAGE_RESULT[$i]}"
   done
-  printf '%-34s %9s\n' "total" "$total"
+  printf '%-46s %8s\n' "total" "$total"
 }
 
 # ---------------------------------------------------------------------------------------------------------
@@ -370,8 +374,8 @@ workers() {
   wait_for "workers lost node.cluster.x-k8s.io/uninitialized" 120 no_uninitialized_taint
   clusterctl describe cluster "$CLUSTER" -n "$NS" --show-conditions all >"$WORK/describe.txt" 2>&1 || true
   sed 's/^/    /' "$WORK/describe.txt"
-  check "clusterctl describe cluster shows the KKCluster and KKMachine conditions" \
-    grep -q "KKCluster" "$WORK/describe.txt"
+  check "clusterctl describe cluster shows the KKCluster's conditions (HostsReachable, EndpointReady)" \
+    bash -c 'grep -q "KKCluster" "$1" && grep -q "HostsReachable .*True" "$1" && grep -q "EndpointReady .*True" "$1"' _ "$WORK/describe.txt"
 }
 
 nodes_have_provider_ids() {
@@ -389,8 +393,12 @@ gitops() {
   out=$(kubectl diff -f "$WORK/cluster.yaml" 2>&1) || rc=$?
   [ "$rc" = 0 ] || printf '%s\n' "$out" | head -60 | sed 's/^/    /'
   check "kubectl diff of the rendered cluster shows no difference (exit $rc)" test "$rc" = 0
-  out=$(kubectl apply -f "$WORK/cluster.yaml")
-  check "re-applying it changes nothing" bash -c "! grep -v ' unchanged$' <<<\"\$1\" | grep -q ." _ "$out"
+  local gen='{range .items[*]}{.kind}/{.metadata.name} generation={.metadata.generation}{"\n"}{end}' before after
+  before=$(kubectl get -f "$WORK/cluster.yaml" -o jsonpath="$gen")
+  kubectl apply -f "$WORK/cluster.yaml" | sed 's/^/    /'
+  after=$(kubectl get -f "$WORK/cluster.yaml" -o jsonpath="$gen")
+  [ "$before" = "$after" ] || diff <(echo "$before") <(echo "$after") | sed 's/^/    /'
+  check "re-applying it changes no spec (every object keeps its generation)" test "$before" = "$after"
 }
 
 host_claimed() { kubectl get kkinstance -n "$NS" "$1" >/dev/null 2>&1; }

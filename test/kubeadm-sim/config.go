@@ -96,7 +96,8 @@ func parseNodeRegistration(d doc) (nodeRegistration, error) {
 	}
 	nr.Name = strings.ToLower(nr.Name)
 	if m, ok := d.get("nodeRegistration").(map[string]any); ok {
-		if t, present := m["taints"]; present {
+		// `taints: null` (what CABPK writes when none are set) means kubeadm's default, `[]` means none.
+		if t, present := m["taints"]; present && t != nil {
 			nr.TaintsSet = true
 			nr.Taints, _ = t.([]any)
 			if nr.Taints == nil {
