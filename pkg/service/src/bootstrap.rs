@@ -395,6 +395,21 @@ mod tests {
     }
 
     #[test]
+    fn reset_covers_the_provisioning_sentinel_and_journal() {
+        assert!(OWNED_PATHS.contains(&crate::provisioning::SENTINEL));
+        assert!(
+            OWNED_PATHS
+                .iter()
+                .any(|p| crate::provisioning::STATE_DIR.starts_with(&format!("{p}/")))
+        );
+        assert!(
+            OWNED_PATHS
+                .iter()
+                .any(|p| crate::binary::catalogue::STAMP_DIR.starts_with(&format!("{p}/")))
+        );
+    }
+
+    #[test]
     fn reset_removes_only_owned_paths() {
         let text = reset_script(&ResetOptions::default()).render();
         let removed: Vec<&str> = text
