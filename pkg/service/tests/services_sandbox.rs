@@ -12,7 +12,7 @@ use std::{
     collections::HashMap,
     io::{BufRead, BufReader, Write},
     net::TcpListener,
-    path::{Path, PathBuf},
+    path::Path,
     sync::{Arc, Mutex, OnceLock},
     time::Duration,
 };
@@ -422,10 +422,28 @@ impl StandIns {
     }
 }
 
-fn cache(tag: &str) -> ArtifactCache {
-    let dir: PathBuf = std::env::temp_dir().join(format!("capkk-svc-cache-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    ArtifactCache::new(dir).unwrap()
+/// An artifact cache in a temporary directory removed when the test ends.
+struct TestCache {
+    cache: ArtifactCache,
+    _dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for TestCache {
+    type Target = ArtifactCache;
+    fn deref(&self) -> &ArtifactCache {
+        &self.cache
+    }
+}
+
+fn cache(tag: &str) -> TestCache {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("capkk-svc-cache-{tag}-"))
+        .tempdir()
+        .unwrap();
+    TestCache {
+        cache: ArtifactCache::new(dir.path()).unwrap(),
+        _dir: dir,
+    }
 }
 
 fn binary_config(f: &HostFacts, source: ComponentSource) -> BinaryConfig {
