@@ -7,7 +7,7 @@
 
 .PHONY: e2e quickstart quickstart-down kubeadm-sim-test
 
-e2e: ## end-to-end: 1 CP + 2 workers on 4 sandbox hosts, scale, GitOps diff, delete (needs root)
+e2e: kubeadm-sim-test ## end-to-end: 1 CP + 2 workers on 4 sandbox hosts, scale, GitOps diff, delete (needs root)
 	test/e2e/e2e.sh run
 
 quickstart: ## a cluster up end to end on this machine, left running (needs root)
