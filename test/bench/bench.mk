@@ -1,10 +1,13 @@
 # Makefile fragment for the benchmarks (test/bench). Included from the top Makefile, which runs from the
 # repository root. Benchmarks are not tests: `make test` does not run them. See docs/benchmarks.md.
 #
-#   make bench          SSH provisioning benchmark: capkk-rs vs ansible-core vs OpenSSH ControlMaster vs local
-#                       floor on N = $(BENCH_HOSTS) sandbox hosts, $(BENCH_RUNS) runs each; prints the table and
-#                       `ratio ansible/capkk-rs N=10: X` last; results in target/bench/
-#   make bench-quick    the same with N=1,2, one run, no warm-up (smoke check, ~2 min)
+#   make bench          bench-controller (skip with BENCH_CONTROLLER=0), then bench-ssh; the last line printed is
+#                       `ratio ansible/capkk-rs N=10: X`; results in target/bench/
+#   make bench-ssh      SSH provisioning benchmark: capkk-rs vs ansible-core vs OpenSSH ControlMaster vs local
+#                       floor on N = $(BENCH_HOSTS) sandbox hosts, $(BENCH_RUNS) runs each (+ warm-up)
+#   make bench-controller  the manager on the local management plane (mgmt-up) with $(BENCH_MACHINES)
+#                       KKMachines: RSS idle and under load, reconcile latency
+#   make bench-quick    SSH benchmark with N=1,2, one run, no warm-up (smoke check, ~2 min)
 #   make bench-venv     ansible-core from PyPI into $(BENCH_VENV) (done by `bench` when missing)
 #
 # Needs root (sandbox hosts: network namespaces + overlay + sshd), openssh-client/-server, python3 with venv.
@@ -18,9 +21,11 @@ BENCH_RUNS ?= 5
 BENCH_WARMUP ?= 1
 BENCH_METHODS ?= ours,ansible,openssh,local
 BENCH_ARGS ?=
+BENCH_MACHINES ?= 200
+BENCH_CONTROLLER ?= 1
 BENCH_BIN := target/release/capkk-bench
 
-.PHONY: bench bench-quick bench-venv bench-build
+.PHONY: bench bench-ssh bench-controller bench-quick bench-venv bench-build
 
 bench-venv: $(BENCH_VENV)/bin/ansible-playbook
 
@@ -32,7 +37,15 @@ $(BENCH_VENV)/bin/ansible-playbook:
 bench-build:
 	$(CARGO) build --release -p capkk-bench
 
-bench: bench-venv bench-build ## benchmark capkk-rs vs ansible-core vs OpenSSH vs local (not part of make test)
+bench: ## benchmarks: controller (manager RSS/latency), then capkk-rs vs ansible-core vs OpenSSH vs local (not in make test)
+	@if [ "$(BENCH_CONTROLLER)" = 1 ]; then $(MAKE) --no-print-directory bench-controller; fi
+	$(MAKE) --no-print-directory bench-ssh
+
+bench-controller: mgmt-up bench-build
+	$(CARGO) build --release -p capkk-controllers --bin manager
+	$(BENCH_BIN) controller --machines $(BENCH_MACHINES) --manager target/release/manager
+
+bench-ssh: bench-venv bench-build
 	CAPKK_BENCH_ANSIBLE=$(BENCH_VENV)/bin/ansible-playbook $(BENCH_BIN) ssh \
 		--hosts $(BENCH_HOSTS) --runs $(BENCH_RUNS) --warmup $(BENCH_WARMUP) --methods $(BENCH_METHODS) $(BENCH_ARGS)
 

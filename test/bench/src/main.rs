@@ -6,6 +6,7 @@
 //! `capkk-bench drive` is one timed run of one method in its own process (so CPU and RSS are measured the
 //! same way for every method).
 
+mod controller;
 mod hosts;
 mod measure;
 mod methods;
@@ -44,6 +45,8 @@ struct Cli {
 enum Cmd {
     /// Provisioning over SSH: capkk-rs vs ansible-core vs OpenSSH ControlMaster vs local floor.
     Ssh(SshArgs),
+    /// The manager against the local management plane with many KKMachines: RSS idle/under load, latency.
+    Controller(controller::ControllerArgs),
     /// Internal: one timed run of one method; prints a JSON result on stdout.
     Drive {
         /// The spec file written by `ssh`.
@@ -112,6 +115,13 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Ssh(args) => ssh_bench(&args),
+        Cmd::Controller(args) => {
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let report = rt.block_on(controller::run(&args))?;
+            write(&args.out.join("controller-table.md"), report.as_bytes())?;
+            print!("{report}");
+            Ok(())
+        }
     }
 }
 
