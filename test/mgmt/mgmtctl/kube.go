@@ -151,6 +151,25 @@ func etcdReady(ctx context.Context) error {
 	return nil
 }
 
+// kcmReady checks kube-controller-manager's /healthz (self-signed serving cert; loopback only).
+func kcmReady(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/healthz", kcmPort), nil)
+	if err != nil {
+		return err
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/healthz returned %d: %s", resp.StatusCode, firstLine(b))
+	}
+	return nil
+}
+
 // managerReady checks a manager's /readyz (which includes its webhook server) and that its webhook port
 // serves our certificate.
 func managerReady(stateDir string, m manager) func(context.Context) error {

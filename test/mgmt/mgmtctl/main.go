@@ -1,5 +1,6 @@
 // Command mgmtctl starts and stops the local Cluster API management plane used by the capkk-rs tests:
-// etcd and kube-apiserver on loopback with generated certificates, the CAPI CRDs with their conversion
+// etcd and kube-apiserver on loopback with generated certificates, kube-controller-manager (garbage
+// collector and namespace controllers only), the CAPI CRDs with their conversion
 // webhooks and the CAPI webhook configurations pointed at https://127.0.0.1:<port> URLs, and the CAPI core,
 // kubeadm bootstrap (CABPK) and kubeadm control plane (KCP) managers as local processes.
 //
@@ -21,17 +22,59 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 )
 
-// Loopback ports of the management plane. They are documented in ../README.md.
-const (
+// Loopback ports of the management plane (documented in ../README.md); --port-offset shifts all of them.
+var (
 	etcdClientPort = 22379
 	etcdPeerPort   = 22380
 	apiserverPort  = 26443
+	kcmPort        = 26444
 )
+
+// applyPortOffset shifts every port by offset.
+func applyPortOffset(offset int) {
+	for _, p := range []*int{&etcdClientPort, &etcdPeerPort, &apiserverPort, &kcmPort} {
+		*p += offset
+	}
+	for i := range managers {
+		managers[i].webhookPort += offset
+		managers[i].healthPort += offset
+		managers[i].diagPort += offset
+	}
+}
+
+// portOffset returns the offset to use: the flag when given (recorded in the state dir by up), else the
+// recorded one, else 0.
+func portOffset(stateDir string, flagValue int, record bool) (int, error) {
+	path := filepath.Join(stateDir, "port-offset")
+	if flagValue < 0 {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return 0, nil
+		}
+		return strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	if flagValue > 10000 {
+		return 0, fmt.Errorf("--port-offset %d is too large (max 10000)", flagValue)
+	}
+	if record {
+		if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) != strconv.Itoa(flagValue) {
+			for _, n := range componentNames() {
+				if running(stateDir, n) {
+					return 0, fmt.Errorf("the plane in %s runs with port offset %s, not %d: run down first",
+						stateDir, strings.TrimSpace(string(b)), flagValue)
+				}
+			}
+		}
+		return flagValue, os.WriteFile(path, []byte(strconv.Itoa(flagValue)+"\n"), 0o644)
+	}
+	return flagValue, nil
+}
 
 // manager describes one CAPI manager process and the parts of the CAPI source tree it serves.
 type manager struct {
@@ -58,10 +101,12 @@ type options struct {
 	binDir        string
 	etcdBin       string
 	apiserverBin  string
+	kcmBin        string
 	capiSrc       string
 	featureGates  string
 	timeout       time.Duration
 	managerLogLvl int
+	portOffset    int
 }
 
 func main() {
@@ -75,11 +120,15 @@ func main() {
 	fs.StringVar(&o.binDir, "bin-dir", "", "directory holding the CAPI manager binaries (and etcd, kube-apiserver)")
 	fs.StringVar(&o.etcdBin, "etcd", "", "etcd binary (default: <bin-dir>/etcd)")
 	fs.StringVar(&o.apiserverBin, "kube-apiserver", "", "kube-apiserver binary (default: <bin-dir>/kube-apiserver)")
+	fs.StringVar(&o.kcmBin, "kube-controller-manager", "",
+		"kube-controller-manager binary (default: <bin-dir>/kube-controller-manager)")
 	fs.StringVar(&o.capiSrc, "capi-src", "", "Cluster API module source directory (CRDs and webhook manifests)")
 	fs.StringVar(&o.featureGates, "feature-gates", "ClusterTopology=true,MachinePool=true",
 		"feature gates passed to the CAPI managers")
 	fs.DurationVar(&o.timeout, "timeout", 4*time.Minute, "how long up waits for the plane to become ready")
 	fs.IntVar(&o.managerLogLvl, "manager-v", 2, "klog verbosity of the CAPI managers")
+	fs.IntVar(&o.portOffset, "port-offset", -1,
+		"added to every port (to run a second plane); default: the offset recorded by up, else 0")
 	_ = fs.Parse(os.Args[2:])
 	if o.stateDir == "" {
 		fatalf("--state-dir is required")
@@ -97,6 +146,12 @@ func main() {
 		fatalf("lock state dir: %v", err)
 	}
 	defer unlock()
+	offset, err := portOffset(o.stateDir, o.portOffset, cmd == "up")
+	if err != nil {
+		unlock()
+		fatalf("port offset: %v", err)
+	}
+	applyPortOffset(offset)
 
 	switch cmd {
 	case "up":
@@ -108,6 +163,9 @@ func main() {
 		}
 		if o.apiserverBin == "" {
 			o.apiserverBin = filepath.Join(o.binDir, "kube-apiserver")
+		}
+		if o.kcmBin == "" {
+			o.kcmBin = filepath.Join(o.binDir, "kube-controller-manager")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 		defer cancel()
@@ -173,7 +231,7 @@ func pkiDir(stateDir string) string         { return filepath.Join(stateDir, "pk
 
 // components lists every process in start order.
 func componentNames() []string {
-	names := []string{"etcd", "kube-apiserver"}
+	names := []string{"etcd", "kube-apiserver", "kube-controller-manager"}
 	for _, m := range managers {
 		names = append(names, m.name)
 	}
@@ -181,7 +239,7 @@ func componentNames() []string {
 }
 
 func up(ctx context.Context, o *options) error {
-	for _, b := range append([]string{o.etcdBin, o.apiserverBin}, managerBins(o)...) {
+	for _, b := range append([]string{o.etcdBin, o.apiserverBin, o.kcmBin}, managerBins(o)...) {
 		if st, err := os.Stat(b); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
 			return fmt.Errorf("binary %s is missing or not executable (run `make mgmt-bin`)", b)
 		}
@@ -255,6 +313,13 @@ func up(ctx context.Context, o *options) error {
 		return err
 	}
 
+	// The garbage collector (ownerReference cascades) and namespace deletion; not awaited here, see below.
+	if !running(o.stateDir, "kube-controller-manager") {
+		if err := startProcess(o.stateDir, "kube-controller-manager", o.kcmBin, kcmArgs(o.stateDir)); err != nil {
+			return err
+		}
+	}
+
 	caBundle, err := os.ReadFile(filepath.Join(pkiDir(o.stateDir), "ca.crt"))
 	if err != nil {
 		return err
@@ -270,6 +335,9 @@ func up(ctx context.Context, o *options) error {
 				return err
 			}
 		}
+	}
+	if err := waitFor(ctx, o.stateDir, "kube-controller-manager", kcmReady); err != nil {
+		return err
 	}
 	for _, m := range managers {
 		if err := waitFor(ctx, o.stateDir, m.name, managerReady(o.stateDir, m)); err != nil {
@@ -330,6 +398,21 @@ func apiserverArgs(stateDir string) []string {
 	}
 }
 
+func kcmArgs(stateDir string) []string {
+	return []string{
+		"--kubeconfig=" + kubeconfigPath(stateDir),
+		"--authentication-kubeconfig=" + kubeconfigPath(stateDir),
+		"--authorization-kubeconfig=" + kubeconfigPath(stateDir),
+		"--controllers=garbagecollector,namespace",
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", kcmPort),
+		"--cert-dir=" + filepath.Join(pkiDir(stateDir), "kcm-certdir"),
+		"--use-service-account-credentials=false",
+		"--profiling=false",
+	}
+}
+
 func managerArgs(o *options, m manager) []string {
 	return []string{
 		"--kubeconfig=" + kubeconfigPath(o.stateDir),
@@ -386,6 +469,9 @@ func checkReady(ctx context.Context, stateDir string) error {
 	}
 	if err := kc.ready(ctx); err != nil {
 		return fmt.Errorf("kube-apiserver: %w", err)
+	}
+	if err := kcmReady(ctx); err != nil {
+		return fmt.Errorf("kube-controller-manager: %w", err)
 	}
 	for _, m := range managers {
 		if err := managerReady(stateDir, m)(ctx); err != nil {

@@ -57,6 +57,8 @@ if [ "$(asset_bin kube-apiserver)" = "$BIN_DIR/kube-apiserver" ]; then
 else
   log "kube-apiserver: using $(asset_bin kube-apiserver) from KUBEBUILDER_ASSETS"
 fi
+# Not part of envtest's assets: always built. Runs the garbage collector and namespace controllers.
+build kube kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$(k8s_ldflags)"
 if [ "$(asset_bin kubectl)" = "$BIN_DIR/kubectl" ]; then
   build kube kubectl k8s.io/kubernetes/cmd/kubectl "$(k8s_ldflags)"
 else

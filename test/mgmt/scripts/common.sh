@@ -7,7 +7,7 @@ CAPKK_CACHE=${CAPKK_CACHE:-$HOME/.cache/capkk-rs}
 CAPKK_MGMT_DIR=${CAPKK_MGMT_DIR:-$CAPKK_CACHE/mgmt}
 
 # Bump when the build recipe (flags, binary set) changes, so cached binaries are rebuilt.
-BUILD_RECIPE=3
+BUILD_RECIPE=4
 
 # Versions, read from the pinning go.mod files (the single source of truth).
 mod_version() { # <tools subdir> <module path>

@@ -5,6 +5,7 @@
 #   status      show the processes and whether everything answers (exit 1 if not)
 #   kubeconfig  print the kubeconfig path
 # Set CAPKK_MGMT_AUTOBUILD=1 to let `up` build missing binaries (slow when the Go cache is cold).
+# A second, independent plane: CAPKK_MGMT_DIR=<other dir> CAPKK_MGMT_PORT_OFFSET=<n> (ports shift by n).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -28,7 +29,7 @@ mgmtctl() {
 case "$cmd" in
   up)
     missing=()
-    for b in $CAPI_BINS; do [ -x "$BIN_DIR/$b" ] || missing+=("$BIN_DIR/$b"); done
+    for b in $CAPI_BINS kube-controller-manager; do [ -x "$BIN_DIR/$b" ] || missing+=("$BIN_DIR/$b"); done
     for b in etcd kube-apiserver; do [ -x "$(asset_bin $b)" ] || missing+=("$(asset_bin $b)"); done
     [ -f "$BIN_DIR/capi-src/.complete" ] || missing+=("$BIN_DIR/capi-src")
     if [ ${#missing[@]} -gt 0 ]; then
@@ -41,7 +42,8 @@ case "$cmd" in
       fi
     fi
     exec "$(mgmtctl)" up --state-dir "$CAPKK_MGMT_DIR" --bin-dir "$BIN_DIR" --capi-src "$BIN_DIR/capi-src" \
-      --etcd "$(asset_bin etcd)" --kube-apiserver "$(asset_bin kube-apiserver)" "$@"
+      --etcd "$(asset_bin etcd)" --kube-apiserver "$(asset_bin kube-apiserver)" \
+      --port-offset "${CAPKK_MGMT_PORT_OFFSET:-0}" "$@"
     ;;
   down|status)
     exec "$(mgmtctl)" "$cmd" --state-dir "$CAPKK_MGMT_DIR" "$@"

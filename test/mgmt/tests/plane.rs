@@ -206,3 +206,32 @@ async fn up_is_idempotent_and_concurrent_callers_share_one_plane() -> anyhow::Re
     assert_eq!(version.major, "1");
     Ok(())
 }
+
+#[tokio::test]
+async fn garbage_collector_deletes_dependents_of_a_deleted_owner() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{DeleteParams, PostParams};
+
+    let client = common::client().await?;
+    let ns = common::namespace(&client, "gc").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(client, &ns);
+    let owner = cms
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "owner"}}))?,
+        )
+        .await?;
+    let uid = owner.metadata.uid.context("owner uid")?;
+    let dependent = json!({"metadata": {"name": "dependent", "ownerReferences": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": uid}
+    ]}});
+    cms.create(&PostParams::default(), &serde_json::from_value(dependent)?)
+        .await?;
+    cms.delete("owner", &DeleteParams::default()).await?;
+    common::eventually(
+        "the dependent ConfigMap to be garbage collected",
+        Duration::from_secs(60),
+        || async { Ok(cms.get_opt("dependent").await?.is_none().then_some(())) },
+    )
+    .await
+}

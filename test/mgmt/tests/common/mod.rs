@@ -26,8 +26,8 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{:x}{:x}", std::process::id() & 0xfff, nanos & 0xfffff)
 }
 
-/// Creates a fresh namespace named after `prefix` and returns its name. Namespaces are not deleted: the
-/// plane has no namespace controller, and `make mgmt-down` wipes everything anyway.
+/// Creates a fresh namespace named after `prefix` and returns its name. Namespaces are left behind for
+/// inspection after a failure; `make mgmt-down` wipes everything.
 pub async fn namespace(client: &Client, prefix: &str) -> anyhow::Result<String> {
     let name = unique(prefix);
     let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
