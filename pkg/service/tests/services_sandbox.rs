@@ -488,7 +488,10 @@ async fn apt_host_create_is_verified_idempotent_and_reset_removes_only_owned_pat
     let redactor = Redactor::new(["reg-password-canary"]);
 
     // Facts.
-    let f = facts::gather(&*ex, &progress, &redactor).await.unwrap();
+    // Round trips of the first (changing) run are counted too.
+    let first_run = Counting::new(ex.clone());
+    let f = facts::gather(&first_run, &progress, &redactor).await.unwrap();
+    assert_eq!(first_run.take(), (1, 0), "facts: one exec");
     assert_eq!(f.family, OsFamily::Debian);
     assert_eq!(f.package_manager, Some(PackageManager::Apt));
     assert_eq!(
@@ -509,9 +512,10 @@ async fn apt_host_create_is_verified_idempotent_and_reset_removes_only_owned_pat
             ("10.1.2.4".into(), vec!["node-b.c1".into(), "node-b".into()]),
         ],
     };
-    let first = bootstrap::prepare(&*ex, &id, &f, &progress, &redactor)
+    let first = bootstrap::prepare(&first_run, &id, &f, &progress, &redactor)
         .await
         .unwrap();
+    assert_eq!(first_run.take(), (1, 0), "bootstrap: one exec");
     assert!(
         first.changed.contains(&"hostname".to_string()),
         "{:?}",
@@ -601,9 +605,10 @@ async fn apt_host_create_is_verified_idempotent_and_reset_removes_only_owned_pat
         component: ComponentSource::default(),
     };
     let c = cache("apt");
-    let r1 = repository::ensure(&*ex, &repo, &f, &c, &progress, &redactor)
+    let r1 = repository::ensure(&first_run, &repo, &f, &c, &progress, &redactor)
         .await
         .unwrap();
+    assert_eq!(first_run.take(), (2, 0), "repository first run: probe + install");
     assert_eq!(r1.installed, repository::DEFAULT_APT_PACKAGES);
     let pm_log = sh(host, "grep '^apt-get' /var/log/capkk-fake-pm.log");
     let pkgs = repository::DEFAULT_APT_PACKAGES.join(" ");
@@ -629,9 +634,14 @@ async fn apt_host_create_is_verified_idempotent_and_reset_removes_only_owned_pat
     let si = stand_ins(&f.arch, "apt");
     si.serve(&mirror);
     let cfg = binary_config(&f, si.source(&mirror, DownloadOn::Controller));
-    let b1 = binary::ensure(&*ex, &cfg, &f, &c, &progress, &redactor)
+    let b1 = binary::ensure(&first_run, &cfg, &f, &c, &progress, &redactor)
         .await
         .unwrap();
+    assert_eq!(
+        first_run.take(),
+        (2, 4),
+        "binary first run: probe, 4 uploads, one script"
+    );
     let expected_bytes: u64 = ["kubeadm", "kubelet", "kubectl", "cni"]
         .iter()
         .map(|id| si.files[id].1.len() as u64)
@@ -696,9 +706,14 @@ async fn apt_host_create_is_verified_idempotent_and_reset_removes_only_owned_pat
         source: si.source(&mirror, DownloadOn::Controller),
         ..Default::default()
     };
-    let c1 = containermanager::ensure(&*ex, &cm, &f, &c, &progress, &redactor)
+    let c1 = containermanager::ensure(&first_run, &cm, &f, &c, &progress, &redactor)
         .await
         .unwrap();
+    assert_eq!(
+        first_run.take(),
+        (2, 3),
+        "containermanager first run: probe, 3 uploads, one script"
+    );
     assert!(!c1.skipped_existing);
     let cm_bytes: u64 = ["containerd", "runc", "crictl"]
         .iter()
