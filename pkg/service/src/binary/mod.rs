@@ -3,9 +3,10 @@
 //! the host lacks the exact file, installed into the standard paths, plus the kubelet systemd unit and the
 //! kubeadm drop-in.
 //!
-//! Round trips for [`ensure`]: one probe exec (digests of installed files), one upload per missing artifact,
-//! one exec running the batched install script. A second run uploads nothing (`bytes_uploaded == 0`) and
-//! changes nothing. See [`catalogue`] for URLs, checksums and install paths.
+//! Round trips for [`ensure`]: one probe exec (digests of installed files, unit files, kubelet enablement), one
+//! upload per missing artifact, one exec running the batched install script. A run with nothing to do is the
+//! probe exec alone: it uploads nothing (`bytes_uploaded == 0`) and changes nothing. See [`catalogue`] for
+//! URLs, checksums and install paths.
 //!
 //! Guarantees: every artifact is verified before anything is installed (on the controller before upload, and
 //! again on the host after upload or host download); a mismatch fails with [`Error::ChecksumMismatch`] and
