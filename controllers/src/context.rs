@@ -275,6 +275,20 @@ impl Context {
             .unwrap_or(true)
     }
 
+    /// True at most once per `every` for `key` (rate-limits work triggered by frequent reconciles).
+    pub fn throttle(&self, key: &str, every: Duration) -> bool {
+        let Ok(mut p) = self.probes.lock() else {
+            return true;
+        };
+        match p.get(key) {
+            Some(t) if t.elapsed() < every => false,
+            _ => {
+                p.insert(key.to_owned(), Instant::now());
+                true
+            }
+        }
+    }
+
     /// Note that the KKCluster `uid` was probed now.
     pub fn probed(&self, uid: &str) {
         if let Ok(mut p) = self.probes.lock() {

@@ -68,7 +68,20 @@ impl Error {
 
     /// True when the API reported a 409 Conflict (optimistic concurrency).
     pub fn is_conflict(&self) -> bool {
-        matches!(self, Error::Kube { source: kube::Error::Api(s), .. } if s.code == 409)
+        use kube::runtime::finalizer::Error as F;
+        match self {
+            Error::Kube {
+                source: kube::Error::Api(s),
+                ..
+            } => s.code == 409,
+            // The finalizer helper's JSON patch carries a `test` op: a concurrent change fails it with 422.
+            Error::Finalizer(f) => matches!(
+                &**f,
+                F::AddFinalizer(kube::Error::Api(s)) | F::RemoveFinalizer(kube::Error::Api(s))
+                    if s.code == 409 || s.code == 422
+            ),
+            _ => false,
+        }
     }
 
     /// A short machine-readable label for metrics.

@@ -40,7 +40,11 @@ pub async fn reconcile(obj: Arc<KKCluster>, ctx: Arc<Context>) -> Result<Action>
 pub fn error_policy(obj: Arc<KKCluster>, err: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.failed(KIND, err.metric_label());
     let uid = obj.uid().unwrap_or_default();
-    let delay = ctx.tasks.transient_failure(&format!("kkc/{uid}"));
+    let delay = if err.is_conflict() {
+        Duration::from_millis(500)
+    } else {
+        ctx.tasks.transient_failure(&format!("kkc/{uid}"))
+    };
     warn!(kkcluster = %obj.name_any(), error = %err, ?delay, "reconcile failed");
     Action::requeue(delay)
 }

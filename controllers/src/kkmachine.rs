@@ -310,6 +310,12 @@ async fn apply(km: Arc<KKMachine>, machine: &Machine, cluster: &Cluster, ctx: &C
             .and_then(|s| s.node_ref.as_ref())
             .is_none()
     {
+        if !ctx.throttle(
+            &format!("node/{}", km.uid().unwrap_or_default()),
+            Duration::from_secs(15),
+        ) {
+            return Ok(Action::requeue(Duration::from_secs(15)));
+        }
         let cluster_name = cluster.name_any();
         match tokio::time::timeout(
             ctx.settings.workload_timeout,

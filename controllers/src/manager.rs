@@ -13,7 +13,10 @@ use std::{
 
 use anyhow::Context as _;
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
-use capkk_api::{KKCluster, KKInstance, KKMachine, consts::WATCH_FILTER_LABEL};
+use capkk_api::{
+    KKCluster, KKInstance, KKMachine,
+    consts::{CLUSTER_NAME_LABEL, WATCH_FILTER_LABEL},
+};
 use capkk_ssh::{PoolConfig, SshPool};
 use clap::{Parser, ValueEnum};
 use futures::StreamExt;
@@ -358,21 +361,35 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .shutdown_on_signal()
         .run(kkcluster::reconcile, kkcluster::error_policy, c_ctx)
         .for_each(|_| futures::future::ready(()));
-    let machines = Controller::new(api::<KKMachine>(&client, &ns), wc.clone())
+    let km_controller = Controller::new(api::<KKMachine>(&client, &ns), wc.clone());
+    let km_store = km_controller.store();
+    let machines = km_controller
         .owns(api::<KKInstance>(&client, &ns), wc.clone())
         .watches(
             api::<Machine>(&client, &ns),
             watcher::Config::default(),
             kkmachine::machine_to_kkmachine,
         )
+        .watches(
+            api::<Cluster>(&client, &ns),
+            watcher::Config::default(),
+            move |c: Cluster| of_cluster(&km_store.state(), &c),
+        )
         .shutdown_on_signal()
         .run(kkmachine::reconcile, kkmachine::error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
-    let instances = Controller::new(api::<KKInstance>(&client, &ns), wc.clone())
+    let ki_controller = Controller::new(api::<KKInstance>(&client, &ns), wc.clone());
+    let ki_store = ki_controller.store();
+    let instances = ki_controller
         .watches(
             api::<KKMachine>(&client, &ns),
             wc.clone(),
             kkinstance::kkmachine_to_instance,
+        )
+        .watches(
+            api::<Cluster>(&client, &ns),
+            watcher::Config::default(),
+            move |c: Cluster| of_cluster(&ki_store.state(), &c),
         )
         .reconcile_on(trigger_rx)
         .shutdown_on_signal()
@@ -399,6 +416,20 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Err(e) => warn!(error = %e, "manager stopping"),
     }
     result
+}
+
+/// The objects of `cluster` (by CAPI's cluster-name label) among `objs`: a Cluster change (pause, unpause,
+/// infrastructure provisioned) re-queues them.
+fn of_cluster<K>(objs: &[Arc<K>], cluster: &Cluster) -> Vec<ObjectRef<K>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone,
+{
+    let name = cluster.name_any();
+    let ns = cluster.namespace();
+    objs.iter()
+        .filter(|o| o.namespace() == ns && o.labels().get(CLUSTER_NAME_LABEL) == Some(&name))
+        .map(|o| ObjectRef::from_obj(&**o))
+        .collect()
 }
 
 async fn shutdown_signal() {

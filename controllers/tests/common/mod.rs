@@ -229,10 +229,14 @@ pub fn machine_pair(
     if role == "control-plane" {
         labels["cluster.x-k8s.io/control-plane"] = json!("");
     }
-    let mut bootstrap = json!({});
-    if let Some(s) = data_secret {
-        bootstrap["dataSecretName"] = json!(s);
-    }
+    // Without data, point at a KubeadmConfig that does not exist: the Machine is valid and CAPI never
+    // produces bootstrap data for it (the test sets dataSecretName itself later).
+    let bootstrap = match data_secret {
+        Some(s) => json!({"dataSecretName": s}),
+        None => {
+            json!({"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": format!("{name}-absent")}})
+        }
+    };
     let m = json!({
         "apiVersion": CAPI, "kind": "Machine",
         "metadata": {"name": name, "namespace": ns, "labels": labels},
