@@ -254,6 +254,11 @@ func up(ctx context.Context, o *options) error {
 		err := checkReady(qctx, o.stateDir)
 		cancel()
 		if err == nil {
+			if prev, _ := os.ReadFile(filepath.Join(o.stateDir, "bin-dir")); len(prev) > 0 &&
+				strings.TrimSpace(string(prev)) != o.binDir {
+				logf("note: the running plane uses binaries from %s, not %s; `make mgmt-down mgmt-up` switches",
+					strings.TrimSpace(string(prev)), o.binDir)
+			}
 			caBundle, err := os.ReadFile(filepath.Join(pkiDir(o.stateDir), "ca.crt"))
 			if err != nil {
 				return err
@@ -279,7 +284,7 @@ func up(ctx context.Context, o *options) error {
 		if err := stopAll(o.stateDir); err != nil {
 			return err
 		}
-		for _, d := range []string{"etcd", "pki", "run", "kubeconfig", "capi-installed"} {
+		for _, d := range []string{"etcd", "pki", "run", "kubeconfig", "capi-installed", "bin-dir"} {
 			if err := os.RemoveAll(filepath.Join(o.stateDir, d)); err != nil {
 				return err
 			}
@@ -289,6 +294,9 @@ func up(ctx context.Context, o *options) error {
 		}
 		if err := writeKubeconfig(o.stateDir); err != nil {
 			return fmt.Errorf("write kubeconfig: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(o.stateDir, "bin-dir"), []byte(o.binDir+"\n"), 0o644); err != nil {
+			return err
 		}
 	}
 
@@ -510,7 +518,7 @@ func down(stateDir string) error {
 		return err
 	}
 	var errs []error
-	for _, d := range []string{"etcd", "pki", "run", "kubeconfig", "capi-installed"} {
+	for _, d := range []string{"etcd", "pki", "run", "kubeconfig", "capi-installed", "bin-dir"} {
 		errs = append(errs, os.RemoveAll(filepath.Join(stateDir, d)))
 	}
 	if err := errors.Join(errs...); err != nil {
