@@ -132,6 +132,7 @@ mgmt_env() {
 }
 
 sb() { "$SANDBOX" "$@"; }
+http_ok() { python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5).read(1)' "$1"; }
 inside() { sb exec --name "$NAME" --host "$1" -- "$2"; }
 host_name() { echo "$NAME-$1"; }
 host_addr() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['hosts'][int(sys.argv[2])-1]['address'])" "$SB_DIR/state.json" "$1"; }
@@ -217,7 +218,7 @@ EOF
     --metrics-bind-address "127.0.0.1:$((port + 1))" --max-concurrent-hosts 10 --log-format text \
     </dev/null >>"$WORK/manager.log" 2>&1 &
   echo $! >"$WORK/manager.pid"
-  wait_for "manager is ready (127.0.0.1:$port/readyz)" 60 curl -fsS "http://127.0.0.1:$port/readyz"
+  wait_for "manager is ready (127.0.0.1:$port/readyz)" 60 http_ok "http://127.0.0.1:$port/readyz"
 }
 
 stop_manager() {
@@ -309,7 +310,7 @@ start_mirror() {
  {id: runc, checksum: {value: $(sha "$m/opencontainers/runc/releases/download/v1.1.12/runc.$arch")}}]}"
   COMPONENT=$(echo "$COMPONENT" | tr -d '\n')
   check "test mirror serves the simulator as kubeadm ($MIRROR)" \
-    curl -fsS -o /dev/null "$MIRROR/kubernetes-release/release/$kv/bin/linux/$arch/kubeadm"
+    http_ok "$MIRROR/kubernetes-release/release/$kv/bin/linux/$arch/kubeadm"
 }
 
 stop_mirror() {
@@ -337,6 +338,14 @@ render_apply() {
     >"$WORK/cluster.yaml"
   check "clusterctl generate cluster renders a cluster the apiserver accepts (server dry-run)" \
     kubectl apply --dry-run=server -f "$WORK/cluster.yaml"
+  local flavor
+  for flavor in kube-vip topology; do
+    KUBEKEY_INSTANCES="[$instances]" KUBEKEY_CONTROL_PLANE_VIP=198.18.0.100 \
+      clusterctl generate cluster "$CLUSTER-$flavor" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" \
+      --kubernetes-version "$KUBE_VERSION" --flavor "$flavor" >"$WORK/cluster-$flavor.yaml"
+    check "the $flavor flavor renders and passes a server dry-run" \
+      kubectl apply --dry-run=server -f "$WORK/cluster-$flavor.yaml"
+  done
   kubectl -n "$NS" create secret generic "$CLUSTER-ssh" \
     --from-file=privateKey="$(python3 -c "import json; print(json.load(open('$SB_DIR/state.json'))['credentials']['ed25519_key'])")" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
@@ -462,6 +471,8 @@ teardown() {
   fi
 }
 
+# Everything runs from main, parsed in full before it starts: editing this file during a run is harmless.
+main() {
 case $MODE in
   run)
     trap 'rc=$?; end_stage failed; timing_table; echo; echo "e2e: $PASSED passed, $FAILED failed"; teardown; exit $rc' EXIT
@@ -517,3 +528,6 @@ EOF
     ;;
   *) die "usage: $0 run|quickstart|down" ;;
 esac
+}
+
+main "$@"; exit $?

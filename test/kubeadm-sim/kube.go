@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"strings"
 	"time"
 )
 
@@ -180,8 +182,8 @@ func registerNode(ctx context.Context, c *apiClient, nr nodeRegistration, contro
 		"nodeInfo": obj{
 			"kubeletVersion": kubeletVersion, "kubeProxyVersion": kubeletVersion,
 			"operatingSystem": "linux", "architecture": goArch(),
-			"containerRuntimeVersion": "containerd://simulated", "osImage": "capkk-rs sandbox host",
-			"kernelVersion": "", "machineID": "", "systemUUID": "", "bootID": "",
+			"containerRuntimeVersion": "containerd://simulated", "osImage": osImage(),
+			"kernelVersion": kernelVersion(), "machineID": "", "systemUUID": "", "bootID": "",
 		},
 	}}
 	if err := c.mergePatch(ctx, "/api/v1/nodes/"+nr.Name+"/status", status); err != nil {
@@ -190,4 +192,23 @@ func registerNode(ctx context.Context, c *apiClient, nr nodeRegistration, contro
 	// The TaintNodesByCondition admission plugin added node.kubernetes.io/not-ready on create; the node lifecycle
 	// controller (kube-controller-manager, not run here) would lift it once the Node is Ready.
 	return c.mergePatch(ctx, "/api/v1/nodes/"+nr.Name, obj{"spec": obj{"taints": nr.taints(controlPlane)}})
+}
+
+// osImage is /etc/os-release's PRETTY_NAME, as kubelet reports it.
+func osImage() string {
+	b, err := os.ReadFile("/etc/os-release")
+	if err != nil {
+		return "Linux"
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "PRETTY_NAME="); ok {
+			return strings.Trim(v, `"'`)
+		}
+	}
+	return "Linux"
+}
+
+func kernelVersion() string {
+	b, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return strings.TrimSpace(string(b))
 }
