@@ -235,3 +235,32 @@ async fn garbage_collector_deletes_dependents_of_a_deleted_owner() -> anyhow::Re
     )
     .await
 }
+
+#[tokio::test]
+async fn apply_helper_server_side_applies_any_kind_idempotently() -> anyhow::Result<()> {
+    let client = common::client().await?;
+    let ns = common::namespace(&client, "apply").await?;
+    let cm =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"k": "v1"}});
+    let first = capkk_mgmt::apply(&client, &ns, &cm).await?;
+    let again = capkk_mgmt::apply(&client, &ns, &cm).await?;
+    assert_eq!(
+        first.metadata.resource_version, again.metadata.resource_version,
+        "no-op re-apply"
+    );
+    let changed =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}, "data": {"k": "v2"}});
+    let updated = capkk_mgmt::apply(&client, &ns, &changed).await?;
+    assert_eq!(updated.data["data"]["k"], "v2");
+    let managers = updated.metadata.managed_fields.unwrap_or_default();
+    assert!(
+        managers
+            .iter()
+            .any(|m| m.manager.as_deref() == Some(capkk_mgmt::FIELD_MANAGER))
+    );
+    let err = capkk_mgmt::apply(&client, &ns, &json!({"apiVersion": "v1", "kind": "ConfigMap"}))
+        .await
+        .expect_err("object without a name");
+    assert!(err.to_string().contains("metadata.name"), "{err}");
+    Ok(())
+}
