@@ -15,7 +15,7 @@ use capkk_sandbox::{Host, NOPASSWD_USER, Sandbox, SandboxConfig, skip_unless_sup
 use capkk_service::{
     Error,
     journal::{RecordingProgress, Redactor},
-    provisioning::{self, Outcome, STATE_DIR},
+    provisioning::{self, Outcome, RunOptions, STATE_DIR},
 };
 use capkk_ssh::{Auth, HostKeyPolicy, HostTarget, PoolConfig, SshPool};
 use sha2::{Digest, Sha256};
@@ -27,13 +27,14 @@ const DROPPED: usize = 2;
 const CRASHED: usize = 3;
 const SUDO: usize = 4;
 const CABPK: usize = 5;
+const DROPPED_BATCH: usize = 6;
 
 fn sandbox() -> Option<&'static Sandbox> {
     static SB: OnceLock<Sandbox> = OnceLock::new();
     if skip_unless_supported() {
         return None;
     }
-    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("prov-tests", 6)).expect("sandbox up")))
+    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("prov-tests", 7)).expect("sandbox up")))
 }
 
 fn target(sb: &Sandbox, idx: usize, user: &str) -> HostTarget {
@@ -251,23 +252,40 @@ async fn wait_for_line(host: &Host<'_>, line: &str) {
 
 #[tokio::test]
 async fn a_run_cut_off_by_a_dropped_connection_resumes_without_repeating_steps() {
+    dropped_connection_resumes(DROPPED, RunOptions::default()).await;
+}
+
+#[tokio::test]
+async fn a_batched_run_cut_off_by_a_dropped_connection_resumes_without_repeating_steps() {
+    dropped_connection_resumes(
+        DROPPED_BATCH,
+        RunOptions {
+            batch_commands: true,
+            ..RunOptions::default()
+        },
+    )
+    .await;
+}
+
+async fn dropped_connection_resumes(idx: usize, opts: RunOptions) {
     let Some(sb) = sandbox() else { return };
-    let host = sb.hosts()[DROPPED].clone();
+    let host = sb.hosts()[idx].clone();
     inside(
         &host,
         "rm -f /root/counter /etc/capkk-test/before /run/cluster-api/bootstrap-success.complete",
     );
     let p = resumable_plan();
     let pool = pool();
-    let exec = pool.executor(&target(sb, DROPPED, "root"));
+    let exec = pool.executor(&target(sb, idx, "root"));
     let running = {
-        let (exec, p) = (exec.clone(), p.clone());
+        let (exec, p, opts) = (exec.clone(), p.clone(), opts.clone());
         tokio::spawn(async move {
-            provisioning::run(
+            provisioning::run_with(
                 exec.as_ref(),
                 &p,
                 &RecordingProgress::default(),
                 &Redactor::default(),
+                &opts,
             )
             .await
         })
@@ -280,7 +298,7 @@ async fn a_run_cut_off_by_a_dropped_connection_resumes_without_repeating_steps()
     host.start_sshd().expect("start sshd");
     // The resumed run waits on the host lock for item 1 (still running on the host), then finishes.
     let progress = RecordingProgress::default();
-    let outcome = provisioning::run(exec.as_ref(), &p, &progress, &Redactor::default())
+    let outcome = provisioning::run_with(exec.as_ref(), &p, &progress, &Redactor::default(), &opts)
         .await
         .unwrap();
     assert!(
@@ -331,11 +349,13 @@ async fn a_step_killed_on_the_host_is_rerun_and_completed_steps_are_not() {
     };
     wait_for_line(&host, "i1-start").await;
     // Like a host crash for our processes: kill every process whose command line names the state dir
-    // (launcher, runner, item) at once; the pattern is assembled so this script does not match itself.
+    // (launcher, runner, item) at once: all are stopped first so none can react to another's death; the
+    // pattern is assembled so this script does not match itself.
     inside(
         &host,
-        "a=capkk/provi; pat=\"${a}sioning\"; for p in /proc/[0-9]*; do [ \"${p#/proc/}\" = $$ ] && continue; \
-         tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -qF \"$pat\" && kill -9 ${p#/proc/}; done; true",
+        "a=capkk/provi; pat=\"${a}sioning\"; pids=; for p in /proc/[0-9]*; do [ \"${p#/proc/}\" = $$ ] && continue; \
+         tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -qF \"$pat\" && pids=\"$pids ${p#/proc/}\"; done; \
+         kill -STOP $pids; kill -9 $pids; true",
     );
     let err = running.await.unwrap().expect_err("the runner was killed");
     assert!(err.is_transient(), "{err}");
@@ -468,8 +488,37 @@ async fn a_cabpk_control_plane_payload_lands_byte_for_byte_and_names_the_kubeadm
         again.first_failure().map(|f| f.step_id.clone()),
         outcome.first_failure().map(|f| f.step_id.clone())
     );
+    // The same payload (another host name, so another plan hash) with every step in one exec.
+    let vars = TemplateVars::new()
+        .local_hostname("cp-1")
+        .provider_id("kk://default/cp-1");
+    let fixture = format!(
+        "{}/../cloudinit/tests/fixtures/init-control-plane.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let p1 = parse(&std::fs::read(fixture).unwrap(), "cloud-config", &vars).unwrap();
+    let opts = RunOptions {
+        batch_commands: true,
+        ..RunOptions::default()
+    };
+    let started = Instant::now();
+    let batched = provisioning::run_with(
+        exec.as_ref(),
+        &p1,
+        &RecordingProgress::default(),
+        &Redactor::default(),
+        &opts,
+    )
+    .await
+    .unwrap();
+    let one_exec = started.elapsed();
+    assert_eq!(
+        batched.first_failure().map(|f| f.name.clone()),
+        outcome.first_failure().map(|f| f.name.clone())
+    );
     println!(
-        "CABPK init payload: {} steps in {took:?} (5 execs, first one includes the SSH handshake); re-run {probe:?}",
+        "CABPK init payload: {} steps in {took:?} (5 execs, the first with the SSH handshake); \
+         re-run {probe:?} (1 exec); batch_commands {one_exec:?} (1 exec)",
         p.steps.len()
     );
 }

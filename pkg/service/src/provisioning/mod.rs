@@ -40,9 +40,14 @@
 //!   the caller's [`Redactor`] before they reach progress records or the outcome. Nothing is logged.
 //!
 //! # Round trips
-//! One probe exec (lock, sentinel, journal), one exec per run of consecutive non-command steps (all
-//! `write_files` of a CABPK payload go in one), and one exec per command item (so progress is reported as
-//! each item finishes). A CABPK worker join is three round trips.
+//! The first exec of a run also probes (waits on the plan's lock, checks the sentinel and prints the journal;
+//! when the sentinel exists and this plan's journal is empty or complete it stops there). Consecutive
+//! non-command steps share one exec (all `write_files` of a CABPK payload go in one), and each command item
+//! gets its own exec so progress is reported as each item finishes: a CABPK worker join is two round trips, a
+//! control-plane init with four runcmd items five, a re-run one. With [`RunOptions::batch_commands`] every
+//! step goes into one exec (same journal and failure semantics; progress arrives when it returns).
+//! Scripts avoid forks where the shell can do the work (journal lookups, temp files created with
+//! `O_EXCL` under the right umask, `chown`/`chmod` only when needed).
 //!
 //! # Host paths
 //! [`STATE_DIR`] (journal `<plan-hash>.journal`, lock `<plan-hash>.lock`, transient scripts and output) and
@@ -80,6 +85,10 @@ pub struct RunOptions {
     pub batch_timeout: Duration,
     /// How long to wait for a step still running from an earlier connection before [`Error::HostBusy`].
     pub lock_wait: Duration,
+    /// Send consecutive command items in the same exec as the steps around them (fewest round trips: a
+    /// whole CABPK payload in one exec) instead of one exec per item (progress after each item). Journal,
+    /// resume and failure semantics are the same; only progress granularity differs.
+    pub batch_commands: bool,
 }
 
 impl Default for RunOptions {
@@ -88,6 +97,7 @@ impl Default for RunOptions {
             command_timeout: Duration::from_secs(30 * 60),
             batch_timeout: Duration::from_secs(10 * 60),
             lock_wait: Duration::from_secs(5 * 60),
+            batch_commands: false,
         }
     }
 }
@@ -170,80 +180,36 @@ pub async fn run_with(
         phase: PHASE,
     };
     let lock_wait = opts.lock_wait.as_secs().max(1);
-    let probe = exec
-        .exec(
-            ExecRequest::new(script::probe(&plan.hash, lock_wait))
-                .sudo()
-                .timeout(opts.lock_wait + Duration::from_secs(60)),
-        )
-        .await
-        .map_err(|e| Error::exec("provisioning probe", e))?;
-    let probe_text = probe.stdout_str();
-    if !probe.success() || !probe_text.contains("@@capkk sentinel") {
-        if probe_text.contains("@@capkk busy") {
-            return Err(busy(opts));
-        }
-        return Err(failed_exec(
-            "provisioning probe",
-            "provisioning probe",
-            &probe,
-            redactor,
-        ));
-    }
-    let (sentinel, journal) = parse_probe(&probe_text);
+    let all_ids: Vec<&str> = plan.steps.iter().map(|s| s.id.as_str()).collect();
     let n = plan.steps.len();
-    let touched = plan
-        .steps
-        .iter()
-        .any(|s| journal.finished.contains_key(&s.id) || journal.started.contains(&s.id));
-    let all_done = plan.steps.iter().all(|s| journal.finished.contains_key(&s.id));
-    if sentinel && (!touched || all_done) {
-        runner.record_skip("sentinel", "bootstrap success sentinel present: nothing to run");
-        info!("Provisioning skipped: sentinel present");
-        return Ok(Outcome::Provisioned {
-            already: true,
-            failed_items: failures(plan, &journal.finished, &HashMap::new(), redactor),
-        });
-    }
-
-    let mut sentinel_now = sentinel;
+    // The host journal as the first exec found it; `None` until then.
+    let mut journal: Option<HostJournal> = None;
+    let mut sentinel_now = false;
     let mut results: HashMap<String, (u32, String)> = HashMap::new();
     let mut i = 0;
-    while i < n {
-        let step = &plan.steps[i];
-        if journal.finished.contains_key(&step.id) {
-            progress.step_started(PHASE, i + 1, n, &display_name(step, redactor));
-            runner.record_skip(&display_name(step, redactor), "already done (host journal)");
-            i += 1;
-            continue;
-        }
-        if journal.started.contains(&step.id) {
-            info!(step = %step.name(), "Re-running a step that an earlier run started but did not finish");
-        }
-        let (steps, script, timeout) = match &step.action {
-            Action::Command(c) => (
-                vec![step],
-                script::command_item(&plan.hash, lock_wait, step, c),
-                opts.command_timeout,
-            ),
-            _ => {
-                let mut batch = Vec::new();
-                let mut j = i;
-                while j < n
-                    && !matches!(plan.steps[j].action, Action::Command(_))
-                    && !journal.finished.contains_key(&plan.steps[j].id)
-                {
-                    batch.push(&plan.steps[j]);
-                    j += 1;
-                }
-                (
-                    batch.clone(),
-                    script::batch(&plan.hash, lock_wait, &batch),
-                    opts.batch_timeout,
-                )
+    loop {
+        if let Some(j) = &journal {
+            while i < n && j.finished.contains_key(&plan.steps[i].id) {
+                let name = display_name(&plan.steps[i], redactor);
+                progress.step_started(PHASE, i + 1, n, &name);
+                runner.record_skip(&name, "already done (host journal)");
+                i += 1;
             }
-        };
-        let first_name = display_name(steps[0], redactor);
+            if i >= n {
+                break;
+            }
+        }
+        let steps = segment(plan, i, journal.as_ref(), opts.batch_commands);
+        let commands = steps
+            .iter()
+            .filter(|s| matches!(s.action, Action::Command(_)))
+            .count() as u32;
+        let timeout = opts.batch_timeout + opts.command_timeout * commands + opts.lock_wait;
+        let probe = journal.is_none().then_some(all_ids.as_slice());
+        let script = script::segment(&plan.hash, lock_wait, &steps, probe);
+        let first_name = steps
+            .first()
+            .map_or_else(|| "provisioning".to_owned(), |s| display_name(s, redactor));
         if steps.len() == 1 {
             progress.step_started(PHASE, i + 1, n, &first_name);
         }
@@ -269,6 +235,28 @@ pub async fn run_with(
                 },
             ));
         }
+        if journal.is_none() {
+            if marks.skip_all {
+                let found = marks.journal.unwrap_or_default();
+                runner.record_skip("sentinel", "bootstrap success sentinel present: nothing to run");
+                info!("Provisioning skipped: sentinel present");
+                return Ok(Outcome::Provisioned {
+                    already: true,
+                    failed_items: failures(plan, &found.finished, &HashMap::new(), redactor),
+                });
+            }
+            let Some(found) = marks.journal.clone() else {
+                return Err(runner_died(exec, &first_name, &out, redactor));
+            };
+            for st in plan
+                .steps
+                .iter()
+                .filter(|s| found.started.contains(&s.id) && !found.finished.contains_key(&s.id))
+            {
+                info!(step = %st.name(), "Re-running a step that an earlier run started but did not finish");
+            }
+            journal = Some(found);
+        }
         if let Some(s) = marks.sentinel {
             sentinel_now = s;
         }
@@ -284,19 +272,7 @@ pub async fn run_with(
                 continue;
             }
             let Some((rc, ms, tail)) = marks.steps.get(&st.id) else {
-                // The script ended before reporting this step. Killed by a signal (host shutting down,
-                // processes killed; a shell reports 128 + signal): transient, the journal resumes it.
-                // Otherwise report how it ended.
-                if out.exit_code.is_none_or(|c| c > 128) {
-                    return Err(Error::exec(
-                        &name,
-                        ExecError::Disconnected {
-                            host: exec.target(),
-                            message: "the step runner was killed before it reported".into(),
-                        },
-                    ));
-                }
-                return Err(failed_exec(&name, "provisioning step runner", &out, redactor));
+                return Err(runner_died(exec, &name, &out, redactor));
             };
             let tail = redactor.redact(tail);
             progress.step_finished(&StepRecord {
@@ -315,15 +291,20 @@ pub async fn run_with(
             }
         }
         if stop {
-            let failed = failures(plan, &journal.finished, &results, redactor);
+            let finished = journal.as_ref().map(|j| j.finished.clone()).unwrap_or_default();
+            let failed = failures(plan, &finished, &results, redactor);
             return Ok(Outcome::Failed {
                 first_failure: failed.first().cloned(),
                 failed_items: failed,
             });
         }
         i += steps.len();
+        if i >= n {
+            break;
+        }
     }
-    let failed = failures(plan, &journal.finished, &results, redactor);
+    let finished = journal.map(|j| j.finished).unwrap_or_default();
+    let failed = failures(plan, &finished, &results, redactor);
     if sentinel_now {
         Ok(Outcome::Provisioned {
             already: false,
@@ -334,6 +315,44 @@ pub async fn run_with(
             first_failure: failed.first().cloned(),
             failed_items: failed,
         })
+    }
+}
+
+/// The next steps to send in one exec, from `i`: one command item, or the run of consecutive non-command
+/// steps (with `batch_commands`: every consecutive step), stopping at a step the journal shows done.
+fn segment<'p>(
+    plan: &'p Plan,
+    i: usize,
+    journal: Option<&HostJournal>,
+    batch_commands: bool,
+) -> Vec<&'p Step> {
+    let done = |s: &Step| journal.is_some_and(|j| j.finished.contains_key(&s.id));
+    let is_cmd = |s: &Step| matches!(s.action, Action::Command(_));
+    let Some(first) = plan.steps.get(i) else {
+        return Vec::new();
+    };
+    if is_cmd(first) && !batch_commands {
+        return vec![first];
+    }
+    plan.steps[i..]
+        .iter()
+        .take_while(|s| !done(s) && (batch_commands || !is_cmd(s)))
+        .collect()
+}
+
+/// The script ended before reporting a step. Killed by a signal (host shutting down, processes killed; a
+/// shell reports 128 + signal): transient, the journal resumes it. Otherwise report how it ended.
+fn runner_died(exec: &dyn Executor, step: &str, out: &ExecOutput, redactor: &Redactor) -> Error {
+    if out.exit_code.is_none_or(|c| c > 128) {
+        Error::exec(
+            step,
+            ExecError::Disconnected {
+                host: exec.target(),
+                message: "the step runner was killed before it reported".into(),
+            },
+        )
+    } else {
+        failed_exec(step, "provisioning step runner", out, redactor)
     }
 }
 
@@ -409,35 +428,12 @@ fn failures(
 }
 
 /// What the host journal says about a plan.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct HostJournal {
     /// Step id -> exit code of completed steps.
     finished: HashMap<String, u32>,
     /// Steps that started (command items) — finished or not.
     started: HashSet<String>,
-}
-
-fn parse_probe(text: &str) -> (bool, HostJournal) {
-    let mut sentinel = false;
-    let mut journal = HostJournal::default();
-    let mut in_journal = false;
-    for line in text.lines() {
-        if in_journal {
-            let mut parts = line.split_whitespace();
-            if let (Some(id), Some(what)) = (parts.next(), parts.next()) {
-                if what == "start" {
-                    journal.started.insert(id.to_owned());
-                } else if let Ok(rc) = what.parse() {
-                    journal.finished.insert(id.to_owned(), rc);
-                }
-            }
-        } else if line == "@@capkk sentinel 1" {
-            sentinel = true;
-        } else if line == "@@capkk journal" {
-            in_journal = true;
-        }
-    }
-    (sentinel, journal)
 }
 
 /// Markers printed by the step scripts.
@@ -448,12 +444,32 @@ struct Marks {
     sentinel: Option<bool>,
     busy: bool,
     truncated: bool,
+    skip_all: bool,
+    /// The journal printed by the probe section.
+    journal: Option<HostJournal>,
 }
 
 fn parse_marks(text: &str) -> Marks {
     use base64::Engine as _;
     let mut m = Marks::default();
+    let mut in_journal = false;
     for line in text.lines() {
+        if in_journal {
+            if line == "@@capkk journal-end" {
+                in_journal = false;
+                continue;
+            }
+            let journal = m.journal.get_or_insert_with(HostJournal::default);
+            let mut parts = line.split_whitespace();
+            if let (Some(id), Some(what)) = (parts.next(), parts.next()) {
+                if what == "start" {
+                    journal.started.insert(id.to_owned());
+                } else if let Ok(rc) = what.parse() {
+                    journal.finished.insert(id.to_owned(), rc);
+                }
+            }
+            continue;
+        }
         let Some(rest) = line.strip_prefix("@@capkk ") else {
             continue;
         };
@@ -478,6 +494,11 @@ fn parse_marks(text: &str) -> Marks {
             }
             ["sentinel", v] => m.sentinel = Some(*v == "1"),
             ["busy"] => m.busy = true,
+            ["skipall"] => m.skip_all = true,
+            ["journal"] => {
+                in_journal = true;
+                m.journal.get_or_insert_with(HostJournal::default);
+            }
             ["truncated"] => m.truncated = true,
             _ => {}
         }

@@ -3,9 +3,7 @@
 //! embedded base64-encoded in a quoted here-document of a script that travels on stdin, never on a command
 //! line.
 
-use capkk_cloudinit::{
-    Action, Command, DiskSetup, FsSetup, Mount, Ntp, NtpClient, Step, TableType, User, WriteFile,
-};
+use capkk_cloudinit::{Action, DiskSetup, FsSetup, Mount, Ntp, NtpClient, Step, TableType, User, WriteFile};
 use capkk_executor::quote;
 
 use super::{SENTINEL, STATE_DIR};
@@ -55,60 +53,76 @@ D={dir}
 J="$D/{plan_hash}.journal"
 O="$D/{plan_hash}.out"
 S={sentinel}
+NL='
+'
 now_ms() {{ t=$(date +%s%N 2>/dev/null); case "$t" in *N|'') echo $(( $(date +%s) * 1000 ));; *) echo $(( t / 1000000 ));; esac; }}
 done_rc() {{ sed -n "s/^$1 \([0-9][0-9]*\)\$/\1/p" "$J" 2>/dev/null | tail -n 1; }}
-report() {{ t1=$(now_ms); tl=$(tail -c {TAIL_BYTES} "$O" 2>/dev/null | base64 | tr -d '\n'); rm -f "$O"; echo "@@capkk step $1 $2 $(( t1 - $3 )) $tl"; }}
-mark_sentinel() {{ if [ -e "$S" ]; then echo '@@capkk sentinel 1'; else echo '@@capkk sentinel 0'; fi; }}
+report() {{ t1=$(now_ms); if [ -s "$O" ]; then tl=$(tail -c {TAIL_BYTES} "$O" | base64 | tr -d '\n'); rm -f "$O"; else tl=; fi; echo "@@capkk step $1 $2 $(( t1 - $3 )) $tl"; T=$t1; }}
+mark_sentinel() {{ if [ -e "$O" ]; then rm -f "$O"; fi; if [ -e "$S" ]; then echo '@@capkk sentinel 1'; else echo '@@capkk sentinel 0'; fi; }}
 if command -v flock >/dev/null 2>&1; then exec 9>>"$D/{plan_hash}.lock"; flock -w {lock_wait_secs} 9 || {{ echo '@@capkk busy'; exit 0; }}; fi
+JD="$NL$(cat "$J" 2>/dev/null)$NL"
+T=$(now_ms)
 "#,
         dir = quote(STATE_DIR),
         sentinel = quote(SENTINEL),
     )
 }
 
-/// The first exec (no stdin, changes nothing): waits for a run still holding the plan's lock, then prints
-/// whether the sentinel exists and the plan's host journal.
-pub(crate) fn probe(plan_hash: &str, lock_wait_secs: u64) -> String {
-    format!(
-        "D={dir}; J=\"$D/{plan_hash}.journal\"; \
-         if [ -e \"$J\" ] && command -v flock >/dev/null 2>&1; then exec 9>>\"$D/{plan_hash}.lock\"; \
-         flock -w {lock_wait_secs} 9 || {{ echo '@@capkk busy'; exit 0; }}; fi; \
-         if [ -e {sentinel} ]; then echo '@@capkk sentinel 1'; else echo '@@capkk sentinel 0'; fi; \
-         echo '@@capkk journal'; cat \"$J\" 2>/dev/null; true",
-        dir = quote(STATE_DIR),
-        sentinel = quote(SENTINEL),
-    )
-}
-
-/// One script running consecutive non-command steps; stops at the first failure. A step is journaled
-/// (`<id> 0`) only after it succeeded.
-pub(crate) fn batch(plan_hash: &str, lock_wait_secs: u64, steps: &[&Step]) -> String {
+/// One exec's script: an optional probe section, then `steps` in order, then the sentinel state.
+///
+/// - Probe (`probe_ids` = every step id of the plan; first exec of a run only): when the sentinel exists and
+///   this plan's journal is empty or complete, print `skipall` and stop; otherwise print the journal.
+/// - A step already in the journal is not run again (`already <id> <rc>`); this check runs on the host,
+///   under the plan's lock.
+/// - A non-command step runs under `set -e` and is journaled (`<id> 0`) only after it succeeded; a failure
+///   stops the script.
+/// - A command item is journaled `<id> start` before it runs and `<id> <exit code>` after it ran, whatever
+///   the exit code (cloud-init semantics: a failed item still counts as run, and the next one runs).
+pub(crate) fn segment(
+    plan_hash: &str,
+    lock_wait_secs: u64,
+    steps: &[&Step],
+    probe_ids: Option<&[&str]>,
+) -> String {
     let mut s = prelude(plan_hash, lock_wait_secs);
+    if let Some(ids) = probe_ids {
+        s.push_str(&format!(
+            "if [ -e \"$S\" ]; then\n\
+             if [ ! -s \"$J\" ] || printf '%s\\n' {ids} | awk 'NR == FNR {{ want[$1] = 1; next }} \
+             $2 ~ /^[0-9]+$/ {{ delete want[$1] }} END {{ for (k in want) exit 1 }}' - \"$J\"; then\n\
+             echo '@@capkk sentinel 1'; echo '@@capkk skipall'; exit 0\nfi\nfi\n\
+             echo '@@capkk journal'; cat \"$J\" 2>/dev/null; echo '@@capkk journal-end'\n",
+            ids = if ids.is_empty() {
+                "''".to_owned()
+            } else {
+                ids.join(" ")
+            },
+        ));
+    }
     for step in steps {
         let id = &step.id;
         s.push_str(&format!(
-            "r=$(done_rc {id})\nif [ -n \"$r\" ]; then echo \"@@capkk already {id} $r\"; else\nt0=$(now_ms)\n(\nset -e\n{body})\
-             > \"$O\" 2>&1\nrc=$?\nif [ $rc -eq 0 ]; then echo '{id} 0' >> \"$J\"; fi\nreport {id} $rc $t0\n\
-             if [ $rc -ne 0 ]; then mark_sentinel; exit 0; fi\nfi\n",
-            body = body(&step.action)
+            "case \"$JD\" in *\"$NL{id} \"[0-9]*) r=$(done_rc {id});; *) r=;; esac\n\
+             if [ -n \"$r\" ]; then echo \"@@capkk already {id} $r\"; else\n"
         ));
+        match &step.action {
+            Action::Command(c) => s.push_str(&format!(
+                "F=\"$D/{plan_hash}.{id}.sh\"\n{write}echo '{id} start' >> \"$J\"\nt0=$T\n\
+                 sh \"$F\" < /dev/null > \"$O\" 2>&1 9>&-\nrc=$?\necho \"{id} $rc\" >> \"$J\"\nrm -f \"$F\"\n\
+                 report {id} $rc $t0\n",
+                write = decode_heredoc(c.script.as_bytes(), "> \"$F\""),
+            )),
+            other => s.push_str(&format!(
+                "t0=$T\n(\nset -e\n{body})> \"$O\" 2>&1\nrc=$?\n\
+                 if [ $rc -eq 0 ]; then echo '{id} 0' >> \"$J\"; fi\nreport {id} $rc $t0\n\
+                 if [ $rc -ne 0 ]; then mark_sentinel; exit 0; fi\n",
+                body = body(other),
+            )),
+        }
+        s.push_str("fi\n");
     }
     s.push_str("mark_sentinel\n");
     s
-}
-
-/// One script running one command item: `<id> start` is journaled before it runs and `<id> <exit code>`
-/// after it ran, whatever the exit code (cloud-init semantics: a failed item still counts as run).
-pub(crate) fn command_item(plan_hash: &str, lock_wait_secs: u64, step: &Step, command: &Command) -> String {
-    let id = &step.id;
-    format!(
-        "{prelude}r=$(done_rc {id})\nif [ -n \"$r\" ]; then echo \"@@capkk already {id} $r\"; else\n\
-         F=\"$D/{plan_hash}.{id}.sh\"\n{write}echo '{id} start' >> \"$J\"\nt0=$(now_ms)\n\
-         sh \"$F\" < /dev/null > \"$O\" 2>&1 9>&-\nrc=$?\necho \"{id} $rc\" >> \"$J\"\nrm -f \"$F\"\n\
-         report {id} $rc $t0\nfi\nmark_sentinel\n",
-        prelude = prelude(plan_hash, lock_wait_secs),
-        write = decode_heredoc(command.script.as_bytes(), "> \"$F\""),
-    )
 }
 
 /// The body of a non-command step, run under `set -e` with output captured.
@@ -131,28 +145,42 @@ fn parent(path: &str) -> &str {
     }
 }
 
-/// Write (or append to) a file atomically: temp file beside it, exact bytes, owner, then mode, then rename.
+/// Write (or append to) a file atomically: a temp file beside it, exact bytes, owner, then mode, then rename.
 /// Parent directories are created 0755 like cloud-init's `ensure_dir`.
+///
+/// Few processes per file: the temp file is created by the shell with `O_EXCL` (noclobber; `mktemp` only
+/// when the name is taken) under a umask that yields the mode directly when it has no execute or special
+/// bits (otherwise `chmod`), and `chown` is skipped for `root:root` unless the directory is setgid.
 fn write_file(f: &WriteFile) -> String {
     let path = quote(&f.path);
-    let dir = parent(&f.path);
+    let dir = quote(parent(&f.path));
+    let simple_mode = f.mode & 0o7111 == 0;
+    let umask = if simple_mode { 0o777 & !f.mode } else { 0o077 };
     let mut s = format!(
-        "umask 022\nmkdir -p -- {dir}\numask 077\nt=$(mktemp {tmpl})\ntrap 'rm -f \"$t\"' EXIT\n",
-        dir = quote(dir),
-        tmpl = quote(&format!("{}/.capkk.XXXXXX", dir.trim_end_matches('/'))),
+        "d={dir}\n[ -d \"$d\" ] || {{ umask 022; mkdir -p -- \"$d\"; }}\numask {umask:04o}\nt=\"$d/.capkk.$$\"\n\
+         trap 'if [ -e \"$t\" ]; then rm -f \"$t\"; fi' EXIT\n\
+         set -C\nif true 2>/dev/null > \"$t\"; then m=; else t=$(mktemp \"$d/.capkk.XXXXXX\"); m=1; fi\nset +C\n"
     );
     if f.append {
-        s.push_str(&format!("if [ -e {path} ]; then cat -- {path} > \"$t\"; fi\n"));
+        s.push_str(&format!("if [ -e {path} ]; then cat -- {path} >> \"$t\"; fi\n"));
     }
-    s.push_str(&decode_heredoc(
-        &f.content,
-        if f.append { ">> \"$t\"" } else { "> \"$t\"" },
-    ));
-    s.push_str(&format!(
-        "chown -- {owner} \"$t\"\nchmod {mode:04o} \"$t\"\nmv -f -- \"$t\" {path}\n",
-        owner = quote(&f.owner),
-        mode = f.mode,
-    ));
+    if !f.content.is_empty() {
+        s.push_str(&decode_heredoc(&f.content, ">> \"$t\""));
+    }
+    match f.owner.as_str() {
+        "root" => {}
+        "root:root" => s.push_str("if [ -g \"$d\" ]; then chown -- root:root \"$t\"; fi\n"),
+        owner => s.push_str(&format!("chown -- {} \"$t\"\n", quote(owner))),
+    }
+    if simple_mode {
+        s.push_str(&format!(
+            "if [ -n \"$m\" ]; then chmod {:04o} \"$t\"; fi\n",
+            f.mode
+        ));
+    } else {
+        s.push_str(&format!("chmod {:04o} \"$t\"\n", f.mode));
+    }
+    s.push_str(&format!("mv -f -- \"$t\" {path}\n"));
     s
 }
 

@@ -11,12 +11,15 @@ use capkk_executor::{ExecError, ExecOutput, ExecRequest, Executor, PutRequest};
 use super::*;
 use crate::journal::RecordingProgress;
 
-/// Answers like the host scripts would: every step it finds in a script "runs" with exit code 0 unless
-/// listed in `fail`; the sentinel appears once `sentinel_after` ran.
+/// Emulates what the host scripts do with their journal and sentinel (a fake, for plan-rendering tests):
+/// every step found in a script "runs" with exit code 0 unless listed in `fail`, command items are
+/// journaled whatever their exit code, other steps only on success; the sentinel appears once
+/// `sentinel_after` ran.
 #[derive(Default)]
 struct FakeHost {
     requests: Mutex<Vec<ExecRequest>>,
-    probe_reply: String,
+    journal: Mutex<Vec<String>>,
+    sentinel: Mutex<bool>,
     fail: Vec<String>,
     sentinel_after: Option<String>,
     busy: bool,
@@ -25,10 +28,12 @@ struct FakeHost {
 
 impl FakeHost {
     fn new() -> Self {
-        Self {
-            probe_reply: "@@capkk sentinel 0\n@@capkk journal\n".into(),
-            ..Default::default()
-        }
+        Self::default()
+    }
+    fn with_state(self, journal: &str, sentinel: bool) -> Self {
+        *self.journal.lock().unwrap() = journal.lines().map(str::to_owned).collect();
+        *self.sentinel.lock().unwrap() = sentinel;
+        self
     }
     fn requests(&self) -> Vec<ExecRequest> {
         self.requests.lock().unwrap().clone()
@@ -36,40 +41,80 @@ impl FakeHost {
     fn ran(&self) -> Vec<String> {
         self.ran.lock().unwrap().clone()
     }
+    fn finished(&self, id: &str) -> Option<String> {
+        self.journal.lock().unwrap().iter().rev().find_map(|l| {
+            let (i, rc) = l.split_once(' ')?;
+            (i == id && rc != "start").then(|| rc.to_owned())
+        })
+    }
+    fn script(&self, script: &str) -> String {
+        let mut out = String::new();
+        if let Some(probe) = script.lines().find(|l| l.contains("printf '%s\\n' ")) {
+            let ids: Vec<&str> = probe
+                .split("printf '%s\\n' ")
+                .nth(1)
+                .and_then(|r| r.split(" |").next())
+                .unwrap()
+                .split(' ')
+                .collect();
+            let empty = self.journal.lock().unwrap().is_empty();
+            let all_done = ids.iter().all(|id| self.finished(id).is_some());
+            if *self.sentinel.lock().unwrap() && (empty || all_done) {
+                return "@@capkk sentinel 1\n@@capkk skipall\n".into();
+            }
+            out.push_str("@@capkk journal\n");
+            for l in self.journal.lock().unwrap().iter() {
+                out.push_str(&format!("{l}\n"));
+            }
+            out.push_str("@@capkk journal-end\n");
+        }
+        for line in script.lines() {
+            let Some(id) = line
+                .strip_prefix("case \"$JD\" in *\"$NL")
+                .and_then(|r| r.split(' ').next())
+            else {
+                continue;
+            };
+            if let Some(rc) = self.finished(id) {
+                out.push_str(&format!("@@capkk already {id} {rc}\n"));
+                continue;
+            }
+            self.ran.lock().unwrap().push(id.to_owned());
+            let is_cmd = script.contains(&format!("echo '{id} start'"));
+            let rc = if self.fail.iter().any(|f| f == id) { 2 } else { 0 };
+            let mut journal = self.journal.lock().unwrap();
+            if is_cmd {
+                journal.push(format!("{id} start"));
+                journal.push(format!("{id} {rc}"));
+            } else if rc == 0 {
+                journal.push(format!("{id} 0"));
+            }
+            drop(journal);
+            if self.sentinel_after.as_deref() == Some(id) {
+                *self.sentinel.lock().unwrap() = true;
+            }
+            let tail = base64::engine::general_purpose::STANDARD.encode(format!("output of {id}\n"));
+            out.push_str(&format!("@@capkk step {id} {rc} 7 {tail}\n"));
+            if rc != 0 && !is_cmd {
+                break;
+            }
+        }
+        out.push_str(&format!(
+            "@@capkk sentinel {}\n",
+            u8::from(*self.sentinel.lock().unwrap())
+        ));
+        out
+    }
 }
 
 #[async_trait]
 impl Executor for FakeHost {
     async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, ExecError> {
         self.requests.lock().unwrap().push(req.clone());
-        let stdout = match &req.stdin {
-            None => self.probe_reply.clone(),
-            Some(_) if self.busy => "@@capkk busy\n".into(),
-            Some(stdin) => {
-                let script = String::from_utf8_lossy(stdin);
-                let mut out = String::new();
-                for line in script.lines() {
-                    let Some(id) = line
-                        .strip_prefix("r=$(done_rc ")
-                        .and_then(|r| r.strip_suffix(')'))
-                    else {
-                        continue;
-                    };
-                    self.ran.lock().unwrap().push(id.to_owned());
-                    let rc = if self.fail.iter().any(|f| f == id) { 2 } else { 0 };
-                    let tail = base64::engine::general_purpose::STANDARD.encode(format!("output of {id}\n"));
-                    out.push_str(&format!("@@capkk step {id} {rc} 7 {tail}\n"));
-                    if rc != 0 && !script.contains(&format!("echo '{id} start'")) {
-                        break;
-                    }
-                }
-                let sentinel = self
-                    .sentinel_after
-                    .as_ref()
-                    .is_some_and(|s| self.ran().contains(s));
-                out.push_str(&format!("@@capkk sentinel {}\n", u8::from(sentinel)));
-                out
-            }
+        let stdout = if self.busy {
+            "@@capkk busy\n".to_owned()
+        } else {
+            self.script(&String::from_utf8_lossy(req.stdin.as_deref().unwrap_or_default()))
         };
         Ok(ExecOutput {
             exit_code: Some(0),
@@ -131,15 +176,19 @@ async fn worker_join_runs_in_one_probe_one_batch_and_one_exec_per_command() {
     let reqs = host.requests();
     assert_eq!(
         reqs.len(),
-        4,
-        "probe + batch of 7 non-command steps + 2 runcmd items"
+        3,
+        "probe with the batch of 7 non-command steps, then one exec per runcmd item"
     );
-    assert!(reqs.iter().all(|r| r.privileged));
-    assert!(reqs[0].stdin.is_none() && reqs[0].command.contains(SENTINEL));
-    let batch = stdin_text(&reqs[1]);
+    assert!(reqs.iter().all(|r| r.privileged && r.stdin.is_some()));
+    assert!(stdin_text(&reqs[0]).contains("@@capkk skipall"));
+    assert!(
+        !stdin_text(&reqs[1]).contains("@@capkk skipall"),
+        "the probe runs once"
+    );
+    let batch = stdin_text(&reqs[0]);
     for step in &plan.steps[..7] {
         assert!(
-            batch.contains(&format!("r=$(done_rc {})", step.id)),
+            batch.contains(&format!("r=$(done_rc {});;", step.id)),
             "{} in batch",
             step.name()
         );
@@ -152,7 +201,6 @@ async fn worker_join_runs_in_one_probe_one_batch_and_one_exec_per_command() {
         assert!(
             r.command
                 .contains(&format!("-eq {}", r.stdin.as_ref().map_or(0, Vec::len)))
-                || r.stdin.is_none()
         );
     }
     let records = progress.records();
@@ -232,10 +280,7 @@ async fn a_failed_post_kubeadm_item_still_counts_as_provisioned() {
 #[tokio::test]
 async fn sentinel_without_an_unfinished_journal_runs_nothing() {
     let plan = fixture("join-worker.yaml");
-    let host = FakeHost {
-        probe_reply: "@@capkk sentinel 1\n@@capkk journal\n".into(),
-        ..FakeHost::new()
-    };
+    let host = FakeHost::new().with_state("", true);
     let progress = RecordingProgress::default();
     let outcome = run(&host, &plan, &progress, &Redactor::default()).await.unwrap();
     assert_eq!(
@@ -246,6 +291,7 @@ async fn sentinel_without_an_unfinished_journal_runs_nothing() {
         }
     );
     assert_eq!(host.requests().len(), 1, "only the probe");
+    assert!(host.ran().is_empty());
     assert!(progress.records()[0].skipped);
 }
 
@@ -272,10 +318,10 @@ async fn a_journal_resumes_at_the_first_unfinished_step() {
     ));
     // The sentinel may even exist already: an unfinished journal still resumes.
     let host = FakeHost {
-        probe_reply: format!("@@capkk sentinel 1\n@@capkk journal\n{journal}"),
         sentinel_after: Some(cmds[2].id.clone()),
         ..FakeHost::new()
-    };
+    }
+    .with_state(&journal, true);
     let progress = RecordingProgress::default();
     let outcome = run(&host, &plan, &progress, &Redactor::default()).await.unwrap();
     assert_eq!(
@@ -318,14 +364,18 @@ async fn a_failing_file_step_stops_the_run_and_is_not_journaled_as_done() {
     let outcome = run(&host, &plan, &RecordingProgress::default(), &Redactor::default())
         .await
         .unwrap();
-    assert_eq!(host.requests().len(), 2, "no command item ran");
+    assert_eq!(
+        host.requests().len(),
+        1,
+        "the batch stopped and no command item ran"
+    );
     let first = outcome.first_failure().unwrap();
     assert_eq!(
         (first.name.as_str(), first.command.as_deref()),
         ("write_files /run/kubeadm/kubeadm-join-config.yaml", None)
     );
     // The batch script journals a step only when it exited 0.
-    let batch = stdin_text(&host.requests()[1]);
+    let batch = stdin_text(&host.requests()[0]);
     assert!(batch.contains(&format!(
         "if [ $rc -eq 0 ]; then echo '{} 0' >> \"$J\"; fi",
         file.id
@@ -336,7 +386,7 @@ async fn a_failing_file_step_stops_the_run_and_is_not_journaled_as_done() {
 async fn a_busy_host_is_a_transient_error() {
     let plan = fixture("join-worker.yaml");
     let host = FakeHost {
-        probe_reply: "@@capkk busy\n".into(),
+        busy: true,
         ..FakeHost::new()
     };
     let err = run(&host, &plan, &RecordingProgress::default(), &Redactor::default())
@@ -346,14 +396,86 @@ async fn a_busy_host_is_a_transient_error() {
         matches!(err, Error::HostBusy { .. }) && err.is_transient(),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn batch_commands_sends_a_whole_cabpk_payload_in_one_exec_with_the_same_semantics() {
+    let plan = fixture("init-control-plane.yaml");
+    let cmds: Vec<&Step> = plan
+        .steps
+        .iter()
+        .filter(|s| matches!(s.action, Action::Command(_)))
+        .collect();
+    let opts = RunOptions {
+        batch_commands: true,
+        ..RunOptions::default()
+    };
     let host = FakeHost {
-        busy: true,
+        fail: vec![cmds[0].id.clone()],
+        sentinel_after: Some(cmds[2].id.clone()),
         ..FakeHost::new()
     };
-    let err = run(&host, &plan, &RecordingProgress::default(), &Redactor::default())
+    let progress = RecordingProgress::default();
+    let outcome = run_with(&host, &plan, &progress, &Redactor::default(), &opts)
         .await
-        .unwrap_err();
-    assert!(matches!(err, Error::HostBusy { .. }), "{err}");
+        .unwrap();
+    assert_eq!(
+        host.requests().len(),
+        1,
+        "one round trip for {} steps",
+        plan.steps.len()
+    );
+    assert_eq!(
+        host.ran().len(),
+        plan.steps.len(),
+        "a failing item does not stop the batch"
+    );
+    let Outcome::Provisioned {
+        already: false,
+        failed_items,
+    } = outcome
+    else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(failed_items[0].step_id, cmds[0].id);
+    let records = progress.records();
+    assert_eq!(records.len(), plan.steps.len());
+    // A second run finds everything journaled and the sentinel present: one exec, nothing runs.
+    let again = run_with(
+        &host,
+        &plan,
+        &RecordingProgress::default(),
+        &Redactor::default(),
+        &opts,
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(again, Outcome::Provisioned { already: true, .. }),
+        "{again:?}"
+    );
+    assert_eq!(host.ran().len(), plan.steps.len());
+}
+
+#[tokio::test]
+async fn an_empty_plan_reports_the_sentinel_state() {
+    let plan = parse(b"#cloud-config\n", "", &TemplateVars::new()).unwrap();
+    let host = FakeHost::new();
+    let outcome = run(&host, &plan, &RecordingProgress::default(), &Redactor::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Failed {
+            first_failure: None,
+            failed_items: vec![]
+        }
+    );
+    let host = FakeHost::new().with_state("", true);
+    let outcome = run(&host, &plan, &RecordingProgress::default(), &Redactor::default())
+        .await
+        .unwrap();
+    assert!(matches!(outcome, Outcome::Provisioned { already: true, .. }));
 }
 
 #[tokio::test]
@@ -506,6 +628,27 @@ fn rendered_file_bodies_write_exact_bytes_modes_and_append() {
         .filter(|e| e.file_name().to_string_lossy().starts_with(".capkk"))
         .collect();
     assert!(leftovers.is_empty());
+    // root:root in a setgid directory still ends up root:root (the directory's group is not inherited).
+    if current_uid() == "0" {
+        std::fs::create_dir_all(dir.join("sgid")).unwrap();
+        let st = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "chgrp 4 {0} && chmod 2775 {0}",
+                dir.join("sgid").display()
+            ))
+            .status()
+            .unwrap();
+        assert!(st.success());
+        run_write_body(&dir, "- {path: /sgid/f, content: x, owner: 'root:root'}\n");
+        assert_eq!(std::fs::metadata(dir.join("sgid/f")).unwrap().gid(), 0);
+        run_write_body(&dir, "- {path: /sgid/g, content: x, owner: root}\n");
+        assert_eq!(
+            std::fs::metadata(dir.join("sgid/g")).unwrap().gid(),
+            4,
+            "owner without group keeps it"
+        );
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
