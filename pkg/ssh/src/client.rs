@@ -42,6 +42,7 @@ struct PoolInner {
     hasher: RandomState,
     slots: Mutex<HashMap<String, Arc<HostSlot>>>,
     connects: AtomicU64,
+    refused_sessions: AtomicU64,
 }
 
 /// Per-identity state: the live connection (if any), the observed host key, the sudo mode.
@@ -83,6 +84,8 @@ pub struct PoolStats {
     pub connects: u64,
     /// Distinct connection identities known to the pool.
     pub identities: usize,
+    /// Session channels a live server refused (and that were retried).
+    pub refused_sessions: u64,
 }
 
 /// What [`SshPool::probe`] learned.
@@ -120,6 +123,7 @@ impl SshPool {
                 hasher: RandomState::new(),
                 slots: Mutex::new(HashMap::new()),
                 connects: AtomicU64::new(0),
+                refused_sessions: AtomicU64::new(0),
             }),
         }
     }
@@ -165,7 +169,19 @@ impl SshPool {
         PoolStats {
             connects: self.inner.connects.load(Ordering::Relaxed),
             identities: self.inner.slots.lock().map(|s| s.len()).unwrap_or(0),
+            refused_sessions: self.inner.refused_sessions.load(Ordering::Relaxed),
         }
+    }
+
+    /// Forget `target`'s identity: its pooled connection closes once in-flight calls finish (e.g. when the
+    /// machine is deleted or its credentials change).
+    pub fn evict(&self, target: &HostTarget) {
+        let id = self.inner.identity(target);
+        self.inner
+            .slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
     }
 
     /// Drop every pooled connection (in-flight calls keep theirs until they finish).
@@ -282,10 +298,16 @@ impl PoolInner {
                 step: "bastion tunnel",
                 after: limit,
             })?
-            .map_err(|e| SshError::OpenTunnel {
-                host: host.clone(),
-                bastion: bastion.endpoint(),
-                message: e.to_string(),
+            .map_err(|e| {
+                // The bastion refusing (target down) is fine; anything else means its connection is unhealthy.
+                if !matches!(e, russh::Error::ChannelOpenFailure(_)) {
+                    bconn.poisoned.store(true, Ordering::Relaxed);
+                }
+                SshError::OpenTunnel {
+                    host: host.clone(),
+                    bastion: bastion.endpoint(),
+                    message: e.to_string(),
+                }
             })?;
             via = Some(bconn);
             timeout(
@@ -601,7 +623,10 @@ impl SshExecutor {
         sink: Sink<'_>,
     ) -> Result<RunResult, ExecError> {
         if !privileged || self.is_root() {
-            return self.run_raw(command, input, &[], limit, sink).await;
+            // Always POSIX sh, whatever the login shell is.
+            return self
+                .run_raw(&format!("exec sh -c {}", quote(command)), input, &[], limit, sink)
+                .await;
         }
         let mode = self.sudo_mode().await?;
         let (line, prefix) = match mode {
@@ -657,8 +682,8 @@ impl SshExecutor {
     ) -> Result<RunResult, ExecError> {
         let host = self.host();
         let mut attempt = 0;
+        let mut refusals = 0u32;
         let (conn, _permit, channel) = loop {
-            attempt += 1;
             let conn = self.pool.connection(&self.slot).await.map_err(ExecError::from)?;
             let permit =
                 conn.channels
@@ -671,8 +696,21 @@ impl SshExecutor {
                     })?;
             match conn.handle.channel_open_session().await {
                 Ok(ch) => break (conn, permit, ch),
+                // A live connection whose server refuses a session (e.g. its MaxSessions is momentarily full
+                // while a just-closed session is torn down): back off and retry on the same connection.
+                Err(russh::Error::ChannelOpenFailure(reason))
+                    if !conn.handle.is_closed() && refusals < 20 =>
+                {
+                    refusals += 1;
+                    self.pool.refused_sessions.fetch_add(1, Ordering::Relaxed);
+                    debug!(%host, conn = conn.id, ?reason, refusals, "session refused; retrying");
+                    drop(permit);
+                    tokio::time::sleep(Duration::from_millis(20 * u64::from(refusals.min(10)))).await;
+                }
+                // Anything else means the connection is gone: replace it once (nothing was sent yet).
                 Err(e) => {
                     conn.poisoned.store(true, Ordering::Relaxed);
+                    attempt += 1;
                     if attempt >= 2 {
                         return Err(SshError::OpenChannel { host, source: e }.into());
                     }

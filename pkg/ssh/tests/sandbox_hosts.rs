@@ -71,6 +71,19 @@ async fn exec_reports_exit_codes_stdout_and_stderr() {
         .unwrap();
     assert_eq!(stdin.stdout_str(), "HELLO STDIN");
     assert_eq!(ex.target(), format!("root@{}", sb.hosts()[GENERAL].address()));
+    // Commands run under POSIX sh whatever the login shell (root's is bash here).
+    let shell = ex.exec(ExecRequest::new("readlink /proc/$$/exe")).await.unwrap();
+    assert_eq!(
+        shell.stdout_str().trim(),
+        std::fs::canonicalize("/bin/sh").unwrap().to_str().unwrap()
+    );
+    assert_eq!(pool.stats().identities, 1);
+    pool.evict(&root(sb, GENERAL));
+    assert_eq!(pool.stats().identities, 0);
+    assert!(
+        ex.exec(ExecRequest::new("true")).await.unwrap().success(),
+        "an evicted executor still works"
+    );
 }
 
 #[tokio::test]
@@ -202,6 +215,7 @@ async fn fifty_concurrent_commands_share_one_connection() {
         .await
         .unwrap();
     assert_eq!(pool.stats().connects, 1, "{:?}", pool.stats());
+    eprintln!("50 concurrent commands: {:?}", pool.stats());
 }
 
 #[tokio::test]

@@ -54,6 +54,12 @@ fn hosts_are_isolated_machines_with_users_shim_and_faults() {
             .code(),
         Some(2)
     );
+    // A fresh root home: nothing of the machine's /root shows through.
+    let home = h.sh_inside("ls -A /root; stat -c %a /root").unwrap();
+    assert!(
+        !home.contains(".cargo") && !home.contains(".rustup") && home.ends_with("700\n"),
+        "{home}"
+    );
     let fp = h
         .sh_inside("ssh-keygen -lf /etc/ssh/capkk_host_ed25519_key.pub | cut -d' ' -f2")
         .unwrap();
