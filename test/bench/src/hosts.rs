@@ -232,6 +232,42 @@ impl HostSpec {
     }
 }
 
+/// The environment sshd gives root's commands on `h` (read once over OpenSSH, `SSH_*` dropped), so the local
+/// floor runs its commands with the same environment as the SSH methods.
+pub fn login_env(h: &HostSpec, key: &Path, known_hosts: &Path) -> anyhow::Result<Vec<(String, String)>> {
+    let out = Command::new("ssh")
+        .args([
+            "-F",
+            "/dev/null",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+        ])
+        .arg("-o")
+        .arg(format!("UserKnownHostsFile={}", known_hosts.display()))
+        .args(["-o", "StrictHostKeyChecking=yes", "-i"])
+        .arg(key)
+        .arg(format!("root@{}", h.address))
+        .arg("env")
+        .stdin(Stdio::null())
+        .output()
+        .context("ssh env")?;
+    if !out.status.success() {
+        bail!(
+            "{}: `ssh env` failed: {}",
+            h.name,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .filter(|(k, _)| !k.starts_with("SSH_") && *k != "_" && *k != "SHLVL" && *k != "PWD")
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect())
+}
+
 /// Spawn `cmd`, feed `stdin` from a thread (so a chatty command cannot deadlock), collect output.
 pub fn run_with_stdin(mut cmd: Command, stdin: Option<&[u8]>) -> std::io::Result<Output> {
     cmd.stdin(if stdin.is_some() {

@@ -31,7 +31,7 @@ use crate::{
     hosts::{HostSpec, write},
     measure::{PeakSampler, median},
     methods::{DriveResult, DriveSpec, Method},
-    workload::Workload,
+    workload::{Op, Workload},
 };
 
 #[derive(Parser)]
@@ -91,6 +91,19 @@ struct SshArgs {
     /// Leave the sandbox up afterwards.
     #[arg(long)]
     keep: bool,
+    /// What the other methods replay: `plan` = one op per plan step (service scripts, each file, each
+    /// command), `recorded` = exactly the execs/uploads capkk-rs sent (its batched scripts).
+    #[arg(long, value_enum, default_value = "plan")]
+    workload: Replay,
+}
+
+/// What the non-capkk methods replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Replay {
+    /// One op per plan step.
+    Plan,
+    /// capkk-rs's own execs and uploads.
+    Recorded,
 }
 
 /// Real CABPK bootstrap data captured from the local management plane (test/mgmt `make fixtures`).
@@ -228,9 +241,10 @@ fn ssh_bench(a: &SshArgs) -> anyhow::Result<()> {
             kh.push_str(&h.known_hosts_line()?);
         }
         write(&known_hosts, kh.as_bytes())?;
+        let login_env = hosts::login_env(&all[0], &key, &known_hosts)?;
         let mut records = Vec::new();
         let mut sources = Vec::new();
-        let mut labels: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        let mut labels: BTreeMap<usize, (Vec<String>, Vec<String>)> = BTreeMap::new();
         for &n in &a.hosts {
             let hosts = all[..n].to_vec();
             let names: Vec<String> = hosts.iter().map(|h| h.name.clone()).collect();
@@ -239,18 +253,60 @@ fn ssh_bench(a: &SshArgs) -> anyhow::Result<()> {
             for h in &hosts {
                 h.reset_to(&snaps[&h.name], &w)?;
             }
-            w.ops = ours::record(&hosts, &key, fixture_text.as_bytes())?;
+            let recorded = ours::record(&hosts, &key, fixture_text.as_bytes())?;
+            let round_trips = recorded.values().next().map_or(0, Vec::len);
+            let ours_labels: Vec<String> = recorded
+                .values()
+                .next()
+                .map(|o| o.iter().map(|op| op.label()).collect())
+                .unwrap_or_default();
+            w.ours_digests = recorded
+                .iter()
+                .map(|(h, o)| (h.clone(), workload::digest(o)))
+                .collect();
+            w.ops = match a.workload {
+                Replay::Recorded => recorded,
+                Replay::Plan => {
+                    let k = ours::service_op_count();
+                    let mut ops = BTreeMap::new();
+                    for (h, rec) in recorded {
+                        if rec.len() < k
+                            || !matches!(&rec[0], Op::Exec { command, .. } if command.contains("@@os-release"))
+                        {
+                            bail!(
+                                "{h}: the recording does not start with facts + bootstrap + {} steps",
+                                k - 2
+                            );
+                        }
+                        let mut o = rec[..k].to_vec();
+                        o.extend(ours::plan_ops(fixture_text.as_bytes(), &h)?);
+                        ops.insert(h, o);
+                    }
+                    ops
+                }
+            };
             w.derive_file_checks();
+            w.source = format!(
+                "{}; capkk-rs: {round_trips} execs/uploads per host; the others replay {}",
+                w.source,
+                match a.workload {
+                    Replay::Plan => "one op per plan step (service scripts, each file, each command)",
+                    Replay::Recorded => "exactly capkk-rs's execs/uploads",
+                }
+            );
             verify_all(&hosts, &w).context("after the recording pass")?;
             eprintln!("N={n}: {} steps per host ({})", w.steps(), w.source);
             sources.push((n, w.steps(), w.source.clone()));
             labels.insert(
                 n,
-                w.ops
-                    .values()
-                    .next()
-                    .map(|o| o.iter().map(|op| op.label()).collect())
-                    .unwrap_or_default(),
+                (
+                    ours_labels,
+                    w.ops
+                        .values()
+                        .next()
+                        .map(|o| o.iter().map(|op| op.label()).collect())
+                        .unwrap_or_default(),
+                ),
             );
             let ctx = Paths {
                 known_hosts: known_hosts.clone(),
@@ -259,6 +315,7 @@ fn ssh_bench(a: &SshArgs) -> anyhow::Result<()> {
                 out: out.clone(),
                 fixture: fixture.to_path_buf(),
                 snaps: snaps.clone(),
+                login_env: login_env.clone(),
             };
             records.extend(bench_n(a, n, &hosts, &w, &ctx)?);
         }
@@ -300,6 +357,7 @@ struct Paths {
     out: PathBuf,
     fixture: PathBuf,
     snaps: BTreeMap<String, hosts::Snapshot>,
+    login_env: Vec<(String, String)>,
 }
 
 fn bench_n(
@@ -322,13 +380,14 @@ fn bench_n(
         workload: workload_path,
         ansible_playbook: p.ansible.clone(),
         fixture: p.fixture.clone(),
+        login_env: p.login_env.clone(),
     };
     if a.methods.contains(&Method::Ansible) {
         let dir = methods::prepare_ansible(&base, w)?;
         // Keep a copy of the generated playbook next to the results for inspection.
         let _ = std::fs::copy(dir.join("playbook.yml"), p.out.join(format!("playbook-n{n}.yml")));
     }
-    let expected = w.digests();
+    let expected = w.ours_digests.clone();
     let mut records = Vec::new();
     let total = a.warmup + a.runs;
     for r in 0..total {
@@ -469,7 +528,7 @@ fn render(
     a: &SshArgs,
     records: &[RunRecord],
     sources: &[(usize, usize, String)],
-    labels: &BTreeMap<usize, Vec<String>>,
+    labels: &BTreeMap<usize, (Vec<String>, Vec<String>)>,
     load_start: &str,
     load_end: &str,
     took: Duration,
@@ -533,15 +592,16 @@ fn render(
             )
         })
     };
-    if let Some(l) = labels.get(&key_n) {
-        let shown: Vec<Method> = [Method::Ours, Method::Openssh, Method::Local]
-            .into_iter()
+    let table = |s: &mut String, title: &str, methods: &[Method], l: &[String]| {
+        let shown: Vec<Method> = methods
+            .iter()
+            .copied()
             .filter(|m| groups.contains_key(&(key_n, *m)))
             .collect();
-        let _ = writeln!(
-            s,
-            "Per-step wall time at N={key_n} (s; mean over hosts, median over runs):"
-        );
+        if shown.is_empty() {
+            return;
+        }
+        let _ = writeln!(s, "{title} at N={key_n} (s; mean over hosts, median over runs):");
         let _ = writeln!(s);
         let head: Vec<&str> = shown.iter().map(|m| m.display()).collect();
         let _ = writeln!(s, "| step | {} |", head.join(" | "));
@@ -549,7 +609,11 @@ fn render(
         for (i, label) in l.iter().enumerate() {
             let cells: Vec<String> = shown
                 .iter()
-                .map(|m| step_med(*m, i).map_or("-".into(), |v| format!("{v:.3}")))
+                .map(|m| {
+                    step_med(*m, i)
+                        .filter(|v| v.is_finite())
+                        .map_or("-".into(), |v| format!("{v:.3}"))
+                })
                 .collect();
             let _ = writeln!(
                 s,
@@ -560,6 +624,15 @@ fn render(
             );
         }
         let _ = writeln!(s);
+    };
+    if let Some((ours_l, replay_l)) = labels.get(&key_n) {
+        table(&mut s, "capkk-rs, per exec/upload", &[Method::Ours], ours_l);
+        table(
+            &mut s,
+            "OpenSSH and local floor, per step",
+            &[Method::Openssh, Method::Local],
+            replay_l,
+        );
     }
     if let (Some(o), Some(l)) = (wall(key_n, Method::Ours), wall(key_n, Method::Local)) {
         let _ = writeln!(s, "capkk-rs/local N={key_n}: {:.2}", o / l);

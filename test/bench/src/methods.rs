@@ -64,6 +64,8 @@ pub struct DriveSpec {
     pub ansible_playbook: PathBuf,
     /// Bootstrap data (cloud-config) capkk-rs provisions.
     pub fixture: PathBuf,
+    /// The environment sshd gives root's commands (the local floor runs with exactly this).
+    pub login_env: Vec<(String, String)>,
 }
 
 /// What one driver run measured.
@@ -230,9 +232,11 @@ fn openssh_step(spec: &DriveSpec, h: &HostSpec, op: &Op) -> Command {
     c
 }
 
-fn local_step(_spec: &DriveSpec, h: &HostSpec, op: &Op) -> Command {
+fn local_step(spec: &DriveSpec, h: &HostSpec, op: &Op) -> Command {
     let (cmd, _) = op.shell();
-    h.command(&h.shell, &cmd)
+    let mut c = h.command(&h.shell, &cmd);
+    c.env_clear().envs(spec.login_env.iter().map(|(k, v)| (k, v)));
+    c
 }
 
 fn run_ansible(spec: &DriveSpec) -> anyhow::Result<BTreeMap<String, String>> {

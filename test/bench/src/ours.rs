@@ -77,12 +77,7 @@ pub async fn provision_host(
         .await
         .with_context(|| format!("{}: bootstrap", exec.target()))?;
     replay(exec, &plan::service_steps(hostname)).await?;
-    let vars = capkk_cloudinit::TemplateVars::new()
-        .local_hostname(hostname)
-        .instance_id(hostname)
-        .provider_id(format!("kk://bench/{hostname}"));
-    let parsed = capkk_cloudinit::parse(bootstrap_data, capkk_cloudinit::FORMAT_CLOUD_CONFIG, &vars)
-        .context("parsing the bootstrap data")?;
+    let parsed = parse(bootstrap_data, hostname)?;
     let outcome = provisioning::run(exec, &parsed, &NoProgress, &redactor)
         .await
         .with_context(|| format!("{}: provisioning", exec.target()))?;
@@ -103,6 +98,47 @@ pub async fn provision_host(
             bail!("{}: provisioning failed at {:?}", exec.target(), first_failure)
         }
     }
+}
+
+/// Ops of capkk-service's own steps before provisioning: facts (1 exec), bootstrap (1 exec), the stand-ins.
+pub fn service_op_count() -> usize {
+    2 + plan::service_steps("h").len()
+}
+
+/// The bootstrap data parsed for `hostname`, exactly as [`provision_host`] parses it.
+pub fn parse(bootstrap_data: &[u8], hostname: &str) -> anyhow::Result<capkk_cloudinit::Plan> {
+    let vars = capkk_cloudinit::TemplateVars::new()
+        .local_hostname(hostname)
+        .instance_id(hostname)
+        .provider_id(format!("kk://bench/{hostname}"));
+    capkk_cloudinit::parse(bootstrap_data, capkk_cloudinit::FORMAT_CLOUD_CONFIG, &vars)
+        .context("parsing the bootstrap data")
+}
+
+/// The provisioning plan as one op per plan step: a file upload per `write_files` entry (decoded content,
+/// mode, owner), a command per `runcmd`/`bootcmd` item. This is the plan the other methods run step by step.
+pub fn plan_ops(bootstrap_data: &[u8], hostname: &str) -> anyhow::Result<Vec<Op>> {
+    let plan = parse(bootstrap_data, hostname)?;
+    let mut ops = Vec::new();
+    for step in &plan.steps {
+        match &step.action {
+            capkk_cloudinit::Action::WriteFile(f) if !f.append => ops.push(Op::Put {
+                path: f.path.clone(),
+                content: f.content.clone(),
+                mode: f.mode,
+                owner: Some(f.owner.clone()),
+            }),
+            capkk_cloudinit::Action::Command(c) => ops.push(Op::Exec {
+                command: c.script.clone(),
+                stdin: None,
+            }),
+            _ => bail!(
+                "plan step {} has no single-command form in the bench (append, users, disks, mounts, ntp)",
+                step.name()
+            ),
+        }
+    }
+    Ok(ops)
 }
 
 /// A pinned, key-authenticated root target.

@@ -147,17 +147,14 @@ pub struct Workload {
     pub expect: BTreeMap<String, Expect>,
     /// Paths removed on every host before each run.
     pub reset_paths: Vec<String>,
+    /// Digest per host of what capkk-rs sent in the recording pass (every capkk-rs run must match it).
+    pub ours_digests: BTreeMap<String, String>,
 }
 
 impl Workload {
     /// Number of ops on the first host (all hosts have the same count).
     pub fn steps(&self) -> usize {
         self.ops.values().next().map_or(0, Vec::len)
-    }
-
-    /// Digest per host.
-    pub fn digests(&self) -> BTreeMap<String, String> {
-        self.ops.iter().map(|(h, ops)| (h.clone(), digest(ops))).collect()
     }
 
     /// Fill `expect.files` from the final state of every `Put` (last write wins) and add the reset paths.
