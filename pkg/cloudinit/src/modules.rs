@@ -564,7 +564,12 @@ pub(crate) fn mounts(v: &Value, defaults: &[Option<String>; 6]) -> Result<Vec<Ac
         let mut spec = f[0]
             .clone()
             .ok_or_else(|| Error::invalid(format!("{path}[0]"), "device is required"))?;
-        if !(spec.starts_with('/') || spec.contains('=') || spec.contains(':')) {
+        // Pseudo file systems (`tmpfs`, `none`, ...) are not devices; other bare names are (`sdb1` -> /dev/sdb1).
+        let pseudo = matches!(
+            spec.as_str(),
+            "tmpfs" | "none" | "proc" | "sysfs" | "overlay" | "ramfs"
+        );
+        if !(pseudo || spec.starts_with('/') || spec.contains('=') || spec.contains(':')) {
             if spec.starts_with("ephemeral") || spec == "swap" {
                 return Err(Error::invalid(
                     format!("{path}[0]"),

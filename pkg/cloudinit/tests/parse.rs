@@ -564,6 +564,19 @@ fn disk_and_fs_setup_are_conservative_by_default() {
         panic!()
     };
     assert!(m.is_swap());
+    let plan = parse(
+        b"#cloud-config\nmounts:\n- [tmpfs, /mnt/t, tmpfs, size=1m]\n",
+        "",
+        &vars(),
+    )
+    .unwrap();
+    let Action::Mount(m) = &plan.steps[0].action else {
+        panic!("a mount")
+    };
+    assert_eq!(
+        (m.spec.as_str(), m.fstype.as_str(), m.options.as_str()),
+        ("tmpfs", "tmpfs", "size=1m")
+    );
     for (bad, field) in [
         (
             "disk_setup:\n  ephemeral0: {layout: true}\n",
@@ -611,7 +624,9 @@ fn every_cabpk_fixture_has_cabpks_invariants() {
     ];
     let mut checked = Vec::new();
     for dir in &dirs {
-        let Ok(entries) = std::fs::read_dir(dir) else { continue };
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
         for entry in entries.flatten() {
             let path = entry.path();
             if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
@@ -621,13 +636,19 @@ fn every_cabpk_fixture_has_cabpks_invariants() {
             let plan = parse(&std::fs::read(&path).unwrap(), "cloud-config", &vars())
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             let f = files(&plan);
-            assert!(f.iter().any(|f| f.path == "/run/cluster-api/placeholder"), "{name}: placeholder");
+            assert!(
+                f.iter().any(|f| f.path == "/run/cluster-api/placeholder"),
+                "{name}: placeholder"
+            );
             let kubeadm = f
                 .iter()
                 .find(|f| f.path.starts_with("/run/kubeadm/kubeadm"))
                 .unwrap_or_else(|| panic!("{name}: kubeadm config"));
             assert_eq!(kubeadm.mode, 0o640, "{name}");
-            assert!(!String::from_utf8_lossy(&kubeadm.content).contains("{{"), "{name}: jinja rendered");
+            assert!(
+                !String::from_utf8_lossy(&kubeadm.content).contains("{{"),
+                "{name}: jinja rendered"
+            );
             let cmds = commands(&plan, Module::RunCmd);
             assert!(
                 cmds.iter().any(|c| c.starts_with("kubeadm ")
@@ -635,7 +656,11 @@ fn every_cabpk_fixture_has_cabpks_invariants() {
                 "{name}: kubeadm command chained to the sentinel"
             );
             if name.contains("control-plane") {
-                assert!(f.iter().any(|f| f.path == "/etc/kubernetes/pki/ca.key" && f.mode == 0o600), "{name}");
+                assert!(
+                    f.iter()
+                        .any(|f| f.path == "/etc/kubernetes/pki/ca.key" && f.mode == 0o600),
+                    "{name}"
+                );
             }
             checked.push(name);
         }

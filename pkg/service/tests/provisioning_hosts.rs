@@ -28,13 +28,14 @@ const CRASHED: usize = 3;
 const SUDO: usize = 4;
 const CABPK: usize = 5;
 const DROPPED_BATCH: usize = 6;
+const USERS_NTP: usize = 7;
 
 fn sandbox() -> Option<&'static Sandbox> {
     static SB: OnceLock<Sandbox> = OnceLock::new();
     if skip_unless_supported() {
         return None;
     }
-    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("prov-tests", 7)).expect("sandbox up")))
+    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("prov-tests", 8)).expect("sandbox up")))
 }
 
 fn target(sb: &Sandbox, idx: usize, user: &str) -> HostTarget {
@@ -520,5 +521,131 @@ async fn a_cabpk_control_plane_payload_lands_byte_for_byte_and_names_the_kubeadm
         "CABPK init payload: {} steps in {took:?} (5 execs, the first with the SSH handshake); \
          re-run {probe:?} (1 exec); batch_commands {one_exec:?} (1 exec)",
         p.steps.len()
+    );
+}
+
+#[tokio::test]
+async fn users_and_ntp_modules_configure_the_host() {
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[USERS_NTP];
+    // The systemctl shim would start the real timesyncd; give it a harmless unit instead.
+    inside(
+        host,
+        "mkdir -p /etc/systemd/system && printf '[Service]\\nExecStart=/bin/sleep 600\\n' > \
+         /etc/systemd/system/systemd-timesyncd.service; rm -f /var/log/capkk-systemctl.log",
+    );
+    let ntp_server = host
+        .address()
+        .rsplit_once('.')
+        .map(|(net, _)| format!("{net}.1"))
+        .unwrap();
+    let key1 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOpsOpsOpsOpsOpsOpsOpsOpsOpsOpsOpsOpsOpsOps ops@one";
+    let key2 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAITwoTwoTwoTwoTwoTwoTwoTwoTwoTwoTwoTwoTwoTw ops@two";
+    let p = plan(&format!(
+        "users:\n- name: ops\n  gecos: Ops Team\n  groups: [adm, capkk-ops]\n  shell: /bin/bash\n  \
+         hashed_passwd: $6$saltsalt$hashhashhash\n  sudo: ALL=(ALL) NOPASSWD:ALL\n  ssh_authorized_keys: [{key1}]\n\
+         ntp:\n  servers: [{ntp_server}]\n"
+    ));
+    let pool = pool();
+    let exec = pool.executor(&target(sb, USERS_NTP, "root"));
+    let outcome = provisioning::run(
+        exec.as_ref(),
+        &p,
+        &RecordingProgress::default(),
+        &Redactor::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::Failed {
+            first_failure: None,
+            failed_items: vec![]
+        },
+        "no sentinel in this plan"
+    );
+    let groups = inside(host, "id -nG ops");
+    assert!(
+        groups.split_whitespace().any(|g| g == "adm") && groups.contains("capkk-ops"),
+        "{groups}"
+    );
+    assert_eq!(
+        inside(host, "getent passwd ops | cut -d: -f5,6,7").trim(),
+        "Ops Team:/home/ops:/bin/bash"
+    );
+    assert_eq!(
+        inside(host, "getent shadow ops | cut -d: -f2").trim(),
+        "!$6$saltsalt$hashhashhash",
+        "locked"
+    );
+    assert_eq!(
+        inside(host, "cat /etc/sudoers.d/90-capkk-ops"),
+        "ops ALL=(ALL) NOPASSWD:ALL\n"
+    );
+    let stat = |path: &str| {
+        inside(host, &format!("stat -c '%a %U:%G' {path}"))
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(stat("/etc/sudoers.d/90-capkk-ops"), "440 root:root");
+    assert_eq!(
+        inside(host, "cat /home/ops/.ssh/authorized_keys"),
+        format!("{key1}\n")
+    );
+    assert_eq!(stat("/home/ops/.ssh"), "700 ops:ops");
+    assert_eq!(stat("/home/ops/.ssh/authorized_keys"), "600 ops:ops");
+    assert!(
+        inside(host, "cat /etc/systemd/timesyncd.conf.d/capkk.conf").contains(&format!("NTP={ntp_server}\n"))
+    );
+    assert!(
+        host.systemctl_calls()
+            .unwrap()
+            .iter()
+            .any(|c| c == "restart systemd-timesyncd")
+    );
+
+    // Another plan for the same user: it exists, so it is updated (new key added once, old key kept).
+    let p2 = plan(&format!(
+        "users:\n- name: ops\n  groups: [adm]\n  ssh_authorized_keys: [{key1}, {key2}]\n"
+    ));
+    let outcome = provisioning::run(
+        exec.as_ref(),
+        &p2,
+        &RecordingProgress::default(),
+        &Redactor::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome.first_failure(), None);
+    assert_eq!(
+        inside(host, "cat /home/ops/.ssh/authorized_keys"),
+        format!("{key1}\n{key2}\n")
+    );
+
+    // mounts: an fstab entry, the mount point created and mounted; a second plan adds no duplicate.
+    let p3 = plan("mounts:\n- [tmpfs, /mnt/capkk-data, tmpfs, size=1m]\n");
+    let p4 = plan("mounts:\n- [tmpfs, /mnt/capkk-data, tmpfs, size=1m]\nruncmd: [touch /mnt/capkk-data/x]\n");
+    for p in [&p3, &p4] {
+        let outcome = provisioning::run(
+            exec.as_ref(),
+            p,
+            &RecordingProgress::default(),
+            &Redactor::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(outcome.first_failure(), None, "{outcome:?}");
+    }
+    assert_eq!(
+        inside(
+            host,
+            "grep -c '^tmpfs\t/mnt/capkk-data\ttmpfs\tsize=1m,comment=capkk\t0\t2$' /etc/fstab"
+        )
+        .trim(),
+        "1"
+    );
+    assert_eq!(
+        inside(host, "mountpoint -q /mnt/capkk-data && ls /mnt/capkk-data"),
+        "x\n"
     );
 }

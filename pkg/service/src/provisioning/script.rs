@@ -17,7 +17,7 @@ const DELIM: &str = "CAPKK_DATA";
 fn decode_heredoc(data: &[u8], redirect: &str) -> String {
     use base64::Engine as _;
     let b64 = base64::engine::general_purpose::STANDARD.encode(data);
-    let mut s = format!("base64 -d {redirect} <<'{DELIM}'\n");
+    let mut s = format!("base64 -d <<'{DELIM}' {redirect}\n");
     for chunk in b64.as_bytes().chunks(76) {
         s.push_str(std::str::from_utf8(chunk).unwrap_or_default());
         s.push('\n');
@@ -279,9 +279,12 @@ fn user(u: &User) -> String {
             "h=$(getent passwd {name} | cut -d: -f6)\n[ -n \"$h\" ]\ng=$(id -gn -- {name})\n\
              mkdir -p -- \"$h/.ssh\"\nchmod 700 \"$h/.ssh\"\nchown -- {name}:\"$g\" \"$h/.ssh\"\n\
              ak=\"$h/.ssh/authorized_keys\"\ntouch \"$ak\"\n\
-             {read}while IFS= read -r k; do [ -z \"$k\" ] || grep -qxF -- \"$k\" \"$ak\" || printf '%s\\n' \"$k\" >> \"$ak\"; done\n\
-             chmod 600 \"$ak\"\nchown -- {name}:\"$g\" \"$ak\"\n",
-            read = decode_heredoc(keys.as_bytes(), "|"),
+             {read}chmod 600 \"$ak\"\nchown -- {name}:\"$g\" \"$ak\"\n",
+            read = decode_heredoc(
+                keys.as_bytes(),
+                "| while IFS= read -r k; do [ -z \"$k\" ] || grep -qxF -- \"$k\" \"$ak\" || \
+                 printf '%s\\n' \"$k\" >> \"$ak\"; done"
+            ),
         ));
     }
     s
