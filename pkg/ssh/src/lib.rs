@@ -10,6 +10,26 @@
 //! - Host keys are pinned by SHA-256 fingerprint (`SHA256:...` as `ssh-keygen -lf` prints) or trusted on first
 //!   use; a mismatch fails with [`capkk_executor::ExecError::HostKeyMismatch`] before credentials are sent.
 //! - Secrets ([`Secret`]) are zeroized on drop and redacted in Debug/Display; nothing secret is traced.
+//!   (russh itself copies a login password into a plain `String` for the duration of the auth request.)
+//!
+//! ```no_run
+//! use std::{sync::Arc, time::Duration};
+//! use capkk_executor::{ExecRequest, Executor, PutRequest};
+//! use capkk_ssh::{Auth, HostKeyPolicy, HostTarget, SshPool};
+//!
+//! # async fn demo(key_pem: String) -> Result<(), capkk_executor::ExecError> {
+//! let pool = SshPool::default(); // one per controller, in its Context
+//! let bastion = HostTarget::new("198.18.7.254", "root", Auth::key_bytes(key_pem.as_str()));
+//! let target = HostTarget::new("198.19.7.11", "ubuntu", Auth::key_bytes(key_pem.as_str()))
+//!     .host_key(HostKeyPolicy::pinned("SHA256:Xs0m0Bq1Q0m3b1u9eJ2zFh3TBKQ9QYhBv8V2m3ZKc0s"))
+//!     .sudo_password("from-a-secret")
+//!     .via(bastion);
+//! let host: Arc<dyn Executor> = pool.executor(&target);
+//! let out = host.exec(ExecRequest::new("uname -r").timeout(Duration::from_secs(30))).await?;
+//! assert!(out.success());
+//! host.put(PutRequest::bytes("/etc/kubernetes/kubeadm.yaml", "...", 0o600)).await?; // sudo, atomic
+//! # Ok(()) }
+//! ```
 
 mod client;
 mod config;
