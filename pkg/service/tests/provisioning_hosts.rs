@@ -11,7 +11,7 @@ use std::{
 };
 
 use capkk_cloudinit::{Encoding, Plan, TemplateVars, parse};
-use capkk_sandbox::{Host, NOPASSWD_USER, Sandbox, SandboxConfig, skip_unless_supported};
+use capkk_sandbox::{Host, NOPASSWD_USER, PASSWD_USER, Sandbox, SandboxConfig, skip_unless_supported};
 use capkk_service::{
     Error,
     journal::{RecordingProgress, Redactor},
@@ -407,6 +407,27 @@ async fn a_non_root_login_provisions_through_sudo() {
         inside(host, "stat -c '%a %U' /etc/kubernetes/pki/ca.key").trim(),
         "600 root"
     );
+
+    // A login whose sudo needs a password (sent on stdin by the SSH layer, before the script).
+    // (The sentinel from the first plan would make any plan a no-op: remove it, as a reset does.)
+    inside(host, "rm -f /run/cluster-api/bootstrap-success.complete");
+    let pw = sb.credentials().password.clone();
+    let exec = pool.executor(&target(sb, SUDO, PASSWD_USER).sudo_password(pw.as_str()));
+    let p2 = plan(
+        "write_files:\n- {path: /etc/capkk-test/pw, content: \"via sudo -S\\n\", permissions: '0640'}\n\
+         runcmd:\n- id -u >> /root/counter\n",
+    );
+    let outcome = provisioning::run(
+        exec.as_ref(),
+        &p2,
+        &RecordingProgress::default(),
+        &Redactor::new([pw.clone()]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome.first_failure(), None, "{outcome:?}");
+    assert_eq!(counter(host), ["0", "0"]);
+    assert_eq!(inside(host, "cat /etc/capkk-test/pw"), "via sudo -S\n");
 }
 
 #[tokio::test]
