@@ -49,6 +49,12 @@
 //! Scripts avoid forks where the shell can do the work (journal lookups, temp files created with
 //! `O_EXCL` under the right umask, `chown`/`chmod` only when needed).
 //!
+//! # Host requirements
+//! POSIX `sh`, `base64`, `awk`, `sed`, `mktemp`, `date` (coreutils/busybox); `flock` (util-linux) for the
+//! per-plan lock (without it a resumed run does not wait for a step left running by an earlier connection).
+//! Modules need their tools: `useradd`/`usermod`/`groupadd`/`chpasswd` (`visudo` when present), chrony or
+//! systemd-timesyncd, `blkid`/`sfdisk`/`sgdisk`/`wipefs`/`mkfs.*`, `mount`/`mountpoint`/`swapon`.
+//!
 //! # Host paths
 //! [`STATE_DIR`] (journal `<plan-hash>.journal`, lock `<plan-hash>.lock`, transient scripts and output) and
 //! [`SENTINEL`]. A host reset must remove both.
