@@ -381,10 +381,12 @@ workers() {
   check "3 workload Nodes" test "$(wl get nodes -o name | grep -c .)" = 3
   wait_for "every workload Node carries its providerID" 120 nodes_have_provider_ids
   wait_for "workers lost node.cluster.x-k8s.io/uninitialized" 120 no_uninitialized_taint
-  clusterctl describe cluster "$CLUSTER" -n "$NS" --show-conditions all >"$WORK/describe.txt" 2>&1 || true
+  clusterctl describe cluster "$CLUSTER" -n "$NS" --show-conditions all --echo >"$WORK/describe.txt" 2>&1 || true
   sed 's/^/    /' "$WORK/describe.txt"
   check "clusterctl describe cluster shows the KKCluster's conditions (HostsReachable, EndpointReady)" \
     bash -c 'grep -q "KKCluster" "$1" && grep -q "HostsReachable .*True" "$1" && grep -q "EndpointReady .*True" "$1"' _ "$WORK/describe.txt"
+  check "clusterctl describe cluster shows the KKMachines' conditions (HostClaimed, InstanceReady)" \
+    bash -c 'grep -q "KKMachine" "$1" && grep -q "HostClaimed .*True" "$1" && grep -q "InstanceReady .*True" "$1"' _ "$WORK/describe.txt"
 }
 
 nodes_have_provider_ids() {
@@ -450,6 +452,10 @@ delete_cluster() {
   local kinds=machines,machinesets,machinedeployments,kubeadmcontrolplanes,kubeadmconfigs,kkclusters,kkmachines,kkinstances
   wait_for "every Machine, KCP, KubeadmConfig, KKCluster, KKMachine, KKInstance is gone" 300 \
     bash -c "[ -z \"\$(kubectl get -n '$NS' $kinds -o name 2>/dev/null)\" ]"
+  wait_for "every object of the rendered YAML is gone (templates garbage-collected)" 120 \
+    bash -c "[ -z \"\$(kubectl get -f '$WORK/cluster.yaml' -o name 2>/dev/null)\" ]"
+  wait_for "the cluster's Secrets (CA, kubeconfig, bootstrap data) are garbage-collected" 120 \
+    bash -c "[ -z \"\$(kubectl get secrets -n '$NS' -l 'cluster.x-k8s.io/cluster-name=$CLUSTER' -o name 2>/dev/null)\" ]"
   local stuck
   stuck=$(kubectl get -n "$NS" "$kinds" -o jsonpath='{range .items[*]}{.kind}/{.metadata.name} {.metadata.finalizers}{"\n"}{end}' 2>/dev/null || true)
   check "no object stuck on a finalizer${stuck:+: $stuck}" test -z "$stuck"
