@@ -48,6 +48,16 @@ pub enum Error {
         /// Why.
         message: String,
     },
+    /// Deletion cleanup is not finished yet (the finalizer must stay): not a failure, the reconcile is
+    /// retried after `retry`. kube-runtime's finalizer helper removes the finalizer whenever cleanup returns
+    /// `Ok`, so unfinished cleanup is reported through this variant.
+    #[error("cleanup in progress: {what}")]
+    CleanupPending {
+        /// What is awaited.
+        what: String,
+        /// Retry after.
+        retry: std::time::Duration,
+    },
     /// (De)serializing an object failed.
     #[error("serializing {what}: {source}")]
     Serialize {
@@ -84,6 +94,14 @@ impl Error {
         }
     }
 
+    /// Unfinished deletion cleanup: keep the finalizer and retry after `retry`.
+    pub fn pending(what: impl Into<String>, retry: std::time::Duration) -> Error {
+        Error::CleanupPending {
+            what: what.into(),
+            retry,
+        }
+    }
+
     /// A short machine-readable label for metrics.
     pub fn metric_label(&self) -> &'static str {
         match self {
@@ -94,6 +112,7 @@ impl Error {
             Error::Exec { .. } => "exec",
             Error::WorkloadCluster { .. } => "workload",
             Error::Serialize { .. } => "serialize",
+            Error::CleanupPending { .. } => "cleanup_pending",
         }
     }
 }

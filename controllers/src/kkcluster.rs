@@ -38,6 +38,10 @@ pub async fn reconcile(obj: Arc<KKCluster>, ctx: Arc<Context>) -> Result<Action>
 
 /// Requeue with backoff on errors.
 pub fn error_policy(obj: Arc<KKCluster>, err: &Error, ctx: Arc<Context>) -> Action {
+    if let Error::CleanupPending { what, retry } = err {
+        debug!(object = %obj.name_any(), %what, "deletion waits");
+        return Action::requeue(*retry);
+    }
     ctx.metrics.failed(KIND, err.metric_label());
     let uid = obj.uid().unwrap_or_default();
     let delay = if err.is_conflict() {
@@ -516,7 +520,10 @@ async fn cleanup(kkc: Arc<KKCluster>, ctx: &Context) -> Result<Action> {
         kkc.metadata.generation,
     );
     write_status(&api, &kkc, status, ctx).await?;
-    Ok(Action::requeue(Duration::from_secs(5)))
+    Err(Error::pending(
+        "KKMachines/KKInstances of this KKCluster",
+        Duration::from_secs(5),
+    ))
 }
 
 #[cfg(test)]

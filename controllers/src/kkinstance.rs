@@ -69,6 +69,10 @@ pub async fn reconcile(obj: Arc<KKInstance>, ctx: Arc<Context>) -> Result<Action
 
 /// Requeue with backoff on errors.
 pub fn error_policy(obj: Arc<KKInstance>, err: &Error, ctx: Arc<Context>) -> Action {
+    if let Error::CleanupPending { what, retry } = err {
+        debug!(object = %obj.name_any(), %what, "deletion waits");
+        return Action::requeue(*retry);
+    }
     ctx.metrics.failed(KIND, err.metric_label());
     let delay = if err.is_conflict() {
         Duration::from_millis(500)
@@ -496,12 +500,12 @@ async fn cleanup(inst: Arc<KKInstance>, ctx: &Arc<Context>) -> Result<Action> {
         return Ok(Action::await_change());
     }
     match ctx.tasks.running(&uid) {
-        Some(TaskKind::Reset) => return Ok(Action::requeue(Duration::from_secs(10))),
+        Some(TaskKind::Reset) => return Err(Error::pending("host reset", Duration::from_secs(5))),
         Some(TaskKind::Provision) => ctx.tasks.abort(&uid),
         None => {}
     }
     spawn_reset(&inst, ctx, false).await?;
-    Ok(Action::requeue(Duration::from_secs(10)))
+    Err(Error::pending("host reset", Duration::from_secs(5)))
 }
 
 /// Collects step records from the services and keeps the current step for progress messages.

@@ -51,6 +51,10 @@ pub async fn reconcile(obj: Arc<KKMachine>, ctx: Arc<Context>) -> Result<Action>
 
 /// Requeue with backoff on errors.
 pub fn error_policy(obj: Arc<KKMachine>, err: &Error, ctx: Arc<Context>) -> Action {
+    if let Error::CleanupPending { what, retry } = err {
+        debug!(object = %obj.name_any(), %what, "deletion waits");
+        return Action::requeue(*retry);
+    }
     ctx.metrics.failed(KIND, err.metric_label());
     let delay = if err.is_conflict() {
         Duration::from_millis(500)
@@ -695,7 +699,10 @@ async fn cleanup(km: Arc<KKMachine>, ctx: &Context) -> Result<Action> {
     status.phase = Some("Deleting".into());
     status.step = step;
     write_status(&api, &km, status, ctx).await?;
-    Ok(Action::requeue(Duration::from_secs(5)))
+    Err(Error::pending(
+        format!("hosts {names:?} to be reset and freed"),
+        Duration::from_secs(5),
+    ))
 }
 
 /// Patch `spec.providerID` of the workload Node of `inst` (matched by name, then by address) through the

@@ -242,7 +242,7 @@ pub fn machine_pair(
         "metadata": {"name": name, "namespace": ns, "labels": labels},
         "spec": {
             "clusterName": cluster,
-            "version": "v1.34.4",
+            "version": sandbox::K8S,
             "bootstrap": bootstrap,
             "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KKMachine", "name": name}
         }
@@ -370,13 +370,16 @@ impl Manager {
     pub fn start(kubeconfig: &Path, dir: &Path, name: &str, args: &[&str]) -> anyhow::Result<Manager> {
         let log = dir.join(format!("{name}.log"));
         let f = std::fs::OpenOptions::new().create(true).append(true).open(&log)?;
+        let mut defaults = Vec::new();
+        for flag in ["--metrics-bind-address", "--health-probe-bind-address"] {
+            if !args.iter().any(|a| a.starts_with(flag)) {
+                defaults.push(format!("{flag}=127.0.0.1:0"));
+            }
+        }
         let child = Command::new(env!("CARGO_BIN_EXE_manager"))
             .arg("--kubeconfig")
             .arg(kubeconfig)
-            .args([
-                "--metrics-bind-address=127.0.0.1:0",
-                "--health-probe-bind-address=127.0.0.1:0",
-            ])
+            .args(&defaults)
             .args(args)
             .env("RUST_LOG", "info,capkk_controllers=debug,kube=warn")
             .env_remove("KUBECONFIG")
@@ -463,6 +466,22 @@ pub async fn assert_no_canary(
         }
     }
     Ok(())
+}
+
+/// A free loopback port (bound, then released).
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// GET `http://127.0.0.1:<port><path>` and return the raw response.
+pub fn http_get(port: u16, path: &str) -> anyhow::Result<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes())?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
 }
 
 /// Name of an object.

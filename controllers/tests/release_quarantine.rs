@@ -1,0 +1,230 @@
+//! Deleting a Machine resets its host and frees it; a host that is unreachable when its Machine is deleted
+//! ends quarantined (not claimable) while the Machine goes away. Sandbox SSH hosts, the real CAPI
+//! controllers, the manager as a separate process bound to the config/rbac ClusterRole. Also checks the
+//! manager's /metrics and /readyz endpoints.
+
+mod common;
+
+use std::time::Duration;
+
+use anyhow::ensure;
+use capkk_sandbox::{Sandbox, SandboxConfig, skip_unless_supported};
+use common::{sandbox::*, *};
+use serde_json::json;
+
+const BOOTSTRAP_CANARY: &str = "canary-bootstrap-del-5e0c";
+
+fn bootstrap_data() -> String {
+    format!(
+        "#cloud-config\nwrite_files:\n- path: /etc/kubernetes/capkk-test-marker\n  content: \"{BOOTSTRAP_CANARY}\"\n  permissions: '0600'\nruncmd:\n- mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn delete_resets_and_frees_unreachable_is_quarantined() -> anyhow::Result<()> {
+    if skip_unless_supported() {
+        return Ok(());
+    }
+    let sb = Sandbox::shared(&SandboxConfig::new("ctl-del", 2))?;
+    for h in sb.hosts() {
+        h.link_up()?;
+        install_fakes(&h)?;
+    }
+    let client = client().await?;
+    let ns = namespace(&client, "del").await?;
+    let dir = test_dir("del")?;
+    eprintln!("manager logs in {}", dir.display());
+    let mirror = Mirror::start(&sb)?;
+    let component = publish_standins(&mirror, &dir, "amd64")?;
+    let key = std::fs::read_to_string(&sb.credentials().ed25519_key)?;
+    secret(&client, &ns, "ssh-auth", &[("privateKey", &key)]).await?;
+    secret(
+        &client,
+        &ns,
+        "bootstrap-data",
+        &[("value", &bootstrap_data()), ("format", "cloud-config")],
+    )
+    .await?;
+    let hosts: Vec<(String, String, u16)> = sb
+        .hosts()
+        .iter()
+        .map(|h| (h.info.name.clone(), h.address().to_owned(), 22))
+        .collect();
+    apply(&client, &ns, cluster(&ns, "d", json!({}))).await?;
+    apply(
+        &client,
+        &ns,
+        kkcluster(&ns, "d", &hosts, json!({"component": component})),
+    )
+    .await?;
+    for m in ["a", "b"] {
+        let (km, mm) = machine_pair(&ns, "d", m, "worker", Some("bootstrap-data"));
+        apply(&client, &ns, km).await?;
+        apply(&client, &ns, mm).await?;
+    }
+
+    let kc = manager_kubeconfig(&client, &ns, &dir).await?;
+    let (mport, hport) = (free_port()?, free_port()?);
+    let cache = dir.join("cache");
+    let mut mgr = Manager::start(
+        &kc,
+        &dir,
+        "manager",
+        &[
+            "--namespace",
+            &ns,
+            "--ssh-connect-timeout=3s",
+            "--quarantine-after=15s",
+            &format!("--metrics-bind-address=127.0.0.1:{mport}"),
+            &format!("--health-probe-bind-address=127.0.0.1:{hport}"),
+            "--artifact-cache-dir",
+            cache.to_str().unwrap_or("/tmp"),
+        ],
+    )?;
+
+    let provisioned = eventually(
+        "both KKMachines provisioned",
+        Duration::from_secs(240),
+        || async {
+            let kms = list(&client, &ns, INFRA_V, "KKMachine").await?;
+            let done: Vec<_> = kms
+                .iter()
+                .filter(|k| k["status"]["initialization"]["provisioned"] == true)
+                .cloned()
+                .collect();
+            Ok((done.len() == 2).then_some(done))
+        },
+    )
+    .await?;
+    let host_of = |m: &str| -> String {
+        provisioned
+            .iter()
+            .find(|k| name(k) == m)
+            .map(|k| k["spec"]["instanceID"].as_str().unwrap_or("").to_owned())
+            .unwrap_or_default()
+    };
+    let (ha, hb) = (host_of("a"), host_of("b"));
+    ensure!(
+        !ha.is_empty() && !hb.is_empty() && ha != hb,
+        "two hosts: {ha} {hb}"
+    );
+    let host_a = sb.host(&ha)?;
+    let host_b = sb.host(&hb)?;
+    ensure!(
+        inside(&host_a, "cat /etc/kubernetes/capkk-test-marker").contains(BOOTSTRAP_CANARY),
+        "bootstrap data ran"
+    );
+
+    // Readiness and metrics.
+    ensure!(http_get(hport, "/readyz")?.contains("200 OK"), "readyz");
+    ensure!(http_get(hport, "/healthz")?.contains("200 OK"), "healthz");
+    let metrics = http_get(mport, "/metrics")?;
+    for needle in [
+        "capkk_reconcile_total{kind=\"KKInstance\"}",
+        "capkk_reconcile_duration_seconds_bucket",
+        "capkk_ssh_command_duration_seconds_count",
+        "capkk_hosts{",
+    ] {
+        ensure!(metrics.contains(needle), "metrics lack {needle}");
+    }
+
+    // 1. Delete Machine a: the host is reset (sentinel, bootstrap files, capkk state gone) and freed.
+    delete(&client, &ns, CAPI_V, "Machine", "a").await?;
+    eventually("Machine a gone", Duration::from_secs(120), || async {
+        Ok(get(&client, &ns, CAPI_V, "Machine", "a")
+            .await?
+            .is_none()
+            .then_some(()))
+    })
+    .await?;
+    ensure!(
+        get(&client, &ns, INFRA_V, "KKInstance", &ha).await?.is_none(),
+        "host {ha} freed (KKInstance deleted)"
+    );
+    let state = inside(
+        &host_a,
+        "for p in /run/cluster-api/bootstrap-success.complete /etc/kubernetes /var/lib/capkk; do [ -e $p ] && echo present $p; done; echo checked",
+    );
+    ensure!(state.trim() == "checked", "reset left: {state}");
+
+    // 2. Host b unreachable, delete Machine b: the Machine goes, the host is quarantined.
+    host_b.link_down()?;
+    delete(&client, &ns, CAPI_V, "Machine", "b").await?;
+    let q = eventually(
+        "Machine b gone and host quarantined",
+        Duration::from_secs(150),
+        || async {
+            let m = get(&client, &ns, CAPI_V, "Machine", "b").await?;
+            let i = get(&client, &ns, INFRA_V, "KKInstance", &hb).await?;
+            Ok(match (m, i) {
+                (None, Some(i)) if i["spec"]["quarantine"].is_object() => Some(i),
+                _ => None,
+            })
+        },
+    )
+    .await;
+    host_b.link_up()?;
+    let q = q?;
+    ensure!(
+        q["metadata"]["labels"]["kkinstance.infrastructure.cluster.x-k8s.io/quarantined"] == "true",
+        "label"
+    );
+    ensure!(
+        q["metadata"]
+            .get("ownerReferences")
+            .is_none_or(|o| o.as_array().is_none_or(|a| a.is_empty())),
+        "released from the KKMachine"
+    );
+    ensure!(
+        cond_state(&q, "Ready") == ("False".into(), "Quarantined".into()),
+        "Ready=False/Quarantined"
+    );
+    ensure!(
+        q["spec"]["quarantine"]["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("unreachable"),
+        "reason: {}",
+        q["spec"]["quarantine"]
+    );
+
+    // 3. A new Machine gets the freed host, never the quarantined one.
+    let (km, mm) = machine_pair(&ns, "d", "c", "worker", Some("bootstrap-data"));
+    apply(&client, &ns, km).await?;
+    apply(&client, &ns, mm).await?;
+    let c = eventually(
+        "Machine c claims the freed host",
+        Duration::from_secs(60),
+        || async {
+            let k = get(&client, &ns, INFRA_V, "KKMachine", "c")
+                .await?
+                .unwrap_or_default();
+            Ok(k["spec"]["instanceID"].as_str().map(str::to_owned))
+        },
+    )
+    .await?;
+    ensure!(c == ha, "claimed {c}, expected the freed host {ha}");
+    let kkc = eventually(
+        "pool metrics count the quarantined host",
+        Duration::from_secs(60),
+        || async {
+            let m = http_get(mport, "/metrics")?;
+            Ok(m.contains(&format!(
+                "capkk_hosts{{namespace=\"{ns}\",kkcluster=\"d\",state=\"quarantined\"}} 1"
+            ))
+            .then_some(()))
+        },
+    )
+    .await;
+    let logs = vec![mgr.logs()];
+    mgr.terminate();
+    kkc?;
+    assert_no_canary(
+        &client,
+        &ns,
+        &[BOOTSTRAP_CANARY, key.lines().nth(2).unwrap_or("-")],
+        &logs,
+    )
+    .await?;
+    Ok(())
+}
