@@ -14,12 +14,13 @@ use capkk_sandbox::{Host, NOPASSWD_USER, PASSWD_USER, Sandbox, SandboxConfig, sk
 use capkk_ssh::{Auth, HostKeyPolicy, HostTarget, PoolConfig, SshPool};
 use sha2::{Digest, Sha256};
 
-// Host roles (1-based): 1 general, 2 link faults, 3 sshd restart, 4 host-key rotation, 5 timeouts.
+// Host roles (1-based): 1 general, 2 link faults, 3 sshd restart, 4 host-key rotation, 5 timeouts, 6 keepalive.
 const GENERAL: usize = 0;
 const LINK: usize = 1;
 const RESTART: usize = 2;
 const ROTATE: usize = 3;
 const TIMEOUTS: usize = 4;
+const KEEPALIVE: usize = 5;
 
 fn sandbox() -> Option<&'static Sandbox> {
     static SB: OnceLock<Sandbox> = OnceLock::new();
@@ -27,7 +28,7 @@ fn sandbox() -> Option<&'static Sandbox> {
         return None;
     }
     Some(SB.get_or_init(|| {
-        Sandbox::shared(&SandboxConfig::new("ssh-tests", 5).with_internal_hosts(1)).expect("sandbox up")
+        Sandbox::shared(&SandboxConfig::new("ssh-tests", 6).with_internal_hosts(1)).expect("sandbox up")
     }))
 }
 
@@ -511,6 +512,34 @@ async fn link_down_mid_command_fails_within_the_timeout_and_recovers() {
         .await
         .unwrap();
     assert_eq!(out.stdout_str(), "back\n");
+}
+
+#[tokio::test]
+async fn keepalives_detect_a_silently_dead_link() {
+    let Some(sb) = sandbox() else { return };
+    let host = sb.hosts()[KEEPALIVE].clone();
+    let pool = SshPool::new(PoolConfig {
+        connect_timeout: Duration::from_secs(10),
+        keepalive_interval: Duration::from_millis(500),
+        keepalive_max: 2,
+        ..Default::default()
+    });
+    let ex = pool.executor(&root(sb, KEEPALIVE));
+    ex.exec(ExecRequest::new("true")).await.unwrap();
+    host.link_down().unwrap();
+    // Idle: no call is running, so only the keepalives can notice that the peer is gone.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    host.link_up().unwrap();
+    let out = ex
+        .exec(ExecRequest::new("echo fresh").timeout(Duration::from_secs(15)))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout_str(), "fresh\n");
+    assert_eq!(
+        pool.stats().connects,
+        2,
+        "the dead connection was closed by keepalives and replaced"
+    );
 }
 
 #[tokio::test]
