@@ -394,6 +394,11 @@ impl Manager {
         })
     }
 
+    /// The process id (also the default leader-election identity suffix).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// SIGKILL.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {

@@ -1,0 +1,181 @@
+//! Manager SIGKILL mid-provisioning: two managers run with leader election on a Lease; the leader is killed
+//! (SIGKILL, no lease release) while the bootstrap data's slow command runs on the host. The standby takes
+//! the lease once it expires and finishes without repeating completed work: the phases recorded in the
+//! KKInstance's annotation are skipped, and the provisioning journal on the host keeps the bootstrap
+//! commands from running twice.
+
+mod common;
+
+use std::time::Duration;
+
+use anyhow::ensure;
+use capkk_sandbox::{Sandbox, SandboxConfig, skip_unless_supported};
+use common::{sandbox::*, *};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use serde_json::json;
+
+const RUNS: &str = "/root/capkk-runs";
+
+fn bootstrap_data() -> String {
+    format!(
+        "#cloud-config\nruncmd:\n- echo one >> {RUNS}\n- sleep 15\n- echo two >> {RUNS}\n- mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigkilled_leader_is_replaced_and_work_resumes_without_repeats() -> anyhow::Result<()> {
+    if skip_unless_supported() {
+        return Ok(());
+    }
+    let sb = Sandbox::shared(&SandboxConfig::new("ctl-resume", 1))?;
+    let host = sb.hosts().remove(0);
+    host.link_up()?;
+    install_fakes(&host)?;
+    let client = client().await?;
+    let ns = namespace(&client, "resume").await?;
+    let dir = test_dir("resume")?;
+    eprintln!("manager logs in {}", dir.display());
+    let mirror = Mirror::start(&sb)?;
+    let component = publish_standins(&mirror, &dir, "amd64")?;
+    let key = std::fs::read_to_string(&sb.credentials().ed25519_key)?;
+    secret(&client, &ns, "ssh-auth", &[("privateKey", &key)]).await?;
+    secret(
+        &client,
+        &ns,
+        "bootstrap-data",
+        &[("value", &bootstrap_data()), ("format", "cloud-config")],
+    )
+    .await?;
+    let hosts = vec![(host.info.name.clone(), host.address().to_owned(), 22)];
+    apply(&client, &ns, cluster(&ns, "r", json!({}))).await?;
+    apply(
+        &client,
+        &ns,
+        kkcluster(&ns, "r", &hosts, json!({"component": component})),
+    )
+    .await?;
+    let (km, m) = machine_pair(&ns, "r", "m", "worker", Some("bootstrap-data"));
+    apply(&client, &ns, km).await?;
+    apply(&client, &ns, m).await?;
+
+    let kc = manager_kubeconfig(&client, &ns, &dir).await?;
+    let cache = dir.join("cache");
+    let args = [
+        "--namespace",
+        &ns,
+        "--leader-elect",
+        "--leader-election-namespace",
+        &ns,
+        "--lease-duration=8s",
+        "--renew-deadline=6s",
+        "--retry-period=1s",
+        "--ssh-connect-timeout=5s",
+        "--artifact-cache-dir",
+        cache.to_str().unwrap_or("/tmp"),
+    ];
+    let mut a = Manager::start(&kc, &dir, "a", &args)?;
+    let mut b = Manager::start(&kc, &dir, "b", &args)?;
+
+    // The slow command is running on the host: kill whoever leads.
+    eventually(
+        "the first command ran on the host",
+        Duration::from_secs(180),
+        || async {
+            Ok(inside(&host, &format!("cat {RUNS} 2>/dev/null"))
+                .contains("one")
+                .then_some(()))
+        },
+    )
+    .await?;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let holder = leases
+        .get("capkk-manager-leader")
+        .await?
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    let (a_pid, b_pid) = (a.pid().unwrap_or(0), b.pid().unwrap_or(0));
+    let (leader, standby, standby_pid) = if holder.ends_with(&format!("_{a_pid}")) {
+        (&mut a, &mut b, b_pid)
+    } else {
+        ensure!(
+            holder.ends_with(&format!("_{b_pid}")),
+            "lease holder {holder} is neither manager"
+        );
+        (&mut b, &mut a, a_pid)
+    };
+    ensure!(
+        !standby.logs().contains("claimed host") && standby.logs().contains("waiting for leadership"),
+        "the standby did no work while not leading"
+    );
+    let inst_before = get(&client, &ns, INFRA_V, "KKInstance", &host.info.name)
+        .await?
+        .unwrap_or_default();
+    let done_before =
+        inst_before["metadata"]["annotations"]["kkinstance.infrastructure.cluster.x-k8s.io/completed-phases"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+    ensure!(
+        done_before == "bootstrap,repository,binary,containermanager",
+        "phases before provisioning recorded: {done_before:?}"
+    );
+    let kernel_log_before = inside(&host, "cat /var/log/capkk-fake-kernel.log 2>/dev/null");
+    leader.kill();
+    let killed_logs = leader.logs();
+
+    let km = eventually(
+        "KKMachine provisioned by the new leader",
+        Duration::from_secs(180),
+        || async {
+            let k = get(&client, &ns, INFRA_V, "KKMachine", "m")
+                .await?
+                .unwrap_or_default();
+            Ok((k["status"]["initialization"]["provisioned"] == true).then_some(k))
+        },
+    )
+    .await?;
+    ensure!(km["spec"]["instanceID"] == host.info.name.as_str(), "same host");
+    let new_holder = leases
+        .get("capkk-manager-leader")
+        .await?
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    ensure!(
+        new_holder.ends_with(&format!("_{standby_pid}")),
+        "the standby leads now: {new_holder}"
+    );
+
+    // Nothing ran twice.
+    let runs = inside(&host, &format!("cat {RUNS}"));
+    ensure!(runs == "one\ntwo\n", "each bootstrap command ran once: {runs:?}");
+    let kernel_log_after = inside(&host, "cat /var/log/capkk-fake-kernel.log 2>/dev/null");
+    ensure!(
+        kernel_log_after == kernel_log_before,
+        "bootstrap did not run again"
+    );
+    let standby_logs = standby.logs();
+    ensure!(
+        !standby_logs.contains("step 1/5: bootstrap"),
+        "the new leader skipped the completed phases"
+    );
+    ensure!(
+        standby_logs.contains("step 5/5: provisioning"),
+        "the new leader resumed provisioning"
+    );
+    ensure!(
+        killed_logs.contains("step 1/5: bootstrap"),
+        "the killed leader had done the early phases"
+    );
+    standby.terminate();
+    assert_no_canary(
+        &client,
+        &ns,
+        &[key.lines().nth(2).unwrap_or("-")],
+        &[killed_logs, standby_logs],
+    )
+    .await?;
+    Ok(())
+}
