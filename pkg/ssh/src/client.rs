@@ -797,12 +797,27 @@ impl SshExecutor {
             }
             Ok(res)
         };
-        let (written, result) = tokio::join!(writer, reader);
-        if let Err(e) = written {
-            // The command may legitimately exit without reading its stdin; only log.
-            debug!(%host, conn = conn.id, "writing stdin stopped early: {e}");
+        // Feed stdin while collecting output; when the command is done, stop feeding (it may exit without
+        // reading all of its stdin, and then no window adjustment will ever come for the rest).
+        let mut writer = std::pin::pin!(writer);
+        let mut reader = std::pin::pin!(reader);
+        let mut writing = true;
+        loop {
+            tokio::select! {
+                written = &mut writer, if writing => {
+                    writing = false;
+                    if let Err(e) = written {
+                        debug!(%host, conn = conn.id, "writing stdin stopped early: {e}");
+                    }
+                }
+                result = &mut reader => {
+                    if writing {
+                        debug!(%host, conn = conn.id, "the command finished before reading all of its stdin");
+                    }
+                    return result;
+                }
+            }
         }
-        result
     }
 }
 

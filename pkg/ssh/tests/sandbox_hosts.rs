@@ -88,6 +88,24 @@ async fn exec_reports_exit_codes_stdout_and_stderr() {
 }
 
 #[tokio::test]
+async fn a_command_that_ignores_a_large_stdin_still_finishes() {
+    let Some(sb) = sandbox() else { return };
+    let pool = pool();
+    let ex = pool.executor(&root(sb, GENERAL));
+    let start = Instant::now();
+    let out = ex
+        .exec(
+            ExecRequest::new("head -c 1 >/dev/null; echo read-one")
+                .stdin(vec![b'z'; 10 << 20])
+                .timeout(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.stdout_str(), "read-one\n");
+    assert!(start.elapsed() < Duration::from_secs(20), "{:?}", start.elapsed());
+}
+
+#[tokio::test]
 async fn large_output_is_captured_and_capped() {
     let Some(sb) = sandbox() else { return };
     let pool = pool();
