@@ -470,6 +470,9 @@ impl client::Handler for ClientHandler {
     }
 }
 
+/// How long to wait for the channel to close after the command's exit status (see `run_raw`).
+const EXIT_GRACE: Duration = Duration::from_secs(3);
+
 /// Where a command's stdin comes from.
 enum Input {
     None,
@@ -757,7 +760,23 @@ impl SshExecutor {
             };
             let mut closed = false;
             let mut got_exit = false;
-            while let Some(msg) = read.wait().await {
+            loop {
+                // After the exit status, output still in flight keeps arriving; but a background process that
+                // inherited stdout/stderr would hold the channel open for its whole life: stop waiting once
+                // the channel has been idle for EXIT_GRACE after the command itself exited.
+                let next = if got_exit {
+                    match timeout(EXIT_GRACE, read.wait()).await {
+                        Ok(m) => m,
+                        Err(_) => {
+                            debug!(%host, "channel still open {EXIT_GRACE:?} after the exit status; not waiting");
+                            closed = true;
+                            break;
+                        }
+                    }
+                } else {
+                    read.wait().await
+                };
+                let Some(msg) = next else { break };
                 match msg {
                     ChannelMsg::Data { data } => {
                         res.stdout_bytes += data.len() as u64;

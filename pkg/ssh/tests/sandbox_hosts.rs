@@ -72,6 +72,14 @@ async fn exec_reports_exit_codes_stdout_and_stderr() {
         .unwrap();
     assert_eq!(stdin.stdout_str(), "HELLO STDIN");
     assert_eq!(ex.target(), format!("root@{}", sb.hosts()[GENERAL].address()));
+    // A background process that keeps stdout open does not hold the call hostage.
+    let start = Instant::now();
+    let bg = ex
+        .exec(ExecRequest::new("sleep 60 & echo started; exit 4").timeout(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert_eq!((bg.exit_code, bg.stdout_str().as_str()), (Some(4), "started\n"));
+    assert!(start.elapsed() < Duration::from_secs(15), "{:?}", start.elapsed());
     // Commands run under POSIX sh whatever the login shell (root's is bash here).
     let shell = ex.exec(ExecRequest::new("readlink /proc/$$/exe")).await.unwrap();
     assert_eq!(
