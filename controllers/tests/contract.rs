@@ -10,6 +10,8 @@ use anyhow::ensure;
 use common::*;
 use serde_json::json;
 
+const INLINE_CANARY: &str = "canary-inline-pw-1c4b";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pause_stops_work_and_externally_managed_is_skipped() -> anyhow::Result<()> {
     let client = client().await?;
@@ -28,17 +30,24 @@ async fn pause_stops_work_and_externally_managed_is_skipped() -> anyhow::Result<
         .map(|i| (format!("p{i}"), format!("127.0.2.{i}"), 1))
         .collect();
     apply(&client, &ns, cluster(&ns, "p", json!({}))).await?;
-    apply(
-        &client,
+    // Inline password (CAPKK form): it must never be copied into a KKInstance, status, event or log.
+    let mut p = kkcluster(
         &ns,
-        kkcluster(
-            &ns,
-            "p",
-            &hosts,
-            json!({"controlPlaneLoadBalancer": {"host": "vip.example.test"}}),
-        ),
-    )
-    .await?;
+        "p",
+        &hosts,
+        json!({"controlPlaneLoadBalancer": {"host": "vip.example.test"}}),
+    );
+    p["spec"]["nodes"]["auth"] = json!({"user": "root", "password": INLINE_CANARY});
+    apply(&client, &ns, p).await?;
+    // k3s is accepted by the schema for CAPKK compatibility and refused with a clear condition.
+    apply(&client, &ns, cluster(&ns, "k3s", json!({}))).await?;
+    let k3s = kkcluster(
+        &ns,
+        "k3s",
+        &[("k1".into(), "127.0.2.5".into(), 1)],
+        json!({"distribution": "k3s"}),
+    );
+    apply(&client, &ns, k3s).await?;
     let mut ext = kkcluster(&ns, "ext", &[("e1".into(), "127.0.2.9".into(), 1)], json!({}));
     ext["metadata"]["annotations"] = json!({"cluster.x-k8s.io/managed-by": "someone-else"});
     apply(&client, &ns, cluster(&ns, "ext", json!({}))).await?;
@@ -184,8 +193,41 @@ async fn pause_stops_work_and_externally_managed_is_skipped() -> anyhow::Result<
         "no endpoint written"
     );
 
+    let inst = list(&client, &ns, INFRA_V, "KKInstance").await?;
+    ensure!(inst.len() == 1, "one claim");
+    ensure!(
+        inst[0]["spec"]["auth"].get("password").is_none(),
+        "inline password not copied: {}",
+        inst[0]["spec"]["auth"]
+    );
+    ensure!(
+        inst[0]["spec"]["clusterName"] == "p",
+        "the KKInstance reads credentials from its KKCluster"
+    );
+
+    // k3s: not provisioned, Ready=False/Unsupported naming the field.
+    let k3s = get(&client, &ns, INFRA_V, "KKCluster", "k3s")
+        .await?
+        .unwrap_or_default();
+    ensure!(
+        cond_state(&k3s, "Ready") == ("False".into(), "Unsupported".into()),
+        "k3s refused: {:?}",
+        condition(&k3s, "Ready")
+    );
+    ensure!(
+        condition(&k3s, "Ready")
+            .and_then(|c| c["message"].as_str())
+            .unwrap_or("")
+            .contains("spec.distribution"),
+        "names the field"
+    );
+    ensure!(
+        k3s["status"]["initialization"]["provisioned"] != true,
+        "k3s cluster not provisioned"
+    );
+
     let logs = vec![mgr.logs()];
     mgr.terminate();
-    assert_no_canary(&client, &ns, &["canary-pw-contract-77"], &logs).await?;
+    assert_no_canary(&client, &ns, &["canary-pw-contract-77", INLINE_CANARY], &logs).await?;
     Ok(())
 }

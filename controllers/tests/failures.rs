@@ -36,13 +36,19 @@ async fn host_key_mismatch_and_terminal_command_failure_with_retry() -> anyhow::
         &client,
         &ns,
         "bad-data",
-        &[("value", "#cloud-config\nruncmd:\n- echo boom-output; exit 3\n"), ("format", "cloud-config")],
+        &[
+            ("value", "#cloud-config\nruncmd:\n- echo boom-output; exit 3\n"),
+            ("format", "cloud-config"),
+        ],
     )
     .await?;
     let mut kkc = kkcluster(
         &ns,
         "f",
-        &[(h1.info.name.clone(), h1.address().to_owned(), 22), (h2.info.name.clone(), h2.address().to_owned(), 22)],
+        &[
+            (h1.info.name.clone(), h1.address().to_owned(), 22),
+            (h2.info.name.clone(), h2.address().to_owned(), 22),
+        ],
         json!({"component": component}),
     );
     kkc["spec"]["nodes"]["instances"][0]["hostKeys"] = json!([WRONG_KEY]);
@@ -55,7 +61,13 @@ async fn host_key_mismatch_and_terminal_command_failure_with_retry() -> anyhow::
         &kc,
         &dir,
         "manager",
-        &["--namespace", &ns, "--ssh-connect-timeout=5s", "--artifact-cache-dir", cache.to_str().unwrap_or("/tmp")],
+        &[
+            "--namespace",
+            &ns,
+            "--ssh-connect-timeout=5s",
+            "--artifact-cache-dir",
+            cache.to_str().unwrap_or("/tmp"),
+        ],
     )?;
 
     // The probe already reports the mismatch.
@@ -64,44 +76,94 @@ async fn host_key_mismatch_and_terminal_command_failure_with_retry() -> anyhow::
         Ok(k.filter(|k| k["status"]["initialization"]["provisioned"] == true))
     })
     .await?;
-    let p1 = k["status"]["hosts"].as_array().and_then(|h| h.iter().find(|p| p["name"] == h1.info.name.as_str())).cloned().unwrap_or_default();
-    ensure!(p1["reachable"] == false && p1["message"].as_str().unwrap_or("").contains("does not match"), "probe of the pinned host: {p1}");
+    let p1 = k["status"]["hosts"]
+        .as_array()
+        .and_then(|h| h.iter().find(|p| p["name"] == h1.info.name.as_str()))
+        .cloned()
+        .unwrap_or_default();
+    ensure!(
+        p1["reachable"] == false && p1["message"].as_str().unwrap_or("").contains("does not match"),
+        "probe of the pinned host: {p1}"
+    );
 
     // Machine 1 gets host 1 (first in the inventory): refused, terminal.
     let (km, m) = machine_pair(&ns, "f", "m1", "worker", Some("bad-data"));
     apply(&client, &ns, km).await?;
     apply(&client, &ns, m).await?;
     let i1 = eventually("HostKeyMismatch on host 1", Duration::from_secs(90), || async {
-        let i = get(&client, &ns, INFRA_V, "KKInstance", &h1.info.name).await?.unwrap_or_default();
+        let i = get(&client, &ns, INFRA_V, "KKInstance", &h1.info.name)
+            .await?
+            .unwrap_or_default();
         Ok((cond_state(&i, "Ready").1 == "HostKeyMismatch").then_some(i))
     })
     .await?;
-    ensure!(i1["status"]["state"] == "failed", "state failed: {}", i1["status"]["state"]);
+    ensure!(
+        i1["status"]["state"] == "failed",
+        "state failed: {}",
+        i1["status"]["state"]
+    );
     ensure!(i1["spec"].get("hostKey").is_none(), "no key trusted");
-    ensure!(!inside(&h1, "ls /var/lib/capkk 2>/dev/null; echo .").contains("provisioning"), "nothing ran on host 1");
+    ensure!(
+        !inside(&h1, "ls /var/lib/capkk 2>/dev/null; echo .").contains("provisioning"),
+        "nothing ran on host 1"
+    );
 
     // Machine 2 gets host 2: the bootstrap command fails -> terminal condition with command, exit, output.
     let (km, m) = machine_pair(&ns, "f", "m2", "worker", Some("bad-data"));
     apply(&client, &ns, km).await?;
     apply(&client, &ns, m).await?;
     let i2 = eventually("CommandFailed on host 2", Duration::from_secs(180), || async {
-        let i = get(&client, &ns, INFRA_V, "KKInstance", &h2.info.name).await?.unwrap_or_default();
+        let i = get(&client, &ns, INFRA_V, "KKInstance", &h2.info.name)
+            .await?
+            .unwrap_or_default();
         Ok((cond_state(&i, "Provisioned").1 == "CommandFailed").then_some(i))
     })
     .await?;
-    let msg = condition(&i2, "Provisioned").and_then(|c| c["message"].as_str()).unwrap_or("").to_owned();
-    ensure!(msg.contains("exit 3") && msg.contains("exited with 3") && msg.contains("boom-output"), "failure message: {msg}");
-    let k2 = get(&client, &ns, INFRA_V, "KKMachine", "m2").await?.unwrap_or_default();
-    ensure!(cond_state(&k2, "InstanceReady") == ("False".into(), "CommandFailed".into()), "mirrored into the KKMachine");
+    let msg = condition(&i2, "Provisioned")
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or("")
+        .to_owned();
+    ensure!(
+        msg.contains("exit 3") && msg.contains("exited with 3") && msg.contains("boom-output"),
+        "failure message: {msg}"
+    );
+    let k2 = get(&client, &ns, INFRA_V, "KKMachine", "m2")
+        .await?
+        .unwrap_or_default();
+    ensure!(
+        cond_state(&k2, "InstanceReady") == ("False".into(), "CommandFailed".into()),
+        "mirrored into the KKMachine"
+    );
     // Stays failed (no retry loop).
     tokio::time::sleep(Duration::from_secs(8)).await;
-    let again = get(&client, &ns, INFRA_V, "KKInstance", &h2.info.name).await?.unwrap_or_default();
-    ensure!(cond_state(&again, "Provisioned").1 == "CommandFailed", "still terminal");
-    ensure!(inside(&h2, "test -e /run/cluster-api/bootstrap-success.complete && echo yes; echo .").trim() == ".", "no sentinel");
+    let again = get(&client, &ns, INFRA_V, "KKInstance", &h2.info.name)
+        .await?
+        .unwrap_or_default();
+    ensure!(
+        cond_state(&again, "Provisioned").1 == "CommandFailed",
+        "still terminal"
+    );
+    ensure!(
+        inside(
+            &h2,
+            "test -e /run/cluster-api/bootstrap-success.complete && echo yes; echo ."
+        )
+        .trim()
+            == ".",
+        "no sentinel"
+    );
 
     // Fix the data, set the retry annotation: it provisions.
     let good = "#cloud-config\nruncmd:\n- mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\n";
-    merge(&client, &ns, "v1", "Secret", "bad-data", json!({"stringData": {"value": good}})).await?;
+    merge(
+        &client,
+        &ns,
+        "v1",
+        "Secret",
+        "bad-data",
+        json!({"stringData": {"value": good}}),
+    )
+    .await?;
     merge(
         &client,
         &ns,
@@ -112,12 +174,21 @@ async fn host_key_mismatch_and_terminal_command_failure_with_retry() -> anyhow::
     )
     .await?;
     eventually("m2 provisioned after retry", Duration::from_secs(120), || async {
-        let k = get(&client, &ns, INFRA_V, "KKMachine", "m2").await?.unwrap_or_default();
+        let k = get(&client, &ns, INFRA_V, "KKMachine", "m2")
+            .await?
+            .unwrap_or_default();
         Ok((k["status"]["initialization"]["provisioned"] == true).then_some(()))
     })
     .await?;
-    let i2 = get(&client, &ns, INFRA_V, "KKInstance", &h2.info.name).await?.unwrap_or_default();
-    ensure!(i2["metadata"]["annotations"].get("kkinstance.infrastructure.cluster.x-k8s.io/retry").is_none(), "retry annotation consumed");
+    let i2 = get(&client, &ns, INFRA_V, "KKInstance", &h2.info.name)
+        .await?
+        .unwrap_or_default();
+    ensure!(
+        i2["metadata"]["annotations"]
+            .get("kkinstance.infrastructure.cluster.x-k8s.io/retry")
+            .is_none(),
+        "retry annotation consumed"
+    );
     let logs = vec![mgr.logs()];
     mgr.terminate();
     assert_no_canary(&client, &ns, &[key.lines().nth(2).unwrap_or("-")], &logs).await?;

@@ -121,6 +121,10 @@ async fn sigkilled_leader_is_replaced_and_work_resumes_without_repeats() -> anyh
         done_before == "bootstrap,repository,binary,containermanager",
         "phases before provisioning recorded: {done_before:?}"
     );
+    ensure!(
+        inst_before["metadata"]["annotations"]["clusterctl.cluster.x-k8s.io/block-move"] == "true",
+        "block-move is set while host work runs"
+    );
     let kernel_log_before = inside(&host, "cat /var/log/capkk-fake-kernel.log 2>/dev/null");
     leader.kill();
     let killed_logs = leader.logs();

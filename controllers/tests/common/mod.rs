@@ -460,7 +460,13 @@ pub async fn assert_no_canary(
     }
     for k in ["KKCluster", "KKMachine", "KKInstance"] {
         for o in list(client, ns, INFRA, k).await? {
-            haystacks.push((format!("{k} {}", o["metadata"]["name"]), o.to_string()));
+            // A KKCluster's spec is user input (it may hold inline CAPKK credentials); its status may not.
+            let text = if k == "KKCluster" {
+                format!("{} {}", o["status"], o["metadata"])
+            } else {
+                o.to_string()
+            };
+            haystacks.push((format!("{k} {}", o["metadata"]["name"]), text));
         }
     }
     for (what, text) in &haystacks {
