@@ -32,15 +32,15 @@
 //!   never runs again once it completed, even when the connection died before we saw its result.
 //!   Hang-ups are ignored and step output goes to a file, so a dropped connection does not interrupt the
 //!   running step: the host finishes and journals it. Only a step whose process died with the host (reboot,
-//!   kill) is run again on resume (its journal then shows `<id> start` without an exit code). A per-plan
-//!   `flock` makes a resumed run wait for a step still running from an earlier connection
-//!   ([`Error::HostBusy`] after [`RunOptions::lock_wait`]).
+//!   kill) is run again on resume (its journal then shows `<id> start` without an exit code). A host-wide
+//!   `flock` (`STATE_DIR/lock`) keeps two runs from interleaving and makes a resumed run wait for a step
+//!   still running from an earlier connection ([`Error::HostBusy`] after [`RunOptions::lock_wait`]).
 //! - **Secrets**: steps travel base64-encoded in scripts on stdin, never on a command line; scripts and step
 //!   output live in the 0700 state directory only while they run. Command text and output are redacted with
 //!   the caller's [`Redactor`] before they reach progress records or the outcome. Nothing is logged.
 //!
 //! # Round trips
-//! The first exec of a run also probes (waits on the plan's lock, checks the sentinel and prints the journal;
+//! The first exec of a run also probes (waits on the provisioning lock, checks the sentinel and prints the journal;
 //! when the sentinel exists and this plan's journal is empty or complete it stops there). Consecutive
 //! non-command steps share one exec (all `write_files` of a CABPK payload go in one), and each command item
 //! gets its own exec so progress is reported as each item finishes: a CABPK worker join is two round trips, a
@@ -51,12 +51,12 @@
 //!
 //! # Host requirements
 //! POSIX `sh`, `base64`, `awk`, `sed`, `mktemp`, `date` (coreutils/busybox); `flock` (util-linux) for the
-//! per-plan lock (without it a resumed run does not wait for a step left running by an earlier connection).
+//! provisioning lock (without it a resumed run does not wait for a step left running by an earlier connection).
 //! Modules need their tools: `useradd`/`usermod`/`groupadd`/`chpasswd` (`visudo` when present), chrony or
 //! systemd-timesyncd, `blkid`/`sfdisk`/`sgdisk`/`wipefs`/`mkfs.*`, `mount`/`mountpoint`/`swapon`.
 //!
 //! # Host paths
-//! [`STATE_DIR`] (journal `<plan-hash>.journal`, lock `<plan-hash>.lock`, transient scripts and output) and
+//! [`STATE_DIR`] (journal `<plan-hash>.journal`, lock `lock`, transient scripts and output) and
 //! [`SENTINEL`]. A host reset must remove both.
 
 mod script;

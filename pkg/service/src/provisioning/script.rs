@@ -59,7 +59,7 @@ now_ms() {{ t=$(date +%s%N 2>/dev/null); case "$t" in *N|'') echo $(( $(date +%s
 done_rc() {{ sed -n "s/^$1 \([0-9][0-9]*\)\$/\1/p" "$J" 2>/dev/null | tail -n 1; }}
 report() {{ t1=$(now_ms); if [ -s "$O" ]; then tl=$(tail -c {TAIL_BYTES} "$O" | base64 | tr -d '\n'); rm -f "$O"; else tl=; fi; echo "@@capkk step $1 $2 $(( t1 - $3 )) $tl"; T=$t1; }}
 mark_sentinel() {{ if [ -e "$O" ]; then rm -f "$O"; fi; if [ -e "$S" ]; then echo '@@capkk sentinel 1'; else echo '@@capkk sentinel 0'; fi; }}
-if command -v flock >/dev/null 2>&1; then exec 9>>"$D/{plan_hash}.lock"; flock -w {lock_wait_secs} 9 || {{ echo '@@capkk busy'; exit 0; }}; fi
+if command -v flock >/dev/null 2>&1; then exec 9>>"$D/lock"; flock -w {lock_wait_secs} 9 || {{ echo '@@capkk busy'; exit 0; }}; fi
 JD="$NL$(cat "$J" 2>/dev/null)$NL"
 T=$(now_ms)
 "#,
@@ -73,7 +73,9 @@ T=$(now_ms)
 /// - Probe (`probe_ids` = every step id of the plan; first exec of a run only): when the sentinel exists and
 ///   this plan's journal is empty or complete, print `skipall` and stop; otherwise print the journal.
 /// - A step already in the journal is not run again (`already <id> <rc>`); this check runs on the host,
-///   under the plan's lock.
+///   under the host-wide provisioning lock.
+/// - Steps run with the lock's descriptor closed, so a daemon they start (`systemctl` without systemd,
+///   `service ... restart`, a backgrounded process) cannot hold the lock after the run.
 /// - A non-command step runs under `set -e` and is journaled (`<id> 0`) only after it succeeded; a failure
 ///   stops the script.
 /// - A command item is journaled `<id> start` before it runs and `<id> <exit code>` after it ran, whatever
@@ -113,7 +115,7 @@ pub(crate) fn segment(
                 write = decode_heredoc(c.script.as_bytes(), "> \"$F\""),
             )),
             other => s.push_str(&format!(
-                "t0=$T\n(\nset -e\n{body})> \"$O\" 2>&1\nrc=$?\n\
+                "t0=$T\n(\nset -e\n{body})> \"$O\" 2>&1 9>&-\nrc=$?\n\
                  if [ $rc -eq 0 ]; then echo '{id} 0' >> \"$J\"; fi\nreport {id} $rc $t0\n\
                  if [ $rc -ne 0 ]; then mark_sentinel; exit 0; fi\n",
                 body = body(other),
