@@ -180,6 +180,22 @@ async fn files_land_exactly_failing_items_are_reported_and_a_second_run_is_a_no_
         "no second append"
     );
     assert!(progress.records().iter().all(|r| r.skipped));
+
+    // A reboot empties /run (the sentinel goes); the journal remembers the plan provisioned the host.
+    inside(host, "rm -f /run/cluster-api/bootstrap-success.complete");
+    let after_reboot = provisioning::run(
+        exec.as_ref(),
+        &p,
+        &RecordingProgress::default(),
+        &Redactor::default(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(after_reboot, Outcome::Provisioned { already: true, .. }),
+        "{after_reboot:?}"
+    );
+    assert_eq!(counter(host).len(), 4);
 }
 
 #[tokio::test]

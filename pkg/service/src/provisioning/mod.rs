@@ -25,7 +25,9 @@
 //! - **Files** are written atomically (temp file beside the target, exact bytes, `chown`, then `chmod`, then
 //!   rename); `append` appends to a copy and renames it, so an append happens entirely or not at all.
 //! - **Idempotent**: when the sentinel exists and this plan has no unfinished journal, nothing runs
-//!   ([`Outcome::Provisioned`] with `already: true`).
+//!   ([`Outcome::Provisioned`] with `already: true`). Once a run saw the sentinel, the journal records
+//!   `provisioned`, so a reboot (which empties `/run`, and with it the sentinel) does not turn a provisioned
+//!   host into a failed one.
 //! - **Resumable**: the host keeps a journal per plan hash at `STATE_DIR/<plan-hash>.journal` (root, 0600, in a
 //!   0700 directory). A step is journaled only after it succeeded — a command item after it *ran*, whatever its
 //!   exit code — and the journal line is written on the host by the same script that ran the step, so a step
