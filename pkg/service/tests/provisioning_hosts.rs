@@ -99,7 +99,8 @@ async fn files_land_exactly_failing_items_are_reported_and_a_second_run_is_a_no_
          runcmd:\n\
          - echo item0 >> /root/counter\n\
          - [sh, -c, \"echo item1 >> /root/counter; echo item1 failed on purpose >&2; exit 3\"]\n\
-         - echo item2 >> /root/counter\n{SENTINEL_ITEM}- echo item4 >> /root/counter\n"
+         - echo item2 >> /root/counter\n{SENTINEL_ITEM}- echo item4 >> /root/counter\n\
+         - mkdir -p /opt/capkk-item/dir && echo made > /opt/capkk-item/dir/file\n"
     ));
     let pool = pool();
     let exec = pool.executor(&target(sb, FILES, "root"));
@@ -152,6 +153,13 @@ async fn files_land_exactly_failing_items_are_reported_and_a_second_run_is_a_no_
     );
     assert_eq!(stat("/etc/capkk-test/setuid"), "4755 root:root");
     assert_eq!(stat(STATE_DIR), "700 root:root");
+    // runcmd items run with cloud-init's umask 022, not the runner's 077.
+    assert_eq!(stat("/opt/capkk-item/dir"), "755 root:root");
+    assert_eq!(stat("/opt/capkk-item/dir/file"), "644 root:root");
+    assert_eq!(
+        stat("/run/cluster-api/bootstrap-success.complete"),
+        "644 root:root"
+    );
     assert_eq!(stat(&format!("{STATE_DIR}/{}.journal", p.hash)), "600 root:root");
     let leftovers = inside(
         host,

@@ -77,6 +77,7 @@ T=$(now_ms)
 ///   under the host-wide provisioning lock.
 /// - Steps run with the lock's descriptor closed, so a daemon they start (`systemctl` without systemd,
 ///   `service ... restart`, a backgrounded process) cannot hold the lock after the run.
+/// - Steps run with cloud-init's umask (022); the runner's own files (journal, scripts, output) are 0600.
 /// - A non-command step runs under `set -e` and is journaled (`<id> 0`) only after it succeeded; a failure
 ///   stops the script.
 /// - A command item is journaled `<id> start` before it runs and `<id> <exit code>` after it ran, whatever
@@ -111,12 +112,12 @@ pub(crate) fn segment(
         match &step.action {
             Action::Command(c) => s.push_str(&format!(
                 "F=\"$D/{plan_hash}.{id}.sh\"\n{write}echo '{id} start' >> \"$J\"\nt0=$T\n\
-                 sh \"$F\" < /dev/null > \"$O\" 2>&1 9>&-\nrc=$?\necho \"{id} $rc\" >> \"$J\"\nrm -f \"$F\"\n\
+                 umask 022\nsh \"$F\" < /dev/null > \"$O\" 2>&1 9>&-\nrc=$?\numask 077\necho \"{id} $rc\" >> \"$J\"\nrm -f \"$F\"\n\
                  report {id} $rc $t0\n",
                 write = decode_heredoc(c.script.as_bytes(), "> \"$F\""),
             )),
             other => s.push_str(&format!(
-                "t0=$T\n(\nset -e\n{body})> \"$O\" 2>&1 9>&-\nrc=$?\n\
+                "t0=$T\n(\nset -e\numask 022\n{body})> \"$O\" 2>&1 9>&-\nrc=$?\n\
                  if [ $rc -eq 0 ]; then echo '{id} 0' >> \"$J\"; fi\nreport {id} $rc $t0\n\
                  if [ $rc -ne 0 ]; then mark_sentinel; exit 0; fi\n",
                 body = body(other),
