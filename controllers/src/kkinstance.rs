@@ -867,6 +867,18 @@ async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<AtomicBoo
             let progress = TaskProgress::default();
             let res = ctx.services.run(phase, exec.clone(), &input, &progress).await;
             t.journal(progress.drain());
+            if let Some(f) = input.facts.lock().ok().and_then(|f| f.clone()) {
+                t.status.host_info = Some(capkk_api::HostInfo {
+                    os: Some(f.os_id.clone()).filter(|s| !s.is_empty()),
+                    os_version: Some(f.os_version.clone()).filter(|s| !s.is_empty()),
+                    arch: Some(f.arch.clone()).filter(|s| !s.is_empty()),
+                    init_system: Some(match f.init {
+                        capkk_service::facts::InitSystem::Systemd => "systemd".to_owned(),
+                        capkk_service::facts::InitSystem::SystemctlOnly => "systemctl".to_owned(),
+                        capkk_service::facts::InitSystem::Unsupported(ref w) => w.clone(),
+                    }),
+                });
+            }
             res.map_err(|e| service_failure(phase, e))?;
             t.set(phase.condition(), true, reasons::READY, "");
             done.insert(phase.name().to_owned());

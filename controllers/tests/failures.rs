@@ -189,6 +189,29 @@ async fn host_key_mismatch_and_terminal_command_failure_with_retry() -> anyhow::
             .is_none(),
         "retry annotation consumed"
     );
+    // The workload Node gets spec.providerID through the <cluster>-kubeconfig Secret (the management plane
+    // stands in for the workload cluster: a Node object named after the host, no providerID yet).
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+    let node_name = h2.info.name.clone();
+    let _ = nodes.delete(&node_name, &Default::default()).await;
+    eventually("old Node gone", Duration::from_secs(30), || async {
+        Ok(nodes.get_opt(&node_name).await?.is_none().then_some(()))
+    })
+    .await?;
+    let node: k8s_openapi::api::core::v1::Node =
+        serde_json::from_value(json!({"metadata": {"name": node_name}}))?;
+    nodes.create(&Default::default(), &node).await?;
+    let plane = capkk_mgmt::ManagementPlane::shared().await?;
+    let admin_kc = std::fs::read_to_string(plane.kubeconfig_path())?;
+    secret(&client, &ns, "f-kubeconfig", &[("value", &admin_kc)]).await?;
+    let pid = eventually("Node providerID patched", Duration::from_secs(90), || async {
+        let n = nodes.get(&node_name).await?;
+        Ok(n.spec.and_then(|s| s.provider_id))
+    })
+    .await?;
+    ensure!(pid == format!("kk:///f/{node_name}"), "Node providerID {pid}");
+    let _ = nodes.delete(&node_name, &Default::default()).await;
+
     let logs = vec![mgr.logs()];
     mgr.terminate();
     assert_no_canary(&client, &ns, &[key.lines().nth(2).unwrap_or("-")], &logs).await?;

@@ -201,6 +201,11 @@ async fn kcp_machine_is_provisioned_on_a_sandbox_host() -> anyhow::Result<()> {
         );
     }
     ensure!(
+        inst["status"]["hostInfo"]["arch"] == "amd64" && inst["status"]["hostInfo"]["os"].is_string(),
+        "hostInfo: {}",
+        inst["status"]["hostInfo"]
+    );
+    ensure!(
         inst["spec"]["hostKey"] == host.fingerprint(),
         "TOFU host key recorded: {}",
         inst["spec"]["hostKey"]
@@ -233,7 +238,9 @@ async fn kcp_machine_is_provisioned_on_a_sandbox_host() -> anyhow::Result<()> {
         .to_owned();
     let machine = eventually("Machine InfrastructureReady", Duration::from_secs(60), || async {
         let m = get(&client, &ns, CAPI_V, "Machine", &machine_name).await?;
-        Ok(m.filter(|m| cond_state(m, "InfrastructureReady").0 == "True"))
+        Ok(m.filter(|m| {
+            cond_state(m, "InfrastructureReady").0 == "True" && m["spec"]["providerID"].is_string()
+        }))
     })
     .await?;
     ensure!(
