@@ -332,6 +332,7 @@ render_apply() {
     [ "$i" = 1 ] && role=control-plane
     instances+="${instances:+, }{name: $(host_name "$i"), address: $(host_addr "$i"), roles: [$role], hostKeys: [\"$fp\"]}"
   done
+  INSTANCES="[$instances]"
   KUBEKEY_INSTANCES="[$instances]" KUBEKEY_COMPONENT="$COMPONENT" KUBEKEY_SSH_SECRET="$CLUSTER-ssh" \
     clusterctl generate cluster "$CLUSTER" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" \
     --kubernetes-version "$KUBE_VERSION" --control-plane-machine-count 1 --worker-machine-count 2 \
@@ -346,6 +347,20 @@ render_apply() {
     check "the $flavor flavor renders and passes a server dry-run" \
       kubectl apply --dry-run=server -f "$WORK/cluster-$flavor.yaml"
   done
+  # The topology Cluster again, validated against its ClusterClass (variables and patches): create the class
+  # and its templates for real, wait until CAPI has reconciled the class, dry-run the Cluster, remove the class.
+  python3 - "$WORK/cluster-topology.yaml" "$WORK/clusterclass.yaml" <<'PY'
+import sys
+docs = open(sys.argv[1]).read().split("\n---\n")
+keep = [d for d in docs if "\nkind: Cluster\n" not in "\n" + d + "\n"]
+open(sys.argv[2], "w").write("\n---\n".join(keep) + "\n")
+PY
+  kubectl apply -f "$WORK/clusterclass.yaml" >/dev/null
+  wait_for "CAPI reconciled the ClusterClass kubekey (VariablesReady)" 60 \
+    kubectl wait -n "$NS" clusterclass/kubekey --for=condition=VariablesReady --timeout=5s
+  check "the topology Cluster passes validation against the ClusterClass (variables, patches)" \
+    kubectl apply --dry-run=server -f "$WORK/cluster-topology.yaml"
+  kubectl delete -f "$WORK/clusterclass.yaml" --ignore-not-found --wait=false >/dev/null
   kubectl -n "$NS" create secret generic "$CLUSTER-ssh" \
     --from-file=privateKey="$(python3 -c "import json; print(json.load(open('$SB_DIR/state.json'))['credentials']['ed25519_key'])")" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
@@ -463,6 +478,45 @@ delete_cluster() {
   for i in $(seq "$HOSTS"); do check "$(host_name "$i") is clean" host_clean "$(host_name "$i")"; done
 }
 
+topology() {
+  stage "ClusterClass kubekey: 1 CP + 1 worker"
+  local cc=$CLUSTER-cc
+  KUBEKEY_INSTANCES="$INSTANCES" KUBEKEY_COMPONENT="$COMPONENT" KUBEKEY_SSH_SECRET="$CLUSTER-ssh" \
+    clusterctl generate cluster "$cc" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" \
+    --flavor topology --kubernetes-version "$KUBE_VERSION" --control-plane-machine-count 1 \
+    --worker-machine-count 1 >"$WORK/cluster-cc.yaml"
+  # The mirror goes into the class variable "component" (no clusterctl variable for it: see the template).
+  python3 - "$WORK/cluster-cc.yaml" "$COMPONENT" <<'PY'
+import sys
+path, component = sys.argv[1], sys.argv[2]
+s = open(path).read()
+marker = "    variables:\n"
+assert s.count(marker) == 1, "expected one spec.topology.variables"
+s = s.replace(marker, marker + "    - name: component\n      value: " + component + "\n")
+open(path, "w").write(s)
+PY
+  check "clusterctl adds the ClusterClass to the topology flavor's output" grep -q "^kind: ClusterClass" "$WORK/cluster-cc.yaml"
+  kubectl apply -f "$WORK/cluster-cc.yaml" >/dev/null
+  wait_for "the class's patches rendered the hosts into the KKCluster" 120 \
+    bash -c "kubectl get kkcluster -n '$NS' -l 'cluster.x-k8s.io/cluster-name=$cc' -o jsonpath='{.items[0].spec.nodes.instances[*].name}' | grep -q '$(host_name 4)'"
+  wait_for "topology: control-plane Machine Running with a nodeRef" 600 \
+    machines_running "cluster.x-k8s.io/cluster-name=$cc,cluster.x-k8s.io/control-plane" 1
+  wait_for "topology: worker Machine Running with a nodeRef" 600 \
+    machines_running "cluster.x-k8s.io/cluster-name=$cc,!cluster.x-k8s.io/control-plane" 1
+  kubectl delete -n "$NS" cluster "$cc" --wait=false >/dev/null
+  wait_for "topology: the Cluster and its objects are gone" 600 bash -c \
+    "[ -z \"\$(kubectl get -n '$NS' clusters,machines,kkclusters,kkmachines,kkinstances -o name 2>/dev/null)\" ]"
+  local i
+  for i in $(seq "$HOSTS"); do check "$(host_name "$i") is clean" host_clean "$(host_name "$i")"; done
+  python3 - "$WORK/cluster-cc.yaml" "$WORK/clusterclass-cc.yaml" <<'PY'
+import sys
+docs = open(sys.argv[1]).read().split("\n---\n")
+keep = [d for d in docs if "\nkind: Cluster\n" not in "\n" + d + "\n"]
+open(sys.argv[2], "w").write("\n---\n".join(keep) + "\n")
+PY
+  kubectl delete -f "$WORK/clusterclass-cc.yaml" --ignore-not-found --wait=false >/dev/null
+}
+
 teardown() {
   stop_manager
   stop_mirror
@@ -493,6 +547,7 @@ case $MODE in
     gitops
     scale
     delete_cluster
+    [ "${E2E_TOPOLOGY:-1}" = 0 ] || topology
     end_stage
     [ "$FAILED" = 0 ]
     ;;
