@@ -526,7 +526,7 @@ impl Sandbox {
     /// Build a sandbox, first cleaning whatever a previous run of the same name left behind.
     /// Dropping the returned value tears it down.
     pub fn up(config: &SandboxConfig) -> Result<Sandbox> {
-        let state = build(config)?;
+        let state = build_or_clean(config)?;
         Ok(Sandbox {
             state,
             teardown_on_drop: true,
@@ -537,7 +537,7 @@ impl Sandbox {
     /// process exits (use from a `static OnceLock` shared by the tests of one binary). A crash of the watchdog
     /// is covered by the next `up` of the same name.
     pub fn shared(config: &SandboxConfig) -> Result<Sandbox> {
-        let state = build(config)?;
+        let state = build_or_clean(config)?;
         let script = state.dir.join("teardown.sh");
         let pid = std::process::id();
         // The watchdog tears down only the generation it guards: a later `up` of the same name rewrites `owner`.
@@ -714,6 +714,15 @@ fn inventory_yaml(state: &SandboxState) -> String {
             .collect(),
     };
     serde_saphyr::to_string(&inv).unwrap_or_else(|e| format!("# inventory serialization failed: {e}\n"))
+}
+
+/// Build, or on failure tear down whatever was built (the error names the failed step).
+fn build_or_clean(config: &SandboxConfig) -> Result<SandboxState> {
+    build(config).inspect_err(|_| {
+        if validate_name(&config.name).is_ok() {
+            let _ = down(&config.name);
+        }
+    })
 }
 
 struct HostPlan {
