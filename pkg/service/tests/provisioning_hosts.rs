@@ -177,10 +177,15 @@ async fn files_land_exactly_failing_items_are_reported_and_a_second_run_is_a_no_
     let again = provisioning::run(exec.as_ref(), &p, &progress, &Redactor::default())
         .await
         .unwrap();
-    assert!(
-        matches!(again, Outcome::Provisioned { already: true, .. }),
-        "{again:?}"
-    );
+    let Outcome::Provisioned {
+        already: true,
+        failed_items,
+    } = &again
+    else {
+        panic!("{again:?}")
+    };
+    assert_eq!(failed_items.len(), 1, "the earlier failure is still reported");
+    assert!(failed_items[0].output_tail.contains("item1 failed on purpose"));
     assert_eq!(counter(host).len(), 4);
     assert_eq!(
         inside(host, "cat /etc/capkk-test/append.txt"),
@@ -252,8 +257,11 @@ async fn without_the_sentinel_the_first_failing_item_is_named_and_reruns_change_
     .await
     .unwrap();
     assert_eq!(
-        again.first_failure().map(|f| (f.name.clone(), f.exit_code)),
-        Some(("runcmd[1]".into(), Some(7)))
+        again
+            .first_failure()
+            .map(|f| (f.name.clone(), f.exit_code, f.output_tail.clone())),
+        Some(("runcmd[1]".into(), Some(7), "a-join-went-wrong\n".into())),
+        "the host kept the failed item's output tail"
     );
     assert_eq!(counter(host), ["a", "c"]);
 }

@@ -58,8 +58,10 @@
 //! systemd-timesyncd, `blkid`/`sfdisk`/`sgdisk`/`wipefs`/`mkfs.*`, `mount`/`mountpoint`/`swapon`.
 //!
 //! # Host paths
-//! [`STATE_DIR`] (journal `<plan-hash>.journal`, lock `lock`, transient scripts and output) and
-//! [`SENTINEL`]. A host reset must remove both.
+//! [`STATE_DIR`] (root, 0700): `<plan-hash>.journal` (lines `<step-id> start`, `<step-id> <exit code>`,
+//! `provisioned`), `<plan-hash>.<step-id>.tail` (output tail of a failed command item), `lock`, and while a
+//! step runs `.run.*`, `<plan-hash>.<step-id>.sh`, `<plan-hash>.out` (all 0600). And [`SENTINEL`]. A host
+//! reset must remove both (the bootstrap service's reset removes `/var/lib/capkk` and the sentinel).
 
 mod script;
 
@@ -121,7 +123,7 @@ pub struct FailedItem {
     pub command: Option<String>,
     /// Exit code.
     pub exit_code: Option<u32>,
-    /// Redacted output tail; empty when the step ran in an earlier run (output is not kept on the host).
+    /// Redacted output tail (for a failure of an earlier run: the tail the host kept for it).
     pub output_tail: String,
 }
 
@@ -250,7 +252,7 @@ pub async fn run_with(
                 info!("Provisioning skipped: sentinel present");
                 return Ok(Outcome::Provisioned {
                     already: true,
-                    failed_items: failures(plan, &found.finished, &HashMap::new(), redactor),
+                    failed_items: failures(plan, &found, &HashMap::new(), redactor),
                 });
             }
             let Some(found) = marks.journal.clone() else {
@@ -299,8 +301,12 @@ pub async fn run_with(
             }
         }
         if stop {
-            let finished = journal.as_ref().map(|j| j.finished.clone()).unwrap_or_default();
-            let failed = failures(plan, &finished, &results, redactor);
+            let failed = failures(
+                plan,
+                journal.as_ref().unwrap_or(&HostJournal::default()),
+                &results,
+                redactor,
+            );
             return Ok(Outcome::Failed {
                 first_failure: failed.first().cloned(),
                 failed_items: failed,
@@ -311,8 +317,7 @@ pub async fn run_with(
             break;
         }
     }
-    let finished = journal.map(|j| j.finished).unwrap_or_default();
-    let failed = failures(plan, &finished, &results, redactor);
+    let failed = failures(plan, &journal.unwrap_or_default(), &results, redactor);
     if sentinel_now {
         Ok(Outcome::Provisioned {
             already: false,
@@ -403,7 +408,7 @@ fn display_name(step: &Step, redactor: &Redactor) -> String {
 /// Every failing step in plan order: this run's results first, the host journal for earlier runs.
 fn failures(
     plan: &Plan,
-    journal: &HashMap<String, u32>,
+    journal: &HostJournal,
     results: &HashMap<String, (u32, String)>,
     redactor: &Redactor,
 ) -> Vec<FailedItem> {
@@ -411,8 +416,23 @@ fn failures(
         .iter()
         .filter_map(|s| {
             let (rc, tail) = match results.get(&s.id) {
-                Some((rc, tail)) => (*rc, tail.clone()),
-                None => (*journal.get(&s.id)?, String::new()),
+                Some((rc, tail)) if !tail.is_empty() => (*rc, tail.clone()),
+                Some((rc, _)) => (
+                    *rc,
+                    journal
+                        .tails
+                        .get(&s.id)
+                        .map(|t| redactor.redact(t))
+                        .unwrap_or_default(),
+                ),
+                None => (
+                    *journal.finished.get(&s.id)?,
+                    journal
+                        .tails
+                        .get(&s.id)
+                        .map(|t| redactor.redact(t))
+                        .unwrap_or_default(),
+                ),
             };
             (rc != 0).then(|| FailedItem {
                 step_id: s.id.clone(),
@@ -442,6 +462,8 @@ struct HostJournal {
     finished: HashMap<String, u32>,
     /// Steps that started (command items) — finished or not.
     started: HashSet<String>,
+    /// Raw output tails of failed command items (not yet redacted).
+    tails: HashMap<String, String>,
 }
 
 /// Markers printed by the step scripts.
@@ -494,6 +516,15 @@ fn parse_marks(text: &str) -> Marks {
                         (rc, ms.max(0) as u64, String::from_utf8_lossy(&bytes).into_owned()),
                     );
                 }
+            }
+            ["tail", id, b64] => {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(b64.trim())
+                    .unwrap_or_default();
+                m.journal
+                    .get_or_insert_with(HostJournal::default)
+                    .tails
+                    .insert((*id).to_owned(), String::from_utf8_lossy(&bytes).into_owned());
             }
             ["already", id, rc] => {
                 if let Ok(rc) = rc.parse() {

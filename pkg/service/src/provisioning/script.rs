@@ -71,8 +71,9 @@ T=$(now_ms)
 
 /// One exec's script: an optional probe section, then `steps` in order, then the sentinel state.
 ///
-/// - Probe (`probe_ids` = every step id of the plan; first exec of a run only): when the sentinel exists and
-///   this plan's journal is empty or complete, print `skipall` and stop; otherwise print the journal.
+/// - Probe (`probe_ids` = every step id of the plan; first exec of a run only): print the journal and the kept
+///   output tails; when the sentinel exists (or the journal says `provisioned`) and this plan's journal is
+///   empty or complete, print `skipall` and stop.
 /// - A step already in the journal is not run again (`already <id> <rc>`); this check runs on the host,
 ///   under the host-wide provisioning lock.
 /// - Steps run with the lock's descriptor closed, so a daemon they start (`systemctl` without systemd,
@@ -81,7 +82,8 @@ T=$(now_ms)
 /// - A non-command step runs under `set -e` and is journaled (`<id> 0`) only after it succeeded; a failure
 ///   stops the script.
 /// - A command item is journaled `<id> start` before it runs and `<id> <exit code>` after it ran, whatever
-///   the exit code (cloud-init semantics: a failed item still counts as run, and the next one runs).
+///   the exit code (cloud-init semantics: a failed item still counts as run, and the next one runs). A
+///   failed item's output tail is kept (`<plan-hash>.<id>.tail`, 0600) so later runs can still report it.
 pub(crate) fn segment(
     plan_hash: &str,
     lock_wait_secs: u64,
@@ -91,11 +93,13 @@ pub(crate) fn segment(
     let mut s = prelude(plan_hash, lock_wait_secs);
     if let Some(ids) = probe_ids {
         s.push_str(&format!(
-            "if provisioned; then\n\
+            "echo '@@capkk journal'; cat \"$J\" 2>/dev/null; echo '@@capkk journal-end'\n\
+             for f in \"$D/{plan_hash}\".*.tail; do [ -e \"$f\" ] || continue; i=${{f##*/}}; i=${{i#{plan_hash}.}}; \
+             echo \"@@capkk tail ${{i%.tail}} $(cat \"$f\")\"; done\n\
+             if provisioned; then\n\
              if [ ! -s \"$J\" ] || printf '%s\\n' {ids} | awk 'NR == FNR {{ want[$1] = 1; next }} \
              $2 ~ /^[0-9]+$/ {{ delete want[$1] }} END {{ for (k in want) exit 1 }}' - \"$J\"; then\n\
-             echo '@@capkk sentinel 1'; echo '@@capkk skipall'; exit 0\nfi\nfi\n\
-             echo '@@capkk journal'; cat \"$J\" 2>/dev/null; echo '@@capkk journal-end'\n",
+             echo '@@capkk sentinel 1'; echo '@@capkk skipall'; exit 0\nfi\nfi\n",
             ids = if ids.is_empty() {
                 "''".to_owned()
             } else {
@@ -112,7 +116,9 @@ pub(crate) fn segment(
         match &step.action {
             Action::Command(c) => s.push_str(&format!(
                 "F=\"$D/{plan_hash}.{id}.sh\"\n{write}echo '{id} start' >> \"$J\"\nt0=$T\n\
-                 umask 022\nsh \"$F\" < /dev/null > \"$O\" 2>&1 9>&-\nrc=$?\numask 077\necho \"{id} $rc\" >> \"$J\"\nrm -f \"$F\"\n\
+                 umask 022\nsh \"$F\" < /dev/null > \"$O\" 2>&1 9>&-\nrc=$?\numask 077\n\
+                 if [ $rc -ne 0 ] && [ -s \"$O\" ]; then tail -c {TAIL_BYTES} \"$O\" | base64 | tr -d '\\n' > \"$D/{plan_hash}.{id}.tail\"; fi\n\
+                 echo \"{id} $rc\" >> \"$J\"\nrm -f \"$F\"\n\
                  report {id} $rc $t0\n",
                 write = decode_heredoc(c.script.as_bytes(), "> \"$F\""),
             )),
