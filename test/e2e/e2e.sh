@@ -247,7 +247,7 @@ hosts_up() {
     script+="; printf '%s' '$(base64 -w0 "$f")' | base64 -d > /usr/local/sbin/$(basename "$f"); chmod 755 /usr/local/sbin/$(basename "$f")"
   done
   for i in $(seq "$HOSTS"); do inside "$(host_name "$i")" "$script" >/dev/null; done
-  check "$HOSTS sandbox hosts answer" test "$(python3 -c "import json; print(len(json.load(open('$SB_DIR/state.json'))['hosts']))")" = "$HOSTS"
+  check "$HOSTS sandbox hosts up (sandbox state)" test "$(python3 -c "import json; print(len(json.load(open('$SB_DIR/state.json'))['hosts']))")" = "$HOSTS"
   make_mirror
   start_mirror
 }

@@ -191,7 +191,9 @@ func TestSimulatorOnSandboxHosts(t *testing.T) {
 
 	// reset: daemons stopped, kubeadm's files gone; a second reset is a no-op.
 	for _, h := range []string{worker, cp} {
-		sb.mustExec(h, "kubeadm reset -f")
+		t0 = time.Now()
+		out := sb.mustExec(h, "kubeadm reset -f")
+		t.Logf("reset on %s took %s:\n%s", h, time.Since(t0).Round(time.Millisecond), out)
 	}
 	leftovers := sb.mustExec(cp, "ls /etc/kubernetes/admin.conf /etc/kubernetes/pki/ca.key /var/lib/etcd /var/lib/kubelet/kubeadm-sim 2>/dev/null; "+
 		"for p in /proc/[0-9]*; do c=$(cat $p/comm 2>/dev/null); case $c in etcd|kube-apiserver) echo running $c;; esac; done; true")
