@@ -657,3 +657,20 @@ fn current_uid() -> String {
     let out = std::process::Command::new("id").arg("-u").output().unwrap();
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
+
+#[test]
+fn paths_owners_and_contents_with_shell_metacharacters_are_written_verbatim() {
+    let dir = std::env::temp_dir().join(format!("capkk-prov-meta-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    run_write_body(
+        &dir,
+        "- {path: \"/we ird/it's $HOME `x` *.txt\", content: \"CAPKK_DATA\\n$(touch /tmp/capkk-pwned)\\n\"}\n",
+    );
+    let written = dir.join("we ird/it's $HOME `x` *.txt");
+    assert_eq!(
+        std::fs::read_to_string(&written).unwrap(),
+        "CAPKK_DATA\n$(touch /tmp/capkk-pwned)\n"
+    );
+    assert!(!std::path::Path::new("/tmp/capkk-pwned").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
