@@ -43,6 +43,7 @@ stage() { # begin a timed stage
   STAGE_FAILED0=$FAILED
   log "== $1"
 }
+# shellcheck disable=SC2120 # the EXIT trap passes "failed"
 end_stage() {
   [ -n "$CUR_STAGE" ] || return 0
   local dt
