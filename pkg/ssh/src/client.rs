@@ -575,19 +575,7 @@ impl SshExecutor {
     }
 
     fn timed_out(&self, what: String, after: Duration) -> ExecError {
-        // A call that hangs may mean a dead link: don't hand this connection to new calls.
-        if let Ok(guard) = self.slot.conn.try_lock()
-            && let Some(c) = guard.as_ref()
-        {
-            c.poisoned.store(true, Ordering::Relaxed);
-        } else {
-            let slot = self.slot.clone();
-            tokio::spawn(async move {
-                if let Some(c) = slot.conn.lock().await.as_ref() {
-                    c.poisoned.store(true, Ordering::Relaxed);
-                }
-            });
-        }
+        // The cancelled call's `PoisonOnDrop` has already retired the connection it was using.
         warn!(target = %self.target(), %what, ?after, "timed out");
         ExecError::Timeout {
             what: format!("{what} on {}", self.target()),
@@ -686,7 +674,7 @@ impl SshExecutor {
         let host = self.host();
         let mut attempt = 0;
         let mut refusals = 0u32;
-        let (conn, _permit, channel) = loop {
+        let (conn, _permit, channel, mut guard) = loop {
             let conn = self.pool.connection(&self.slot).await.map_err(ExecError::from)?;
             let permit =
                 conn.channels
@@ -697,13 +685,17 @@ impl SshExecutor {
                         host: host.clone(),
                         message: "pool closed".into(),
                     })?;
+            // Armed until the call completes: a call cancelled mid-flight (timeout) or failing retires the
+            // connection, so a half-dead link is not handed to the next call.
+            let mut guard = PoisonOnDrop(Some(conn.clone()));
             match conn.handle.channel_open_session().await {
-                Ok(ch) => break (conn, permit, ch),
+                Ok(ch) => break (conn, permit, ch, guard),
                 // A live connection whose server refuses a session (e.g. its MaxSessions is momentarily full
                 // while a just-closed session is torn down): back off and retry on the same connection.
                 Err(russh::Error::ChannelOpenFailure(reason))
                     if !conn.handle.is_closed() && refusals < 20 =>
                 {
+                    guard.disarm();
                     refusals += 1;
                     self.pool.refused_sessions.fetch_add(1, Ordering::Relaxed);
                     debug!(%host, conn = conn.id, ?reason, refusals, "session refused; retrying");
@@ -833,9 +825,33 @@ impl SshExecutor {
                     if writing {
                         debug!(%host, conn = conn.id, "the command finished before reading all of its stdin");
                     }
+                    if result.is_ok() {
+                        guard.disarm();
+                    }
                     return result;
                 }
             }
+        }
+    }
+}
+
+/// Marks a connection unusable for new calls when dropped while still armed.
+struct PoisonOnDrop(Option<Arc<Conn>>);
+
+impl PoisonOnDrop {
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for PoisonOnDrop {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.take() {
+            debug!(
+                conn = conn.id,
+                "retiring the connection of an interrupted or failed call"
+            );
+            conn.poisoned.store(true, Ordering::Relaxed);
         }
     }
 }
