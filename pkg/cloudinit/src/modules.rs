@@ -227,7 +227,15 @@ fn user(path: &str, item: &Value) -> Result<User> {
         .str("shell")?
         .map(|s| absolute_path(&f.path_of("shell"), s))
         .transpose()?;
-    let inactive = opt_word(&mut f, "inactive")?;
+    // CABPK renders its boolean `inactive` as `inactive: true`; cloud-init passes only string values to
+    // `useradd --inactive` and ignores booleans. So do we.
+    let inactive = match f.get("inactive") {
+        None | Some(Value::Bool(_)) => None,
+        Some(v) => Some(word(
+            &f.path_of("inactive"),
+            scalar_string(&f.path_of("inactive"), v)?,
+        )?),
+    };
     let expiredate = opt_word(&mut f, "expiredate")?;
     let uid = match f.get("uid") {
         None => None,

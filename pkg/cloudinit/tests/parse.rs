@@ -485,6 +485,25 @@ fn users_module_parses_every_supported_field_and_rejects_default() {
     assert_eq!(users[0].sudo.len(), 2);
     assert_eq!((users[1].name.as_str(), users[2].name.as_str()), ("alice", "bob"));
     assert!(users[1].lock_passwd);
+    let plan = parse(
+        b"#cloud-config\nusers:\n- {name: a, inactive: true}\n- {name: b, inactive: '5'}\n",
+        "",
+        &vars(),
+    )
+    .unwrap();
+    let inactive: Vec<Option<String>> = plan
+        .steps
+        .iter()
+        .map(|s| match &s.action {
+            Action::CreateUser(u) => u.inactive.clone(),
+            _ => panic!("users only"),
+        })
+        .collect();
+    assert_eq!(
+        inactive,
+        [None, Some("5".to_owned())],
+        "CABPK's boolean inactive is ignored like cloud-init"
+    );
     let err = parse(b"#cloud-config\nusers: [default]\n", "", &vars()).unwrap_err();
     assert!(err.to_string().contains("default"), "{err}");
     let err = parse(
