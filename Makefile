@@ -16,6 +16,8 @@ export CARGO_TERM_COLOR ?= never
 include test/mgmt/mgmt.mk
 -include test/e2e/e2e.mk
 -include test/bench/bench.mk
+-include test/sandbox/sandbox.mk
+-include pkg/cloudinit/cloudinit.mk
 
 .PHONY: help build test test-unit test-integration verify fmt clippy crds verify-crds docker-build release-manifests clean
 
