@@ -864,9 +864,11 @@ fn append_capped(buf: &mut Vec<u8>, data: &[u8], limit: usize, truncated: &mut b
     buf.extend_from_slice(&data[..data.len().min(room)]);
 }
 
+/// The receiving side of an upload: new parent dirs get 0755 (umask 022); the temp file is created 0600 by
+/// `mktemp`, filled from stdin, given its mode and owner, and only then renamed over the destination.
 fn upload_script(req: &PutRequest) -> String {
     let path = quote(&req.path);
-    let mut s = String::from("set -e; umask 077; ");
+    let mut s = String::from("set -e; umask 022; ");
     s.push_str(&format!("p={path}; d=$(dirname -- \"$p\"); "));
     if req.create_parents {
         s.push_str("mkdir -p -- \"$d\"; ");

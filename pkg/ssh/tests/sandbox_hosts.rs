@@ -272,6 +272,30 @@ async fn sudo_without_password() {
             .unwrap(),
         "600 root\na=1\n"
     );
+    // Unprivileged: writes as the login user; a path it may not write is a Transfer error, not a panic.
+    let mut own = PutRequest::bytes("/home/kkadmin/notes/n.txt", "mine", 0o640);
+    own.privileged = false;
+    ex.put(own).await.unwrap();
+    assert_eq!(
+        host.sh_inside("stat -c '%a %U' /home/kkadmin/notes/n.txt /etc/capkk")
+            .unwrap(),
+        "640 kkadmin\n755 root\n",
+        "new parent dirs are 0755"
+    );
+    let mut denied = PutRequest::bytes("/etc/capkk/denied.conf", "x", 0o644);
+    denied.privileged = false;
+    let err = ex.put(denied).await.unwrap_err();
+    assert!(
+        matches!(&err, ExecError::Transfer { path, exit_code: Some(c), message } if path == "/etc/capkk/denied.conf" && *c != 0 && message.contains("Permission denied")),
+        "{err:?}"
+    );
+    assert_eq!(
+        host.run_inside("ls -A /etc/capkk | grep -c upload")
+            .unwrap()
+            .stdout,
+        b"0\n",
+        "no temp file left"
+    );
 }
 
 #[tokio::test]
