@@ -473,10 +473,10 @@ impl client::Handler for ClientHandler {
 /// How long to wait for the channel to close after the command's exit status (see `run_raw`).
 const EXIT_GRACE: Duration = Duration::from_secs(3);
 
-/// Where a command's stdin comes from.
+/// Where a command's stdin comes from (in-memory bytes may be secret: zeroized when dropped).
 enum Input {
     None,
-    Bytes(Vec<u8>),
+    Bytes(Zeroizing<Vec<u8>>),
     File(tokio::fs::File),
 }
 
@@ -887,7 +887,10 @@ impl Executor for SshExecutor {
     #[instrument(skip_all, fields(target = %self.target(), privileged = req.privileged))]
     async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, ExecError> {
         let start = Instant::now();
-        let input = req.stdin.map(Input::Bytes).unwrap_or(Input::None);
+        let input = req
+            .stdin
+            .map(|b| Input::Bytes(Zeroizing::new(b)))
+            .unwrap_or(Input::None);
         let work = self.run(
             &req.command,
             input,
@@ -912,7 +915,7 @@ impl Executor for SshExecutor {
     #[instrument(skip_all, fields(target = %self.target(), path = %req.path, mode = format!("{:o}", req.mode)))]
     async fn put(&self, req: PutRequest) -> Result<u64, ExecError> {
         let (input, size) = match &req.source {
-            FileSource::Bytes(b) => (Input::Bytes(b.clone()), b.len() as u64),
+            FileSource::Bytes(b) => (Input::Bytes(Zeroizing::new(b.clone())), b.len() as u64),
             FileSource::Path(p) => {
                 let f = tokio::fs::File::open(p)
                     .await
