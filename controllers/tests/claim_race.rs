@@ -140,5 +140,6 @@ async fn twenty_machines_ten_hosts_two_managers() -> anyhow::Result<()> {
     m1.terminate();
     m2.terminate();
     assert_no_canary(&client, &ns, &[PASSWORD_CANARY, BOOTSTRAP_CANARY], &logs).await?;
+    cleanup_namespace(&client, &ns).await;
     Ok(())
 }

@@ -229,5 +229,6 @@ async fn pause_stops_work_and_externally_managed_is_skipped() -> anyhow::Result<
     let logs = vec![mgr.logs()];
     mgr.terminate();
     assert_no_canary(&client, &ns, &["canary-pw-contract-77", INLINE_CANARY], &logs).await?;
+    cleanup_namespace(&client, &ns).await;
     Ok(())
 }

@@ -215,5 +215,6 @@ async fn host_key_mismatch_and_terminal_command_failure_with_retry() -> anyhow::
     let logs = vec![mgr.logs()];
     mgr.terminate();
     assert_no_canary(&client, &ns, &[key.lines().nth(2).unwrap_or("-")], &logs).await?;
+    cleanup_namespace(&client, &ns).await;
     Ok(())
 }

@@ -263,5 +263,6 @@ async fn kcp_machine_is_provisioned_on_a_sandbox_host() -> anyhow::Result<()> {
         &logs,
     )
     .await?;
+    cleanup_namespace(&client, &ns).await;
     Ok(())
 }

@@ -226,5 +226,6 @@ async fn delete_resets_and_frees_unreachable_is_quarantined() -> anyhow::Result<
         &logs,
     )
     .await?;
+    cleanup_namespace(&client, &ns).await;
     Ok(())
 }

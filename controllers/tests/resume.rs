@@ -181,5 +181,6 @@ async fn sigkilled_leader_is_replaced_and_work_resumes_without_repeats() -> anyh
         &[killed_logs, standby_logs],
     )
     .await?;
+    cleanup_namespace(&client, &ns).await;
     Ok(())
 }

@@ -68,5 +68,6 @@ async fn only_labelled_objects_are_reconciled() -> anyhow::Result<()> {
         "unlabelled KKCluster has no status"
     );
     mgr.terminate();
+    cleanup_namespace(&client, &ns).await;
     Ok(())
 }

@@ -129,6 +129,13 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<Option<T>>>,
 {
+    // The management plane and the machine are shared (other test suites, benchmarks): scale every
+    // timeout (CAPKK_TEST_TIMEOUT_SCALE, default 3). These are generous upper bounds, not speed assertions.
+    let scale: u32 = std::env::var("CAPKK_TEST_TIMEOUT_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    let timeout = timeout * scale.max(1);
     let deadline = tokio::time::Instant::now() + timeout;
     let mut last_err = None;
     loop {
@@ -493,6 +500,27 @@ pub fn http_get(port: u16, path: &str) -> anyhow::Result<String> {
     let mut out = String::new();
     s.read_to_string(&mut out)?;
     Ok(out)
+}
+
+/// Remove a finished test's objects: our finalizers are stripped (no manager runs any more) and the
+/// namespace is deleted (CAPI and the namespace controller take care of the rest).
+pub async fn cleanup_namespace(client: &Client, ns: &str) {
+    for kind in ["KKInstance", "KKMachine", "KKCluster"] {
+        for o in list(client, ns, INFRA, kind).await.unwrap_or_default() {
+            let _ = merge(
+                client,
+                ns,
+                INFRA,
+                kind,
+                &name(&o),
+                json!({"metadata": {"finalizers": null}}),
+            )
+            .await;
+        }
+    }
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(ns, &Default::default())
+        .await;
 }
 
 /// Name of an object.
