@@ -191,6 +191,10 @@ PY
   kubectl apply --server-side --force-conflicts -f "$WORK/components-no-deployment.yaml" >/dev/null
   kubectl wait --for condition=established --timeout=60s crd/kkclusters.infrastructure.cluster.x-k8s.io \
     crd/kkmachines.infrastructure.cluster.x-k8s.io crd/kkinstances.infrastructure.cluster.x-k8s.io >/dev/null
+  if [ "$(kubectl get ns "$NS" -o jsonpath='{.status.phase}' 2>/dev/null)" = Terminating ]; then
+    wait_for "namespace $NS of an earlier run finished terminating" 600 \
+      bash -c "[ \"\$(kubectl get ns '$NS' -o jsonpath='{.status.phase}' 2>/dev/null)\" != Terminating ]"
+  fi
   kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 
   # A kubeconfig for the ServiceAccount the Deployment would run as (config/rbac's permissions only).
@@ -529,6 +533,8 @@ teardown() {
       kubectl patch -n "$NS" "$o" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
     done
     kubectl delete ns "$NS" --wait=false >/dev/null 2>&1 || true
+    # Give the namespace controller a moment, so that a following run finds a clean slate (it waits otherwise).
+    kubectl wait --for=delete "ns/$NS" --timeout=60s >/dev/null 2>&1 || log "namespace $NS still terminating"
   fi
 }
 
