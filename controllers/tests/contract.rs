@@ -166,7 +166,7 @@ async fn pause_stops_work_and_externally_managed_is_skipped() -> anyhow::Result<
         let k = get(&client, &ns, INFRA_V, "KKMachine", "w1")
             .await?
             .unwrap_or_default();
-        Ok(k["spec"]["instanceID"].is_string().then_some(k))
+        Ok((k["spec"]["instanceID"].is_string() && cond_state(&k, "Paused").0 != "True").then_some(k))
     })
     .await?;
     ensure!(
