@@ -31,6 +31,8 @@ use crate::measure::median;
 
 const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
 const CAPI: &str = "cluster.x-k8s.io/v1beta2";
+/// Inventory hosts per KKCluster (the CRD allows at most 100).
+const PER_CLUSTER: usize = 100;
 
 /// Options of the controller benchmark.
 #[derive(clap::Args, Clone, Debug)]
@@ -45,7 +47,7 @@ pub struct ControllerArgs {
     #[arg(long, default_value_t = 20)]
     pub idle_s: u64,
     /// Give up waiting for all claims after this many seconds.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 240)]
     pub timeout_s: u64,
     /// Where the table and the manager log go.
     #[arg(long, default_value = "target/bench")]
@@ -185,27 +187,32 @@ async fn measure(a: &ControllerArgs, client: &Client, ns: &str, kubeconfig: &Pat
         &[("value", "#cloud-config\n"), ("format", "cloud-config")],
     )
     .await?;
-    let hosts: Vec<Value> = (0..m)
-        .map(|i| {
-            json!({"name": format!("host{i:05}"), "address": format!("127.1.{}.{}", i / 250, i % 250 + 1),
-                   "auth": {"port": 1}})
-        })
-        .collect();
-    apply(
-        client,
-        ns,
-        json!({"apiVersion": CAPI, "kind": "Cluster", "metadata": {"name": "bench", "namespace": ns},
-               "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KKCluster", "name": "bench"}}}),
-    )
-    .await?;
-    apply(
-        client,
-        ns,
-        json!({"apiVersion": INFRA, "kind": "KKCluster",
-               "metadata": {"name": "bench", "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": "bench"}},
-               "spec": {"nodes": {"auth": {"user": "root", "secretRef": {"name": "ssh-auth"}}, "instances": hosts}}}),
-    )
-    .await?;
+    // A KKCluster holds at most 100 inventory hosts (CRD limit): one CAPI Cluster + KKCluster per 100.
+    let clusters = m.div_ceil(PER_CLUSTER);
+    for c in 0..clusters {
+        let cname = format!("bench-{c}");
+        let hosts: Vec<Value> = (c * PER_CLUSTER..m.min((c + 1) * PER_CLUSTER))
+            .map(|i| {
+                json!({"name": format!("host{i:05}"), "address": format!("127.1.{}.{}", i / 250, i % 250 + 1),
+                       "auth": {"port": 1}})
+            })
+            .collect();
+        apply(
+            client,
+            ns,
+            json!({"apiVersion": CAPI, "kind": "Cluster", "metadata": {"name": cname, "namespace": ns},
+                   "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KKCluster", "name": cname}}}),
+        )
+        .await?;
+        apply(
+            client,
+            ns,
+            json!({"apiVersion": INFRA, "kind": "KKCluster",
+                   "metadata": {"name": cname, "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": cname}},
+                   "spec": {"nodes": {"auth": {"user": "root", "secretRef": {"name": "ssh-auth"}}, "instances": hosts}}}),
+        )
+        .await?;
+    }
 
     let log_path = a.out.join("controller-manager.log");
     let log = std::fs::File::create(&log_path)?;
@@ -265,11 +272,12 @@ async fn measure(a: &ControllerArgs, client: &Client, ns: &str, kubeconfig: &Pat
     let mut peak_rss = idle_rss;
     for i in 0..m {
         let name = format!("m{i:05}");
+        let cname = format!("bench-{}", i / PER_CLUSTER);
         apply(
             client,
             ns,
             json!({"apiVersion": INFRA, "kind": "KKMachine",
-                   "metadata": {"name": name, "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": "bench"}},
+                   "metadata": {"name": name, "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": cname}},
                    "spec": {"roles": ["worker"]}}),
         )
         .await?;
@@ -277,8 +285,8 @@ async fn measure(a: &ControllerArgs, client: &Client, ns: &str, kubeconfig: &Pat
             client,
             ns,
             json!({"apiVersion": CAPI, "kind": "Machine",
-                   "metadata": {"name": name, "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": "bench"}},
-                   "spec": {"clusterName": "bench", "version": "v1.34.4", "bootstrap": {"dataSecretName": "bootstrap-data"},
+                   "metadata": {"name": name, "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": cname}},
+                   "spec": {"clusterName": cname, "version": "v1.34.4", "bootstrap": {"dataSecretName": "bootstrap-data"},
                             "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KKMachine", "name": name}}}),
         )
         .await?;
