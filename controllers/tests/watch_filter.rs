@@ -40,6 +40,7 @@ async fn only_labelled_objects_are_reconciled() -> anyhow::Result<()> {
             "--namespace",
             &ns,
             "--watch-filter=blue",
+            "--log-format=json",
             "--ssh-connect-timeout=2s",
         ],
     )?;
@@ -68,6 +69,14 @@ async fn only_labelled_objects_are_reconciled() -> anyhow::Result<()> {
         "unlabelled KKCluster has no status"
     );
     mgr.terminate();
+    // --log-format=json: every line is one JSON object with a level and a message.
+    let logs = mgr.logs();
+    ensure!(logs.lines().count() > 3, "the manager logged");
+    for line in logs.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| anyhow::anyhow!("not JSON ({e}): {line}"))?;
+        ensure!(v["level"].is_string(), "no level in {line}");
+    }
     cleanup_namespace(&client, &ns).await;
     Ok(())
 }
