@@ -59,9 +59,6 @@ providers:
   - name: kubekey
     type: InfrastructureProvider
     url: file://$dir/infrastructure-components.yaml
-# clusterctl treats a variable whose default is empty (\${CAPKK_WATCH_FILTER:=}) as required; an empty value
-# here means "watch every Cluster".
-CAPKK_WATCH_FILTER: ""
 YAML
 
 echo "clusterctl repository: $dir"
