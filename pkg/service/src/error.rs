@@ -102,6 +102,9 @@ impl Error {
 
     /// Wrap an executor error for `step`.
     pub fn exec(step: impl Into<String>, source: ExecError) -> Self {
-        Error::Exec { step: step.into(), source }
+        Error::Exec {
+            step: step.into(),
+            source,
+        }
     }
 }

@@ -146,7 +146,9 @@ fn mask_words(line: &str) -> String {
             let b = bare.as_bytes();
             b.len() == 23
                 && b[6] == b'.'
-                && bare.split('.').all(|p| p.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()))
+                && bare
+                    .split('.')
+                    .all(|p| p.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()))
         };
         let is_hex_key = prev_was_cert_key && bare.len() >= 32 && bare.bytes().all(|c| c.is_ascii_hexdigit());
         if is_token || is_hex_key {
