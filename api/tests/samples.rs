@@ -69,7 +69,7 @@ fn secrets_never_show_in_debug_output() {
 #[test]
 fn instance_auth_merges_over_global_and_strips_inline_secrets() {
     let kkc: KKCluster = serde_saphyr::from_str(
-        &sample("kkcluster-secretref.yaml")
+        sample("kkcluster-secretref.yaml")
             .split("\n---\n")
             .nth(1)
             .unwrap(),
