@@ -236,6 +236,30 @@ pub struct Context {
 }
 
 impl Context {
+    /// The shared body of every kind's `error_policy`: a pending cleanup retries at its own pace, a conflict
+    /// retries at once, anything else backs off per object (`key` is `<kind prefix>/<uid>`).
+    pub fn requeue_after_error(
+        &self,
+        kind: &str,
+        key: &str,
+        name: &str,
+        err: &crate::Error,
+    ) -> kube::runtime::controller::Action {
+        use kube::runtime::controller::Action;
+        if let crate::Error::CleanupPending { what, retry } = err {
+            tracing::debug!(object = %name, %what, "deletion waits");
+            return Action::requeue(*retry);
+        }
+        self.metrics.failed(kind, err.metric_label());
+        let delay = if err.is_conflict() {
+            Duration::from_millis(500)
+        } else {
+            self.tasks.transient_failure(key)
+        };
+        warn!(kind, object = %name, error = %err, ?delay, "reconcile failed");
+        Action::requeue(delay)
+    }
+
     /// Build the context.
     pub fn new(
         client: Client,

@@ -38,19 +38,8 @@ pub async fn reconcile(obj: Arc<KKCluster>, ctx: Arc<Context>) -> Result<Action>
 
 /// Requeue with backoff on errors.
 pub fn error_policy(obj: Arc<KKCluster>, err: &Error, ctx: Arc<Context>) -> Action {
-    if let Error::CleanupPending { what, retry } = err {
-        debug!(object = %obj.name_any(), %what, "deletion waits");
-        return Action::requeue(*retry);
-    }
-    ctx.metrics.failed(KIND, err.metric_label());
-    let uid = obj.uid().unwrap_or_default();
-    let delay = if err.is_conflict() {
-        Duration::from_millis(500)
-    } else {
-        ctx.tasks.transient_failure(&format!("kkc/{uid}"))
-    };
-    warn!(kkcluster = %obj.name_any(), error = %err, ?delay, "reconcile failed");
-    Action::requeue(delay)
+    let key = format!("kkc/{}", obj.uid().unwrap_or_default());
+    ctx.requeue_after_error(KIND, &key, &obj.name_any(), err)
 }
 
 async fn reconcile_inner(obj: Arc<KKCluster>, ctx: &Context) -> Result<Action> {

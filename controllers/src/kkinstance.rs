@@ -69,19 +69,8 @@ pub async fn reconcile(obj: Arc<KKInstance>, ctx: Arc<Context>) -> Result<Action
 
 /// Requeue with backoff on errors.
 pub fn error_policy(obj: Arc<KKInstance>, err: &Error, ctx: Arc<Context>) -> Action {
-    if let Error::CleanupPending { what, retry } = err {
-        debug!(object = %obj.name_any(), %what, "deletion waits");
-        return Action::requeue(*retry);
-    }
-    ctx.metrics.failed(KIND, err.metric_label());
-    let delay = if err.is_conflict() {
-        Duration::from_millis(500)
-    } else {
-        ctx.tasks
-            .transient_failure(&format!("kki/{}", obj.uid().unwrap_or_default()))
-    };
-    warn!(kkinstance = %obj.name_any(), error = %err, ?delay, "reconcile failed");
-    Action::requeue(delay)
+    let key = format!("kki/{}", obj.uid().unwrap_or_default());
+    ctx.requeue_after_error(KIND, &key, &obj.name_any(), err)
 }
 
 fn completed(inst: &KKInstance) -> BTreeSet<String> {

@@ -51,19 +51,8 @@ pub async fn reconcile(obj: Arc<KKMachine>, ctx: Arc<Context>) -> Result<Action>
 
 /// Requeue with backoff on errors.
 pub fn error_policy(obj: Arc<KKMachine>, err: &Error, ctx: Arc<Context>) -> Action {
-    if let Error::CleanupPending { what, retry } = err {
-        debug!(object = %obj.name_any(), %what, "deletion waits");
-        return Action::requeue(*retry);
-    }
-    ctx.metrics.failed(KIND, err.metric_label());
-    let delay = if err.is_conflict() {
-        Duration::from_millis(500)
-    } else {
-        ctx.tasks
-            .transient_failure(&format!("kkm/{}", obj.uid().unwrap_or_default()))
-    };
-    warn!(kkmachine = %obj.name_any(), error = %err, ?delay, "reconcile failed");
-    Action::requeue(delay)
+    let key = format!("kkm/{}", obj.uid().unwrap_or_default());
+    ctx.requeue_after_error(KIND, &key, &obj.name_any(), err)
 }
 
 async fn reconcile_inner(obj: Arc<KKMachine>, ctx: &Context) -> Result<Action> {
