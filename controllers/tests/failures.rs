@@ -127,13 +127,18 @@ async fn host_key_mismatch_and_terminal_command_failure_with_retry() -> anyhow::
         msg.contains("exit 3") && msg.contains("exited with 3") && msg.contains("boom-output"),
         "failure message: {msg}"
     );
-    let k2 = get(&client, &ns, INFRA_V, "KKMachine", "m2")
-        .await?
-        .unwrap_or_default();
-    ensure!(
-        cond_state(&k2, "InstanceReady") == ("False".into(), "CommandFailed".into()),
-        "mirrored into the KKMachine"
-    );
+    // The KKMachine mirrors its KKInstance in its own (later) reconcile.
+    eventually(
+        "CommandFailed mirrored into the KKMachine",
+        Duration::from_secs(60),
+        || async {
+            let k2 = get(&client, &ns, INFRA_V, "KKMachine", "m2")
+                .await?
+                .unwrap_or_default();
+            Ok((cond_state(&k2, "InstanceReady") == ("False".into(), "CommandFailed".into())).then_some(()))
+        },
+    )
+    .await?;
     // Stays failed (no retry loop).
     tokio::time::sleep(Duration::from_secs(8)).await;
     let again = get(&client, &ns, INFRA_V, "KKInstance", &h2.info.name)
