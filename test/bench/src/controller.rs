@@ -88,6 +88,7 @@ fn unique(prefix: &str) -> String {
 }
 
 async fn apply(client: &Client, ns: &str, obj: Value) -> anyhow::Result<()> {
+    // Server-side apply (with discovery) for the few setup objects; the load loop uses plain creates.
     capkk_mgmt::apply(client, ns, &obj).await?;
     Ok(())
 }
@@ -265,43 +266,50 @@ async fn measure(a: &ControllerArgs, client: &Client, ns: &str, kubeconfig: &Pat
     tokio::time::sleep(Duration::from_secs(10)).await;
     let idle_cpu_per_s = (cpu_s(pid) - cpu_idle_start) / 10.0;
 
-    // Load: create M KKMachine + Machine pairs as fast as the API allows.
+    // Load: create M KKMachine + Machine pairs as fast as the API allows (one task), while this task polls the
+    // KKMachines from the start, so each latency is measured from its own KKMachine's creation.
     let cpu_before = cpu_s(pid);
-    let mut created: BTreeMap<String, Instant> = BTreeMap::new();
+    let created = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::<String, Instant>::new()));
     let load_start = Instant::now();
     let mut peak_rss = idle_rss;
-    for i in 0..m {
-        let name = format!("m{i:05}");
-        let cname = format!("bench-{}", i / PER_CLUSTER);
-        apply(
-            client,
-            ns,
-            json!({"apiVersion": INFRA, "kind": "KKMachine",
-                   "metadata": {"name": name, "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": cname}},
-                   "spec": {"roles": ["worker"]}}),
-        )
-        .await?;
-        apply(
-            client,
-            ns,
-            json!({"apiVersion": CAPI, "kind": "Machine",
-                   "metadata": {"name": name, "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": cname}},
-                   "spec": {"clusterName": cname, "version": "v1.34.4", "bootstrap": {"dataSecretName": "bootstrap-data"},
-                            "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KKMachine", "name": name}}}),
-        )
-        .await?;
-        created.insert(name, Instant::now());
-        peak_rss = peak_rss.max(rss_kib(pid));
-    }
-    let create_s = load_start.elapsed().as_secs_f64();
+    let (km_api, _) = capkk_mgmt::dynamic_api(client, INFRA, "KKMachine", ns).await?;
+    let (m_api, _) = capkk_mgmt::dynamic_api(client, CAPI, "Machine", ns).await?;
+    let creator = {
+        let (created, ns) = (created.clone(), ns.to_owned());
+        tokio::spawn(async move {
+            for i in 0..m {
+                let name = format!("m{i:05}");
+                let cname = format!("bench-{}", i / PER_CLUSTER);
+                let km: kube::api::DynamicObject = serde_json::from_value(
+                    json!({"apiVersion": INFRA, "kind": "KKMachine",
+                       "metadata": {"name": name, "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": cname}},
+                       "spec": {"roles": ["worker"]}}),
+                )?;
+                let mach: kube::api::DynamicObject = serde_json::from_value(
+                    json!({"apiVersion": CAPI, "kind": "Machine",
+                       "metadata": {"name": name, "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": cname}},
+                       "spec": {"clusterName": cname, "version": "v1.34.4", "bootstrap": {"dataSecretName": "bootstrap-data"},
+                                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KKMachine", "name": name}}}),
+                )?;
+                let t0 = Instant::now();
+                km_api.create(&PostParams::default(), &km).await?;
+                if let Ok(mut c) = created.lock() {
+                    c.insert(name.clone(), t0);
+                }
+                m_api.create(&PostParams::default(), &mach).await?;
+            }
+            anyhow::Ok(Instant::now())
+        })
+    };
     let mut first_write: BTreeMap<String, f64> = BTreeMap::new();
     let mut claimed: BTreeMap<String, f64> = BTreeMap::new();
     let deadline = Instant::now() + Duration::from_secs(a.timeout_s);
     while claimed.len() < m && Instant::now() < deadline {
         let now = Instant::now();
+        let snapshot = created.lock().map(|c| c.clone()).unwrap_or_default();
         for k in list(client, ns, INFRA, "KKMachine").await? {
             let name = k["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-            let Some(t0) = created.get(&name) else { continue };
+            let Some(t0) = snapshot.get(&name) else { continue };
             let since = now.duration_since(*t0).as_secs_f64();
             if has_condition(&k, "HostClaimed") {
                 first_write.entry(name.clone()).or_insert(since);
@@ -313,6 +321,11 @@ async fn measure(a: &ControllerArgs, client: &Client, ns: &str, kubeconfig: &Pat
         peak_rss = peak_rss.max(rss_kib(pid));
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let create_s = creator
+        .await
+        .context("creating machines")??
+        .duration_since(load_start)
+        .as_secs_f64();
     let all_claimed_s = load_start.elapsed().as_secs_f64();
     // Keep the load (claimed hosts failing to connect, retried) for a while and sample.
     let mut settled_rss = Vec::new();
