@@ -64,6 +64,26 @@ func (s sandbox) put(host, path string, content []byte) {
 		filepath.Dir(path), base64.StdEncoding.EncodeToString(content), path, path))
 }
 
+// copyIn uploads a local executable to path on the host at addr over SSH (content on stdin, then an atomic
+// rename), with the sandbox's client key.
+func (s sandbox) copyIn(addr, local, path string) {
+	s.t.Helper()
+	f, err := os.Open(local)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer f.Close()
+	key := filepath.Join("/tmp/capkk-sandbox", s.name, "keys", "id_ed25519")
+	script := fmt.Sprintf("mkdir -p %s && cat > %s.tmp && chmod 0755 %s.tmp && mv -f %s.tmp %s",
+		filepath.Dir(path), path, path, path, path)
+	cmd := exec.Command("ssh", "-i", key, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+		"-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "root@"+addr, script)
+	cmd.Stdin = f
+	if out, err := cmd.CombinedOutput(); err != nil {
+		s.t.Fatalf("copy %s to %s:%s: %v\n%s", local, addr, path, err, out)
+	}
+}
+
 func TestSimulatorOnSandboxHosts(t *testing.T) {
 	sbBin, cpDir, simBin := os.Getenv("KUBEADM_SIM_SANDBOX"), os.Getenv("KUBEADM_SIM_CP_BIN_DIR"), os.Getenv("KUBEADM_SIM_BIN")
 	if sbBin == "" || simBin == "" || os.Geteuid() != 0 {
@@ -97,11 +117,14 @@ func TestSimulatorOnSandboxHosts(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(stage, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644))
 	initCfg := strings.NewReplacer("198.18.0.11", addrs[0], "name: CP-1", "name: "+cp).Replace(initV1beta4)
 
-	install := fmt.Sprintf("install -m 0755 %s /usr/local/bin/kubeadm", simBin)
+	// Ship the simulator (and, when built without them embedded, etcd and kube-apiserver) over SSH, as the
+	// binary service does: a host is a separate machine and sees none of the machine's files.
+	sb.copyIn(addrs[0], simBin, "/usr/local/bin/kubeadm")
 	if cpDir != "" {
-		install += fmt.Sprintf(" && install -m 0755 %s/etcd %s/kube-apiserver /usr/local/bin/", cpDir, cpDir)
+		for _, b := range []string{"etcd", "kube-apiserver"} {
+			sb.copyIn(addrs[0], filepath.Join(cpDir, b), "/usr/local/bin/"+b)
+		}
 	}
-	sb.mustExec(cp, install)
 	for _, f := range []string{"ca.crt", "ca.key", "sa.key", "sa.pub"} {
 		b, err := os.ReadFile(filepath.Join(stage, f))
 		must(t, err)
@@ -167,7 +190,7 @@ func TestSimulatorOnSandboxHosts(t *testing.T) {
 	}
 	joinCfg := strings.NewReplacer("198.18.0.11", addrs[0], "sha256:00", caCertHash(authority.cert),
 		"name: worker-1", "name: "+worker).Replace(joinV1beta3)
-	sb.mustExec(worker, fmt.Sprintf("install -m 0755 %s /usr/local/bin/kubeadm", simBin))
+	sb.copyIn(addrs[1], simBin, "/usr/local/bin/kubeadm")
 	sb.put(worker, "/run/kubeadm/kubeadm-join-config.yaml", []byte(joinCfg))
 	wrong := strings.Replace(joinCfg, caCertHash(authority.cert), "sha256:"+strings.Repeat("0", 64), 1)
 	sb.put(worker, "/run/kubeadm/wrong.yaml", []byte(wrong))
