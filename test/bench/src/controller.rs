@@ -3,7 +3,7 @@
 //!
 //! Hosts are loopback addresses on a closed port (as in the controllers' claim-race test): claiming needs no
 //! SSH, and every claimed host then fails to connect at once, so the manager keeps reconciling with
-//! retries — the "under load" state. Measured: manager RSS idle (KKCluster with M hosts, no machines) and
+//! retries — the "under load" state. Measured: manager RSS idle (KKClusters with M hosts, no machines) and
 //! under load (peak while M KKMachine/Machine pairs are created and claimed, and after they settle), its CPU
 //! seconds, and the reconcile latency from creating a KKMachine to the manager's first status write
 //! (`HostClaimed` condition) and to its claim (`spec.instanceID`).
@@ -349,15 +349,18 @@ async fn measure(a: &ControllerArgs, client: &Client, ns: &str, kubeconfig: &Pat
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "capkk-bench controller: {m} KKMachines + Machines, KKCluster with {m} hosts (loopback, closed port)"
+        "capkk-bench controller: {m} KKMachines + Machines in {clusters} KKClusters of <= {PER_CLUSTER} hosts (loopback, closed port)"
     );
     let _ = writeln!(s);
     let _ = writeln!(s, "| measure | value |");
     let _ = writeln!(s, "|---|---:|");
-    let _ = writeln!(s, "| manager start → KKCluster provisioned | {ready_s:.2} s |");
     let _ = writeln!(
         s,
-        "| manager RSS idle (KKCluster, {m} hosts, no machines) | {:.1} MiB |",
+        "| manager start → {clusters} KKClusters provisioned | {ready_s:.2} s |"
+    );
+    let _ = writeln!(
+        s,
+        "| manager RSS idle ({clusters} KKClusters, {m} hosts, no machines) | {:.1} MiB |",
         idle_rss as f64 / 1024.0
     );
     let _ = writeln!(s, "| manager CPU idle | {:.3} s/s |", idle_cpu_per_s);
