@@ -74,8 +74,9 @@ func (s sandbox) copyIn(addr, local, path string) {
 	}
 	defer f.Close()
 	key := filepath.Join("/tmp/capkk-sandbox", s.name, "keys", "id_ed25519")
-	script := fmt.Sprintf("mkdir -p %s && cat > %s.tmp && chmod 0755 %s.tmp && mv -f %s.tmp %s",
-		filepath.Dir(path), path, path, path, path)
+	q := func(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+	dir, tmp := q(filepath.Dir(path)), q(path+".tmp")
+	script := fmt.Sprintf("mkdir -p %s && cat > %s && chmod 0755 %s && mv -f %s %s", dir, tmp, tmp, tmp, q(path))
 	cmd := exec.Command("ssh", "-i", key, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
 		"-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "root@"+addr, script)
 	cmd.Stdin = f
