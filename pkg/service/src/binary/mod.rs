@@ -164,7 +164,14 @@ pub fn kubelet_unit() -> String {
         .to_owned()
 }
 
-/// The kubeadm drop-in (standard kubeadm flags plus `--node-ip`/`--hostname-override` when given).
+/// The kubeadm drop-in: the standard kubeadm flags plus capkk's own `--node-ip`/`--hostname-override`.
+///
+/// capkk's flags travel in their own variable, `KUBELET_CAPKK_ARGS`, placed before `KUBELET_KUBEADM_ARGS` and
+/// `KUBELET_EXTRA_ARGS` on the command line. Two reasons: systemd lets every `EnvironmentFile=` override every
+/// `Environment=` regardless of their order, so a `/etc/default/kubelet` setting `KUBELET_EXTRA_ARGS` (as
+/// distro packages and users do) would silently drop `--node-ip` if capkk used that variable; and the kubelet
+/// keeps the last value of a repeated flag, so a node IP the user sets through kubeadm's `kubeletExtraArgs` or
+/// `/etc/default/kubelet` still wins over capkk's default.
 pub fn kubelet_dropin(node_ip: Option<&str>, node_name: Option<&str>) -> String {
     let mut extra = Vec::new();
     if let Some(ip) = node_ip.filter(|s| !s.is_empty()) {
@@ -176,19 +183,19 @@ pub fn kubelet_dropin(node_ip: Option<&str>, node_name: Option<&str>) -> String 
     let mut s = String::from(
         "# Installed by capkk.\n[Service]\n\
          Environment=\"KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf\"\n\
-         Environment=\"KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml\"\n\
-         EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env\n\
-         EnvironmentFile=-/etc/default/kubelet\n",
+         Environment=\"KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml\"\n",
     );
     if !extra.is_empty() {
         s.push_str(&format!(
-            "Environment=\"KUBELET_EXTRA_ARGS={}\"\n",
+            "Environment=\"KUBELET_CAPKK_ARGS={}\"\n",
             extra.join(" ")
         ));
     }
     s.push_str(
-        "ExecStart=\nExecStart=/usr/local/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS \
-         $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS\n",
+        "EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env\n\
+         EnvironmentFile=-/etc/default/kubelet\n\
+         ExecStart=\nExecStart=/usr/local/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS \
+         $KUBELET_CAPKK_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS\n",
     );
     s
 }
@@ -465,9 +472,9 @@ mod tests {
     #[test]
     fn dropin_carries_node_ip_and_name() {
         let d = kubelet_dropin(Some("10.0.0.5"), Some("n1"));
-        assert!(d.contains("KUBELET_EXTRA_ARGS=--node-ip=10.0.0.5 --hostname-override=n1"));
+        assert!(d.contains("KUBELET_CAPKK_ARGS=--node-ip=10.0.0.5 --hostname-override=n1"));
         assert!(d.contains("ExecStart=\nExecStart=/usr/local/bin/kubelet"));
-        assert!(!kubelet_dropin(None, None).contains("KUBELET_EXTRA_ARGS="));
+        assert!(!kubelet_dropin(None, None).contains("KUBELET_CAPKK_ARGS="));
         assert!(kubelet_unit().contains("ExecStart=/usr/local/bin/kubelet\n"));
     }
 }
