@@ -29,7 +29,10 @@ fn require_prerequisites() {
         missing.push("root (for unshare --mount)");
     }
     for (what, path) in [
-        ("systemd (/lib/systemd/systemd, Debian package systemd)", "/lib/systemd/systemd"),
+        (
+            "systemd (/lib/systemd/systemd, Debian package systemd)",
+            "/lib/systemd/systemd",
+        ),
         ("systemctl (Debian package systemd)", "/bin/systemctl"),
         ("unshare (Debian package util-linux)", "/usr/bin/unshare"),
     ] {
@@ -45,7 +48,7 @@ fn require_prerequisites() {
 }
 
 /// The kubelet's argv after systemd resolved our unit, our drop-in and the host's environment files.
-fn kubelet_argv(node_ip: Option<&str>, node_name: Option<&str>, env: &HostEnv) -> Vec<String> {
+fn kubelet_argv(node_ip: Option<&str>, node_name: Option<&str>, env: &HostEnv<'_>) -> Vec<String> {
     require_prerequisites();
     let dir = tempfile::tempdir().expect("tempdir");
     let w = dir.path();
@@ -99,7 +102,10 @@ fn node_ip_survives_an_etc_default_kubelet_that_sets_kubelet_extra_args() {
     position(&argv, "--hostname-override=node-a");
     // The host's own settings are still passed.
     position(&argv, "--v=2");
-    position(&argv, "--container-runtime-endpoint=unix:///run/containerd/containerd.sock");
+    position(
+        &argv,
+        "--container-runtime-endpoint=unix:///run/containerd/containerd.sock",
+    );
     position(&argv, "--config=/var/lib/kubelet/config.yaml");
 }
 
