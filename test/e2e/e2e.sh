@@ -128,8 +128,8 @@ mgmt_env() {
   KUBE_VERSION=$(bash -c 'source "$1/test/mgmt/scripts/common.sh" && echo "$KUBE_VERSION"' _ "$ROOT")
   export PATH=$BIN_DIR:$PATH
   export KUBECONFIG=${CAPKK_MGMT_DIR:-$CAPKK_CACHE/mgmt}/kubeconfig
-  SANDBOX=$ROOT/target/debug/sandbox
-  MANAGER=$ROOT/target/debug/manager
+  SANDBOX=${CARGO_TARGET_DIR:-$ROOT/target}/debug/sandbox
+  MANAGER=${CARGO_TARGET_DIR:-$ROOT/target}/debug/manager
 }
 
 sb() { "$SANDBOX" "$@"; }
@@ -141,7 +141,9 @@ host_addr() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print
 build() {
   stage "build (cargo, go, mgmt binaries)"
   mkdir -p "$WORK"
-  (cd "$ROOT" && $CARGO build -q -p capkk-controllers --bin manager && $CARGO build -q -p capkk-sandbox --bin sandbox)
+  # `make build` is the test build (one feature set for everything): building single packages would
+  # compile their dependencies a second time with other features.
+  make -s -C "$ROOT" build CARGO="$CARGO"
   make -s -C "$ROOT" mgmt-bin
   mgmt_env
   "$ROOT/test/kubeadm-sim/build.sh" "$WORK/bin/kubeadm" "$BIN_DIR"

@@ -14,7 +14,7 @@ func kubeadmFileFromFixture(t *testing.T, fixture, path string) string {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("..", "fixtures", "cabpk", fixture))
 	if err != nil {
-		t.Skipf("fixture not available: %v", err)
+		t.Fatalf("fixture not available (test/fixtures/cabpk is part of the repository; `make fixtures` recaptures it): %v", err)
 	}
 	var cc struct {
 		WriteFiles []struct {

@@ -87,9 +87,14 @@ func (s sandbox) copyIn(addr, local, path string) {
 
 func TestSimulatorOnSandboxHosts(t *testing.T) {
 	sbBin, cpDir, simBin := os.Getenv("KUBEADM_SIM_SANDBOX"), os.Getenv("KUBEADM_SIM_CP_BIN_DIR"), os.Getenv("KUBEADM_SIM_BIN")
-	if sbBin == "" || simBin == "" || os.Geteuid() != 0 {
-		t.Skip("set KUBEADM_SIM_SANDBOX and KUBEADM_SIM_BIN and run as root (test/kubeadm-sim/sandbox-test.sh)")
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root")
 	}
+	if sbBin == "" || simBin == "" {
+		missing = append(missing, "KUBEADM_SIM_SANDBOX and KUBEADM_SIM_BIN (run test/kubeadm-sim/sandbox-test.sh)")
+	}
+	requireOrSkip(t, "sandbox hosts", strings.Join(missing, ", "))
 	sb := sandbox{t: t, bin: sbBin, name: "kubeadm-sim"}
 	sb.run("up", "--name", sb.name, "--hosts", "2")
 	t.Cleanup(func() { _, _ = exec.Command(sb.bin, "down", "--name", sb.name).CombinedOutput() })

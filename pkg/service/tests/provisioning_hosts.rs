@@ -3,7 +3,7 @@
 //! resume after a dropped connection and after the host killed the running step.
 //!
 //! One sandbox (`prov-tests`) is shared by the tests of this binary; every test owns one host, because the
-//! sentinel is per host. Without root/sshd the tests print SKIPPED (under CI=true they fail instead).
+//! sentinel is per host. Without root/sshd the tests fail naming what is missing (skipped only with CAPKK_ALLOW_SKIP=1).
 
 use std::{
     sync::OnceLock,

@@ -6,7 +6,7 @@
 //! mode, 4+5 two hosts sharing one controller download, 6 ISO repository mode, 7 a pre-existing containerd
 //! (login with a sudo password). Fake package managers and kernel tools
 //! (`test/assets/`) are put into each host's `/usr/local/sbin` so nothing reaches the network or changes the
-//! machine's kernel state. Without root/sshd the tests print SKIPPED (under CI=true they fail instead).
+//! machine's kernel state. Without root/sshd the tests fail naming what is missing (skipped only with CAPKK_ALLOW_SKIP=1).
 
 use std::{
     collections::HashMap,
