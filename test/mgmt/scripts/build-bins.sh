@@ -30,17 +30,44 @@ capi_ldflags() {
     "-X $p.buildDate=1970-01-01T00:00:00Z"
 }
 
-build() { # <tools subdir> <output name> <package> <ldflags>
-  local dir=$1 name=$2 pkg=$3 ldflags=$4 out=$BIN_DIR/$2 t0
-  if [ -x "$out" ]; then
-    log "$name: cached ($out)"
-    return
-  fi
-  log "$name: building $pkg ..."
+# -p: parallel build actions. Go defaults to GOMAXPROCS (the CPU count); with one invocation per module the
+# actions of all its binaries share that pool, so compile work of one binary overlaps the (single-threaded)
+# link of another. Override with CAPKK_GO_BUILD_P.
+GO_P=${CAPKK_GO_BUILD_P:-$(nproc 2>/dev/null || echo 2)}
+
+exec_name() { # <main package path>: the file name `go build -o DIR/` gives it (last element, /vN skipped)
+  local p=$1 n=${1##*/}
+  if [[ $n =~ ^v[0-9]+$ ]]; then p=${p%/*}; n=${p##*/}; fi
+  echo "$n"
+}
+
+build_module() { # <tools subdir> <ldflags> <output name>=<package>...: the missing ones in ONE go build
+  local dir=$1 ldflags=$2 t0 pair name pkg tmp
+  shift 2
+  local -a names=() pkgs=()
+  declare -A seen=()
+  for pair in "$@"; do
+    name=${pair%%=*} pkg=${pair#*=}
+    if [ -x "$BIN_DIR/$name" ]; then
+      log "$name: cached ($BIN_DIR/$name)"
+      continue
+    fi
+    # `go build -o DIR/` names each binary after its package and silently lets one overwrite another of
+    # the same name: such a pair is an error here (build_module it in two calls).
+    [ -z "${seen[$(exec_name "$pkg")]:-}" ] || { log "$pkg: same file name as another package of this call"; exit 1; }
+    seen[$(exec_name "$pkg")]=1
+    names+=("$name") pkgs+=("$pkg")
+  done
+  [ ${#pkgs[@]} -gt 0 ] || return 0
+  log "${names[*]}: building ${pkgs[*]} (one go build, -p $GO_P) ..."
   t0=$(date +%s)
-  (cd "$TOOLS_DIR/$dir" && "${GOBUILD[@]}" -ldflags "$ldflags" -o "$out.tmp.$$" "$pkg")
-  mv -f "$out.tmp.$$" "$out"
-  log "$name: built in $(( $(date +%s) - t0 ))s"
+  tmp=$(mktemp -d "$BIN_DIR/.build.XXXXXX")
+  (cd "$TOOLS_DIR/$dir" && "${GOBUILD[@]}" -p "$GO_P" -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}")
+  for i in "${!names[@]}"; do
+    mv -f "$tmp/$(exec_name "${pkgs[$i]}")" "$BIN_DIR/${names[$i]}"
+  done
+  rm -rf "$tmp"
+  log "${names[*]}: built in $(( $(date +%s) - t0 ))s"
 }
 
 T0=$(date +%s)
@@ -48,26 +75,28 @@ log "pins: kubernetes $KUBE_VERSION, etcd $ETCD_VERSION, cluster-api $CAPI_VERSI
 log "output: $BIN_DIR"
 
 if [ "$(asset_bin etcd)" = "$BIN_DIR/etcd" ]; then
-  build etcd etcd go.etcd.io/etcd/server/v3 "-s -w"
+  build_module etcd "-s -w" etcd=go.etcd.io/etcd/server/v3
 else
   log "etcd: using $(asset_bin etcd) from KUBEBUILDER_ASSETS"
 fi
-if [ "$(asset_bin kube-apiserver)" = "$BIN_DIR/kube-apiserver" ]; then
-  build kube kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$(k8s_ldflags)"
-else
-  log "kube-apiserver: using $(asset_bin kube-apiserver) from KUBEBUILDER_ASSETS"
-fi
-# Not part of envtest's assets: always built. Runs the garbage collector and namespace controllers.
-build kube kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$(k8s_ldflags)"
-if [ "$(asset_bin kubectl)" = "$BIN_DIR/kubectl" ]; then
-  build kube kubectl k8s.io/kubernetes/cmd/kubectl "$(k8s_ldflags)"
-else
-  log "kubectl: using $(asset_bin kubectl) from KUBEBUILDER_ASSETS"
-fi
-build capi cluster-api-controller sigs.k8s.io/cluster-api/core "$(capi_ldflags)"
-build capi kubeadm-bootstrap-controller sigs.k8s.io/cluster-api/bootstrap/kubeadm "$(capi_ldflags)"
-build capi kubeadm-control-plane-controller sigs.k8s.io/cluster-api/controlplane/kubeadm "$(capi_ldflags)"
-build capi clusterctl sigs.k8s.io/cluster-api/cmd/clusterctl "$(capi_ldflags)"
+kube=()
+for b in kube-apiserver kubectl; do
+  if [ "$(asset_bin $b)" = "$BIN_DIR/$b" ]; then
+    kube+=("$b=k8s.io/kubernetes/cmd/$b")
+  else
+    log "$b: using $(asset_bin $b) from KUBEBUILDER_ASSETS"
+  fi
+done
+# kube-controller-manager is not part of envtest's assets: always built (garbage collector, namespaces).
+build_module kube "$(k8s_ldflags)" "${kube[@]}" kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager
+# The bootstrap and control-plane managers are both packages named .../kubeadm: two calls. The second
+# compiles only what the first did not (the Go build cache holds every shared package by then).
+build_module capi "$(capi_ldflags)" \
+  cluster-api-controller=sigs.k8s.io/cluster-api/core \
+  kubeadm-bootstrap-controller=sigs.k8s.io/cluster-api/bootstrap/kubeadm \
+  clusterctl=sigs.k8s.io/cluster-api/cmd/clusterctl
+build_module capi "$(capi_ldflags)" \
+  kubeadm-control-plane-controller=sigs.k8s.io/cluster-api/controlplane/kubeadm
 
 # CAPI's CRDs and webhook manifests (kustomize trees) from the pinned module source, so that mgmt-up
 # needs neither the network nor the Go module cache.
