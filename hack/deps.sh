@@ -15,8 +15,9 @@ mode=${1:-install}
 lookup_path=${CAPKK_DEPS_PATH:-$PATH:/usr/sbin:/sbin}
 say() { echo "deps: $*" >&2; }
 
-has() { # <check>: a command on the lookup path, or py:MODULE
+has() { # <check>: a command on the lookup path, an absolute path, or py:MODULE
   case $1 in
+    /*) [ -x "$1" ] ;;
     py:*) PATH=$lookup_path python3 -c "import ${1#py:}" >/dev/null 2>&1 ;;
     *) PATH=$lookup_path command -v "$1" >/dev/null 2>&1 ;;
   esac
