@@ -1,16 +1,19 @@
 # Makefile fragment for the benchmarks (test/bench). Included from the top Makefile, which runs from the
 # repository root. Benchmarks are not tests: `make test` does not run them. See docs/benchmarks.md.
 #
-#   make bench          bench-controller (skip with BENCH_CONTROLLER=0), then bench-ssh; the last line printed is
-#                       `ratio ansible/capkk-rs N=10: X`; results in target/bench/
-#   make bench-ssh      SSH provisioning benchmark: capkk-rs vs ansible-core vs OpenSSH ControlMaster vs local
-#                       floor on N = $(BENCH_HOSTS) sandbox hosts, $(BENCH_RUNS) runs each (+ warm-up)
+#   make bench          bench-controller (skip with BENCH_CONTROLLER=0), then bench-ssh; the last two lines printed
+#                       are `ratio capkk-v3/capkk-rs N=10: Y` and `ratio ansible/capkk-rs N=10: X`; results in
+#                       target/bench/
+#   make bench-ssh      SSH provisioning benchmark: capkk-rs vs CAPKK v3 vs ansible-core vs OpenSSH ControlMaster
+#                       vs local floor on N = $(BENCH_HOSTS) sandbox hosts, $(BENCH_RUNS) runs each (+ warm-up)
+#   make bench-v3-driver  build the capkk-v3 driver (KubeKey CAPKK v3.1.12 from the Go module proxy, see
+#                       test/bench/capkk-v3/go.mod) into $(CAPKK_CACHE)/bin/capkk-v3-<hash>/ (done by bench-ssh)
 #   make bench-controller  the manager on the local management plane (mgmt-up) with $(BENCH_MACHINES)
 #                       KKMachines: RSS idle and under load, reconcile latency
 #   make bench-quick    SSH benchmark with N=1,2, one run, no warm-up (smoke check, ~2 min)
 #   make bench-venv     ansible-core from PyPI into $(BENCH_VENV) (done by `bench` when missing)
 #
-# Needs root (sandbox hosts: network namespaces + overlay + sshd), openssh-client/-server, python3 with venv.
+# Needs root (sandbox hosts: network namespaces + overlay + sshd), openssh-client/-server, python3 with venv, go.
 
 CAPKK_CACHE ?= $(HOME)/.cache/capkk-rs
 BENCH_VENV ?= $(CAPKK_CACHE)/bench-venv
@@ -19,13 +22,13 @@ BENCH_ANSIBLE_CORE ?= ansible-core==2.19.14
 BENCH_HOSTS ?= 1,10,30
 BENCH_RUNS ?= 5
 BENCH_WARMUP ?= 1
-BENCH_METHODS ?= ours,ansible,openssh,local
+BENCH_METHODS ?= ours,capkk-v3,ansible,openssh,local
 BENCH_ARGS ?=
 BENCH_MACHINES ?= 200
 BENCH_CONTROLLER ?= 1
 BENCH_BIN := target/release/capkk-bench
 
-.PHONY: bench bench-ssh bench-controller bench-quick bench-venv bench-build
+.PHONY: bench bench-ssh bench-controller bench-quick bench-venv bench-build bench-v3-driver
 
 bench-venv: $(BENCH_VENV)/bin/ansible-playbook
 
@@ -37,7 +40,10 @@ $(BENCH_VENV)/bin/ansible-playbook:
 bench-build:
 	$(CARGO) build --release -p capkk-bench
 
-bench: ## benchmarks: controller (manager RSS/latency), then capkk-rs vs ansible-core vs OpenSSH vs local (not in make test)
+bench-v3-driver:
+	@test/bench/capkk-v3/build.sh
+
+bench: ## benchmarks: controller (manager RSS/latency), then capkk-rs vs CAPKK v3 vs ansible-core vs OpenSSH vs local (not in make test)
 	@if [ "$(BENCH_CONTROLLER)" = 1 ]; then $(MAKE) --no-print-directory bench-controller; fi
 	$(MAKE) --no-print-directory bench-ssh
 
@@ -46,9 +52,11 @@ bench-controller: mgmt-up bench-build
 	$(BENCH_BIN) controller --machines $(BENCH_MACHINES) --manager target/release/manager
 
 bench-ssh: bench-venv bench-build
+	CAPKK_BENCH_V3_DRIVER=$$(test/bench/capkk-v3/build.sh) && export CAPKK_BENCH_V3_DRIVER && \
 	CAPKK_BENCH_ANSIBLE=$(BENCH_VENV)/bin/ansible-playbook $(BENCH_BIN) ssh \
 		--hosts $(BENCH_HOSTS) --runs $(BENCH_RUNS) --warmup $(BENCH_WARMUP) --methods $(BENCH_METHODS) $(BENCH_ARGS)
 
 bench-quick: bench-venv bench-build ## benchmark smoke check: N=1,2, one run
+	CAPKK_BENCH_V3_DRIVER=$$(test/bench/capkk-v3/build.sh) && export CAPKK_BENCH_V3_DRIVER && \
 	CAPKK_BENCH_ANSIBLE=$(BENCH_VENV)/bin/ansible-playbook $(BENCH_BIN) ssh \
 		--hosts 1,2 --runs 1 --warmup 0 --methods $(BENCH_METHODS) $(BENCH_ARGS)

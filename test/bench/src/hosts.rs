@@ -11,7 +11,7 @@ use capkk_executor::quote;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    plan::{KUBEADM_LOG, KUBEADM_STANDIN},
+    plan::KUBEADM_LOG,
     workload::{Expect, SENTINEL, Workload},
 };
 
@@ -117,9 +117,10 @@ impl HostSpec {
         Ok(format!("{} {kind} {blob}\n", self.address))
     }
 
-    /// Install the stand-in kubeadm (identical for every method) and make root's shell start-up that of a
+    /// Install the kernel-tool stand-ins (identical for every method) and make root's shell start-up that of a
     /// fresh node: the sandbox's lower layer is the machine's own root, whose `/root/.bashrc` (pyenv init)
-    /// costs ~180 ms in every `bash -c` that sshd starts; a node has Debian's default `.bashrc`.
+    /// costs ~180 ms in every `bash -c` that sshd starts; a node has Debian's default `.bashrc`. kubeadm and
+    /// the other binaries come from the artifact mirror through each method's binary service.
     pub fn install_standins(&self) -> anyhow::Result<()> {
         // Kernel tools: the hosts share the machine's kernel, so modprobe/sysctl/swapoff are the project's
         // test stand-ins (test/assets/fake-kernel) and /sys/module is the host's own tmpfs, as in the
@@ -134,19 +135,8 @@ impl HostSpec {
                 "printf '%s' '{b64}' | base64 -d > /usr/local/sbin/{name}; chmod 755 /usr/local/sbin/{name}\n"
             ));
         }
+        script.push_str("cp /etc/skel/.bashrc /root/.bashrc\n");
         self.sh(&script)?;
-        let out = self.run(
-            "cp /etc/skel/.bashrc /root/.bashrc && \
-             mkdir -p /usr/local/bin && cat > /usr/local/bin/kubeadm && chmod 755 /usr/local/bin/kubeadm",
-            Some(KUBEADM_STANDIN.as_bytes()),
-        )?;
-        if !out.status.success() {
-            bail!(
-                "{}: installing the kubeadm stand-in failed: {}",
-                self.name,
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
         Ok(())
     }
 
@@ -217,6 +207,27 @@ impl HostSpec {
             let want = format!("{sha} {mode} {owner}");
             if line != want {
                 problems.push(format!("{}:{path}: want {want}, found {line}", self.name));
+            }
+        }
+        for (path, p) in &expect.prefixed {
+            let q = quote(path);
+            let out = self.sh(&format!(
+                "if [ -f {q} ]; then printf '%s %s %s\\n' \"$(head -c {len} {q} | sha256sum | cut -c1-64)\" \
+                 \"$(stat -c '%a %U:%G' {q})\" \"$(tail -c +{next} {q} | grep -qF -- {c} && echo found || echo absent)\"; \
+                 else echo MISSING; fi",
+                len = p.len,
+                next = p.len + 1,
+                c = quote(&p.contains),
+            ))?;
+            let want = format!("{} {} {} found", p.sha256, p.mode, p.owner);
+            if out.trim() != want {
+                problems.push(format!(
+                    "{}:{path}: want {want} (first {} bytes, then {:?}), found {}",
+                    self.name,
+                    p.len,
+                    p.contains,
+                    out.trim()
+                ));
             }
         }
         for (path, content) in &expect.exact {

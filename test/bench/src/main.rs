@@ -1,11 +1,13 @@
 //! `capkk-bench`: the same provisioning workload on N sandbox hosts, side by side, through
-//! capkk-rs (russh pool + provisioning path), ansible-core (pipelining + ControlPersist), OpenSSH
-//! (ControlMaster, one `ssh` per step) and locally with no SSH (the floor). See docs/benchmarks.md.
+//! capkk-rs (russh pool + provisioning path), KubeKey CAPKK v3 (its own SSH client and services, a Go driver),
+//! ansible-core (pipelining + ControlPersist), OpenSSH (ControlMaster, one `ssh` per step) and locally with no
+//! SSH (the floor). See docs/benchmarks.md.
 //!
 //! `capkk-bench ssh` orchestrates (sandbox, reset, alternating runs, verification, table);
 //! `capkk-bench drive` is one timed run of one method in its own process (so CPU and RSS are measured the
 //! same way for every method).
 
+mod artifacts;
 mod controller;
 mod hosts;
 mod measure;
@@ -43,7 +45,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Provisioning over SSH: capkk-rs vs ansible-core vs OpenSSH ControlMaster vs local floor.
+    /// Provisioning over SSH: capkk-rs vs CAPKK v3 vs ansible-core vs OpenSSH ControlMaster vs local floor.
     Ssh(SshArgs),
     /// The manager against the local management plane with many KKMachines: RSS idle/under load, latency.
     Controller(controller::ControllerArgs),
@@ -67,8 +69,15 @@ struct SshArgs {
     #[arg(long, default_value_t = 1)]
     warmup: usize,
     /// Methods to compare.
-    #[arg(long, value_delimiter = ',', default_value = "ours,ansible,openssh,local")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "ours,capkk-v3,ansible,openssh,local"
+    )]
     methods: Vec<Method>,
+    /// The capkk-v3 driver (`test/bench/capkk-v3/build.sh` builds it and prints its path).
+    #[arg(long, env = "CAPKK_BENCH_V3_DRIVER")]
+    capkk_v3_driver: Option<PathBuf>,
     /// CABPK bootstrap data (cloud-config) to provision [default: test/fixtures/cabpk/init-control-plane.yaml
     /// (captured from the local management plane), else test/bench/fixtures/cabpk-controlplane-init.yaml].
     #[arg(long)]
@@ -91,6 +100,10 @@ struct SshArgs {
     /// Leave the sandbox up afterwards.
     #[arg(long)]
     keep: bool,
+    /// Size of the stand-in release artifacts together, MiB (split like the real releases; the real
+    /// kubeadm, kubelet, kubectl, CNI plugins, containerd, runc and crictl are ~320 MiB).
+    #[arg(long, default_value_t = 8.0)]
+    artifact_mib: f64,
     /// What the other methods replay: `plan` = one op per plan step (service scripts, each file, each
     /// command), `recorded` = exactly the execs/uploads capkk-rs sent (its batched scripts).
     #[arg(long, value_enum, default_value = "plan")]
@@ -150,6 +163,13 @@ struct RunRecord {
     peak_tree_rss_kib: u64,
     max_process_rss_kib: u64,
     step_s: Vec<f64>,
+    #[serde(default)]
+    step_labels: Vec<String>,
+    #[serde(default)]
+    retries: usize,
+    /// Artifact downloads from the mirror during the run.
+    #[serde(default)]
+    downloads: usize,
 }
 
 fn load_average() -> String {
@@ -199,6 +219,14 @@ fn ssh_bench(a: &SshArgs) -> anyhow::Result<()> {
             "run `make bench-venv` (ansible-core from PyPI into a venv)",
         )?;
     }
+    let v3_driver = a.capkk_v3_driver.clone().unwrap_or_default();
+    if a.methods.contains(&Method::CapkkV3) {
+        methods::require_exe(
+            &v3_driver,
+            "set CAPKK_BENCH_V3_DRIVER or --capkk-v3-driver to the path `test/bench/capkk-v3/build.sh` prints \
+             (`make bench-ssh` does), or leave capkk-v3 out of --methods",
+        )?;
+    }
     let fixture = a.fixture.clone().unwrap_or_else(|| {
         [CAPTURED_FIXTURE, HANDMADE_FIXTURE]
             .iter()
@@ -233,6 +261,15 @@ fn ssh_bench(a: &SshArgs) -> anyhow::Result<()> {
         let out = std::fs::canonicalize(&a.out)?;
         let known_hosts = a.scratch.join("known_hosts");
         let key = sandbox.credentials().ed25519_key.clone();
+        // A node's sshd serves SFTP (Debian's and Ubuntu's default sshd_config); the sandbox's does not.
+        // CAPKK v3 copies files over SFTP, and ansible prefers it.
+        for h in sandbox.hosts() {
+            h.sh_inside(
+                "grep -q '^Subsystem sftp' /etc/ssh/sshd_config.capkk || \
+                 echo 'Subsystem sftp /usr/lib/openssh/sftp-server' >> /etc/ssh/sshd_config.capkk",
+            )?;
+            h.restart_sshd()?;
+        }
         let mut kh = String::new();
         let mut snaps = BTreeMap::new();
         for h in &all {
@@ -242,49 +279,55 @@ fn ssh_bench(a: &SshArgs) -> anyhow::Result<()> {
         }
         write(&known_hosts, kh.as_bytes())?;
         let login_env = hosts::login_env(&all[0], &key, &known_hosts)?;
+        let (mirror, components, v3_services, arts) = serve_artifacts(a, &sandbox, &v3_driver)?;
         let mut records = Vec::new();
         let mut sources = Vec::new();
         let mut labels: BTreeMap<usize, (Vec<String>, Vec<String>)> = BTreeMap::new();
         for &n in &a.hosts {
             let hosts = all[..n].to_vec();
             let names: Vec<String> = hosts.iter().map(|h| h.name.clone()).collect();
-            let mut w = plan::skeleton(&fixture_text, &fixture_name, &names)?;
+            let mut w = plan::skeleton(&fixture_text, &fixture_name, &names, &arts)?;
             // Recording pass (also capkk-rs's first warm-up): what capkk-rs sends is the workload.
             for h in &hosts {
                 h.reset_to(&snaps[&h.name], &w)?;
             }
-            let recorded = ours::record(&hosts, &key, fixture_text.as_bytes())?;
-            let round_trips = recorded.values().next().map_or(0, Vec::len);
+            // The recording's artifact cache stays: the replaying methods upload the artifacts from it.
+            let recorded = ours::record(
+                &hosts,
+                &key,
+                fixture_text.as_bytes(),
+                &components,
+                &a.scratch.join(format!("record-cache-n{n}")),
+            )?;
+            let round_trips = recorded.values().next().map_or(0, |s| s.ops.len());
             let ours_labels: Vec<String> = recorded
                 .values()
                 .next()
-                .map(|o| o.iter().map(|op| op.label()).collect())
+                .map(|s| s.ops.iter().map(|op| op.label()).collect())
                 .unwrap_or_default();
             w.ours_digests = recorded
                 .iter()
-                .map(|(h, o)| (h.clone(), workload::digest(o)))
+                .map(|(h, s)| (h.clone(), workload::digest(&s.ops)))
                 .collect();
-            w.ops = match a.workload {
-                Replay::Recorded => recorded,
-                Replay::Plan => {
-                    let k = ours::service_op_count();
-                    let mut ops = BTreeMap::new();
-                    for (h, rec) in recorded {
-                        if rec.len() < k
-                            || !matches!(&rec[0], Op::Exec { command, .. } if command.contains("@@os-release"))
-                        {
-                            bail!(
-                                "{h}: the recording does not start with facts + bootstrap + {} steps",
-                                k - 2
-                            );
-                        }
-                        let mut o = rec[..k].to_vec();
-                        o.extend(ours::plan_ops(fixture_text.as_bytes(), &h)?);
-                        ops.insert(h, o);
-                    }
-                    ops
+            w.pre_ops = ours::V3_REPLAYED_OPS;
+            let mut ops = BTreeMap::new();
+            for (h, rec) in recorded {
+                if rec.pre < ours::V3_REPLAYED_OPS
+                    || !matches!(&rec.ops[0], Op::Exec { command, .. } if command.contains("@@os-release"))
+                {
+                    bail!("{h}: the recording does not start with the facts probe and the bootstrap script");
                 }
-            };
+                let o = match a.workload {
+                    Replay::Recorded => rec.ops,
+                    Replay::Plan => {
+                        let mut o = rec.ops[..rec.pre].to_vec();
+                        o.extend(ours::plan_ops(fixture_text.as_bytes(), &h)?);
+                        o
+                    }
+                };
+                ops.insert(h, o);
+            }
+            w.ops = ops;
             w.derive_file_checks();
             w.source = format!(
                 "{}; capkk-rs: {round_trips} execs/uploads per host; the others replay {}",
@@ -316,6 +359,10 @@ fn ssh_bench(a: &SshArgs) -> anyhow::Result<()> {
                 fixture: fixture.to_path_buf(),
                 snaps: snaps.clone(),
                 login_env: login_env.clone(),
+                v3_driver: v3_driver.clone(),
+                components: components.clone(),
+                v3_services: v3_services.clone(),
+                mirror: mirror.clone(),
             };
             records.extend(bench_n(a, n, &hosts, &w, &ctx)?);
         }
@@ -358,6 +405,10 @@ struct Paths {
     fixture: PathBuf,
     snaps: BTreeMap<String, hosts::Snapshot>,
     login_env: Vec<(String, String)>,
+    v3_driver: PathBuf,
+    components: ours::Components,
+    v3_services: Option<methods::V3Services>,
+    mirror: artifacts::Mirror,
 }
 
 fn bench_n(
@@ -381,11 +432,16 @@ fn bench_n(
         ansible_playbook: p.ansible.clone(),
         fixture: p.fixture.clone(),
         login_env: p.login_env.clone(),
+        v3_driver: p.v3_driver.clone(),
+        components: p.components.clone(),
     };
     if a.methods.contains(&Method::Ansible) {
         let dir = methods::prepare_ansible(&base, w)?;
         // Keep a copy of the generated playbook next to the results for inspection.
         let _ = std::fs::copy(dir.join("playbook.yml"), p.out.join(format!("playbook-n{n}.yml")));
+    }
+    if let Some(services) = &p.v3_services {
+        methods::prepare_v3(&base, w, services)?;
     }
     let expected = w.ours_digests.clone();
     let mut records = Vec::new();
@@ -405,13 +461,21 @@ fn bench_n(
                 ..base.clone()
             };
             let host_cpu_before: f64 = hosts.iter().map(|h| measure::tree_cpu_s(h.init_pid)).sum();
+            p.mirror.reset_hits();
             let (res, peak) = run_driver(&spec, &work_dir, Duration::from_secs(a.run_timeout))
                 .with_context(|| format!("N={n} {} run {}", m.display(), r + 1))?;
             // Connections are closed when the driver exits; give sshd a moment to reap its sessions.
             std::thread::sleep(Duration::from_millis(200));
             let host_cpu_s =
                 hosts.iter().map(|h| measure::tree_cpu_s(h.init_pid)).sum::<f64>() - host_cpu_before;
-            let mut problems = verify_problems(hosts, w)?;
+            let downloads: usize = p
+                .mirror
+                .hits()
+                .iter()
+                .filter(|(path, _)| !path.contains(".sha256"))
+                .map(|(_, n)| n)
+                .sum();
+            let mut problems = verify_problems(hosts, w, m)?;
             if m == Method::Ours && res.digests != expected {
                 problems.push(format!(
                     "capkk-rs sent different work than the workload: {:?} vs {:?}",
@@ -428,14 +492,19 @@ fn bench_n(
                 );
             }
             eprintln!(
-                "N={n:<2} {:<13} {} {:>2}: {:>8.3} s wall, {:>7.3} s cpu, {:>7.3} s host cpu, {:>7.1} MiB peak  [verified]",
+                "N={n:<2} {:<13} {} {:>2}: {:>8.3} s wall, {:>7.3} s cpu, {:>7.3} s host cpu, {:>7.1} MiB peak, {downloads} downloads  [verified]{}",
                 m.display(),
                 if timed { "run" } else { "warm-up" },
                 if timed { r + 1 - a.warmup } else { r + 1 },
                 res.wall_s,
                 res.usage.cpu_s(),
                 host_cpu_s,
-                peak as f64 / 1024.0
+                peak as f64 / 1024.0,
+                if res.retries > 0 {
+                    format!(" ({} phase retries)", res.retries)
+                } else {
+                    String::new()
+                }
             );
             if timed {
                 records.push(RunRecord {
@@ -448,6 +517,9 @@ fn bench_n(
                     peak_tree_rss_kib: peak,
                     max_process_rss_kib: res.usage.max_rss_kib,
                     step_s: res.step_s.clone(),
+                    step_labels: res.step_labels.clone(),
+                    retries: res.retries,
+                    downloads,
                 });
             }
         }
@@ -458,11 +530,108 @@ fn bench_n(
     Ok(records)
 }
 
-fn verify_problems(hosts: &[HostSpec], w: &Workload) -> anyhow::Result<Vec<String>> {
+/// Build the stand-in artifacts, start the mirror on the sandbox bridge and serve each artifact where capkk-rs's
+/// catalogue and (when capkk-v3 runs) CAPKK v3's services look for it. Returns the mirror, capkk-rs's
+/// `spec.component`, CAPKK's inputs and the artifacts.
+fn serve_artifacts(
+    a: &SshArgs,
+    sandbox: &capkk_sandbox::Sandbox,
+    v3_driver: &Path,
+) -> anyhow::Result<(
+    artifacts::Mirror,
+    ours::Components,
+    Option<methods::V3Services>,
+    Vec<artifacts::Artifact>,
+)> {
+    use capkk_service::binary::{ArtifactRequest, ComponentSource, catalogue, resolve};
+    let arts = artifacts::build(&a.scratch.join("artifacts"), a.artifact_mib)?;
+    let by_id = |id: &str| {
+        arts.iter()
+            .find(|x| x.id == id)
+            .with_context(|| format!("no stand-in artifact {id}"))
+    };
+    let mirror = artifacts::Mirror::start(&format!("198.18.{}.1", sandbox.state().index))?;
+    let versions = [
+        ("kubeadm", artifacts::KUBERNETES_VERSION),
+        ("kubelet", artifacts::KUBERNETES_VERSION),
+        ("kubectl", artifacts::KUBERNETES_VERSION),
+        ("cni", catalogue::DEFAULT_CNI_VERSION),
+        ("containerd", catalogue::DEFAULT_CONTAINERD_VERSION),
+        ("runc", catalogue::DEFAULT_RUNC_VERSION),
+        ("crictl", catalogue::DEFAULT_CRICTL_VERSION),
+    ];
+    let mut components = ours::Components {
+        mirror: mirror.base.clone(),
+        pins: Vec::new(),
+    };
+    for (id, v) in versions {
+        components
+            .pins
+            .push((id.to_owned(), v.to_owned(), by_id(id)?.sha256()));
+    }
+    let source = ComponentSource {
+        host: Some(mirror.base.clone()),
+        ..Default::default()
+    };
+    for (id, v) in versions {
+        let mut src = source.clone();
+        src.overrides.push(capkk_service::binary::ArtifactOverride {
+            id: id.to_owned(),
+            checksum_value: Some(by_id(id)?.sha256()),
+            ..Default::default()
+        });
+        let art = resolve(&ArtifactRequest::new(id, v, "amd64"), &src)?;
+        let path = art
+            .url
+            .strip_prefix(&mirror.base)
+            .with_context(|| format!("{} is not on the mirror", art.url))?;
+        mirror.put(path, by_id(id)?.bytes.clone());
+    }
+    let mut v3 = None;
+    if a.methods.contains(&Method::CapkkV3) {
+        let mut services = methods::V3Services {
+            mirror: mirror.base.clone(),
+            kubernetes_version: artifacts::KUBERNETES_VERSION.into(),
+            arch: "amd64".into(),
+            containerd_version: catalogue::DEFAULT_CONTAINERD_VERSION.into(),
+            crictl_version: catalogue::DEFAULT_CRICTL_VERSION.into(),
+            cri_socket: capkk_service::containermanager::DEFAULT_CRI_SOCKET.into(),
+            overrides: Vec::new(),
+        };
+        for (id, version, url) in methods::v3_urls(v3_driver, &a.scratch.join("capkk-v3-urls"), &services)? {
+            let ours_id = if id == "kubecni" { "cni" } else { id.as_str() };
+            let art = by_id(ours_id)?;
+            let path = url
+                .strip_prefix(&mirror.base)
+                .with_context(|| format!("CAPKK's {url} is not on the mirror"))?;
+            mirror.put(path, art.bytes.clone());
+            services.overrides.push(methods::V3Override {
+                id,
+                arch: "amd64".into(),
+                version,
+                checksum: methods::V3Checksum { value: art.sha256() },
+            });
+        }
+        v3 = Some(services);
+    }
+    eprintln!(
+        "mirror {}: {} stand-in artifacts, {:.1} MiB",
+        mirror.base,
+        arts.len(),
+        arts.iter().map(|x| x.bytes.len()).sum::<usize>() as f64 / (1024.0 * 1024.0)
+    );
+    Ok((mirror, components, v3, arts))
+}
+
+fn verify_problems(hosts: &[HostSpec], w: &Workload, m: Method) -> anyhow::Result<Vec<String>> {
     let mut problems = Vec::new();
+    let expect = if m == Method::CapkkV3 {
+        &w.expect_v3
+    } else {
+        &w.expect
+    };
     for h in hosts {
-        let e = w
-            .expect
+        let e = expect
             .get(&h.name)
             .with_context(|| format!("no checks for {}", h.name))?;
         problems.extend(h.verify(e)?);
@@ -471,7 +640,7 @@ fn verify_problems(hosts: &[HostSpec], w: &Workload) -> anyhow::Result<Vec<Strin
 }
 
 fn verify_all(hosts: &[HostSpec], w: &Workload) -> anyhow::Result<()> {
-    let problems = verify_problems(hosts, w)?;
+    let problems = verify_problems(hosts, w, Method::Ours)?;
     if !problems.is_empty() {
         bail!(
             "the hosts are WRONG ({} problems):\n  {}",
@@ -551,9 +720,9 @@ fn render(
     let _ = writeln!(s);
     let _ = writeln!(
         s,
-        "| N | method | wall median (s) | min–max (s) | × capkk-rs | controller CPU (s) | hosts' CPU (s) | peak RSS (MiB) |"
+        "| N | method | wall median (s) | min–max (s) | × capkk-rs | controller CPU (s) | hosts' CPU (s) | peak RSS (MiB) | downloads |"
     );
-    let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|---:|---:|");
     let mut groups: BTreeMap<(usize, Method), Vec<&RunRecord>> = BTreeMap::new();
     for r in records {
         groups.entry((r.hosts, r.method)).or_default().push(r);
@@ -568,11 +737,12 @@ fn render(
         let ratio = wall(*n, Method::Ours).map_or(f64::NAN, |o| w / o);
         let _ = writeln!(
             s,
-            "| {n} | {} | {w:.2} | {min:.2}–{max:.2} | {ratio:.2} | {:.2} | {:.2} | {:.1} |",
+            "| {n} | {} | {w:.2} | {min:.2}–{max:.2} | {ratio:.2} | {:.2} | {:.2} | {:.1} | {:.0} |",
             m.display(),
             med(v, |r| r.cpu_s),
             med(v, |r| r.host_cpu_s),
             med(v, |r| r.peak_tree_rss_kib as f64) / 1024.0,
+            med(v, |r| r.downloads as f64),
         );
     }
     let _ = writeln!(s);
@@ -634,11 +804,37 @@ fn render(
             replay_l,
         );
     }
+    if let Some(v3_l) = groups
+        .get(&(key_n, Method::CapkkV3))
+        .and_then(|v| v.first())
+        .map(|r| r.step_labels.clone())
+    {
+        table(
+            &mut s,
+            "capkk-v3 (CAPKK v3.1.12's client and services), per call",
+            &[Method::CapkkV3],
+            &v3_l,
+        );
+    }
+    let retries: usize = records
+        .iter()
+        .filter(|r| r.method == Method::CapkkV3)
+        .map(|r| r.retries)
+        .sum();
+    if retries > 0 {
+        let _ = writeln!(
+            s,
+            "capkk-v3: {retries} phase retries over all timed runs (a failed phase is run again, like a requeued reconcile)"
+        );
+    }
     if let (Some(o), Some(l)) = (wall(key_n, Method::Ours), wall(key_n, Method::Local)) {
         let _ = writeln!(s, "capkk-rs/local N={key_n}: {:.2}", o / l);
     }
     if let (Some(o), Some(x)) = (wall(key_n, Method::Ours), wall(key_n, Method::Openssh)) {
         let _ = writeln!(s, "ratio openssh/capkk-rs N={key_n}: {:.1}", x / o);
+    }
+    if let (Some(o), Some(x)) = (wall(key_n, Method::Ours), wall(key_n, Method::CapkkV3)) {
+        let _ = writeln!(s, "ratio capkk-v3/capkk-rs N={key_n}: {:.1}", x / o);
     }
     if let (Some(o), Some(x)) = (wall(key_n, Method::Ours), wall(key_n, Method::Ansible)) {
         let _ = writeln!(s, "ratio ansible/capkk-rs N={key_n}: {:.1}", x / o);

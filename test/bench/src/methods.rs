@@ -1,4 +1,4 @@
-//! The four ways of doing the same work, each run in its own driver process (`capkk-bench drive`).
+//! The five ways of doing the same work, each run in its own driver process (`capkk-bench drive`).
 
 use std::{
     collections::BTreeMap,
@@ -25,6 +25,11 @@ use crate::{
 pub enum Method {
     /// capkk-rs: the project's executor (russh pool) and provisioning code path, in-process.
     Ours,
+    /// KubeKey CAPKK v3.1.12's own SSH client, services and cloud-init path (the Go driver in
+    /// test/bench/capkk-v3), run as a child of the driver process.
+    #[value(name = "capkk-v3")]
+    #[serde(rename = "capkk-v3")]
+    CapkkV3,
     /// ansible-core with pipelining and ControlPersist, running a playbook generated from the same plan.
     Ansible,
     /// OpenSSH with ControlMaster/ControlPersist, one `ssh` per step.
@@ -38,6 +43,7 @@ impl Method {
     pub fn display(self) -> &'static str {
         match self {
             Method::Ours => "capkk-rs",
+            Method::CapkkV3 => "capkk-v3",
             Method::Ansible => "ansible-core",
             Method::Openssh => "openssh-cm",
             Method::Local => "local (floor)",
@@ -66,6 +72,12 @@ pub struct DriveSpec {
     pub fixture: PathBuf,
     /// The environment sshd gives root's commands (the local floor runs with exactly this).
     pub login_env: Vec<(String, String)>,
+    /// The capkk-v3 driver binary (test/bench/capkk-v3/build.sh).
+    #[serde(default)]
+    pub v3_driver: PathBuf,
+    /// Where capkk-rs's binary and container-manager services get their artifacts.
+    #[serde(default)]
+    pub components: ours::Components,
 }
 
 /// What one driver run measured.
@@ -83,6 +95,12 @@ pub struct DriveResult {
     pub digests: BTreeMap<String, String>,
     /// Wall seconds of each step, mean over hosts (not for ansible).
     pub step_s: Vec<f64>,
+    /// Labels of the steps, when the method defines its own (capkk-v3).
+    #[serde(default)]
+    pub step_labels: Vec<String>,
+    /// Phases run again after a failure, summed over hosts (capkk-v3: a requeued reconcile).
+    #[serde(default)]
+    pub retries: usize,
 }
 
 /// Run one method once in this process (the `drive` subcommand).
@@ -91,9 +109,23 @@ pub fn drive(spec: &DriveSpec) -> anyhow::Result<DriveResult> {
     let text =
         std::fs::read(&spec.workload).with_context(|| format!("reading {}", spec.workload.display()))?;
     let w: Workload = serde_json::from_slice(&text).context("parsing the workload")?;
+    // A fresh controller-side directory per run: capkk-rs and CAPKK download into it (cold cache).
+    for dir in [v3_run_dir(spec), ours_cache_dir(spec)] {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    if spec.method == Method::CapkkV3 {
+        let dir = v3_run_dir(spec);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     let start = Instant::now();
+    let (mut step_labels, mut retries) = (Vec::new(), 0);
     let (digests, step_s) = match spec.method {
         Method::Ours => run_ours(spec)?,
+        Method::CapkkV3 => {
+            let (labels, r, steps) = run_v3(spec)?;
+            (step_labels, retries) = (labels, r);
+            (BTreeMap::new(), steps)
+        }
         Method::Ansible => (run_ansible(spec)?, Vec::new()),
         Method::Openssh => (BTreeMap::new(), run_per_host(spec, &w, openssh_step)?),
         Method::Local => (BTreeMap::new(), run_per_host(spec, &w, local_step)?),
@@ -107,17 +139,268 @@ pub fn drive(spec: &DriveSpec) -> anyhow::Result<DriveResult> {
         reaped,
         digests,
         step_s,
+        step_labels,
+        retries,
     })
+}
+
+fn v3_run_dir(spec: &DriveSpec) -> PathBuf {
+    spec.work_dir.join("capkk-v3").join("run")
+}
+
+fn v3_job_path(spec: &DriveSpec) -> PathBuf {
+    spec.work_dir.join("capkk-v3").join("job.json")
+}
+
+/// The capkk-v3 driver's job (test/bench/capkk-v3/main.go, `Job`).
+#[derive(Serialize)]
+struct V3Job<'a> {
+    user: &'a str,
+    key: &'a Path,
+    port: u16,
+    work_dir: PathBuf,
+    hosts: Vec<V3Host<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    services: Option<&'a V3Services>,
+    retries: usize,
+}
+
+/// CAPKK's binary and containerd services' inputs (test/bench/capkk-v3/main.go, `Services`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct V3Services {
+    /// `spec.component.host`.
+    pub mirror: String,
+    /// `Machine.spec.version`.
+    pub kubernetes_version: String,
+    /// KKInstance `spec.arch`.
+    pub arch: String,
+    /// KKInstance `spec.containerManager.version`.
+    pub containerd_version: String,
+    /// KKInstance `spec.containerManager.crictlVersion`.
+    pub crictl_version: String,
+    /// KKInstance `spec.containerManager.criSocket`.
+    pub cri_socket: String,
+    /// `spec.component.overrides`.
+    pub overrides: Vec<V3Override>,
+}
+
+/// One `spec.component.overrides[]` entry.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct V3Override {
+    /// CAPKK's id (`kubeadm`, `kubecni`, …).
+    pub id: String,
+    /// Architecture.
+    pub arch: String,
+    /// Version as CAPKK spells it.
+    pub version: String,
+    /// `{"value": sha256}`.
+    pub checksum: V3Checksum,
+}
+
+/// `checksum.value`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct V3Checksum {
+    /// Hex SHA-256.
+    pub value: String,
+}
+
+/// Ask the capkk-v3 driver which URLs CAPKK's services download for `services`: `(CAPKK id, version, url)`.
+pub fn v3_urls(
+    driver: &Path,
+    work_dir: &Path,
+    services: &V3Services,
+) -> anyhow::Result<Vec<(String, String, String)>> {
+    std::fs::create_dir_all(work_dir)?;
+    let job = V3Job {
+        user: "root",
+        key: Path::new("/nonexistent"),
+        port: 22,
+        work_dir: work_dir.to_path_buf(),
+        hosts: Vec::new(),
+        services: Some(services),
+        retries: 0,
+    };
+    let path = work_dir.join("urls-job.json");
+    write(&path, serde_json::to_string(&job)?.as_bytes())?;
+    let out = Command::new(driver)
+        .arg("-job")
+        .arg(&path)
+        .arg("-urls")
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {}", driver.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} -urls failed ({}): {}",
+            driver.display(),
+            out.status,
+            tail(&out.stderr, 2000)
+        );
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            match w.as_slice() {
+                [id, v, url] => Ok(((*id).to_owned(), (*v).to_owned(), (*url).to_owned())),
+                _ => bail!("unexpected line from {} -urls: {l:?}", driver.display()),
+            }
+        })
+        .collect()
+}
+
+#[derive(Serialize)]
+struct V3Host<'a> {
+    name: &'a str,
+    address: &'a str,
+    ops: &'a [Op],
+    bootstrap_data: PathBuf,
+}
+
+/// What the capkk-v3 driver prints.
+#[derive(Deserialize)]
+struct V3Result {
+    hosts: BTreeMap<String, V3HostResult>,
+}
+
+#[derive(Deserialize)]
+struct V3HostResult {
+    #[serde(default)]
+    steps: Vec<V3Step>,
+    #[serde(default)]
+    retries: usize,
+    #[serde(default)]
+    error: String,
+}
+
+#[derive(Deserialize)]
+struct V3Step {
+    label: String,
+    s: f64,
+}
+
+/// Write the capkk-v3 driver's job for these hosts: the ops before provisioning (CAPKK provisions through its
+/// own cloud-init path) and each host's bootstrap data with the Jinja variable rendered (CAPKK v3 has no Jinja
+/// support; rendered here it writes the same files as the other methods).
+pub fn prepare_v3(spec: &DriveSpec, w: &Workload, services: &V3Services) -> anyhow::Result<PathBuf> {
+    let dir = spec.work_dir.join("capkk-v3");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("data"))?;
+    let fixture = std::fs::read_to_string(&spec.fixture)
+        .with_context(|| format!("reading {}", spec.fixture.display()))?;
+    let mut hosts = Vec::new();
+    for h in &spec.hosts {
+        let ops = w
+            .ops
+            .get(&h.name)
+            .with_context(|| format!("no ops for {}", h.name))?;
+        let data = dir.join("data").join(format!("{}.yaml", h.name));
+        let rendered: String = fixture
+            .lines()
+            .filter(|l| !l.starts_with("## template:"))
+            .map(|l| l.replace("{{ ds.meta_data.local_hostname }}", &h.name) + "\n")
+            .collect();
+        write(&data, rendered.as_bytes())?;
+        hosts.push(V3Host {
+            name: &h.name,
+            address: &h.address,
+            ops: &ops[..w.pre_ops.min(ops.len())],
+            bootstrap_data: data,
+        });
+    }
+    let job = V3Job {
+        user: "root",
+        key: &spec.key,
+        port: 22,
+        work_dir: v3_run_dir(spec),
+        hosts,
+        services: Some(services),
+        retries: 5,
+    };
+    let path = v3_job_path(spec);
+    write(&path, serde_json::to_string(&job)?.as_bytes())?;
+    Ok(path)
+}
+
+/// Run the capkk-v3 driver on the prepared job; returns step labels, retries and per-step means.
+fn run_v3(spec: &DriveSpec) -> anyhow::Result<(Vec<String>, usize, Vec<f64>)> {
+    let out = Command::new(&spec.v3_driver)
+        .arg("-job")
+        .arg(v3_job_path(spec))
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {}", spec.v3_driver.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let res: V3Result = serde_json::from_str(text.trim()).with_context(|| {
+        format!(
+            "the capkk-v3 driver ({}) printed no result: {}",
+            out.status,
+            tail(&out.stderr, 2000)
+        )
+    })?;
+    let errors: Vec<&str> = res
+        .hosts
+        .values()
+        .filter(|h| !h.error.is_empty())
+        .map(|h| h.error.as_str())
+        .collect();
+    if !errors.is_empty() || !out.status.success() {
+        bail!(
+            "capkk-v3: {} host(s) failed ({}):\n  {}",
+            errors.len(),
+            out.status,
+            errors.join("\n  ")
+        );
+    }
+    if res.hosts.len() != spec.hosts.len() {
+        bail!(
+            "capkk-v3: the driver reported {} hosts, not {}",
+            res.hosts.len(),
+            spec.hosts.len()
+        );
+    }
+    // A retried phase appears once per attempt: its attempts are summed, so steps line up across hosts.
+    let merged = |h: &V3HostResult| {
+        let mut v: Vec<(String, f64)> = Vec::new();
+        for st in &h.steps {
+            match v.iter_mut().find(|(l, _)| *l == st.label) {
+                Some((_, s)) => *s += st.s,
+                None => v.push((st.label.clone(), st.s)),
+            }
+        }
+        v
+    };
+    let per_host: Vec<Vec<(String, f64)>> = res.hosts.values().map(merged).collect();
+    let labels: Vec<String> = per_host
+        .first()
+        .map(|v| v.iter().map(|(l, _)| l.clone()).collect())
+        .unwrap_or_default();
+    let retries = res.hosts.values().map(|h| h.retries).sum();
+    let times = per_host
+        .iter()
+        .map(|v| v.iter().map(|(_, s)| *s).collect())
+        .collect();
+    Ok((labels, retries, mean_per_step(times)))
+}
+
+fn ours_cache_dir(spec: &DriveSpec) -> PathBuf {
+    spec.work_dir.join("capkk-rs-cache")
 }
 
 fn run_ours(spec: &DriveSpec) -> anyhow::Result<(BTreeMap<String, String>, Vec<f64>)> {
     let data = std::fs::read(&spec.fixture).with_context(|| format!("reading {}", spec.fixture.display()))?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let sent = rt.block_on(ours::run_all(&spec.hosts, &spec.key, Arc::new(data)))?;
-    let digests = sent.iter().map(|(h, (o, _))| (h.clone(), digest(o))).collect();
+    let sent = rt.block_on(ours::run_all(
+        &spec.hosts,
+        &spec.key,
+        Arc::new(data),
+        &spec.components,
+        &ours_cache_dir(spec),
+    ))?;
+    let digests = sent.iter().map(|(h, s)| (h.clone(), digest(&s.ops))).collect();
     Ok((
         digests,
-        mean_per_step(sent.values().map(|(_, t)| t.clone()).collect()),
+        mean_per_step(sent.values().map(|s| s.times.clone()).collect()),
     ))
 }
 
@@ -147,9 +430,9 @@ fn run_per_host(spec: &DriveSpec, w: &Workload, step: StepFn) -> anyhow::Result<
         threads.push(std::thread::spawn(move || -> anyhow::Result<Vec<f64>> {
             let mut times = Vec::with_capacity(ops.len());
             for (i, op) in ops.iter().enumerate() {
-                let (_, stdin) = op.shell();
                 let t = Instant::now();
-                let out = run_with_stdin(step(&spec, &h, op), stdin)
+                let (_, stdin) = op.shell()?;
+                let out = run_with_stdin(step(&spec, &h, op), stdin.as_deref())
                     .with_context(|| format!("{}: step {} ({})", h.name, i + 1, op.label()))?;
                 times.push(t.elapsed().as_secs_f64());
                 if !out.status.success() {
@@ -226,14 +509,14 @@ fn ssh_base(spec: &DriveSpec, _h: &HostSpec) -> Command {
 }
 
 fn openssh_step(spec: &DriveSpec, h: &HostSpec, op: &Op) -> Command {
-    let (cmd, _) = op.shell();
+    let cmd = op.command_line();
     let mut c = ssh_base(spec, h);
     c.arg(format!("root@{}", h.address)).arg("--").arg(cmd);
     c
 }
 
 fn local_step(spec: &DriveSpec, h: &HostSpec, op: &Op) -> Command {
-    let (cmd, _) = op.shell();
+    let cmd = op.command_line();
     let mut c = h.command(&h.shell, &cmd);
     c.env_clear().envs(spec.login_env.iter().map(|(k, v)| (k, v)));
     c
@@ -321,7 +604,9 @@ pub fn prepare_ansible(spec: &DriveSpec, w: &Workload) -> anyhow::Result<PathBuf
         .iter()
         .flat_map(|ops| ops.iter())
         .filter_map(|o| match o {
-            Op::Put { path, .. } => Path::new(path).parent().map(|p| p.display().to_string()),
+            Op::Put { path, .. } | Op::PutFile { path, .. } => {
+                Path::new(path).parent().map(|p| p.display().to_string())
+            }
             Op::Exec { .. } => None,
         })
         .collect();
@@ -372,7 +657,7 @@ pub fn prepare_ansible(spec: &DriveSpec, w: &Workload) -> anyhow::Result<PathBuf
                 }
                 let cmd = value("cmd", &|o| match o {
                     Op::Exec { command, .. } => command.clone(),
-                    Op::Put { .. } => String::new(),
+                    Op::Put { .. } | Op::PutFile { .. } => String::new(),
                 });
                 write!(
                     pb,
@@ -397,7 +682,7 @@ pub fn prepare_ansible(spec: &DriveSpec, w: &Workload) -> anyhow::Result<PathBuf
                 }
                 let dest = value("dest", &|o| match o {
                     Op::Put { path, .. } => path.clone(),
-                    Op::Exec { .. } => String::new(),
+                    Op::Exec { .. } | Op::PutFile { .. } => String::new(),
                 });
                 let (user, group) = owner
                     .as_deref()
@@ -407,6 +692,30 @@ pub fn prepare_ansible(spec: &DriveSpec, w: &Workload) -> anyhow::Result<PathBuf
                     pb,
                     "    - name: {}\n      ansible.builtin.copy:\n        src: \"files/{{{{ inventory_hostname }}}}/{i}\"\n        \
                      dest: {dest}\n        mode: \"{:04o}\"\n        owner: {}\n        group: {}\n",
+                    unsafe_str(&task_name),
+                    mode & 0o7777,
+                    unsafe_str(user),
+                    unsafe_str(group),
+                )?;
+            }
+            Op::PutFile { mode, owner, .. } => {
+                // An artifact from capkk-rs's cache: copied from the controller's disk.
+                let src = value("src", &|o| match o {
+                    Op::PutFile { source, .. } => source.display().to_string(),
+                    Op::Exec { .. } | Op::Put { .. } => String::new(),
+                });
+                let dest = value("dest", &|o| match o {
+                    Op::PutFile { path, .. } => path.clone(),
+                    Op::Exec { .. } | Op::Put { .. } => String::new(),
+                });
+                let (user, group) = owner
+                    .as_deref()
+                    .map(|o| o.split_once(':').unwrap_or((o, o)))
+                    .unwrap_or(("root", "root"));
+                write!(
+                    pb,
+                    "    - name: {}\n      ansible.builtin.copy:\n        src: {src}\n        dest: {dest}\n        \
+                     mode: \"{:04o}\"\n        owner: {}\n        group: {}\n",
                     unsafe_str(&task_name),
                     mode & 0o7777,
                     unsafe_str(user),

@@ -1,65 +1,66 @@
-//! capkk-rs's own code path: the russh pool (`capkk-ssh`), the service-layer steps, and
-//! `capkk-cloudinit` + `capkk-service::provisioning` on the fixture. Also the recording pass that turns
-//! what this path sends into the workload the other methods replay.
+//! capkk-rs's own code path: the russh pool (`capkk-ssh`), capkk-service's facts, bootstrap, binary and
+//! container-manager services (against the bench's artifact mirror, through a controller-side artifact cache),
+//! and `capkk-cloudinit` + `capkk-service::provisioning` on the fixture. Also the recording pass that turns what
+//! this path sends into the workload the other methods replay.
 
 use std::{collections::BTreeMap, path::Path, sync::Arc};
 
 use anyhow::{Context as _, bail};
-use capkk_executor::{ExecRequest, Executor, PutRequest};
+use capkk_executor::Executor;
 use capkk_service::{
+    binary::{ArtifactCache, ArtifactOverride, BinaryConfig, ComponentSource, DownloadOn},
+    containermanager::ContainerdConfig,
     journal::{NoProgress, Redactor},
     provisioning::{self, Outcome},
 };
 use capkk_ssh::{Auth, HostKeyPolicy, HostTarget, PoolConfig, SshPool};
+use serde::{Deserialize, Serialize};
 
 use crate::{
+    artifacts::KUBERNETES_VERSION,
     hosts::HostSpec,
-    plan,
     workload::{Op, RecordingExecutor},
 };
 
-/// Run `ops` over an executor in order; a failed step stops the host with an error naming it.
-pub async fn replay(exec: &dyn Executor, ops: &[Op]) -> anyhow::Result<()> {
-    for (i, op) in ops.iter().enumerate() {
-        let what = || format!("{}: step {} ({})", exec.target(), i + 1, op.label());
-        match op {
-            Op::Exec { command, stdin } => {
-                let mut req = ExecRequest::new(command.clone()).sudo();
-                if let Some(s) = stdin {
-                    req = req.stdin(s.clone());
-                }
-                let out = exec.exec(req).await.with_context(what)?;
-                if !out.success() {
-                    bail!("{} exited {:?}: {}", what(), out.exit_code, out.tail(400));
-                }
-            }
-            Op::Put {
-                path,
-                content,
-                mode,
-                owner,
-            } => {
-                let mut req = PutRequest::bytes(path.clone(), content.clone(), *mode);
-                if let Some(o) = owner {
-                    req = req.owner(o.clone());
-                }
-                exec.put(req).await.with_context(what)?;
-            }
-        }
-    }
-    Ok(())
+/// Where the binary and container-manager services get their artifacts (KKCluster `spec.component`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Components {
+    /// `spec.component.host`: the bench's mirror.
+    pub mirror: String,
+    /// `spec.component.overrides`: `(id, version, sha256)` of each stand-in artifact.
+    pub pins: Vec<(String, String, String)>,
 }
 
-/// Provision one host the way the provider does: facts and bootstrap (capkk-service), the binary and
-/// container-manager steps (bench stand-ins, see [`plan::service_steps`]), then the bootstrap data through
-/// `capkk_cloudinit::parse` and `capkk_service::provisioning::run`. Fails unless the sentinel was written and
-/// every command item exited 0. `peers` are `(address, name)` of all hosts (the `/etc/hosts` block).
-pub async fn provision_host(
+impl Components {
+    fn source(&self) -> ComponentSource {
+        ComponentSource {
+            zone: None,
+            host: Some(self.mirror.clone()),
+            overrides: self
+                .pins
+                .iter()
+                .map(|(id, version, sha)| ArtifactOverride {
+                    id: id.clone(),
+                    version: Some(version.clone()),
+                    checksum_value: Some(sha.clone()),
+                    ..Default::default()
+                })
+                .collect(),
+            download_on: DownloadOn::Controller,
+        }
+    }
+}
+
+/// Prepare one host the way the provider does before provisioning: facts and bootstrap, then the binary and
+/// container-manager services (download into `cache` on the controller, verify, upload, install).
+/// `peers` are `(address, name)` of all hosts (the `/etc/hosts` block).
+pub async fn prepare_host(
     exec: &dyn Executor,
-    bootstrap_data: &[u8],
     hostname: &str,
     address: &str,
     peers: &[(String, String)],
+    components: &Components,
+    cache: &ArtifactCache,
 ) -> anyhow::Result<()> {
     let redactor = Redactor::default();
     let facts = capkk_service::facts::gather(exec, &NoProgress, &redactor)
@@ -76,7 +77,33 @@ pub async fn provision_host(
     capkk_service::bootstrap::prepare(exec, &id, &facts, &NoProgress, &redactor)
         .await
         .with_context(|| format!("{}: bootstrap", exec.target()))?;
-    replay(exec, &plan::service_steps(hostname)).await?;
+    let source = components.source();
+    let binary = BinaryConfig {
+        kubernetes_version: KUBERNETES_VERSION.into(),
+        arch: "amd64".into(),
+        cni_version: None,
+        source: source.clone(),
+        node_ip: Some(address.to_owned()),
+        node_name: Some(hostname.to_owned()),
+    };
+    capkk_service::binary::ensure(exec, &binary, &facts, cache, &NoProgress, &redactor)
+        .await
+        .with_context(|| format!("{}: binary service", exec.target()))?;
+    let containerd = ContainerdConfig {
+        arch: "amd64".into(),
+        source,
+        ..Default::default()
+    };
+    capkk_service::containermanager::ensure(exec, &containerd, &facts, cache, &NoProgress, &redactor)
+        .await
+        .with_context(|| format!("{}: container manager", exec.target()))?;
+    Ok(())
+}
+
+/// Provision one host with its bootstrap data through `capkk_cloudinit::parse` and
+/// `capkk_service::provisioning::run`. Fails unless the sentinel was written and every command item exited 0.
+pub async fn provision(exec: &dyn Executor, bootstrap_data: &[u8], hostname: &str) -> anyhow::Result<()> {
+    let redactor = Redactor::default();
     let parsed = parse(bootstrap_data, hostname)?;
     let outcome = provisioning::run(exec, &parsed, &NoProgress, &redactor)
         .await
@@ -100,10 +127,9 @@ pub async fn provision_host(
     }
 }
 
-/// Ops of capkk-service's own steps before provisioning: facts (1 exec), bootstrap (1 exec), the stand-ins.
-pub fn service_op_count() -> usize {
-    2 + plan::service_steps("h").len()
-}
+/// The ops capkk-v3 replays from capkk-rs's recording: the facts probe and the bootstrap script (its binary,
+/// container-manager and provisioning steps are CAPKK's own).
+pub const V3_REPLAYED_OPS: usize = 2;
 
 /// The bootstrap data parsed for `hostname`, exactly as [`provision_host`] parses it.
 pub fn parse(bootstrap_data: &[u8], hostname: &str) -> anyhow::Result<capkk_cloudinit::Plan> {
@@ -147,11 +173,32 @@ pub fn target(h: &HostSpec, key: &Path) -> HostTarget {
         .host_key(HostKeyPolicy::pinned(h.fingerprint.clone()))
 }
 
-/// What capkk-rs sent to each host, and how long each call took (seconds).
-pub type Sent = BTreeMap<String, (Vec<Op>, Vec<f64>)>;
+/// What capkk-rs sent to one host, how long each call took (seconds), and how many calls came before
+/// provisioning.
+#[derive(Clone, Debug, Default)]
+pub struct SentTo {
+    /// Every exec and upload, in order.
+    pub ops: Vec<Op>,
+    /// Wall seconds of each.
+    pub times: Vec<f64>,
+    /// Ops before provisioning (facts, bootstrap, binary, container manager).
+    pub pre: usize,
+}
 
-/// Provision every host concurrently over one pool, recording what is sent and how long each call took.
-pub async fn run_all(hosts: &[HostSpec], key: &Path, bootstrap_data: Arc<Vec<u8>>) -> anyhow::Result<Sent> {
+/// What capkk-rs sent, per host.
+pub type Sent = BTreeMap<String, SentTo>;
+
+/// Provision every host concurrently over one pool and one controller-side artifact cache in `cache_dir`,
+/// recording what is sent and how long each call took.
+pub async fn run_all(
+    hosts: &[HostSpec],
+    key: &Path,
+    bootstrap_data: Arc<Vec<u8>>,
+    components: &Components,
+    cache_dir: &Path,
+) -> anyhow::Result<Sent> {
+    let cache = Arc::new(ArtifactCache::new(cache_dir).context("creating the artifact cache")?);
+    let components = Arc::new(components.clone());
     let pool = SshPool::new(PoolConfig::default());
     let peers: Arc<Vec<(String, String)>> = Arc::new(
         hosts
@@ -164,9 +211,19 @@ pub async fn run_all(hosts: &[HostSpec], key: &Path, bootstrap_data: Arc<Vec<u8>
         let rec = RecordingExecutor::new(pool.executor(&target(h, key)));
         let (name, address) = (h.name.clone(), h.address.clone());
         let (data, peers) = (bootstrap_data.clone(), peers.clone());
+        let (components, cache) = (components.clone(), cache.clone());
         set.spawn(async move {
-            provision_host(&rec, &data, &name, &address, &peers).await?;
-            anyhow::Ok((name, (rec.ops(), rec.times())))
+            prepare_host(&rec, &name, &address, &peers, &components, &cache).await?;
+            let pre = rec.len();
+            provision(&rec, &data, &name).await?;
+            anyhow::Ok((
+                name,
+                SentTo {
+                    ops: rec.ops(),
+                    times: rec.times(),
+                    pre,
+                },
+            ))
         });
     }
     let mut ops = BTreeMap::new();
@@ -187,13 +244,21 @@ pub async fn run_all(hosts: &[HostSpec], key: &Path, bootstrap_data: Arc<Vec<u8>
     Ok(ops)
 }
 
-/// The recording pass: run capkk-rs once on every host (in this process) and return what it sent.
+/// The recording pass: run capkk-rs once on every host (in this process) and return what it sent. Its
+/// artifact cache (`cache_dir`) is kept: the other methods upload the artifacts from there.
 pub fn record(
     hosts: &[HostSpec],
     key: &Path,
     bootstrap_data: &[u8],
-) -> anyhow::Result<BTreeMap<String, Vec<Op>>> {
+    components: &Components,
+    cache_dir: &Path,
+) -> anyhow::Result<Sent> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let sent = rt.block_on(run_all(hosts, key, Arc::new(bootstrap_data.to_vec())))?;
-    Ok(sent.into_iter().map(|(h, (ops, _))| (h, ops)).collect())
+    rt.block_on(run_all(
+        hosts,
+        key,
+        Arc::new(bootstrap_data.to_vec()),
+        components,
+        cache_dir,
+    ))
 }

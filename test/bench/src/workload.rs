@@ -7,7 +7,9 @@
 //! executor uses ([`upload_script`]).
 
 use std::{
+    borrow::Cow,
     collections::BTreeMap,
+    path::PathBuf,
     sync::{Arc, Mutex},
 };
 
@@ -41,6 +43,19 @@ pub enum Op {
         /// `user:group`, when set.
         owner: Option<String>,
     },
+    /// Upload the local file `source` (an artifact from capkk-rs's content-addressed cache, kept for the
+    /// whole benchmark) to `path` with `mode` and `owner`.
+    #[serde(rename = "putfile")]
+    PutFile {
+        /// Absolute path on the host.
+        path: String,
+        /// Local file (`…/sha256/<hex>`: its name is its digest).
+        source: PathBuf,
+        /// Permission bits.
+        mode: u32,
+        /// `user:group`, when set.
+        owner: Option<String>,
+    },
 }
 
 impl Op {
@@ -56,13 +71,31 @@ impl Op {
                 format!("exec {s}")
             }
             Op::Put { path, content, .. } => format!("put {path} ({} bytes)", content.len()),
+            Op::PutFile { path, source, .. } => format!(
+                "put {path} ({} bytes)",
+                std::fs::metadata(source).map_or(0, |m| m.len())
+            ),
         }
     }
 
-    /// The shell command line that performs this op over a plain shell (OpenSSH, local floor), and its stdin.
-    pub fn shell(&self) -> (String, Option<&[u8]>) {
+    /// The shell command line that performs this op over a plain shell (OpenSSH, local floor).
+    pub fn command_line(&self) -> String {
         match self {
-            Op::Exec { command, stdin } => (command.clone(), stdin.as_deref()),
+            Op::Exec { command, .. } => command.clone(),
+            Op::Put {
+                path, mode, owner, ..
+            }
+            | Op::PutFile {
+                path, mode, owner, ..
+            } => upload_script(path, *mode, owner.as_deref()),
+        }
+    }
+
+    /// The shell command line that performs this op over a plain shell (OpenSSH, local floor), and its stdin
+    /// (a `PutFile` reads its file).
+    pub fn shell(&self) -> anyhow::Result<(String, Option<Cow<'_, [u8]>>)> {
+        Ok(match self {
+            Op::Exec { command, stdin } => (command.clone(), stdin.as_deref().map(Cow::Borrowed)),
             Op::Put {
                 path,
                 content,
@@ -70,9 +103,20 @@ impl Op {
                 owner,
             } => (
                 upload_script(path, *mode, owner.as_deref()),
-                Some(content.as_slice()),
+                Some(Cow::Borrowed(content.as_slice())),
             ),
-        }
+            Op::PutFile {
+                path,
+                source,
+                mode,
+                owner,
+            } => (
+                upload_script(path, *mode, owner.as_deref()),
+                Some(Cow::Owned(std::fs::read(source).map_err(|e| {
+                    anyhow::anyhow!("reading {}: {e}", source.display())
+                })?)),
+            ),
+        })
     }
 
     fn digest_into(&self, h: &mut Sha256) {
@@ -94,6 +138,25 @@ impl Op {
                 h.update(b"put\0");
                 h.update(path.as_bytes());
                 h.update(Sha256::digest(content));
+                h.update(mode.to_le_bytes());
+                h.update(owner.as_deref().unwrap_or("").as_bytes());
+            }
+            Op::PutFile {
+                path,
+                source,
+                mode,
+                owner,
+            } => {
+                // The source is content-addressed (its name is its digest); its directory differs per run.
+                h.update(b"putfile\0");
+                h.update(path.as_bytes());
+                h.update(b"\0");
+                h.update(
+                    source
+                        .file_name()
+                        .map(|n| n.as_encoded_bytes())
+                        .unwrap_or_default(),
+                );
                 h.update(mode.to_le_bytes());
                 h.update(owner.as_deref().unwrap_or("").as_bytes());
             }
@@ -134,6 +197,25 @@ pub struct Expect {
     pub files: BTreeMap<String, (String, String, String)>,
     /// Files whose content must be exactly this text (sentinel, stand-in call log).
     pub exact: BTreeMap<String, String>,
+    /// Files that must start with known content and go on with a known marker (CAPKK v3 appends its
+    /// kube-proxy configuration to the kubeadm config it writes).
+    #[serde(default)]
+    pub prefixed: BTreeMap<String, Prefixed>,
+}
+
+/// A file that starts with `len` bytes of digest `sha256` and has `contains` somewhere after them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Prefixed {
+    /// SHA-256 (hex) of the first `len` bytes.
+    pub sha256: String,
+    /// Length of the known prefix.
+    pub len: usize,
+    /// Octal mode.
+    pub mode: String,
+    /// `user:group`.
+    pub owner: String,
+    /// Text that must occur after the prefix.
+    pub contains: String,
 }
 
 /// Everything the methods need: ops per host, checks per host, and what to remove between runs.
@@ -145,6 +227,15 @@ pub struct Workload {
     pub ops: BTreeMap<String, Vec<Op>>,
     /// Checks per host name.
     pub expect: BTreeMap<String, Expect>,
+    /// Checks per host name for the capkk-v3 method: CAPKK v3 writes `write_files` with `echo '…' > path`
+    /// (one more newline), appends its kube-proxy configuration to `/run/kubeadm/kubeadm.yaml` and adds
+    /// `--ignore-preflight-errors=all` to `kubeadm init|join`.
+    #[serde(default)]
+    pub expect_v3: BTreeMap<String, Expect>,
+    /// How many ops of each host come before provisioning (facts, bootstrap, binary and container-manager
+    /// steps): the capkk-v3 method replays these and provisions through CAPKK's own cloud-init path.
+    #[serde(default)]
+    pub pre_ops: usize,
     /// Paths removed on every host before each run.
     pub reset_paths: Vec<String>,
     /// Digest per host of what capkk-rs sent in the recording pass (every capkk-rs run must match it).
@@ -157,9 +248,31 @@ impl Workload {
         self.ops.values().next().map_or(0, Vec::len)
     }
 
-    /// Fill `expect.files` from the final state of every `Put` (last write wins) and add the reset paths.
+    /// Fill `expect.files` from the final state of every `Put` (last write wins) and add the reset paths; the
+    /// capkk-v3 checks get the `Put`s of the ops it replays (the first [`Workload::pre_ops`]).
     pub fn derive_file_checks(&mut self) {
         for (host, ops) in &self.ops {
+            for (i, op) in ops.iter().enumerate() {
+                if i >= self.pre_ops {
+                    break;
+                }
+                if let Op::Put {
+                    path,
+                    content,
+                    mode,
+                    owner,
+                } = op
+                {
+                    self.expect_v3.entry(host.clone()).or_default().files.insert(
+                        path.clone(),
+                        (
+                            hex::encode(Sha256::digest(content)),
+                            format!("{:o}", mode & 0o7777),
+                            owner.clone().unwrap_or_else(|| "root:root".into()),
+                        ),
+                    );
+                }
+            }
             let e = self.expect.entry(host.clone()).or_default();
             for op in ops {
                 if let Op::Put {
@@ -241,6 +354,11 @@ impl RecordingExecutor {
         }
     }
 
+    /// How many ops were recorded so far.
+    pub fn len(&self) -> usize {
+        self.ops.lock().map_or(0, |o| o.len())
+    }
+
     /// The ops recorded so far.
     pub fn ops(&self) -> Vec<Op> {
         self.ops.lock().map(|o| o.clone()).unwrap_or_default()
@@ -278,18 +396,21 @@ impl Executor for RecordingExecutor {
     }
 
     async fn put(&self, req: PutRequest) -> Result<u64, ExecError> {
-        let content = match &req.source {
-            FileSource::Bytes(b) => b.clone(),
-            FileSource::Path(p) => std::fs::read(p).map_err(|source| ExecError::LocalIo {
-                path: p.display().to_string(),
-                source,
-            })?,
-        };
-        self.push(Op::Put {
-            path: req.path.clone(),
-            content,
-            mode: req.mode,
-            owner: req.owner.clone(),
+        // Files (artifacts from the cache) are recorded by path: reading them here would charge capkk-rs for
+        // the bench's bookkeeping.
+        self.push(match &req.source {
+            FileSource::Bytes(b) => Op::Put {
+                path: req.path.clone(),
+                content: b.clone(),
+                mode: req.mode,
+                owner: req.owner.clone(),
+            },
+            FileSource::Path(p) => Op::PutFile {
+                path: req.path.clone(),
+                source: p.clone(),
+                mode: req.mode,
+                owner: req.owner.clone(),
+            },
         });
         let start = std::time::Instant::now();
         let r = self.inner.put(req).await;
@@ -432,6 +553,20 @@ mod tests {
         }
         assert_ne!(digest(&ops), digest(&changed));
         assert_eq!(digest(&ops), digest(&back));
+    }
+
+    #[test]
+    fn a_cached_file_upload_is_digested_by_its_content_name_not_its_cache_directory() {
+        let put = |dir: &str, name: &str| Op::PutFile {
+            path: "/var/lib/capkk/staging/ab".into(),
+            source: PathBuf::from(format!("{dir}/sha256/{name}")),
+            mode: 0o600,
+            owner: None,
+        };
+        assert_eq!(digest(&[put("/run-1", "ab")]), digest(&[put("/run-2", "ab")]));
+        assert_ne!(digest(&[put("/run-1", "ab")]), digest(&[put("/run-1", "cd")]));
+        let json = serde_json::to_string(&put("/x", "ab")).unwrap();
+        assert!(json.contains("\"kind\":\"putfile\""), "{json}");
     }
 
     #[test]
