@@ -35,6 +35,7 @@ include test/mgmt/mgmt.mk
 -include test/e2e/e2e.mk
 -include test/bench/bench.mk
 -include test/sandbox/sandbox.mk
+-include test/vm/vm.mk
 -include pkg/cloudinit/cloudinit.mk
 
 .PHONY: help deps build test test-build test-unit test-integration verify fmt clippy crds verify-crds docker-build release-manifests clean

@@ -5,6 +5,8 @@
 #                                      NOT named in INTEGRATION_PACKAGES
 #   hack/test-targets.sh integration   the integration tests of the packages named in INTEGRATION_PACKAGES
 #                                      (they need the local management plane)
+#   hack/test-targets.sh vm            the integration tests of the packages named in VM_PACKAGES (they boot
+#                                      QEMU VMs: their own tier, test-vm)
 #
 # Every tier selects targets, never packages: all tiers run `cargo test --workspace`, so cargo resolves one
 # feature set and no crate is compiled twice (selecting packages with -p/--exclude changes how features
@@ -13,12 +15,14 @@
 set -euo pipefail
 tier=${1:?usage: $0 unit|integration}
 : "${INTEGRATION_PACKAGES:=capkk-mgmt capkk-controllers}"
+: "${VM_PACKAGES:=capkk-vm}"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ${CARGO:-cargo} metadata --no-deps --format-version 1 --offline 2>/dev/null |
-  TIER=$tier INTEGRATION_PACKAGES=$INTEGRATION_PACKAGES python3 -c '
+  TIER=$tier INTEGRATION_PACKAGES=$INTEGRATION_PACKAGES VM_PACKAGES=$VM_PACKAGES python3 -c '
 import json, os, sys
 meta = json.load(sys.stdin)
 tier, integration = os.environ["TIER"], set(os.environ["INTEGRATION_PACKAGES"].split())
+vm = set(os.environ["VM_PACKAGES"].split())
 members = set(meta["workspace_members"])
 names, args = {}, []
 for pkg in meta["packages"]:
@@ -31,11 +35,12 @@ for pkg in meta["packages"]:
         if name in names:
             sys.exit("test target %s exists in %s and %s: rename one" % (name, names[name], owner))
         names[name] = owner
-        if (pkg["name"] in integration) == (tier == "integration"):
+        owner_tier = "integration" if owner in integration else "vm" if owner in vm else "unit"
+        if owner_tier == tier:
             args += ["--test", t["name"]]
 if tier == "unit":
     args = ["--lib", "--bins"] + args
-elif tier != "integration":
+elif tier not in ("integration", "vm"):
     sys.exit(f"unknown tier {tier}")
 print(" ".join(args))
 '

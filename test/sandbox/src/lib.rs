@@ -408,7 +408,11 @@ fn slot_dir() -> PathBuf {
 }
 
 /// Claim a slot for `name`: reuse its own stale slot, else the first free one from hash(name).
-fn claim_slot(name: &str) -> Result<u8> {
+///
+/// Public so other test-host kinds (the VM fleets of `capkk-vm`) share the address plan: whoever holds slot
+/// `N` owns `198.18.N.0/24`, `198.19.N.0/24` and the bridge `kkbrN`, and keeps its state dir at
+/// `STATE_ROOT/<name>` while it runs (a slot whose owner has neither is taken over as stale).
+pub fn claim_slot(name: &str) -> Result<u8> {
     let dir = slot_dir();
     fs::create_dir_all(&dir).map_err(|source| SandboxError::WriteFile {
         path: dir.display().to_string(),

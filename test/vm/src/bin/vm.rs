@@ -1,0 +1,133 @@
+//! `vm`: build the image, boot, inspect and tear down VM test hosts from make targets and scripts.
+//!
+//! ```text
+//! cargo run -p capkk-vm --bin vm -- image                      # build or find the cached image, print its dir
+//! cargo run -p capkk-vm --bin vm -- up --name real --vm 2x3072 --vm 1x2048 [--guard-pid PID] [--no-wait]
+//! cargo run -p capkk-vm --bin vm -- wait --name real
+//! cargo run -p capkk-vm --bin vm -- status --name real
+//! cargo run -p capkk-vm --bin vm -- ssh --name real --vm 1 -- systemctl is-system-running
+//! cargo run -p capkk-vm --bin vm -- down --name real
+//! ```
+//! `up` prints the state dir; its `state.json` describes bridge, addresses, host keys and the client key.
+//! With `--guard-pid` a watchdog tears the fleet down once that process exits (scripts pass their own `$$`).
+
+use std::{os::unix::process::CommandExt, process::Command};
+
+use anyhow::{Context, Result};
+use capkk_vm::{Fleet, FleetConfig, ImageSpec, VmSpec, ensure_image, ssh_args};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "VM test hosts (Debian under QEMU)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Build the image unless the cache has it; print its dir and hash.
+    Image,
+    /// Boot a fleet (tearing down an earlier one of the same name first).
+    Up {
+        /// Fleet name.
+        #[arg(long)]
+        name: String,
+        /// One per VM: CPUSxMIB (default one 2x3072).
+        #[arg(long = "vm")]
+        vms: Vec<VmSpec>,
+        /// Tear the fleet down once this process exits (0: keep it until `down`).
+        #[arg(long, default_value_t = 0)]
+        guard_pid: u32,
+        /// Return once QEMU runs, without waiting for SSH.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Wait until every VM of a fleet is ready.
+    Wait {
+        /// Fleet name.
+        #[arg(long)]
+        name: String,
+    },
+    /// Print the state (no secrets).
+    Status {
+        /// Fleet name.
+        #[arg(long)]
+        name: String,
+    },
+    /// Run a command as root on a VM over SSH (its exit code is ours).
+    Ssh {
+        /// Fleet name.
+        #[arg(long)]
+        name: String,
+        /// VM number, 1-based.
+        #[arg(long)]
+        vm: usize,
+        /// The command.
+        #[arg(trailing_var_arg = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Tear a fleet down (idempotent).
+    Down {
+        /// Fleet name.
+        #[arg(long)]
+        name: String,
+    },
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Cmd::Image => {
+            let img = ensure_image(&ImageSpec::default())?;
+            println!(
+                "{} {} build_secs={:.0}",
+                img.dir.display(),
+                img.hash,
+                img.build_secs
+            );
+        }
+        Cmd::Up {
+            name,
+            mut vms,
+            guard_pid,
+            no_wait,
+        } => {
+            if vms.is_empty() {
+                vms.push(VmSpec::CONTROL_PLANE);
+            }
+            let cfg = FleetConfig::new(&name, vms);
+            let mut fleet = Fleet::start(&cfg, guard_pid)?;
+            if !no_wait {
+                fleet.wait_ready(cfg.ready_timeout)?;
+            }
+            println!("{}", fleet.state().dir.display());
+        }
+        Cmd::Wait { name } => {
+            let mut fleet = Fleet::attach(&name)?;
+            let cfg = FleetConfig::new(&name, Vec::new());
+            fleet.wait_ready(cfg.ready_timeout)?;
+            for vm in fleet.vms() {
+                println!("{} {} ready after {:.0}s", vm.name, vm.address, vm.boot_secs);
+            }
+        }
+        Cmd::Status { name } => {
+            let fleet = Fleet::attach(&name)?;
+            println!("{}", serde_json::to_string_pretty(fleet.state())?);
+        }
+        Cmd::Ssh { name, vm, command } => {
+            let fleet = Fleet::attach(&name)?;
+            let info = fleet
+                .vms()
+                .get(vm.checked_sub(1).context("VMs are numbered from 1")?)
+                .with_context(|| format!("fleet {name} has no VM {vm}"))?;
+            let err = Command::new("ssh")
+                .args(ssh_args(fleet.state()))
+                .arg(format!("root@{}", info.address))
+                .arg(command.join(" "))
+                .exec();
+            return Err(err).context("exec ssh");
+        }
+        Cmd::Down { name } => capkk_vm::down(&name)?,
+    }
+    Ok(())
+}
