@@ -37,6 +37,7 @@ include test/mgmt/mgmt.mk
 -include test/sandbox/sandbox.mk
 -include test/vm/vm.mk
 -include pkg/cloudinit/cloudinit.mk
+-include test/vm/artifacts/artifacts.mk
 
 .PHONY: help deps build test test-build test-unit test-integration verify fmt clippy crds verify-crds docker-build release-manifests clean
 

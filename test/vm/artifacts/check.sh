@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# Checks that the node artifacts are what they claim (`make node-artifacts-test`):
+#  - every binary reports the pinned version (kubeadm's version checks need the stamping);
+#  - the component.host tree has every file at the path the catalogue builds, its checksum file in upstream's
+#    format verifies, and the archives hold the layout the product extracts;
+#  - served by serve.sh on 127.0.0.1: the registry (htpasswd auth) serves the manifest and blobs of every image
+#    `kubeadm config images list` prints, refuses anonymous pulls and pushes; the mirror serves the files
+#    byte-identical; real apt reads the Debian repository and offers every package the repository service
+#    installs;
+#  - each image's root filesystem runs its binary (chroot), kube-proxy's has a working iptables.
+# No silent skip: a missing prerequisite fails and is named. Needs root (chroot), curl, python3, apt-get.
+set -uo pipefail
+
+CAPKK_CACHE=${CAPKK_CACHE:-$HOME/.cache/capkk-rs}
+ENV_FILE=${NODE_ARTIFACTS_ENV:-$CAPKK_CACHE/node-artifacts/current.env}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../../.." && pwd)
+FAILS=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; FAILS=$((FAILS + 1)); }
+die() { echo "FAIL $*"; exit 1; }
+expect_eq() { # <what> <got> <want>
+  if [ "$2" = "$3" ]; then ok "$1 = $3"; else bad "$1: got '$2', want '$3'"; fi
+}
+expect_has() { # <what> <haystack> <needle>
+  case $2 in *"$3"*) ok "$1 contains '$3'" ;; *) bad "$1: '$3' not in: $(echo "$2" | head -3)" ;; esac
+}
+
+[ -f "$ENV_FILE" ] || die "prerequisite missing: $ENV_FILE (run 'make node-artifacts')"
+# shellcheck disable=SC1090
+source "$ENV_FILE"
+[ -f "$NODE_ARTIFACTS_DIR/.complete" ] || die "prerequisite missing: a complete build in $NODE_ARTIFACTS_DIR"
+for c in curl python3 sha256sum tar apt-get chroot ldd; do
+  command -v "$c" >/dev/null || die "prerequisite missing: $c"
+done
+[ "$(id -u)" = 0 ] || die "prerequisite missing: root (the image checks chroot into the image file systems)"
+B=$NODE_BIN_DIR
+M=$NODE_MIRROR_DIR
+TMP=$(mktemp -d /tmp/node-artifacts-check.XXXXXX)
+STATE=$TMP/serve
+cleanup() { "$HERE/serve.sh" stop "$STATE" >/dev/null 2>&1; rm -rf "$TMP"; }
+trap cleanup EXIT
+
+echo "== versions"
+expect_eq "kubeadm version -o short" "$("$B/kubeadm" version -o short 2>&1)" "$KUBE_VERSION"
+for b in kubelet kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do
+  expect_eq "$b --version" "$("$B/$b" --version 2>&1)" "Kubernetes $KUBE_VERSION"
+done
+expect_has "kubectl version --client" "$("$B/kubectl" version --client 2>&1)" "Client Version: $KUBE_VERSION"
+expect_has "etcd --version" "$("$B/etcd" --version 2>&1)" "etcd Version: ${ETCD_VERSION#v}"
+expect_has "containerd --version" "$("$B/containerd" --version 2>&1)" " v$CONTAINERD_VERSION "
+expect_has "ctr --version" "$("$B/ctr" --version 2>&1)" "v$CONTAINERD_VERSION"
+expect_has "containerd-shim-runc-v2 -v" "$("$B/containerd-shim-runc-v2" -v 2>&1)" "v$CONTAINERD_VERSION"
+runc_v=$("$B/runc" --version 2>&1)
+expect_has "runc --version" "$runc_v" "runc version ${RUNC_VERSION#v}"
+expect_has "runc --version (seccomp support)" "$runc_v" "libseccomp: 2."
+expect_has "ldd runc (static like upstream's runc.amd64)" "$(ldd "$B/runc" 2>&1)" "not a dynamic executable"
+expect_eq "crictl --version" "$("$B/crictl" --version 2>&1)" "crictl version $CRICTL_VERSION"
+for p in bridge host-local loopback portmap; do
+  expect_has "CNI $p" "$("$B/cni/$p" 2>&1)" "CNI $p plugin $CNI_VERSION"
+done
+expect_has "coredns -version" "$("$B/coredns" -version 2>&1)" "CoreDNS-${COREDNS_VERSION#v}"
+coredns_plugins=$("$B/coredns" -plugins 2>&1)
+for p in errors health ready kubernetes prometheus forward cache loop reload loadbalance; do
+  expect_has "coredns plugin (kubeadm's Corefile)" "$coredns_plugins" "dns.$p"
+done
+expect_eq "pause -v" "$("$B/pause" -v 2>&1)" "pause $PAUSE_VERSION"
+
+echo "== component.host tree ($M)"
+a=amd64
+k=kubernetes-release/release/$KUBE_VERSION/bin/linux/$a
+cni=containernetworking/plugins/releases/download/$CNI_VERSION/cni-plugins-linux-$a-$CNI_VERSION.tgz
+crictl=cri-tools/releases/download/$CRICTL_VERSION/crictl-$CRICTL_VERSION-linux-$a.tar.gz
+ctd=containerd/containerd/releases/download/v$CONTAINERD_VERSION/containerd-$CONTAINERD_VERSION-linux-$a.tar.gz
+runc=opencontainers/runc/releases/download/$RUNC_VERSION/runc.$a
+# <file> <checksum file> <format: bare|sum>
+CHECKS=(
+  "$k/kubeadm $k/kubeadm.sha256 bare" "$k/kubelet $k/kubelet.sha256 bare" "$k/kubectl $k/kubectl.sha256 bare"
+  "$cni $cni.sha256 sum" "$crictl $crictl.sha256 bare" "$ctd $ctd.sha256sum sum"
+  "$runc $(dirname "$runc")/runc.sha256sum sum"
+)
+for c in "${CHECKS[@]}"; do
+  read -r f s fmt <<< "$c"
+  [ -f "$M/$f" ] || { bad "missing $f"; continue; }
+  [ -f "$M/$s" ] || { bad "missing $s"; continue; }
+  if [ "$fmt" = bare ]; then
+    expect_eq "$s (bare digest, as upstream)" "$(cat "$M/$s")" "$(sha256sum "$M/$f" | cut -c1-64)"
+  elif out=$(cd "$(dirname "$M/$s")" && sha256sum --strict -c "$(basename "$s")" 2>&1); then
+    ok "sha256sum -c $s: $out"
+  else
+    bad "sha256sum -c $s: $out"
+  fi
+done
+expect_eq "containerd archive entries" "$(tar -tzf "$M/$ctd" | LC_ALL=C sort | tr '\n' ' ')" \
+  "bin/containerd bin/containerd-shim-runc-v2 bin/ctr "
+expect_eq "crictl archive entries" "$(tar -tzf "$M/$crictl" | tr '\n' ' ')" "crictl "
+expect_eq "CNI archive entries" "$(tar -tzf "$M/$cni" | LC_ALL=C sort | tr '\n' ' ')" \
+  "./bridge ./host-local ./loopback ./portmap "
+
+echo "== served (registry with htpasswd auth, file mirror, apt)"
+ports=$(python3 -c 'import socket
+s=[socket.socket() for _ in range(2)]
+[x.bind(("127.0.0.1", 0)) for x in s]
+print(" ".join(str(x.getsockname()[1]) for x in s))')
+read -r mport rport <<< "$ports"
+user=capkk pass=$(head -c 12 /dev/urandom | base64 | tr -d '/+=')
+if ! NODE_REGISTRY_USER=$user NODE_REGISTRY_PASSWORD=$pass "$HERE/serve.sh" start "$STATE" 127.0.0.1 "$mport" "$rport"; then
+  die "serve.sh start failed"
+fi
+R=http://127.0.0.1:$rport
+expect_eq "anonymous GET /v2/" "$(curl -s -o /dev/null -w '%{http_code}' "$R/v2/")" 401
+expect_eq "authenticated GET /v2/" "$(curl -s -o /dev/null -w '%{http_code}' -u "$user:$pass" "$R/v2/")" 200
+if grep -q "$pass" "$STATE"/* 2>/dev/null; then bad "the registry password is stored in $STATE"; else
+  ok "only the bcrypt hash is stored ($(stat -c %a "$STATE/htpasswd") $STATE/htpasswd)"; fi
+ACCEPT='application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.index.v1+json'
+images=$("$B/kubeadm" config images list --kubernetes-version "$KUBE_VERSION" 2>/dev/null)
+[ "$(echo "$images" | wc -l)" -ge 7 ] || bad "kubeadm config images list printed: $images"
+for ref in $images "registry.k8s.io/coredns:$COREDNS_VERSION" "docker.io/$WORKLOAD_IMAGE"; do
+  repo=${ref#*/}; tag=${repo##*:}; repo=${repo%:*}
+  body=$(curl -s -u "$user:$pass" -H "Accept: $ACCEPT" -w '\n%{http_code}' "$R/v2/$repo/manifests/$tag")
+  code=${body##*$'\n'}; body=${body%$'\n'*}
+  if [ "$code" != 200 ]; then bad "GET /v2/$repo/manifests/$tag: HTTP $code"; continue; fi
+  blobs=$(python3 -c 'import json,sys; m=json.load(sys.stdin); print(" ".join([m["config"]["digest"]]+[l["digest"] for l in m["layers"]]))' <<< "$body")
+  n=0
+  for d in $blobs; do
+    c=$(curl -s -o /dev/null -I -w '%{http_code}' -u "$user:$pass" "$R/v2/$repo/blobs/$d")
+    [ "$c" = 200 ] || { bad "HEAD /v2/$repo/blobs/$d: HTTP $c"; n=-1; break; }
+    n=$((n + 1))
+  done
+  [ $n -gt 1 ] && ok "registry serves $repo:$tag (manifest + $n blobs) for $ref"
+  expect_eq "anonymous GET /v2/$repo/manifests/$tag" \
+    "$(curl -s -o /dev/null -w '%{http_code}' -H "Accept: $ACCEPT" "$R/v2/$repo/manifests/$tag")" 401
+done
+code=$(curl -s -o /dev/null -w '%{http_code}' -X POST -u "$user:$pass" "$R/v2/capkk/scratch/blobs/uploads/")
+case $code in 202) bad "the registry accepted an upload (it must serve the cache read-only)" ;;
+  *) ok "uploads refused (HTTP $code): the cached storage stays read-only" ;; esac
+MU=http://127.0.0.1:$mport
+for c in "${CHECKS[@]}"; do
+  read -r f s _ <<< "$c"
+  expect_eq "mirror GET /$f" "$(curl -fs "$MU/$f" | sha256sum | cut -c1-64)" "$(sha256sum "$M/$f" | cut -c1-64)"
+  expect_eq "mirror GET /$s" "$(curl -fs "$MU/$s" | sha256sum | cut -c1-64)" "$(sha256sum "$M/$s" | cut -c1-64)"
+done
+# Real apt against the served repository, in a private state directory (the machine's apt is untouched).
+A=$TMP/apt
+mkdir -p "$A/lists/partial" "$A/cache/archives/partial" "$A/parts" "$A/prefs"
+echo "deb [trusted=yes] $MU/debian ./" > "$A/sources.list"
+APT=(-o Dir::State::Lists="$A/lists" -o Dir::Cache="$A/cache" -o Dir::Etc::SourceList="$A/sources.list"
+     -o Dir::Etc::SourceParts="$A/parts" -o Dir::Etc::PreferencesParts="$A/prefs" -o APT::Sandbox::User=root)
+if out=$(apt-get "${APT[@]}" update 2>&1); then ok "apt-get update against $MU/debian"; else bad "apt-get update: $out"; fi
+for p in $NODE_APT_PACKAGES; do
+  expect_has "apt-cache policy $p" "$(apt-cache "${APT[@]}" policy "$p" 2>&1)" "$MU/debian ./ Packages"
+done
+if out=$(apt-get "${APT[@]}" install --simulate --no-install-recommends $NODE_APT_PACKAGES 2>&1); then
+  ok "apt-get install --simulate $NODE_APT_PACKAGES resolves from the repository"
+else
+  bad "apt-get install --simulate: $(echo "$out" | tail -5)"
+fi
+"$HERE/serve.sh" stop "$STATE"
+for n in mirror registry; do
+  [ -e "$STATE/$n.pid" ] && bad "$n still has a pid file after stop" || ok "$n stopped"
+done
+
+echo "== images run (chroot into each image's layers)"
+unpack() { # <image tar> <dir>
+  local l
+  mkdir -p "$2"
+  for l in $(tar -xOf "$1" manifest.json | python3 -c 'import json,sys; print(" ".join(json.load(sys.stdin)[0]["Layers"]))'); do
+    tar -xOf "$1" "$l" | tar -xz -C "$2"
+  done
+}
+I=$NODE_IMAGES_DIR
+run_in() { # <image name> <expected substring> <command...>
+  local img=$1 want=$2 r=$TMP/rootfs-$1; shift 2
+  unpack "$I/$img.tar" "$r"
+  expect_has "image $img: $*" "$(chroot "$r" "$@" 2>&1)" "$want"
+  rm -rf "$r"
+}
+for b in kube-apiserver kube-controller-manager kube-scheduler; do
+  run_in "$b" "Kubernetes $KUBE_VERSION" "/usr/local/bin/$b" --version
+done
+run_in kube-proxy "Kubernetes $KUBE_VERSION" /usr/local/bin/kube-proxy --version
+run_in kube-proxy "(nf_tables)" /usr/sbin/iptables --version
+run_in kube-proxy "(nf_tables)" /usr/sbin/ip6tables-restore --version
+run_in etcd "etcd Version: ${ETCD_VERSION#v}" /usr/local/bin/etcd --version
+run_in coredns "CoreDNS-${COREDNS_VERSION#v}" /coredns -version
+run_in pause "pause $PAUSE_VERSION" /pause -v
+unpack "$I/hello.tar" "$TMP/hello"
+[ -x "$TMP/hello/hello" ] && ok "image hello has /hello" || bad "image hello lacks /hello"
+
+echo
+if [ "$FAILS" -gt 0 ]; then echo "node artifacts: $FAILS check(s) failed"; exit 1; fi
+echo "node artifacts: all checks passed ($NODE_ARTIFACTS_DIR)"

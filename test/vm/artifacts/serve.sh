@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Serves the node artifacts the way users' mirrors do: the release-file tree (spec.component.host layout, with
+# checksum files, plus the flat Debian repository under /debian) over HTTP by the e2e's file mirror, and the
+# images by a real OCI registry (distribution) over plain HTTP, optionally with htpasswd Basic auth.
+#
+#   serve.sh start <state-dir> <ip> [mirror-port=8080] [registry-port=5000]
+#   serve.sh stop <state-dir>
+#   serve.sh status <state-dir>
+#
+# Both servers bind <ip> only (a bridge address in 198.18.0.0/15, or 127.0.0.1 for host-side tests). With
+# NODE_REGISTRY_USER and NODE_REGISTRY_PASSWORD set, the registry requires Basic auth (only the bcrypt hash is
+# written, into <state-dir>/htpasswd, mode 0600). The registry runs in read-only mode on the prebuilt storage.
+# Reads $NODE_ARTIFACTS_ENV (default $CAPKK_CACHE/node-artifacts/current.env, written by build.sh).
+# Writes <state-dir>/serve.env: NODE_MIRROR_URL, NODE_REGISTRY, NODE_APT_SOURCE.
+set -euo pipefail
+
+CAPKK_CACHE=${CAPKK_CACHE:-$HOME/.cache/capkk-rs}
+ENV_FILE=${NODE_ARTIFACTS_ENV:-$CAPKK_CACHE/node-artifacts/current.env}
+log() { echo "node-serve: $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+usage() { die "usage: serve.sh start <state-dir> <ip> [mirror-port] [registry-port] | stop <state-dir> | status <state-dir>"; }
+
+alive() { # <pid file> <binary>: the PID in the file runs that binary
+  local pid
+  [ -s "$1" ] || return 1
+  pid=$(cat "$1")
+  [ -d "/proc/$pid" ] && [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$2" ]
+}
+
+stop_one() { # <state-dir> <name>
+  local pf=$1/$2.pid pid i
+  [ -s "$pf" ] || return 0
+  pid=$(cat "$pf")
+  if [ -d "/proc/$pid" ] && [ -n "$(readlink "/proc/$pid/exe" 2>/dev/null)" ] \
+     && [ "$(readlink "/proc/$pid/exe")" = "$(cat "$1/$2.exe" 2>/dev/null)" ]; then
+    kill "$pid" 2>/dev/null || true
+    for i in $(seq 1 50); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
+    [ -d "/proc/$pid" ] && kill -9 "$pid" 2>/dev/null || true
+    log "$2: stopped (pid $pid)"
+  fi
+  rm -f "$pf" "$1/$2.exe"
+}
+
+cmd=${1:-}; state=${2:-}
+[ -n "$cmd" ] && [ -n "$state" ] || usage
+case $cmd in
+  start)
+    ip=${3:-}; mport=${4:-8080}; rport=${5:-5000}
+    [ -n "$ip" ] || usage
+    [ -f "$ENV_FILE" ] || die "no $ENV_FILE: run 'make node-artifacts' first"
+    # shellcheck disable=SC1090
+    source "$ENV_FILE"
+    [ -d "$NODE_REGISTRY_STORAGE" ] && [ -d "$NODE_MIRROR_DIR" ] || die "artifacts in $ENV_FILE are incomplete"
+    mkdir -p "$state"
+    state=$(cd "$state" && pwd)
+    stop_one "$state" mirror
+    stop_one "$state" registry
+    auth=""
+    if [ -n "${NODE_REGISTRY_USER:-}" ] || [ -n "${NODE_REGISTRY_PASSWORD:-}" ]; then
+      [ -n "${NODE_REGISTRY_USER:-}" ] && [ -n "${NODE_REGISTRY_PASSWORD:-}" ] ||
+        die "set both NODE_REGISTRY_USER and NODE_REGISTRY_PASSWORD (or neither)"
+      (umask 077 && "$NODE_BIN_DIR/imgtool" htpasswd -user "$NODE_REGISTRY_USER" > "$state/htpasswd")
+      auth="auth:
+  htpasswd:
+    realm: capkk-node-registry
+    path: $state/htpasswd"
+    fi
+    cat > "$state/registry.yml" <<EOF
+version: 0.1
+log:
+  level: info
+storage:
+  filesystem:
+    rootdirectory: $NODE_REGISTRY_STORAGE
+  maintenance:
+    uploadpurging:
+      enabled: false
+    readonly:
+      enabled: true
+http:
+  addr: $ip:$rport
+$auth
+EOF
+    setsid "$NODE_BIN_DIR/registry" serve "$state/registry.yml" > "$state/registry.log" 2>&1 < /dev/null &
+    echo $! > "$state/registry.pid"
+    echo "$NODE_BIN_DIR/registry" > "$state/registry.exe"
+    setsid "$NODE_BIN_DIR/mirror" -listen "$ip:$mport" -dir "$NODE_MIRROR_DIR" > "$state/mirror.log" 2>&1 < /dev/null &
+    echo $! > "$state/mirror.pid"
+    echo "$NODE_BIN_DIR/mirror" > "$state/mirror.exe"
+    for i in $(seq 1 150); do
+      r=$(curl -s -o /dev/null -w '%{http_code}' "http://$ip:$rport/v2/" || true)
+      m=$(curl -s -o /dev/null -w '%{http_code}' "http://$ip:$mport/debian/Packages" || true)
+      { [ "$r" = 200 ] || [ "$r" = 401 ]; } && [ "$m" = 200 ] && break
+      if ! alive "$state/registry.pid" "$NODE_BIN_DIR/registry" || ! alive "$state/mirror.pid" "$NODE_BIN_DIR/mirror" \
+         || [ "$i" = 150 ]; then
+        tail -5 "$state/registry.log" "$state/mirror.log" >&2 || true
+        "$0" stop "$state"
+        die "the registry ($ip:$rport: $r) or the mirror ($ip:$mport: $m) did not come up"
+      fi
+      sleep 0.2
+    done
+    cat > "$state/serve.env" <<EOF
+NODE_MIRROR_URL=http://$ip:$mport
+NODE_REGISTRY=$ip:$rport
+NODE_APT_SOURCE='deb [trusted=yes] http://$ip:$mport/debian ./'
+EOF
+    log "mirror http://$ip:$mport (pid $(cat "$state/mirror.pid")), registry $ip:$rport (pid $(cat "$state/registry.pid"))${auth:+, htpasswd auth}"
+    ;;
+  stop)
+    [ -d "$state" ] || exit 0
+    stop_one "$state" mirror
+    stop_one "$state" registry
+    rm -f "$state/serve.env" "$state/htpasswd"
+    ;;
+  status)
+    for n in mirror registry; do
+      if [ -s "$state/$n.pid" ] && alive "$state/$n.pid" "$(cat "$state/$n.exe" 2>/dev/null)"; then
+        echo "$n: running (pid $(cat "$state/$n.pid"))"
+      else
+        echo "$n: stopped"
+      fi
+    done
+    ;;
+  *) usage ;;
+esac
