@@ -160,7 +160,7 @@ build_coredns() {
 build_registry() {
   local p=github.com/distribution/distribution/v3/version
   (cd "$TOOLS/registry" && CGO_ENABLED=0 "${GOBUILD[@]}" \
-    -ldflags "-s -w -X $p.version=$REGISTRY_VERSION -X $p.revision=$REGISTRY_VERSION" -o "$OUT/bin/" tool)
+    -ldflags "-s -w -X $p.version=$REGISTRY_VERSION -X $p.revision=$REGISTRY_VERSION" -o "$OUT/bin/registry" .)
 }
 build_tools() { # imgtool (host side), pause and hello (image payloads, static)
   (cd "$TOOLS/images" && CGO_ENABLED=0 "${GOBUILD[@]}" -ldflags "-s -w -X main.version=$PAUSE_TAG" \
