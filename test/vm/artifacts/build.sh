@@ -19,7 +19,7 @@ TOOLS=$HERE/tools
 # The management plane's pins and binary directory: etcd is reused from there (same pin kubeadm deploys).
 # shellcheck source=../../mgmt/scripts/common.sh
 source "$REPO/test/mgmt/scripts/common.sh"
-MGMT_BIN_DIR=$BIN_DIR
+ETCD_BIN=$(asset_bin etcd) # $BIN_DIR/etcd, or envtest's when KUBEBUILDER_ASSETS holds one
 log() { echo "node-artifacts: $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
@@ -54,6 +54,8 @@ IPTABLES_DEBS="iptables libip4tc2 libip6tc2 libxtables12 libnftnl11 libmnl0 libn
 command -v go >/dev/null || die "go is required"
 missing=()
 command -v gcc >/dev/null || missing+=(gcc)
+# Headers and static libraries (hack/deps.list checks commands and executables only, so they are checked here).
+[ -f /usr/lib/x86_64-linux-gnu/libc.a ] || missing+=(libc6-dev)
 [ -f /usr/include/seccomp.h ] && [ -f /usr/lib/x86_64-linux-gnu/libseccomp.a ] || missing+=(libseccomp-dev)
 command -v dpkg-scanpackages >/dev/null || missing+=(dpkg-dev)
 command -v curl >/dev/null || missing+=(curl)
@@ -68,13 +70,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 command -v apt-get >/dev/null || die "apt-get is required (the Debian package mirror is made with apt-get download)"
-[ -x "$MGMT_BIN_DIR/etcd" ] || die "etcd not built: run 'make mgmt-bin' first (expected $MGMT_BIN_DIR/etcd)"
+[ -x "$ETCD_BIN" ] || die "etcd not built: run 'make mgmt-bin' first (expected $ETCD_BIN)"
 
 # ---- content hash of everything that decides the output ----
 inputs_hash() {
   {
     cd "$HERE"
-    find build.sh tools -type f \( -name go.mod -o -name go.sum -o -name '*.go' \) | LC_ALL=C sort | xargs sha256sum
+    { echo build.sh; find tools -type f \( -name go.mod -o -name go.sum -o -name '*.go' \); } | LC_ALL=C sort |
+      xargs sha256sum
     sha256sum "$REPO/test/mgmt/tools/etcd/go.mod" "$REPO/test/e2e/mirror/main.go" | cut -c1-64
     echo "apt=$APT_PACKAGES base=$BASE_DEBS iptables=$IPTABLES_DEBS arch=$ARCH recipe=$NODE_RECIPE"
     go_version
@@ -127,7 +130,9 @@ build_kube() {
   (cd "$TOOLS/kube" && "${GOBUILD[@]}" -ldflags "$(k8s_ldflags)" -o "$OUT/bin/" tool)
 }
 build_etcd() {
-  cp -f "$MGMT_BIN_DIR/etcd" "$OUT/bin/etcd.tmp" && mv -f "$OUT/bin/etcd.tmp" "$OUT/bin/etcd"
+  "$ETCD_BIN" --version | grep -q "etcd Version: ${ETCD_VERSION#v}$" ||
+    die "$ETCD_BIN is not etcd $ETCD_VERSION (the version kubeadm deploys)"
+  cp -f "$ETCD_BIN" "$OUT/bin/etcd.tmp" && mv -f "$OUT/bin/etcd.tmp" "$OUT/bin/etcd"
 }
 # containerd as upstream's release: containerd, ctr, containerd-shim-runc-v2, version-stamped. cgo off: only
 # the btrfs snapshotter needs it, and the binaries then run on any glibc.
@@ -326,7 +331,7 @@ build_mirror() {
   d=$m/kubernetes-release/release/$KUBE_VERSION/bin/linux/$ARCH
   mkdir -p "$d"
   for b in kubeadm kubelet kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do
-    cp "$OUT/bin/$b" "$d/$b" && sha_bare "$d/$b"
+    ln -f "$OUT/bin/$b" "$d/$b" && sha_bare "$d/$b" # hard link: same bytes, no copy
   done
   d=$m/containernetworking/plugins/releases/download/$CNI_VERSION
   mkdir -p "$d"
@@ -344,7 +349,7 @@ build_mirror() {
   sha_sum "$d/$b" "$b.sha256sum"
   d=$m/opencontainers/runc/releases/download/$RUNC_VERSION
   mkdir -p "$d"
-  cp "$OUT/bin/runc" "$d/runc.$ARCH"
+  ln -f "$OUT/bin/runc" "$d/runc.$ARCH"
   sha_sum "$d/runc.$ARCH" runc.sha256sum
   rm -rf "$stage"
 }
