@@ -20,7 +20,7 @@
 
 use std::time::Duration;
 
-use capkk_executor::{Executor, quote};
+use capkk_executor::Executor;
 use tracing::instrument;
 
 use crate::{
@@ -29,6 +29,7 @@ use crate::{
         HostFacts,
         script::{Script, ScriptOutcome, put_file},
     },
+    host::{Vars, tpl},
     journal::{Progress, Redactor},
 };
 
@@ -194,75 +195,43 @@ pub fn prepare_script(id: &HostIdentity, facts: &HostFacts) -> Result<Script> {
             message: format!("{:?} is not an IP address", id.internal_address),
         });
     }
-    let h = quote(&id.hostname);
     let mut s = Script::new();
     s.step(
         "hostname",
-        format!(
-            "if [ \"$(cat /etc/hostname 2>/dev/null)\" != {h} ]; then printf '%s\\n' {h} > /etc/hostname; CHANGED=1; fi\n\
-             if [ \"$(hostname)\" != {h} ]; then\n  \
-             if command -v hostnamectl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then hostnamectl set-hostname {h}; else hostname {h}; fi\n  \
-             CHANGED=1\nfi\n"
-        ),
+        Vars::new().var("H", &id.hostname).render(tpl::HOSTNAME),
     );
     {
         use base64::Engine as _;
         let block = base64::engine::general_purpose::STANDARD.encode(hosts_block(id)?);
         s.step(
             "etc-hosts",
-            format!(
-                "_n=$(mktemp)\n\
-                 awk '/^# capkk hosts BEGIN$/{{s=1;next}} /^# capkk hosts END$/{{s=0;next}} !s' /etc/hosts > \"$_n\"\n\
-                 printf '%s' {b} | base64 -d >> \"$_n\"\n\
-                 if ! cmp -s \"$_n\" /etc/hosts; then cat \"$_n\" > /etc/hosts; echo 'updated /etc/hosts'; CHANGED=1; fi\n\
-                 rm -f \"$_n\"\n",
-                b = quote(&block)
-            ),
+            Vars::new().var("BLOCK", &block).render(tpl::ETC_HOSTS),
         );
     }
-    s.step(
-        "swap-off",
-        "if [ -n \"$(tail -n +2 /proc/swaps 2>/dev/null)\" ]; then swapoff -a; echo 'swap turned off'; CHANGED=1; fi\n\
-         if [ -f /etc/fstab ] && grep -Eq '^[^#][^[:space:]]*[[:space:]]+[^[:space:]]+[[:space:]]+swap[[:space:]]' /etc/fstab; then\n  \
-         sed -i -E 's@^([^#][^[:space:]]*[[:space:]]+[^[:space:]]+[[:space:]]+swap[[:space:]].*)$@# \\1 # disabled by capkk@' /etc/fstab\n  \
-         echo 'swap entries in /etc/fstab commented out'; CHANGED=1\nfi\n",
-    );
+    s.step("swap-off", tpl::SWAP_OFF);
     let modules = MODULES.join("\n") + "\n";
     s.step(
         "kernel-modules",
-        format!(
-            "{}for m in {}; do\n  if ! grep -q \"^$m \" /proc/modules 2>/dev/null && [ ! -d /sys/module/$m ]; then modprobe $m; echo \"loaded $m\"; CHANGED=1; fi\ndone\n",
-            put_file(MODULES_FILE, 0o644, modules.as_bytes()),
-            MODULES.join(" ")
-        ),
+        Vars::new()
+            .raw(&put_file(MODULES_FILE, 0o644, modules.as_bytes()))
+            .args(MODULES)
+            .render(tpl::KERNEL_MODULES),
     );
     s.step(
         "sysctl",
-        format!(
-            "{}if [ \"$CHANGED\" = 1 ]; then sysctl -e -p {SYSCTL_FILE}; fi\n",
-            put_file(SYSCTL_FILE, 0o644, sysctl_conf().as_bytes())
-        ),
+        Vars::new()
+            .raw(&put_file(SYSCTL_FILE, 0o644, sysctl_conf().as_bytes()))
+            .var("F", SYSCTL_FILE)
+            .render(tpl::SYSCTL),
     );
-    s.step(
-        "selinux",
-        "if command -v getenforce >/dev/null 2>&1 && [ \"$(getenforce)\" = Enforcing ]; then setenforce 0; echo 'SELinux now permissive'; CHANGED=1; fi\n\
-         if [ -f /etc/selinux/config ] && grep -q '^SELINUX=enforcing' /etc/selinux/config; then\n  \
-         sed -i 's/^SELINUX=enforcing/SELINUX=permissive/' /etc/selinux/config; CHANGED=1\nfi\n",
-    );
+    s.step("selinux", tpl::SELINUX);
     if facts.init.require_systemctl().is_ok() {
-        s.step(
-            "firewall",
-            "for u in firewalld ufw; do\n  if systemctl is-active -q $u >/dev/null 2>&1; then systemctl stop $u; systemctl disable $u; echo \"stopped $u\"; CHANGED=1; fi\ndone\n",
-        );
+        s.step("firewall", tpl::FIREWALL);
     }
-    let mut dirs = String::new();
-    for d in DIRECTORIES {
-        dirs.push_str(&format!(
-            "if [ ! -d {d} ]; then mkdir -p -m 0755 {d}; CHANGED=1; fi\n",
-            d = quote(d)
-        ));
-    }
-    s.step("directories", dirs);
+    s.step(
+        "directories",
+        Vars::new().args(DIRECTORIES).render(tpl::DIRECTORIES),
+    );
     Ok(s)
 }
 
@@ -292,56 +261,20 @@ pub struct ResetOptions {
 /// Build the [`reset`] script (pure; used by tests).
 pub fn reset_script(opts: &ResetOptions) -> Script {
     let mut s = Script::new();
-    let sock = opts
-        .cri_socket
-        .as_deref()
-        .filter(|s| !s.is_empty())
-        .map(|s| format!(" --cri-socket {}", quote(s)))
-        .unwrap_or_default();
+    let sock = opts.cri_socket.as_deref().unwrap_or_default();
     s.step(
         "kubeadm-reset",
-        format!(
-            "if command -v kubeadm >/dev/null 2>&1 && [ -e /etc/kubernetes ]; then\n  \
-             if kubeadm reset -f{sock}; then echo 'kubeadm reset done'; else echo \"kubeadm reset exited $? (continuing with cleanup)\"; fi\n  \
-             CHANGED=1\nfi\n"
-        ),
+        Vars::new().var("SOCK", sock).render(tpl::KUBEADM_RESET),
     );
-    s.step(
-        "stop-services",
-        "if command -v systemctl >/dev/null 2>&1; then\n  \
-         for u in kubelet containerd; do\n    \
-         if systemctl is-active -q $u >/dev/null 2>&1; then systemctl stop $u; echo \"stopped $u\"; CHANGED=1; fi\n  done\n  \
-         if [ -e /etc/systemd/system/kubelet.service ] && systemctl is-enabled -q kubelet >/dev/null 2>&1; then systemctl disable kubelet; CHANGED=1; fi\n\
-         fi\n",
-    );
-    let links = OWNED_LINKS.join(" ");
+    s.step("stop-services", tpl::STOP_SERVICES);
     s.step(
         "network-cleanup",
-        format!(
-            "for ipt in iptables ip6tables; do\n  \
-             command -v $ipt-save >/dev/null 2>&1 && command -v $ipt-restore >/dev/null 2>&1 || continue\n  \
-             for t in filter nat mangle raw; do\n    \
-             _d=$($ipt-save -t $t 2>/dev/null) || continue\n    \
-             if printf '%s\\n' \"$_d\" | grep -Eq -- '(KUBE-|CNI-|cali-|cali:|FLANNEL|flannel)'; then\n      \
-             printf '%s\\n' \"$_d\" | grep -Ev -- '(KUBE-|CNI-|cali-|cali:|FLANNEL|flannel)' | $ipt-restore -T $t\n      \
-             echo \"removed kubernetes/CNI rules from $ipt table $t\"; CHANGED=1\n    fi\n  done\ndone\n\
-             if ip link show kube-ipvs0 >/dev/null 2>&1 && command -v ipvsadm >/dev/null 2>&1; then ipvsadm -C; echo 'cleared IPVS services'; CHANGED=1; fi\n\
-             for l in {links}; do\n  if ip link show \"$l\" >/dev/null 2>&1; then ip link delete \"$l\"; echo \"deleted link $l\"; CHANGED=1; fi\ndone\n\
-             for l in $(ip -o link show 2>/dev/null | awk -F': ' '{{print $2}}' | cut -d@ -f1 | grep '^cali'); do ip link delete \"$l\" && CHANGED=1; done\n"
-        ),
+        Vars::new().args(OWNED_LINKS).render(tpl::NETWORK_CLEANUP),
     );
-    let mut rm = String::new();
-    for p in OWNED_PATHS {
-        rm.push_str(&format!(
-            "if [ -e {p} ] || [ -L {p} ]; then rm -rf -- {p}; echo 'removed {raw}'; CHANGED=1; fi\n",
-            p = quote(p),
-            raw = p
-        ));
-    }
-    rm.push_str(
-        "if [ \"$CHANGED\" = 1 ] && command -v systemctl >/dev/null 2>&1; then systemctl daemon-reload; fi\n",
+    s.step(
+        "remove-paths",
+        Vars::new().args(OWNED_PATHS).render(tpl::REMOVE_PATHS),
     );
-    s.step("remove-paths", rm);
     s
 }
 
@@ -414,10 +347,13 @@ mod tests {
         let text = reset_script(&ResetOptions::default()).render();
         let removed: Vec<&str> = text
             .lines()
-            .filter_map(|l| l.split("rm -rf -- ").nth(1))
-            .map(|r| r.split(';').next().unwrap_or_default().trim())
+            .filter_map(|l| l.strip_prefix("set -- "))
+            .find(|l| l.contains("/var/lib/kubelet"))
+            .unwrap()
+            .split(' ')
             .collect();
         assert_eq!(removed, OWNED_PATHS);
+        assert_eq!(text.matches("rm -rf").count(), 1, "one rm, over the arguments only");
         assert!(!text.contains("iptables -F"));
     }
 }

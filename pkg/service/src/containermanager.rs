@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use capkk_executor::{Executor, quote};
+use capkk_executor::Executor;
 use tracing::instrument;
 
 use crate::{
@@ -25,8 +25,9 @@ use crate::{
     binary::{ArtifactCache, ArtifactRequest, ComponentSource, catalogue, stage_gated},
     facts::{
         HostFacts,
-        script::{ExpectedFile, file_probe, files_match, put_file},
+        script::{ExpectedFile, Script, file_probe, files_match, put_file},
     },
+    host::{Vars, tpl},
     journal::{Progress, Redactor, StepRunner},
 };
 
@@ -279,14 +280,9 @@ pub fn crictl_yaml(cfg: &ContainerdConfig) -> String {
     format!("runtime-endpoint: {sock}\nimage-endpoint: {sock}\ntimeout: 10\ndebug: false\n")
 }
 
-/// The containerd unit.
+/// The containerd unit (`pkg/service/host/units/containerd.service`).
 pub fn containerd_unit() -> String {
-    "[Unit]\nDescription=containerd container runtime\nDocumentation=https://containerd.io\n\
-     After=network.target local-fs.target\n\n[Service]\nExecStartPre=-/sbin/modprobe overlay\n\
-     ExecStart=/usr/local/bin/containerd\nType=notify\nDelegate=yes\nKillMode=process\nRestart=always\n\
-     RestartSec=5\nLimitNPROC=infinity\nLimitCORE=infinity\nLimitNOFILE=infinity\nTasksMax=infinity\n\
-     OOMScoreAdjust=-999\n\n[Install]\nWantedBy=multi-user.target\n"
-        .to_owned()
+    tpl::CONTAINERD_UNIT.to_owned()
 }
 
 /// Install and start containerd.
@@ -358,33 +354,10 @@ pub async fn ensure(
         .collect::<Result<Vec<_>>>()?;
 
     // Is a foreign containerd of this version already running? Checked (in the same exec as the artifact
-    // probe) before anything is downloaded or uploaded.
-    let probe = format!(
-        "if [ ! -e {stamp} ] && command -v containerd >/dev/null 2>&1 && systemctl is-active -q containerd >/dev/null 2>&1; then\n  \
-         echo \"foreign=$(containerd --version 2>/dev/null)\"\nfi\n",
-        stamp = quote(&format!("{}/containerd", catalogue::STAMP_DIR)),
-    );
-    let mut files = vec![ExpectedFile::new(CONFIG_TOML, 0o644, config_toml(cfg).as_bytes())];
-    for (reg, content, mode) in &hosts {
-        files.push(ExpectedFile::new(
-            &format!("{CERTS_D}/{reg}/hosts.toml"),
-            *mode,
-            content.as_bytes(),
-        ));
-    }
-    files.push(ExpectedFile::new(CRICTL_YAML, 0o644, crictl_yaml(cfg).as_bytes()));
-    files.push(ExpectedFile::new(
-        CONTAINERD_UNIT,
-        0o644,
-        containerd_unit().as_bytes(),
-    ));
-    // The same exec also tells whether the config/service steps would change anything.
-    let probe = format!(
-        "{probe}{files}systemctl is-enabled -q containerd >/dev/null 2>&1 && echo '@@enabled'\n\
-         systemctl is-active -q containerd >/dev/null 2>&1 && echo '@@active'\n\
-         [ -e {RESTART_MARKER} ] && echo '@@restart-pending'\n",
-        files = file_probe(&files)
-    );
+    // probe) before anything is downloaded or uploaded. The same exec also tells whether the config/service
+    // steps would change anything.
+    let files = expected_files(cfg, &hosts);
+    let probe = probe_script(cfg, &hosts);
     let mut foreign: Option<String> = None;
     let (staged, probe_out, proceed) = stage_gated(
         exec,
@@ -452,34 +425,7 @@ pub async fn ensure(
     }
     let mut script = staged.script.clone();
     let restart_needed = !staged.uploaded.is_empty() || !staged.host_downloaded.is_empty();
-    let mut conf = put_file(CONFIG_TOML, 0o644, config_toml(cfg).as_bytes());
-    for (reg, content, mode) in &hosts {
-        conf.push_str(&put_file(
-            &format!("{CERTS_D}/{reg}/hosts.toml"),
-            *mode,
-            content.as_bytes(),
-        ));
-    }
-    conf.push_str(&put_file(CRICTL_YAML, 0o644, crictl_yaml(cfg).as_bytes()));
-    // Steps run in separate subshells: a pending restart is handed over (and survives a failed start) as a
-    // marker file.
-    conf.push_str(&format!(
-        "if [ \"$CHANGED\" = 1 ] || [ {r} = 1 ]; then mkdir -p /var/lib/capkk; touch {RESTART_MARKER}; fi\n",
-        r = if restart_needed { 1 } else { 0 }
-    ));
-    script.step("containerd-config", conf);
-    script.step(
-        "containerd-service",
-        format!(
-            "{}if [ \"$CHANGED\" = 1 ]; then systemctl daemon-reload; fi\n\
-             if ! systemctl is-enabled -q containerd >/dev/null 2>&1; then systemctl enable containerd; CHANGED=1; fi\n\
-             if systemctl is-active -q containerd >/dev/null 2>&1; then\n  \
-             if [ -e {RESTART_MARKER} ]; then systemctl restart containerd; echo restarted; CHANGED=1; fi\n\
-             else\n  systemctl start containerd; echo started; CHANGED=1\nfi\n\
-             rm -f {RESTART_MARKER}\n",
-            put_file(CONTAINERD_UNIT, 0o644, containerd_unit().as_bytes())
-        ),
-    );
+    config_steps(&mut script, cfg, &hosts, restart_needed);
     let run = script
         .run(
             exec,
@@ -495,6 +441,76 @@ pub async fn ensure(
         changed: run.any_changed(),
         restarted: run.step_changed("containerd-service"),
     })
+}
+
+/// The files the config and service steps write: path, mode, digest.
+fn expected_files(cfg: &ContainerdConfig, hosts: &[(String, String, u32)]) -> Vec<ExpectedFile> {
+    let mut files = vec![ExpectedFile::new(CONFIG_TOML, 0o644, config_toml(cfg).as_bytes())];
+    for (reg, content, mode) in hosts {
+        files.push(ExpectedFile::new(
+            &format!("{CERTS_D}/{reg}/hosts.toml"),
+            *mode,
+            content.as_bytes(),
+        ));
+    }
+    files.push(ExpectedFile::new(CRICTL_YAML, 0o644, crictl_yaml(cfg).as_bytes()));
+    files.push(ExpectedFile::new(
+        CONTAINERD_UNIT,
+        0o644,
+        containerd_unit().as_bytes(),
+    ));
+    files
+}
+
+/// The caller's part of the artifact probe exec: a foreign containerd, the files, the service state.
+pub(crate) fn probe_script(cfg: &ContainerdConfig, hosts: &[(String, String, u32)]) -> String {
+    format!(
+        "{foreign}{files}{service}",
+        foreign = Vars::new()
+            .var("STAMP", format!("{}/containerd", catalogue::STAMP_DIR))
+            .render(tpl::CONTAINERD_FOREIGN),
+        files = file_probe(&expected_files(cfg, hosts)),
+        service = Vars::new()
+            .var("RESTART_MARKER", RESTART_MARKER)
+            .render(tpl::CONTAINERD_PROBE),
+    )
+}
+
+/// The `containerd-config` and `containerd-service` steps.
+pub(crate) fn config_steps(
+    script: &mut Script,
+    cfg: &ContainerdConfig,
+    hosts: &[(String, String, u32)],
+    restart_needed: bool,
+) {
+    let mut conf = put_file(CONFIG_TOML, 0o644, config_toml(cfg).as_bytes());
+    for (reg, content, mode) in hosts {
+        conf.push_str(&put_file(
+            &format!("{CERTS_D}/{reg}/hosts.toml"),
+            *mode,
+            content.as_bytes(),
+        ));
+    }
+    conf.push_str(&put_file(CRICTL_YAML, 0o644, crictl_yaml(cfg).as_bytes()));
+    script.step(
+        "containerd-config",
+        Vars::new()
+            .raw(&conf)
+            .var("RESTART_MARKER", RESTART_MARKER)
+            .flag("RESTART", restart_needed)
+            .render(tpl::CONTAINERD_CONFIG),
+    );
+    script.step(
+        "containerd-service",
+        Vars::new()
+            .raw(&put_file(
+                CONTAINERD_UNIT,
+                0o644,
+                containerd_unit().as_bytes(),
+            ))
+            .var("RESTART_MARKER", RESTART_MARKER)
+            .render(tpl::CONTAINERD_SERVICE),
+    );
 }
 
 #[cfg(test)]

@@ -6,8 +6,9 @@ use capkk_executor::{ExecOutput, ExecRequest, Executor};
 
 use crate::{Error, Result};
 
-/// Bytes of output kept in a journal record.
-pub const TAIL_BYTES: usize = 1024;
+/// Bytes of output kept in a journal record (the one limit for every service, provisioning included: the
+/// host cuts provisioning output to this many bytes too).
+pub const TAIL_BYTES: usize = 2048;
 
 /// One finished step.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -9,6 +9,9 @@ pub mod bootstrap;
 pub mod containermanager;
 pub mod error;
 pub mod facts;
+#[cfg(test)]
+mod golden;
+pub mod host;
 pub mod journal;
 pub mod provisioning;
 pub mod repository;

@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use capkk_executor::{ExecRequest, Executor, PutRequest, quote};
+use capkk_executor::{ExecRequest, Executor, PutRequest};
 use tracing::instrument;
 
 use crate::{
@@ -22,8 +22,9 @@ use crate::{
     binary::{ArtifactCache, ComponentSource, catalogue},
     facts::{
         HostFacts, PackageManager,
-        script::{Script, put_file},
+        script::{Script, sha256_hex},
     },
+    host::{Vars, tpl},
     journal::{Progress, Redactor, StepRecord, StepRunner},
 };
 
@@ -144,82 +145,46 @@ pub fn auto_iso_name(facts: &HostFacts) -> String {
 
 /// The probe command: prints `missing=<pkg>` for every package not installed.
 pub fn probe_command(pm: PackageManager, packages: &[String]) -> String {
-    let list = packages.iter().map(|p| quote(p)).collect::<Vec<_>>().join(" ");
-    match pm {
-        PackageManager::Apt => format!(
-            "for p in {list}; do dpkg-query -W -f='${{Status}}\\n' \"$p\" 2>/dev/null | grep -q 'install ok installed' || echo \"missing=$p\"; done; true"
-        ),
-        PackageManager::Dnf | PackageManager::Yum => format!(
-            "for p in {list}; do rpm -q --whatprovides \"$p\" >/dev/null 2>&1 || echo \"missing=$p\"; done; true"
-        ),
-    }
+    let tpl = match pm {
+        PackageManager::Apt => tpl::PKG_PROBE_APT,
+        PackageManager::Dnf | PackageManager::Yum => tpl::PKG_PROBE_RPM,
+    };
+    Vars::new().args(packages).render(tpl)
 }
 
 /// The install script for `missing` packages (pure; used by tests).
 pub fn install_script(pm: PackageManager, missing: &[String], update: bool, iso: Option<&str>) -> Script {
-    let pkgs = missing.iter().map(|p| quote(p)).collect::<Vec<_>>().join(" ");
     let mut s = Script::new();
-    let mut body = String::new();
-    if let Some(iso) = iso {
-        let iso_path = quote(&format!("{ISO_DIR}/{iso}"));
-        body.push_str(&format!(
-            "mkdir -p {ISO_MOUNT}\n\
-             if ! mountpoint -q {ISO_MOUNT}; then mount -o loop,ro {iso_path} {ISO_MOUNT}; fi\n\
-             trap 'umount {ISO_MOUNT} 2>/dev/null; rm -f /etc/yum.repos.d/capkk-iso.repo' EXIT\n"
-        ));
-    }
-    match pm {
-        PackageManager::Apt => {
-            body.push_str(&format!(
-                "export DEBIAN_FRONTEND=noninteractive\n\
-                 i=0; while command -v fuser >/dev/null 2>&1 && fuser /var/lib/dpkg/lock-frontend /var/lib/dpkg/lock /var/lib/apt/lists/lock >/dev/null 2>&1; do\n  \
-                 [ $i -ge {LOCK_WAIT_SECS} ] && {{ echo 'apt/dpkg lock still held after {LOCK_WAIT_SECS}s' >&2; exit 75; }}\n  \
-                 [ $i = 0 ] && echo 'waiting for the apt/dpkg lock'; sleep 2; i=$((i+2))\ndone\n"
-            ));
-            let mut opts = format!("-o DPkg::Lock::Timeout={LOCK_WAIT_SECS}");
-            if iso.is_some() {
-                body.push_str(&format!(
-                    "printf 'deb [trusted=yes] file://{ISO_MOUNT} ./\\n' > {ISO_DIR}/iso.list\n"
-                ));
-                opts.push_str(&format!(
-                    " -o Dir::Etc::sourcelist={ISO_DIR}/iso.list -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0"
-                ));
-            }
-            if update || iso.is_some() {
-                body.push_str(&format!("apt-get {opts} -q -y update\n"));
-            }
-            body.push_str(&format!(
-                "apt-get {opts} -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold -q -y install --no-install-recommends {pkgs}\nCHANGED=1\n"
-            ));
-        }
+    let vars = Vars::new()
+        .var("ISO", iso.map(|i| format!("{ISO_DIR}/{i}")).unwrap_or_default())
+        .var("ISO_MOUNT", ISO_MOUNT)
+        .var("LOCK_WAIT", LOCK_WAIT_SECS.to_string())
+        .flag("UPDATE", update);
+    let body = match pm {
+        PackageManager::Apt => vars
+            .var("ISO_DIR", ISO_DIR)
+            .args(missing)
+            .render(&format!("{}{}", tpl::ISO_MOUNT, tpl::INSTALL_APT)),
         PackageManager::Dnf | PackageManager::Yum => {
-            let cmd = pm.command();
-            body.push_str(&format!(
-                "locked() {{ for f in /var/run/dnf.pid /var/run/yum.pid; do [ -f $f ] && kill -0 \"$(cat $f)\" 2>/dev/null && return 0; done; return 1; }}\n\
-                 i=0; while locked; do\n  \
-                 [ $i -ge {LOCK_WAIT_SECS} ] && {{ echo '{cmd} lock still held after {LOCK_WAIT_SECS}s' >&2; exit 75; }}\n  \
-                 [ $i = 0 ] && echo 'waiting for the {cmd} lock'; sleep 2; i=$((i+2))\ndone\n"
-            ));
-            let mut opts = String::from("-y");
-            if iso.is_some() {
-                body.push_str(&put_file(
-                    "/etc/yum.repos.d/capkk-iso.repo",
-                    0o644,
-                    format!(
-                        "[capkk-iso]\nname=capkk ISO\nbaseurl=file://{ISO_MOUNT}\nenabled=1\ngpgcheck=0\n"
-                    )
-                    .as_bytes(),
-                ));
-                opts.push_str(" --disablerepo=* --enablerepo=capkk-iso");
-            }
-            if update || iso.is_some() {
-                body.push_str(&format!("{cmd} {opts} makecache\n"));
-            }
-            body.push_str(&format!("{cmd} {opts} install {pkgs}\nCHANGED=1\n"));
+            let repo =
+                format!("[capkk-iso]\nname=capkk ISO\nbaseurl=file://{ISO_MOUNT}\nenabled=1\ngpgcheck=0\n");
+            vars.var("PM", pm.command())
+                .var("REPO_SHA", sha256_hex(repo.as_bytes()))
+                .var(
+                    "REPO_B64",
+                    base64::Engine::encode(&base64::engine::general_purpose::STANDARD, repo),
+                )
+                .args(missing)
+                .render(&format!("{}{}", tpl::ISO_MOUNT, tpl::INSTALL_RPM))
         }
-    }
+    };
     s.step("install-packages", body);
     s
+}
+
+/// The command printing the SHA-256 of the ISO at `path` on the host (empty when missing).
+pub fn iso_probe_command(path: &str) -> String {
+    Vars::new().var("ISO", path).render(tpl::ISO_PROBE)
 }
 
 /// Ensure the packages are installed.
@@ -343,11 +308,7 @@ async fn upload_iso(
     let out = runner
         .run(
             "probe-iso",
-            ExecRequest::new(format!(
-                "sha256sum {} 2>/dev/null | cut -d' ' -f1; true",
-                quote(&dest)
-            ))
-            .sudo(),
+            ExecRequest::new(iso_probe_command(&dest)).sudo(),
         )
         .await?;
     if out.stdout_str().trim() == sha {
@@ -408,13 +369,13 @@ mod tests {
             Some("debian12-debs-amd64.iso"),
         )
         .render();
-        assert!(apt.contains(
-            "mount -o loop,ro /var/lib/capkk/repository/debian12-debs-amd64.iso /mnt/capkk-repository"
-        ));
+        assert!(apt.contains("ISO=/var/lib/capkk/repository/debian12-debs-amd64.iso\n"));
+        assert!(apt.contains("mount -o loop,ro \"$ISO\" \"$ISO_MOUNT\""));
         assert!(apt.contains("Dir::Etc::sourceparts=-"));
-        assert!(apt.contains("trap 'umount /mnt/capkk-repository"));
+        assert!(apt.contains("trap 'umount \"$ISO_MOUNT\""));
         let dnf = install_script(PackageManager::Dnf, &["socat".into()], false, Some("x.iso")).render();
         assert!(dnf.contains("--disablerepo=* --enablerepo=capkk-iso"));
+        assert!(dnf.contains("PM=dnf\n"));
         assert!(dnf.contains("rm -f /etc/yum.repos.d/capkk-iso.repo"));
         let facts =
             crate::facts::parse("@@os-release\nID=ubuntu\nVERSION_ID=\"22.04\"\n@@end\nmachine=x86_64\n")

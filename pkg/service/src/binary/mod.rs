@@ -17,7 +17,7 @@ pub mod catalogue;
 
 use std::{collections::BTreeMap, time::Duration};
 
-use capkk_executor::{ExecRequest, Executor, PutRequest, quote};
+use capkk_executor::{ExecRequest, Executor, PutRequest};
 use tracing::instrument;
 
 pub use cache::ArtifactCache;
@@ -32,6 +32,7 @@ use crate::{
         HostFacts,
         script::{ExpectedFile, Script, file_probe, files_match, put_file},
     },
+    host::{Vars, tpl},
     journal::{Progress, Redactor, StepRecord, StepRunner},
 };
 
@@ -107,10 +108,7 @@ pub async fn ensure(
         .collect::<Result<Vec<_>>>()?;
     // The probe also checks the unit files and the enablement, so a run with nothing to do is one exec.
     let files = kubelet_files(cfg);
-    let extra = format!(
-        "{}systemctl is-enabled -q kubelet >/dev/null 2>&1 && echo '@@enabled'\n",
-        file_probe(&files)
-    );
+    let extra = format!("{}{}", file_probe(&files), tpl::KUBELET_PROBE);
     let (staged, probe_out) = stage(
         exec,
         &artifacts,
@@ -156,15 +154,14 @@ pub async fn ensure(
     })
 }
 
-/// The kubelet unit file.
+/// The kubelet unit file (`pkg/service/host/units/kubelet.service`).
 pub fn kubelet_unit() -> String {
-    "[Unit]\nDescription=kubelet: The Kubernetes Node Agent\nDocumentation=https://kubernetes.io/docs/\n\
-     Wants=network-online.target\nAfter=network-online.target\n\n[Service]\nExecStart=/usr/local/bin/kubelet\n\
-     Restart=always\nStartLimitInterval=0\nRestartSec=10\n\n[Install]\nWantedBy=multi-user.target\n"
-        .to_owned()
+    tpl::KUBELET_UNIT.to_owned()
 }
 
-/// The kubeadm drop-in: the standard kubeadm flags plus capkk's own `--node-ip`/`--hostname-override`.
+/// The kubeadm drop-in (`pkg/service/host/units/10-kubeadm.conf`: the standard kubeadm flags) plus capkk's
+/// own `--node-ip`/`--hostname-override`, appended as `KUBELET_CAPKK_ARGS` (the order of `Environment=` lines
+/// does not matter to systemd).
 ///
 /// capkk's flags travel in their own variable, `KUBELET_CAPKK_ARGS`, placed before `KUBELET_KUBEADM_ARGS` and
 /// `KUBELET_EXTRA_ARGS` on the command line. Two reasons: systemd lets every `EnvironmentFile=` override every
@@ -180,23 +177,13 @@ pub fn kubelet_dropin(node_ip: Option<&str>, node_name: Option<&str>) -> String 
     if let Some(n) = node_name.filter(|s| !s.is_empty()) {
         extra.push(format!("--hostname-override={n}"));
     }
-    let mut s = String::from(
-        "# Installed by capkk.\n[Service]\n\
-         Environment=\"KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf\"\n\
-         Environment=\"KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml\"\n",
-    );
+    let mut s = tpl::KUBELET_DROPIN.to_owned();
     if !extra.is_empty() {
         s.push_str(&format!(
             "Environment=\"KUBELET_CAPKK_ARGS={}\"\n",
             extra.join(" ")
         ));
     }
-    s.push_str(
-        "EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env\n\
-         EnvironmentFile=-/etc/default/kubelet\n\
-         ExecStart=\nExecStart=/usr/local/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS \
-         $KUBELET_CAPKK_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS\n",
-    );
     s
 }
 
@@ -211,18 +198,14 @@ fn kubelet_files(cfg: &BinaryConfig) -> [ExpectedFile; 2] {
     ]
 }
 
-fn kubelet_unit_step(cfg: &BinaryConfig) -> String {
+pub(crate) fn kubelet_unit_step(cfg: &BinaryConfig) -> String {
     let mut s = put_file(KUBELET_UNIT, 0o644, kubelet_unit().as_bytes());
     s.push_str(&put_file(
         KUBELET_DROPIN,
         0o644,
         kubelet_dropin(cfg.node_ip.as_deref(), cfg.node_name.as_deref()).as_bytes(),
     ));
-    s.push_str(
-        "if [ \"$CHANGED\" = 1 ]; then systemctl daemon-reload; fi\n\
-         if ! systemctl is-enabled -q kubelet >/dev/null 2>&1; then systemctl enable kubelet; CHANGED=1; fi\n",
-    );
-    s
+    Vars::new().raw(&s).render(tpl::KUBELET_SERVICE)
 }
 
 /// The result of [`stage`]: uploads done, and a script (verify + install steps) still to run.
@@ -308,25 +291,7 @@ pub async fn stage_gated(
         expected.push(expected_sha256(a, cache).await?);
     }
     // 2. One probe exec: installed digests / stamps, plus the caller's probe.
-    let mut probe = String::new();
-    for a in artifacts {
-        match &a.install {
-            Install::Binary { dest, .. } => probe.push_str(&format!(
-                "echo \"@@art:{}=$(sha256sum {} 2>/dev/null | cut -d' ' -f1)\"\n",
-                a.id,
-                quote(dest)
-            )),
-            Install::Archive { probe: p, .. } => probe.push_str(&format!(
-                "if [ -e {p} ]; then echo \"@@art:{id}=$(cat {stamp} 2>/dev/null)\"; else echo '@@art:{id}='; fi\n",
-                p = quote(p),
-                id = a.id,
-                stamp = quote(&format!("{}/{}", catalogue::STAMP_DIR, a.id)),
-            )),
-        }
-    }
-    probe.push_str("echo '@@extra'\n");
-    probe.push_str(extra_probe);
-    probe.push_str("\ntrue\n");
+    let probe = probe_script(artifacts, extra_probe);
     let runner = StepRunner {
         exec,
         progress,
@@ -397,61 +362,75 @@ pub async fn stage_gated(
             }
         }
         DownloadOn::Host => {
-            let mut body = String::from(
-                "fetch() {\n  if command -v curl >/dev/null 2>&1; then curl -fsSL --retry 3 --connect-timeout 30 -o \"$2\" \"$1\";\n  \
-                 elif command -v wget >/dev/null 2>&1; then wget -q -T 60 -O \"$2\" \"$1\";\n  \
-                 else echo 'the host has neither curl nor wget (needed for downloadOn: host)' >&2; return 127; fi\n}\n",
-            );
-            body.push_str(&format!("mkdir -p {}\n", catalogue::STAGING_DIR));
-            for (a, sha) in &needed {
-                body.push_str(&format!(
-                    "echo 'downloading {label}'\nfetch {url} {dest}\nCHANGED=1\n",
-                    label = a.label(),
-                    url = quote(&a.url),
-                    dest = quote(&staged_path(sha))
-                ));
-                staged.host_downloaded.push(a.label());
-            }
-            staged.script.step("download-artifacts", body);
+            staged.host_downloaded = needed.iter().map(|(a, _)| a.label()).collect();
         }
     }
-    // 5. Verify every staged file before installing any.
-    let all_staged: Vec<String> = needed.iter().map(|(_, sha)| quote(&staged_path(sha))).collect();
-    let mut verify = String::new();
-    for (a, sha) in &needed {
-        verify.push_str(&format!(
-            "_a=$(sha256sum {f} 2>/dev/null | cut -d' ' -f1)\nif [ \"$_a\" != {sha} ]; then rm -f {all}; mismatch {label} {sha} \"${{_a:-missing}}\"; fi\n",
-            f = quote(&staged_path(sha)),
-            all = all_staged.join(" "),
-            label = quote(&format!("{} from {}", a.label(), a.url)),
-        ));
-    }
-    staged.script.step("verify-artifacts", verify);
-    for (a, sha) in &needed {
-        let f = quote(&staged_path(sha));
-        let body = match &a.install {
-            Install::Binary { dest, mode } => format!(
-                "mkdir -p {dir}\ninstall -m {mode:o} {f} {dest}\nrm -f {f}\necho 'installed {dest_raw}'\nCHANGED=1\n",
-                dir = quote(dest.rsplit_once('/').map(|(d, _)| d).unwrap_or("/")),
-                dest = quote(dest),
-                dest_raw = dest,
-            ),
-            Install::Archive { dir, probe } => format!(
-                "mkdir -p {dir} {stamps}\ntar -xzf {f} -C {dir} --no-same-owner\n\
-                 [ -e {probe} ] || {{ echo 'archive {label} did not provide {probe_raw}'; exit 1; }}\n\
-                 printf '%s\\n' {sha} > {stamp}\nrm -f {f}\necho 'extracted {label} into {dir_raw}'\nCHANGED=1\n",
-                dir = quote(dir),
-                stamps = catalogue::STAMP_DIR,
-                probe = quote(probe),
-                probe_raw = probe,
-                label = a.label(),
-                stamp = quote(&format!("{}/{}", catalogue::STAMP_DIR, a.id)),
-                dir_raw = dir,
-            ),
-        };
-        staged.script.step(format!("install-{}", a.id), body);
-    }
+    install_steps(&mut staged.script, &needed, download_on);
     Ok((staged, extra.to_owned(), true))
+}
+
+/// The probe exec's script: `@@art:<id>=<digest or stamp>` per artifact, `@@extra`, then `extra_probe`.
+pub(crate) fn probe_script(artifacts: &[Artifact], extra_probe: &str) -> String {
+    let args = artifacts.iter().flat_map(|a| match &a.install {
+        Install::Binary { dest, .. } => ["binary".to_owned(), a.id.clone(), dest.clone()],
+        Install::Archive { probe, .. } => ["archive".to_owned(), a.id.clone(), probe.clone()],
+    });
+    let mut s = Vars::new()
+        .var("STAMPS", catalogue::STAMP_DIR)
+        .args(args)
+        .render(tpl::ART_PROBE);
+    s.push_str("echo '@@extra'\n");
+    s.push_str(extra_probe);
+    s.push_str("\ntrue\n");
+    s
+}
+
+/// Append the download (host mode), verify and install steps for `needed` (artifact, expected digest).
+pub(crate) fn install_steps(script: &mut Script, needed: &[(&Artifact, &str)], download_on: DownloadOn) {
+    if download_on == DownloadOn::Host {
+        let args = needed
+            .iter()
+            .flat_map(|(a, sha)| [a.label(), a.url.clone(), staged_path(sha)]);
+        script.step(
+            "download-artifacts",
+            Vars::new()
+                .var("STAGING", catalogue::STAGING_DIR)
+                .args(args)
+                .render(tpl::ART_DOWNLOAD),
+        );
+    }
+    // Verify every staged file before installing any.
+    let args = needed.iter().flat_map(|(a, sha)| {
+        [
+            staged_path(sha),
+            (*sha).to_owned(),
+            format!("{} from {}", a.label(), a.url),
+        ]
+    });
+    script.step(
+        "verify-artifacts",
+        Vars::new().args(args).render(tpl::ART_VERIFY),
+    );
+    for (a, sha) in needed {
+        let f = staged_path(sha);
+        let body = match &a.install {
+            Install::Binary { dest, mode } => Vars::new()
+                .var("F", &f)
+                .var("DEST", dest)
+                .var("MODE", format!("{mode:o}"))
+                .render(tpl::INSTALL_BINARY),
+            Install::Archive { dir, probe } => Vars::new()
+                .var("F", &f)
+                .var("DIR", dir)
+                .var("PROBE", probe)
+                .var("SHA", sha)
+                .var("STAMPS", catalogue::STAMP_DIR)
+                .var("ID", &a.id)
+                .var("LABEL", a.label())
+                .render(tpl::INSTALL_ARCHIVE),
+        };
+        script.step(format!("install-{}", a.id), body);
+    }
 }
 
 trait PutTimeout {

@@ -6,7 +6,7 @@
 //! exit code, duration, redacted output tail). A step sets `CHANGED=1` when it altered the host; a step that
 //! changed nothing is journaled as `skipped`. The script stops at the first failing step.
 //!
-//! Helpers available to every step body (defined in [`PRELUDE`]):
+//! Helpers available to every step body (defined in [`PRELUDE`], `pkg/service/host/lib/prelude.sh`):
 //! - `put_file PATH MODE SHA256 BASE64` writes a file only when its content or mode differs (atomic rename),
 //!   and sets `CHANGED=1` when it wrote;
 //! - `mismatch ARTIFACT EXPECTED ACTUAL` reports a checksum mismatch in a machine-readable line and fails.
@@ -18,28 +18,12 @@ use sha2::{Digest, Sha256};
 
 use crate::{
     Error, Result,
+    host::{MARK, Vars, tpl},
     journal::{Progress, Redactor, StepRecord, TAIL_BYTES},
 };
 
-const MARK: &str = "@@capkk:";
-
-/// Shell functions defined before the first step.
-pub const PRELUDE: &str = r#"umask 022
-export LC_ALL=C
-put_file() {
-  if [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$3" ] && [ "$(stat -c %a "$1")" = "$2" ]; then return 0; fi
-  mkdir -p "$(dirname "$1")"
-  printf '%s' "$4" | base64 -d > "$1.capkk-tmp"
-  chmod "$2" "$1.capkk-tmp"
-  mv -f "$1.capkk-tmp" "$1"
-  echo "wrote $1"
-  CHANGED=1
-}
-mismatch() {
-  echo "@@capkk:mismatch:$1:$2:$3"
-  return 65
-}
-"#;
+/// Shell functions defined before the first step (`pkg/service/host/lib/prelude.sh`).
+pub const PRELUDE: &str = tpl::PRELUDE;
 
 /// One named step of a [`Script`].
 #[derive(Clone, Debug)]
@@ -113,21 +97,17 @@ impl Script {
         self.steps.iter().map(|s| s.name.clone()).collect()
     }
 
-    /// The full shell text sent on stdin.
+    /// The full shell text sent on stdin: the prelude, then each step framed by `lib/step-open.sh` and
+    /// `lib/step-close.sh` (begin/changed/end markers, a `set -e` subshell, stop at the first failure).
     pub fn render(&self) -> String {
         let mut s = String::from(PRELUDE);
         for step in &self.steps {
-            let n = quote(&step.name);
-            s.push_str(&format!(
-                "printf '\\n{MARK}begin:%s\\n' {n}\n\
-                 _t0=$(date +%s%N 2>/dev/null)\n\
-                 ( set -e\nCHANGED=0\n{body}\n[ \"$CHANGED\" = 1 ] && echo '{MARK}changed'\ntrue\n) 2>&1 </dev/null\n\
-                 _rc=$?\n_t1=$(date +%s%N 2>/dev/null)\n\
-                 case \"$_t0$_t1\" in *[!0-9]*|'') _ms=0 ;; *) _ms=$(( (_t1 - _t0) / 1000000 )) ;; esac\n\
-                 printf '\\n{MARK}end:%s:%s:%s\\n' {n} \"$_rc\" \"$_ms\"\n\
-                 [ \"$_rc\" = 0 ] || exit \"$_rc\"\n",
-                body = step.body
-            ));
+            s.push_str(&Vars::new().var("STEP", &step.name).render(tpl::STEP_OPEN));
+            s.push_str(&step.body);
+            if !step.body.ends_with('\n') {
+                s.push('\n');
+            }
+            s.push_str(tpl::STEP_CLOSE);
         }
         s
     }
@@ -213,51 +193,57 @@ fn parse_output(stdout: &str, phase: &str, redactor: &Redactor) -> Vec<ParsedSte
     let mut current: Option<(String, String, bool, Option<ReportedMismatch>)> = None;
     for line in stdout.lines() {
         if let Some(rest) = line.strip_prefix(MARK) {
-            if let Some(name) = rest.strip_prefix("begin:") {
-                current = Some((name.to_owned(), String::new(), false, None));
-                continue;
-            }
-            if rest == "changed" {
-                if let Some(c) = current.as_mut() {
-                    c.2 = true;
+            let mut words = rest.splitn(2, ' ');
+            let verb = words.next().unwrap_or_default();
+            let args = words.next().unwrap_or_default();
+            match verb {
+                "begin" => {
+                    current = Some((args.to_owned(), String::new(), false, None));
+                    continue;
                 }
-                continue;
-            }
-            if let Some(m) = rest.strip_prefix("mismatch:") {
-                let parts: Vec<&str> = m.rsplitn(3, ':').collect();
-                if let (Some(c), [actual, expected, artifact]) = (current.as_mut(), parts.as_slice()) {
-                    c.3 = Some(ReportedMismatch {
-                        artifact: (*artifact).to_owned(),
-                        expected: (*expected).to_owned(),
-                        actual: (*actual).to_owned(),
-                    });
+                "changed" if args.is_empty() => {
+                    if let Some(c) = current.as_mut() {
+                        c.2 = true;
+                    }
+                    continue;
                 }
-                continue;
-            }
-            if let Some(end) = rest.strip_prefix("end:") {
-                let mut it = end.rsplitn(3, ':');
-                let ms = it.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-                let rc = it.next().and_then(|v| v.parse::<u32>().ok());
-                if let Some((name, text, changed, mismatch)) = current.take() {
-                    let text = text.trim_matches('\n');
-                    let start = text.len().saturating_sub(TAIL_BYTES);
-                    let start = (start..=text.len())
-                        .find(|i| text.is_char_boundary(*i))
-                        .unwrap_or(0);
-                    done.push(ParsedStep {
-                        record: StepRecord {
-                            phase: phase.to_owned(),
-                            name,
-                            exit_code: rc,
-                            duration: Duration::from_millis(ms),
-                            output_tail: redactor.redact(&text[start..]),
-                            skipped: rc == Some(0) && !changed,
-                        },
-                        changed,
-                        mismatch,
-                    });
+                "mismatch" => {
+                    let parts: Vec<&str> = args.splitn(3, ' ').collect();
+                    if let (Some(c), [expected, actual, artifact]) = (current.as_mut(), parts.as_slice()) {
+                        c.3 = Some(ReportedMismatch {
+                            artifact: (*artifact).to_owned(),
+                            expected: (*expected).to_owned(),
+                            actual: (*actual).to_owned(),
+                        });
+                    }
+                    continue;
                 }
-                continue;
+                "end" => {
+                    let mut it = args.rsplitn(3, ' ');
+                    let ms = it.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+                    let rc = it.next().and_then(|v| v.parse::<u32>().ok());
+                    if let Some((name, text, changed, mismatch)) = current.take() {
+                        let text = text.trim_matches('\n');
+                        let start = text.len().saturating_sub(TAIL_BYTES);
+                        let start = (start..=text.len())
+                            .find(|i| text.is_char_boundary(*i))
+                            .unwrap_or(0);
+                        done.push(ParsedStep {
+                            record: StepRecord {
+                                phase: phase.to_owned(),
+                                name,
+                                exit_code: rc,
+                                duration: Duration::from_millis(ms),
+                                output_tail: redactor.redact(&text[start..]),
+                                skipped: rc == Some(0) && !changed,
+                            },
+                            changed,
+                            mismatch,
+                        });
+                    }
+                    continue;
+                }
+                _ => {}
             }
         }
         if let Some(c) = current.as_mut() {
@@ -310,16 +296,9 @@ impl ExpectedFile {
 /// A read-only probe printing `@@file:<path>=<mode> <sha256>` (or `@@file:<path>=missing`) per file, so a
 /// service can tell in its probe exec whether a config step would change anything.
 pub fn file_probe(files: &[ExpectedFile]) -> String {
-    let mut s = String::new();
-    for f in files {
-        let p = quote(&f.path);
-        s.push_str(&format!(
-            "if [ -f {p} ]; then echo \"@@file:{raw}=$(stat -c %a {p}) $(sha256sum {p} | cut -d' ' -f1)\"; \
-             else echo '@@file:{raw}=missing'; fi\n",
-            raw = probe_label(&f.path),
-        ));
-    }
-    s
+    Vars::new()
+        .args(files.iter().flat_map(|f| [f.path.clone(), probe_label(&f.path)]))
+        .render(tpl::FILE_PROBE)
 }
 
 fn probe_label(path: &str) -> String {
@@ -340,9 +319,9 @@ mod tests {
 
     #[test]
     fn parses_steps_changes_and_mismatches() {
-        let out = "\n@@capkk:begin:one\nhello\n@@capkk:changed\n\n@@capkk:end:one:0:12\n\
-                   \n@@capkk:begin:two\n@@capkk:end:two:0:1\n\
-                   \n@@capkk:begin:three\nbad thing\n@@capkk:mismatch:kubeadm v1.2.3:aa:bb\n\n@@capkk:end:three:65:3\n";
+        let out = "\n@@capkk begin one\nhello\n@@capkk changed\n\n@@capkk end one 0 12\n\
+                   \n@@capkk begin two\n@@capkk end two 0 1\n\
+                   \n@@capkk begin three\nbad thing\n@@capkk mismatch aa bb kubeadm v1.2.3\n\n@@capkk end three 65 3\n";
         let p = parse_output(out, "binary", &Redactor::default());
         assert_eq!(p.len(), 3);
         assert_eq!(p[0].record.name, "one");

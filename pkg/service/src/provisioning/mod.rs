@@ -63,7 +63,7 @@
 //! step runs `.run.*`, `<plan-hash>.<step-id>.sh`, `<plan-hash>.out` (all 0600). And [`SENTINEL`]. A host
 //! reset must remove both (the bootstrap service's reset removes `/var/lib/capkk` and the sentinel).
 
-mod script;
+pub(crate) mod script;
 
 use std::{
     collections::{HashMap, HashSet},

@@ -49,13 +49,13 @@ impl FakeHost {
     }
     fn script(&self, script: &str) -> String {
         let mut out = String::new();
-        if let Some(probe) = script.lines().find(|l| l.contains("printf '%s\\n' ")) {
-            let ids: Vec<&str> = probe
-                .split("printf '%s\\n' ")
-                .nth(1)
-                .and_then(|r| r.split(" |").next())
+        let mut lines = script.lines().skip_while(|l| *l != "# capkk probe");
+        if lines.next().is_some() {
+            let ids: Vec<&str> = lines
+                .next()
+                .and_then(|l| l.strip_prefix("set --"))
                 .unwrap()
-                .split(' ')
+                .split_whitespace()
                 .collect();
             let empty = self.journal.lock().unwrap().is_empty();
             let all_done = ids.iter().all(|id| self.finished(id).is_some());
@@ -69,18 +69,18 @@ impl FakeHost {
             out.push_str("@@capkk journal-end\n");
         }
         for line in script.lines() {
-            let Some(id) = line
-                .strip_prefix("case \"$JD\" in *\"$NL")
-                .and_then(|r| r.split(' ').next())
-            else {
+            let Some(rest) = line.strip_prefix("# capkk step ") else {
                 continue;
+            };
+            let (id, is_cmd) = match rest.strip_suffix(" command") {
+                Some(id) => (id, true),
+                None => (rest, false),
             };
             if let Some(rc) = self.finished(id) {
                 out.push_str(&format!("@@capkk already {id} {rc}\n"));
                 continue;
             }
             self.ran.lock().unwrap().push(id.to_owned());
-            let is_cmd = script.contains(&format!("echo '{id} start'"));
             let rc = if self.fail.iter().any(|f| f == id) { 2 } else { 0 };
             let mut journal = self.journal.lock().unwrap();
             if is_cmd {
@@ -188,7 +188,7 @@ async fn worker_join_runs_in_one_probe_one_batch_and_one_exec_per_command() {
     let batch = stdin_text(&reqs[0]);
     for step in &plan.steps[..7] {
         assert!(
-            batch.contains(&format!("r=$(done_rc {});;", step.id)),
+            batch.contains(&format!("# capkk step {}\n", step.id)),
             "{} in batch",
             step.name()
         );
@@ -200,7 +200,7 @@ async fn worker_join_runs_in_one_probe_one_batch_and_one_exec_per_command() {
         assert!(!stdin_text(r).contains("abcdef.0123456789abcdef"));
         assert!(
             r.command
-                .contains(&format!("-eq {}", r.stdin.as_ref().map_or(0, Vec::len)))
+                .starts_with(&format!("P=/var/lib/capkk\nD=/var/lib/capkk/provisioning\nN={}\n", r.stdin.as_ref().map_or(0, Vec::len)))
         );
     }
     let records = progress.records();
@@ -376,10 +376,8 @@ async fn a_failing_file_step_stops_the_run_and_is_not_journaled_as_done() {
     );
     // The batch script journals a step only when it exited 0.
     let batch = stdin_text(&host.requests()[0]);
-    assert!(batch.contains(&format!(
-        "if [ $rc -eq 0 ]; then echo '{} 0' >> \"$J\"; fi",
-        file.id
-    )));
+    assert!(batch.contains(&format!("# capkk step {}\n", file.id)));
+    assert!(batch.contains("if [ $rc -eq 0 ]; then echo \"$ID 0\" >> \"$J\"; fi"));
 }
 
 #[tokio::test]
@@ -506,14 +504,15 @@ fn disk_and_filesystem_steps_never_destroy_existing_data_by_default() {
     let check = disk.find("blkid -p -o value -s PTTYPE").unwrap();
     assert!(check < disk.find("sgdisk").unwrap());
     assert!(disk.contains("not partitioned (overwrite is false)\"; exit 0"));
-    assert!(!disk.contains("wipefs"));
+    assert!(disk.contains("OVERWRITE=0\n"));
     let fs = script::body(&plan.steps[1].action);
-    assert!(fs.find("blkid -p -o value -s TYPE").unwrap() < fs.find("mkfs.ext4").unwrap());
+    assert!(fs.find("blkid -p -o value -s TYPE").unwrap() < fs.find("\"$@\"").unwrap());
+    assert!(fs.contains("set -- mkfs.ext4"), "{fs}");
     assert!(
-        fs.contains("[ 0 = 0 ]"),
+        fs.contains("OVERWRITE=0\n") && fs.contains("[ \"$OVERWRITE\" = 0 ]"),
         "overwrite false is rendered into the guard: {fs}"
     );
-    assert!(fs.contains("dev=/dev/vdb1"));
+    assert!(fs.contains("DEV=/dev/vdb1"));
     let p = parse(
         b"#cloud-config\ndisk_setup:\n  /dev/sdb: {layout: true, overwrite: true}\nfs_setup:\n- {device: /dev/sdb, filesystem: xfs, replace_fs: ntfs}\n",
         "",
@@ -521,10 +520,10 @@ fn disk_and_filesystem_steps_never_destroy_existing_data_by_default() {
     )
     .unwrap();
     let disk = script::body(&p.steps[0].action);
-    assert!(disk.contains("wipefs -a") && disk.contains("sfdisk"));
+    assert!(disk.contains("OVERWRITE=1\n") && disk.contains("TABLE=mbr\n"));
     let fs = script::body(&p.steps[1].action);
     assert!(
-        fs.contains("[ \"$cur\" != ntfs ]") && fs.contains("PTTYPE"),
+        fs.contains("REPLACE=ntfs\n") && fs.contains("WHOLE=1\n"),
         "{fs}"
     );
 }
@@ -533,14 +532,15 @@ fn disk_and_filesystem_steps_never_destroy_existing_data_by_default() {
 fn mounts_users_and_ntp_render_expected_commands() {
     let plan = fixture("join-worker.yaml");
     let mount = script::body(&plan.steps[2].action);
-    assert!(mount.contains("mkdir -p -- /var/lib/data") && mount.contains("mount /var/lib/data"));
+    assert!(mount.contains("MP=/var/lib/data\n") && mount.contains("mount \"$MP\""));
     let user = script::body(&plan.steps[5].action);
     for needle in [
-        "groupadd -- adm",
-        "useradd --comment 'CAPKK operator' --shell /bin/bash --groups adm,sudo --create-home -- capkk",
-        "usermod --lock -- capkk",
+        "UGROUPS=adm,sudo\n",
+        "groupadd -- \"$g\"",
+        "set -- --comment 'CAPKK operator' --shell /bin/bash --groups adm,sudo --create-home -- capkk\n",
+        "LOCK=1\n",
         "visudo -cf",
-        "/etc/sudoers.d/90-capkk-capkk",
+        "SUDO_FILE=/etc/sudoers.d/90-capkk-capkk\n",
         "chmod 600 \"$ak\"",
     ] {
         assert!(user.contains(needle), "{needle} in {user}");

@@ -1,0 +1,26 @@
+# Prelude of every batched service script (facts::script::Script). Steps are framed by step-open.sh and
+# step-close.sh; markers follow the one protocol of crate::marker ("@@capkk <verb> <args>").
+umask 022
+export LC_ALL=C
+# put_file PATH MODE SHA256 BASE64: write PATH only when its content or mode differs (atomic rename).
+put_file() {
+  if [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$3" ] && [ "$(stat -c %a "$1")" = "$2" ]; then return 0; fi
+  mkdir -p "$(dirname "$1")"
+  printf '%s' "$4" | base64 -d > "$1.capkk-tmp"
+  chmod "$2" "$1.capkk-tmp"
+  mv -f "$1.capkk-tmp" "$1"
+  echo "wrote $1"
+  CHANGED=1
+}
+# mismatch ARTIFACT EXPECTED ACTUAL: report a checksum mismatch and fail the step.
+mismatch() {
+  echo "@@capkk mismatch $2 $3 $1"
+  return 65
+}
+now_ns() { date +%s%N 2>/dev/null; }
+# end_step NAME RC: the end marker with the step's wall time.
+end_step() {
+  _t1=$(now_ns)
+  case "$_t0$_t1" in *[!0-9]*|'') _ms=0 ;; *) _ms=$(( (_t1 - _t0) / 1000000 )) ;; esac
+  printf '\n@@capkk end %s %s %s\n' "$1" "$2" "$_ms"
+}

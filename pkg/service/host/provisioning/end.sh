@@ -1,0 +1,1 @@
+mark_sentinel
