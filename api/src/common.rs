@@ -290,21 +290,27 @@ pub struct ContainerManager {
     pub type_: Option<String>,
     /// Runtime version, with or without a leading `v` (default `1.7.13`).
     #[serde(default = "default_cm_version", skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = crate::patterns::VERSION))]
     pub version: Option<String>,
     /// CRI socket (default `unix:///var/run/containerd/containerd.sock`).
     #[serde(default = "default_cri_socket", skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = crate::patterns::CRI_SOCKET))]
     pub cri_socket: Option<String>,
     /// crictl version (default `v1.29.0`).
     #[serde(default = "default_crictl_version", skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = crate::patterns::VERSION))]
     pub crictl_version: Option<String>,
     /// cri-dockerd version (docker only; CAPKK compatibility).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = crate::patterns::VERSION))]
     pub cri_dockerd_version: Option<String>,
     /// runc version (default: the catalogue's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = crate::patterns::VERSION))]
     pub runc_version: Option<String>,
     /// Pod sandbox (pause) image for containerd's CRI plugin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = crate::patterns::IMAGE))]
     pub sandbox_image: Option<String>,
 }
 
@@ -329,12 +335,14 @@ pub struct Repository {
     /// `""` (skip the repository step), `none` (use the host's configured sources), `auto` (pick an ISO
     /// by OS and arch) or an ISO file name served by the component host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = crate::patterns::ISO))]
     pub iso: Option<String>,
     /// Refresh package indexes before installing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub update: Option<bool>,
     /// Packages to install instead of the default set.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("items" = {"type": "string", "pattern": crate::patterns::PACKAGE}))]
     pub packages: Vec<String>,
 }
 

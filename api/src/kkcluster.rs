@@ -176,6 +176,7 @@ pub struct Component {
     pub zone: Option<String>,
     /// Replaces scheme and host of every default download URL (offline file server), e.g. `http://10.0.0.5:8080`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = crate::patterns::HTTP_URL))]
     pub host: Option<String>,
     /// Per-artifact overrides.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -192,18 +193,23 @@ pub struct Component {
 #[serde(rename_all = "camelCase")]
 pub struct Override {
     /// Artifact id: kubeadm, kubelet, kubectl, cni, crictl, containerd, runc, ...
+    #[schemars(extend("pattern" = crate::patterns::ARTIFACT_ID))]
     pub id: String,
     /// CPU architecture it applies to (empty: all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = crate::patterns::ARCH))]
     pub arch: Option<String>,
     /// Version it applies to (empty: all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = crate::patterns::VERSION))]
     pub version: Option<String>,
     /// Full download URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = crate::patterns::HTTP_URL))]
     pub url: Option<String>,
     /// Path on the component host (combined with `component.host`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = crate::patterns::NO_SPACE))]
     pub path: Option<String>,
     /// Checksum of the artifact.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -216,9 +222,11 @@ pub struct Override {
 pub struct Checksum {
     /// Hex SHA-256.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = crate::patterns::SHA256))]
     pub value: Option<String>,
     /// URL or component-host path of a `sha256sum`-style checksum file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = crate::patterns::NO_SPACE))]
     pub path: Option<String>,
 }
 
@@ -228,12 +236,15 @@ pub struct Checksum {
 pub struct Registry {
     /// Private registry host used for system images.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = crate::patterns::REGISTRY))]
     pub private_registry: Option<String>,
     /// Registries reached over plain HTTP or without TLS verification.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("items" = {"type": "string", "pattern": crate::patterns::INSECURE_REGISTRY}))]
     pub insecure_registries: Vec<String>,
     /// Mirrors for docker.io (`https://mirror.example`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("items" = {"type": "string", "pattern": crate::patterns::HTTP_URL}))]
     pub registry_mirrors: Vec<String>,
     /// Accepted for CAPKK compatibility; unused.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -73,6 +73,7 @@ pub struct KKInstanceSpec {
     pub bootstrap_data_secret_ref: Option<crate::common::SecretRef>,
     /// Kubernetes version to install (from `Machine.spec.version`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = crate::patterns::VERSION))]
     pub kubernetes_version: Option<String>,
     /// Provider ID the Node must carry.
     #[serde(default, rename = "providerID", skip_serializing_if = "Option::is_none")]

@@ -11,6 +11,7 @@ pub mod consts;
 pub mod kkcluster;
 pub mod kkinstance;
 pub mod kkmachine;
+pub mod patterns;
 
 use std::collections::BTreeMap;
 

@@ -18,6 +18,8 @@ pub trait SshFactory: Send + Sync {
     fn executor(&self, target: &HostTarget) -> Arc<dyn Executor>;
     /// The host key fingerprint seen on the latest connection to `target` (trust on first use).
     fn observed_fingerprint(&self, target: &HostTarget) -> Option<String>;
+    /// Drop every pooled connection to `address` (its KKInstance is gone).
+    fn forget(&self, _address: &str) {}
 }
 
 impl SshFactory for SshPool {
@@ -27,6 +29,10 @@ impl SshFactory for SshPool {
 
     fn observed_fingerprint(&self, target: &HostTarget) -> Option<String> {
         SshPool::observed_fingerprint(self, target)
+    }
+
+    fn forget(&self, address: &str) {
+        SshPool::evict_address(self, address);
     }
 }
 
@@ -65,6 +71,33 @@ async fn read_secret(client: &Client, ns: &str, name: &str) -> Result<BTreeMap<S
         .map_err(Error::kube(format!("get Secret {ns}/{name}")))?
         .ok_or_else(|| Error::ResolveCredentials(format!("Secret {ns}/{name} not found")))?;
     Ok(s.data.unwrap_or_default())
+}
+
+static PRIVATE_KEY_DIR: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+
+/// Set (once, at start-up) the only directory `privateKeyPath` may name a file in: the manager's
+/// `--private-key-dir`. Unset or `None`: `privateKeyPath` is refused (a path in a tenant's object must not
+/// read the manager's files).
+pub fn set_private_key_dir(dir: Option<std::path::PathBuf>) {
+    let _ = PRIVATE_KEY_DIR.set(dir);
+}
+
+fn private_key_dir() -> Option<std::path::PathBuf> {
+    PRIVATE_KEY_DIR.get().cloned().flatten()
+}
+
+/// The host key the KKCluster's last probe recorded for `host` (trust on first use), unless keys are pinned.
+pub fn probed_host_key(kkc: &KKCluster, host: &capkk_api::InstanceInfo) -> Option<String> {
+    if !host.host_keys.is_empty() {
+        return None;
+    }
+    kkc.status
+        .as_ref()?
+        .hosts
+        .iter()
+        .find(|p| p.name == host.name)
+        .and_then(|p| p.host_key.clone())
+        .filter(|k| !k.is_empty())
 }
 
 /// Login user, port, credentials and sudo password resolved from `auth`.
@@ -136,7 +169,14 @@ pub async fn resolve_auth(client: &Client, ns: &str, auth: &ApiAuth, field: &str
     } else if let Some(p) = password.clone() {
         Auth::Password(p)
     } else if let Some(path) = auth.private_key_path.as_deref().filter(|p| !p.is_empty()) {
-        Auth::key_file(path)
+        let key = capkk_ssh::keyfile::read_confined(
+            private_key_dir().as_deref(),
+            std::path::Path::new(path),
+            capkk_ssh::keyfile::MAX_KEY_BYTES,
+        )
+        .await
+        .map_err(|m| Error::ResolveCredentials(format!("{field}.privateKeyPath: {m}")))?;
+        Auth::key_bytes(key)
     } else {
         return Err(Error::ResolveCredentials(format!(
             "{field} sets none of password, privateKey, privateKeyPath, secret or secretRef"
@@ -213,10 +253,17 @@ pub async fn instance_target(
         (Some(c), Some(h)) => host_auth(c, h),
         _ => inst.spec.auth.clone().unwrap_or_default(),
     };
-    let bastion = match cluster {
+    let mut bastion = match cluster {
         Some(c) => effective_bastion(c),
         None => inst.spec.bastion.clone(),
     };
+    // A bastion key trusted on first use is recorded in the KKInstance: pin it from then on.
+    if let (Some(b), Some(recorded)) = (bastion.as_mut(), inst.spec.bastion.as_ref())
+        && b.host_keys.is_empty()
+        && b.address == recorded.address
+    {
+        b.host_keys = recorded.host_keys.clone();
+    }
     target(
         client,
         &ns,

@@ -255,6 +255,8 @@ async fn probe_host(
         recorded: recorded.as_deref(),
         bastion: bastion.as_ref(),
     };
+    // The recorded key stays recorded whatever this probe sees (a mismatch must not re-trust next time).
+    probe.host_key = recorded.clone();
     let target = match hosts::target(&ctx.client, &ns, &dial).await {
         Ok(t) => t,
         Err(e) => {
@@ -268,7 +270,7 @@ async fn probe_host(
     let start = std::time::Instant::now();
     let res = tokio::time::timeout(ctx.settings.probe_timeout, exec.exec(req)).await;
     ctx.metrics.ssh_command(start.elapsed());
-    probe.host_key = ctx.ssh.observed_fingerprint(&target);
+    probe.host_key = recorded.or_else(|| ctx.ssh.observed_fingerprint(&target));
     match res {
         Err(_) => probe.message = Some(format!("no answer within {:?}", ctx.settings.probe_timeout)),
         Ok(Err(e)) => probe.message = Some(e.to_string()),
@@ -402,6 +404,15 @@ async fn apply(kkc: Arc<KKCluster>, cluster: &Cluster, ctx: &Context) -> Result<
                 .iter()
                 .find(|i| i.name_any() == h)
                 .and_then(|i| i.spec.host_key.clone())
+                // An unclaimed host keeps the key its first probe saw (no re-trust on every probe).
+                .or_else(|| {
+                    kkc.spec
+                        .nodes
+                        .instances
+                        .iter()
+                        .find(|i| i.name == h)
+                        .and_then(|i| hosts::probed_host_key(&kkc, i))
+                })
         };
         let futs: Vec<_> = kkc
             .spec

@@ -481,11 +481,14 @@ async fn cleanup(inst: Arc<KKInstance>, ctx: &Arc<Context>) -> Result<Action> {
     if inst.spec.quarantine.is_some() {
         info!("quarantined KKInstance deleted by a person: the host is claimable again");
         ctx.tasks.abort(&uid);
+        ctx.ssh.forget(&inst.spec.address);
         return Ok(Action::await_change());
     }
     let a = inst.annotations();
     if a.contains_key(annotations::RESET_DONE) || !a.contains_key(annotations::TOUCHED) {
         ctx.tasks.abort(&uid);
+        // The claim is over: its pooled connections (and their first-seen keys) go with it.
+        ctx.ssh.forget(&inst.spec.address);
         return Ok(Action::await_change());
     }
     match ctx.tasks.running(&uid) {
@@ -551,6 +554,10 @@ fn exec_failure(e: &ExecError) -> Failure {
         },
         ExecError::Auth { .. } | ExecError::Sudo { .. } => Failure::Terminal {
             reason: reasons::AUTH_FAILED,
+            message: e.to_string(),
+        },
+        ExecError::Credentials { .. } => Failure::Terminal {
+            reason: reasons::CREDENTIALS_UNAVAILABLE,
             message: e.to_string(),
         },
         _ => Failure::Transient(e.to_string()),
@@ -820,11 +827,33 @@ async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<AtomicBoo
                 .await
             {
                 Ok(_) => info!(fingerprint = %fp, "host key trusted on first use"),
-                Err(e) => warn!(error = %e, "recording the host key failed"),
+                // Unrecorded, the next connection (a new pool slot after a restart) would trust any key.
+                Err(e) => {
+                    return Err(Failure::Transient(format!(
+                        "recording the host key {fp} in spec.hostKey failed: {e}"
+                    )));
+                }
             }
+        }
+        if let (Some(b), Some(_)) = (target.bastion.as_deref(), inst.spec.bastion.as_ref())
+            && matches!(b.host_key, capkk_ssh::HostKeyPolicy::TrustOnFirstUse)
+            && let Some(fp) = ctx.ssh.observed_fingerprint(b)
+        {
+            let patch = json!({ "spec": { "bastion": { "hostKeys": [fp] } } });
+            t.api
+                .patch(&t.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| {
+                    Failure::Transient(format!("recording the bastion host key {fp} failed: {e}"))
+                })?;
+            info!(fingerprint = %fp, "bastion host key trusted on first use");
         }
         let mut done = completed(&inst);
         let mut input = phase_input(&ctx, &inst, kkc.as_ref()).await?;
+        target
+            .secret_texts()
+            .into_iter()
+            .for_each(|t| input.redactor.add(t));
         for (i, phase) in phases.iter().copied().enumerate() {
             current = phase;
             if done.contains(phase.name()) {
@@ -953,8 +982,12 @@ async fn reset_task(ctx: Arc<Context>, inst: KKInstance, releasing: bool) {
         let kkc = get_kkcluster(&ctx, &inst)
             .await
             .map_err(|e| Failure::Transient(e.to_string()))?;
-        let (exec, _) = connect(&ctx, &inst, kkc.as_ref()).await?;
-        let input = phase_input(&ctx, &inst, kkc.as_ref()).await?;
+        let (exec, target) = connect(&ctx, &inst, kkc.as_ref()).await?;
+        let mut input = phase_input(&ctx, &inst, kkc.as_ref()).await?;
+        target
+            .secret_texts()
+            .into_iter()
+            .for_each(|t| input.redactor.add(t));
         let progress = TaskProgress::default();
         let res = ctx.services.reset(exec, &input, &progress).await;
         t.journal(progress.drain());

@@ -481,7 +481,8 @@ fn new_instance(
             auth: Some(auth),
             bastion,
             host_keys: host.host_keys.clone(),
-            host_key: None,
+            // Trust on first use starts at the KKCluster's probe: the claim pins the key the probe saw.
+            host_key: hosts::probed_host_key(kkc, host),
             bootstrap_data_secret_ref: Some(SecretRef {
                 name: secret.to_owned(),
             }),
@@ -724,6 +725,7 @@ pub async fn patch_node_provider_id(
     let text = String::from_utf8(value.0.clone())
         .map_err(|_| werr(format!("Secret {name} `value` is not UTF-8")))?;
     let kubeconfig = Kubeconfig::from_yaml(&text).map_err(|e| werr(format!("parsing kubeconfig: {e}")))?;
+    crate::workload_kubeconfig::check(&kubeconfig).map_err(|e| werr(format!("Secret {name}: {e}")))?;
     let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|e| werr(format!("kubeconfig: {e}")))?;

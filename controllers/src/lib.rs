@@ -19,5 +19,6 @@ pub mod leader;
 pub mod manager;
 pub mod metrics;
 pub mod services;
+pub mod workload_kubeconfig;
 
 pub use error::{Error, Result};

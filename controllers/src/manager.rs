@@ -115,6 +115,13 @@ pub struct Args {
     /// Controller-side cache of downloaded artifacts (content-addressed).
     #[arg(long, env = "CAPKK_ARTIFACT_CACHE_DIR", default_value_os_t = default_cache_dir())]
     pub artifact_cache_dir: PathBuf,
+    /// Largest artifact (binary, archive, ISO) a download may bring into the cache, in bytes.
+    #[arg(long, env = "CAPKK_MAX_ARTIFACT_BYTES", default_value_t = capkk_service::binary::cache::DEFAULT_MAX_ARTIFACT_BYTES)]
+    pub max_artifact_bytes: u64,
+    /// The only directory `privateKeyPath` keys may be read from; empty (default) refuses `privateKeyPath`
+    /// (a path in a tenant's object must not read the manager's files).
+    #[arg(long, env = "CAPKK_PRIVATE_KEY_DIR", default_value = "")]
+    pub private_key_dir: PathBuf,
     /// Log format.
     #[arg(long, env = "CAPKK_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -328,6 +335,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     let services = ServiceLayer::new(&args.artifact_cache_dir)
         .with_context(|| format!("artifact cache {}", args.artifact_cache_dir.display()))?;
+    services.cache().set_max_artifact_bytes(args.max_artifact_bytes);
+    crate::hosts::set_private_key_dir(
+        Some(args.private_key_dir.clone()).filter(|d| !d.as_os_str().is_empty()),
+    );
     let pool = SshPool::new(PoolConfig {
         connect_timeout: args.ssh_connect_timeout,
         ..PoolConfig::default()

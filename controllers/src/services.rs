@@ -140,6 +140,11 @@ impl ServiceLayer {
             cache: ArtifactCache::new(cache_dir)?,
         })
     }
+
+    /// The artifact cache (limits are set on it).
+    pub fn cache(&self) -> &ArtifactCache {
+        &self.cache
+    }
 }
 
 /// Map the API's `component` to the binary service's download sources.

@@ -4,8 +4,10 @@ use std::io::Read;
 
 use base64::Engine as _;
 
-/// Decompressed content larger than this is rejected (a gzip bomb must not exhaust the controller).
-pub const MAX_DECODED_BYTES: u64 = 256 * 1024 * 1024;
+/// The decoded content of all `write_files` of one payload together may not exceed this (a plan-wide
+/// budget: many gzip bombs, each under a per-file cap, must not exhaust the controller either). CABPK payloads
+/// decode to well under 1 MiB.
+pub const MAX_DECODED_BYTES: u64 = 64 * 1024 * 1024;
 
 /// How a `write_files` entry's `content` is encoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -34,14 +36,24 @@ impl Encoding {
         }
     }
 
-    /// Decode `content` to the bytes to write.
+    /// Decode `content` to the bytes to write (at most [`MAX_DECODED_BYTES`]).
     pub fn decode(self, content: &[u8]) -> Result<Vec<u8>, String> {
-        match self {
-            Encoding::Text => Ok(content.to_vec()),
-            Encoding::Base64 => decode_base64(content),
-            Encoding::Gzip => gunzip(content),
-            Encoding::GzipBase64 => gunzip(&decode_base64(content)?),
+        self.decode_limited(content, MAX_DECODED_BYTES)
+    }
+
+    /// Decode `content`, failing as soon as the result would exceed `limit` bytes (a decompressor stops
+    /// reading there).
+    pub fn decode_limited(self, content: &[u8], limit: u64) -> Result<Vec<u8>, String> {
+        let out = match self {
+            Encoding::Text => content.to_vec(),
+            Encoding::Base64 => decode_base64(content)?,
+            Encoding::Gzip => gunzip(content, limit)?,
+            Encoding::GzipBase64 => gunzip(&decode_base64(content)?, limit)?,
+        };
+        if out.len() as u64 > limit {
+            return Err(too_big(limit));
         }
+        Ok(out)
     }
 
     /// Encode `data` so that [`decode`](Self::decode) returns it (fixtures, tests).
@@ -78,14 +90,21 @@ fn decode_base64(content: &[u8]) -> Result<Vec<u8>, String> {
     engine.decode(data).map_err(|e| format!("invalid base64: {e}"))
 }
 
-fn gunzip(data: &[u8]) -> Result<Vec<u8>, String> {
+fn too_big(limit: u64) -> String {
+    format!(
+        "the decoded content exceeds the {limit} bytes left of the bootstrap data's budget of \
+         {MAX_DECODED_BYTES} bytes"
+    )
+}
+
+fn gunzip(data: &[u8], limit: u64) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
     flate2::read::MultiGzDecoder::new(data)
-        .take(MAX_DECODED_BYTES + 1)
+        .take(limit + 1)
         .read_to_end(&mut out)
         .map_err(|e| format!("invalid gzip data: {e}"))?;
-    if out.len() as u64 > MAX_DECODED_BYTES {
-        return Err(format!("decompressed content exceeds {MAX_DECODED_BYTES} bytes"));
+    if out.len() as u64 > limit {
+        return Err(too_big(limit));
     }
     Ok(out)
 }

@@ -111,6 +111,8 @@ fn permissions(path: &str, v: &Value) -> Result<u32> {
 /// `write_files`.
 pub(crate) fn write_files(v: &Value) -> Result<Vec<WriteFile>> {
     let mut out = Vec::new();
+    // One budget for the whole payload, not per file.
+    let mut budget = crate::MAX_DECODED_BYTES;
     for (i, item) in list("write_files", v)?.iter().enumerate() {
         let mut f = Fields::new(format!("write_files[{i}]"), item)?;
         let path = absolute_path(&f.path_of("path"), f.required_str("path")?)?;
@@ -136,11 +138,14 @@ pub(crate) fn write_files(v: &Value) -> Result<Vec<WriteFile>> {
             Some(Value::Bytes(b)) => b.clone(),
             Some(other) => scalar_string(&content_path, other)?.into_bytes(),
         };
-        let content = encoding.decode(&raw).map_err(|message| Error::DecodeContent {
-            field: content_path.clone(),
-            encoding: encoding_text.clone(),
-            message,
-        })?;
+        let content = encoding
+            .decode_limited(&raw, budget)
+            .map_err(|message| Error::DecodeContent {
+                field: content_path.clone(),
+                encoding: encoding_text.clone(),
+                message,
+            })?;
+        budget -= content.len() as u64;
         let owner = match f.str("owner")? {
             None => "root:root".to_owned(),
             Some(o) => word(&f.path_of("owner"), o.trim().to_owned())?,

@@ -686,3 +686,29 @@ fn every_cabpk_fixture_has_cabpks_invariants() {
     }
     assert!(checked.len() >= 3, "{checked:?}");
 }
+
+#[test]
+fn many_gzip_bombs_each_under_a_per_file_cap_exceed_the_plan_wide_budget() {
+    use base64::Engine as _;
+    use capkk_cloudinit::{Encoding, MAX_DECODED_BYTES};
+    // Five files of 20 MiB of zeros each (a few KiB compressed): each one is small, together 100 MiB.
+    let bomb =
+        base64::engine::general_purpose::STANDARD.encode(Encoding::Gzip.encode(&vec![0u8; 20 * 1024 * 1024]));
+    let mut yaml = String::from("#cloud-config\nwrite_files:\n");
+    for i in 0..5 {
+        yaml.push_str(&format!(
+            "- {{path: /tmp/bomb-{i}, encoding: gz+b64, content: {bomb}}}\n"
+        ));
+    }
+    const { assert!(5 * 20 * 1024 * 1024 > MAX_DECODED_BYTES) };
+    let err = capkk_cloudinit::parse(yaml.as_bytes(), "", &capkk_cloudinit::TemplateVars::new())
+        .expect_err("a 100 MiB plan must be refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("write_files[3].content") && text.contains("budget"),
+        "{text}"
+    );
+    // Under the budget the same files are fine.
+    let small: String = yaml.lines().take(4).map(|l| format!("{l}\n")).collect();
+    assert!(capkk_cloudinit::parse(small.as_bytes(), "", &capkk_cloudinit::TemplateVars::new()).is_ok());
+}

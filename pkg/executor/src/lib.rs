@@ -212,6 +212,15 @@ pub enum ExecError {
         /// The login user.
         user: String,
     },
+    /// Our own credentials could not be loaded (a key that does not decode, a `privateKeyPath` that is not
+    /// allowed). Nothing was sent. Terminal until the spec or the Secret changes.
+    #[error("loading the credentials for {host} failed: {message}")]
+    Credentials {
+        /// The address dialled.
+        host: String,
+        /// Why (never key material).
+        message: String,
+    },
     /// The host presented a key other than the pinned one. Nothing was sent. Terminal.
     #[error("host key of {host} does not match: expected {expected}, the host presented {seen}")]
     HostKeyMismatch {

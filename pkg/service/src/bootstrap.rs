@@ -132,7 +132,8 @@ impl From<ScriptOutcome> for BootstrapOutcome {
     }
 }
 
-fn valid_hostname(name: &str) -> bool {
+/// True for an RFC 1123 host name.
+pub(crate) fn valid_hostname(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 253
         && name.split('.').all(|l| {
@@ -261,7 +262,13 @@ pub struct ResetOptions {
 /// Build the [`reset`] script (pure; used by tests).
 pub fn reset_script(opts: &ResetOptions) -> Script {
     let mut s = Script::new();
-    let sock = opts.cri_socket.as_deref().unwrap_or_default();
+    // A socket that is not a plain absolute path is dropped (kubeadm detects the runtime): a reset must
+    // not fail on a bad spec value, and the value never reaches the host.
+    let sock = opts
+        .cri_socket
+        .as_deref()
+        .filter(|s| crate::containermanager::valid_cri_socket(s))
+        .unwrap_or_default();
     s.step(
         "kubeadm-reset",
         Vars::new().var("SOCK", sock).render(tpl::KUBEADM_RESET),
@@ -353,7 +360,11 @@ mod tests {
             .split(' ')
             .collect();
         assert_eq!(removed, OWNED_PATHS);
-        assert_eq!(text.matches("rm -rf").count(), 1, "one rm, over the arguments only");
+        assert_eq!(
+            text.matches("rm -rf --one-file-system -- ").count(),
+            text.matches("rm -rf").count(),
+            "every rm stays on one file system"
+        );
         assert!(!text.contains("iptables -F"));
     }
 }

@@ -122,10 +122,45 @@ fn socket_path(sock: &str) -> &str {
     sock.strip_prefix("unix://").unwrap_or(sock)
 }
 
+/// A registry `host[:port]`: it names a directory under [`CERTS_D`], so it starts with a letter, digit or
+/// `[` (never `.` or `..`).
 fn valid_registry(r: &str) -> bool {
-    !r.is_empty()
+    r.len() <= 261
+        && r.as_bytes()
+            .first()
+            .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'[')
         && r.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-.:_[]".contains(&b))
+}
+
+/// A CRI socket: an absolute path (optionally `unix://`) of letters, digits, `.`, `_`, `-`, `/`.
+pub(crate) fn valid_cri_socket(s: &str) -> bool {
+    let p = socket_path(s);
+    p.starts_with('/')
+        && p.len() <= 200
+        && !p.split('/').any(|c| c == "..")
+        && p.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._/-".contains(&b))
+}
+
+/// Every version and the CRI socket, checked before anything is rendered or any host touched.
+pub(crate) fn check_input(cfg: &ContainerdConfig) -> Result<()> {
+    for (field, v) in [
+        ("spec.containerManager.version", &cfg.version),
+        ("spec.containerManager.crictlVersion", &cfg.crictl_version),
+        ("spec.containerManager.runcVersion", &cfg.runc_version),
+    ] {
+        if let Some(v) = v.as_deref().filter(|v| !v.is_empty()) {
+            crate::binary::check_version(field, v)?;
+        }
+    }
+    if let Some(s) = cfg.cri_socket.as_deref().filter(|s| !valid_cri_socket(s)) {
+        return Err(Error::InvalidInput {
+            field: "spec.containerManager.criSocket".into(),
+            message: format!("{s:?} is not an absolute socket path (optionally unix://)"),
+        });
+    }
+    Ok(())
 }
 
 fn toml_str(s: &str) -> String {
@@ -310,6 +345,7 @@ pub async fn ensure(
             });
         }
     }
+    check_input(cfg)?;
     facts.check_arch(&cfg.arch)?;
     facts.init.require_systemctl()?;
     let mut redactor = redactor.clone();
@@ -503,11 +539,7 @@ pub(crate) fn config_steps(
     script.step(
         "containerd-service",
         Vars::new()
-            .raw(&put_file(
-                CONTAINERD_UNIT,
-                0o644,
-                containerd_unit().as_bytes(),
-            ))
+            .raw(&put_file(CONTAINERD_UNIT, 0o644, containerd_unit().as_bytes()))
             .var("RESTART_MARKER", RESTART_MARKER)
             .render(tpl::CONTAINERD_SERVICE),
     );
@@ -643,5 +675,77 @@ mod tests {
             ..Default::default()
         };
         assert!(hosts_tomls(&bad).unwrap_err().to_string().contains("together"));
+    }
+
+    #[tokio::test]
+    async fn versions_and_cri_sockets_with_shell_metacharacters_are_refused_before_touching_the_host() {
+        let facts =
+            crate::facts::parse("@@os-release\nID=debian\n@@end\nmachine=x86_64\nsystemctl=/x\n").unwrap();
+        let dir = std::env::temp_dir().join(format!("capkk-cm-inject-{}", std::process::id()));
+        let cache = ArtifactCache::new(&dir).unwrap();
+        let evil = "1.7.13'; touch /tmp/capkk-pwned; echo '";
+        type Set = fn(&mut ContainerdConfig, &str);
+        let cases: [(&str, Set); 4] = [
+            ("spec.containerManager.version", |c, v| c.version = Some(v.into())),
+            ("spec.containerManager.crictlVersion", |c, v| {
+                c.crictl_version = Some(v.into())
+            }),
+            ("spec.containerManager.runcVersion", |c, v| {
+                c.runc_version = Some(v.into())
+            }),
+            ("spec.containerManager.criSocket", |c, v| {
+                c.cri_socket = Some(format!("/run/{v}"))
+            }),
+        ];
+        for (field, set) in cases {
+            let mut cfg = ContainerdConfig {
+                arch: "amd64".into(),
+                ..Default::default()
+            };
+            set(&mut cfg, evil);
+            // Even with a checksum override for that version, nothing is resolved or rendered.
+            cfg.source.overrides.push(catalogue::ArtifactOverride {
+                id: "containerd".into(),
+                checksum_value: Some("a".repeat(64)),
+                ..Default::default()
+            });
+            let e = ensure(
+                &NoHost,
+                &cfg,
+                &facts,
+                &cache,
+                &crate::journal::NoProgress,
+                &Redactor::default(),
+            )
+            .await
+            .unwrap_err();
+            assert!(
+                matches!(&e, Error::InvalidInput { field: f, .. } if f == field),
+                "{field}: {e}"
+            );
+        }
+        assert!(!std::path::Path::new("/tmp/capkk-pwned").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn registry_names_that_are_dot_or_dot_dot_are_refused() {
+        for bad in [".", "..", ".hidden", "-x"] {
+            let cfg = ContainerdConfig {
+                insecure_registries: vec![bad.into()],
+                ..Default::default()
+            };
+            assert!(hosts_tomls(&cfg).is_err(), "{bad:?} accepted");
+            let cfg = ContainerdConfig {
+                private_registry: Some(bad.into()),
+                ..Default::default()
+            };
+            assert!(hosts_tomls(&cfg).is_err(), "{bad:?} accepted");
+        }
+        let ok = ContainerdConfig {
+            insecure_registries: vec!["198.18.0.9:5000".into(), "[fd00::1]:5000".into()],
+            ..Default::default()
+        };
+        assert_eq!(hosts_tomls(&ok).unwrap().len(), 2);
     }
 }

@@ -160,7 +160,11 @@ mod tests {
             .args([nasty, "", "x y"])
             .data("d", nasty.as_bytes())
             .render("printf '%s|' \"$V\" \"$E\" \"$#\" \"$1\" \"$2\" \"$3\"; d\n");
-        let out = std::process::Command::new("sh").arg("-c").arg(&script).output().unwrap();
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&script)
+            .output()
+            .unwrap();
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
             format!("{nasty}||3|{nasty}||x y|{nasty}")

@@ -103,6 +103,9 @@ impl Redactor {
     }
 
     /// `text` with every secret replaced, and kubeadm tokens / certificate keys masked.
+    ///
+    /// `text` may be a tail that was cut on the host: a secret cut at its start (only its end survived, at
+    /// least 4 bytes of it) is masked too, and so is a PEM private key body whose BEGIN line was cut off.
     pub fn redact(&self, text: &str) -> String {
         let mut out = text.to_owned();
         for s in &self.secrets {
@@ -110,14 +113,44 @@ impl Redactor {
                 out = out.replace(s.as_str(), "<redacted>");
             }
         }
+        for s in &self.secrets {
+            // The longest proper suffix of the secret the text starts with.
+            let cut = (1..s.len().saturating_sub(3))
+                .filter(|i| s.is_char_boundary(*i))
+                .find(|i| out.starts_with(&s[*i..]));
+            if let Some(i) = cut {
+                out = format!("<redacted>{}", &out[s.len() - i..]);
+            }
+        }
         mask_patterns(&out)
+    }
+
+    /// The last `max` bytes of `out` (stdout then stderr), redacted *before* it is cut, so a cut never splits
+    /// a secret or a key into a part the redactor no longer recognises.
+    pub fn redact_tail(&self, out: &capkk_executor::ExecOutput) -> String {
+        let full = self.redact(&out.tail(usize::MAX));
+        let mut start = full.len().saturating_sub(TAIL_BYTES);
+        while !full.is_char_boundary(start) {
+            start += 1;
+        }
+        full[start..].to_owned()
     }
 }
 
 /// Mask kubeadm bootstrap tokens (`abcdef.0123456789abcdef`), `--certificate-key <hex>`, and PEM private keys.
 fn mask_patterns(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
-    let mut in_key = false;
+    // A tail that starts inside a key (its BEGIN line was cut off): everything up to the END line is key.
+    let mut in_key = text.find("-----END").is_some_and(|end| {
+        text[end..]
+            .lines()
+            .next()
+            .is_some_and(|l| l.contains("PRIVATE KEY"))
+            && !text[..end].contains("-----BEGIN")
+    });
+    if in_key {
+        out.push_str("<redacted private key>\n");
+    }
     for line in text.split_inclusive('\n') {
         if line.contains("-----BEGIN") && line.contains("PRIVATE KEY") {
             in_key = true;
@@ -188,7 +221,7 @@ impl StepRunner<'_> {
                 step: name.to_owned(),
                 command: req.command,
                 exit_code: out.exit_code,
-                output_tail: self.redactor.redact(&out.tail(TAIL_BYTES)),
+                output_tail: self.redactor.redact_tail(&out),
             });
         }
         Ok(out)
@@ -202,7 +235,7 @@ impl StepRunner<'_> {
             name: name.to_owned(),
             exit_code: out.exit_code,
             duration: out.duration,
-            output_tail: self.redactor.redact(&out.tail(TAIL_BYTES)),
+            output_tail: self.redactor.redact_tail(&out),
             skipped: false,
         });
         Ok(out)
@@ -236,5 +269,29 @@ mod tests {
         assert!(!out.contains("MIIE"), "{out}");
         assert!(out.contains("after"));
         assert!(out.contains("kubeadm join --token <redacted>"));
+    }
+
+    #[test]
+    fn secrets_and_keys_cut_at_the_tail_boundary_are_still_redacted() {
+        let r = Redactor::new(["hunter2-canary-password"]);
+        // A host-side tail that begins in the middle of the secret.
+        assert_eq!(r.redact("ary-password ok\n"), "<redacted> ok\n");
+        // A key whose BEGIN line was cut off.
+        let out = r.redact("Zm9vYmFy\nYmF6\n-----END OPENSSH PRIVATE KEY-----\nafter\n");
+        assert!(!out.contains("Zm9v") && !out.contains("YmF6"), "{out}");
+        assert!(out.contains("after"));
+        // Output longer than a tail: redacted first, then cut.
+        let secret = "s3cr3t-".repeat(40);
+        let r = Redactor::new([secret.clone()]);
+        let mut stdout = vec![b'x'; TAIL_BYTES - 10];
+        stdout.extend_from_slice(secret.as_bytes());
+        stdout.extend_from_slice(b"\nend\n");
+        let out = capkk_executor::ExecOutput {
+            stdout,
+            ..Default::default()
+        };
+        let tail = r.redact_tail(&out);
+        assert!(!tail.contains("s3cr3t"), "{tail}");
+        assert!(tail.len() <= TAIL_BYTES && tail.ends_with("<redacted>\nend\n"));
     }
 }

@@ -13,6 +13,8 @@ pub mod facts;
 mod golden;
 pub mod host;
 pub mod journal;
+#[cfg(test)]
+mod prop_render;
 pub mod provisioning;
 pub mod repository;
 

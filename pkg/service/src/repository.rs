@@ -19,7 +19,7 @@ use tracing::instrument;
 
 use crate::{
     Error, Result,
-    binary::{ArtifactCache, ComponentSource, catalogue},
+    binary::{ArtifactCache, ComponentSource, catalogue, check_sha256, strip_userinfo},
     facts::{
         HostFacts, PackageManager,
         script::{Script, sha256_hex},
@@ -161,10 +161,11 @@ pub fn install_script(pm: PackageManager, missing: &[String], update: bool, iso:
         .var("LOCK_WAIT", LOCK_WAIT_SECS.to_string())
         .flag("UPDATE", update);
     let body = match pm {
-        PackageManager::Apt => vars
-            .var("ISO_DIR", ISO_DIR)
-            .args(missing)
-            .render(&format!("{}{}", tpl::ISO_MOUNT, tpl::INSTALL_APT)),
+        PackageManager::Apt => vars.var("ISO_DIR", ISO_DIR).args(missing).render(&format!(
+            "{}{}",
+            tpl::ISO_MOUNT,
+            tpl::INSTALL_APT
+        )),
         PackageManager::Dnf | PackageManager::Yum => {
             let repo =
                 format!("[capkk-iso]\nname=capkk ISO\nbaseurl=file://{ISO_MOUNT}\nenabled=1\ngpgcheck=0\n");
@@ -180,6 +181,24 @@ pub fn install_script(pm: PackageManager, missing: &[String], update: bool, iso:
     };
     s.step("install-packages", body);
     s
+}
+
+/// `name` when it is a file name (the CRD pattern: letters, digits, `.`, `_`, `+`, `-`, not starting with `.`
+/// or `-`): it is joined under [`ISO_DIR`] on the host.
+pub fn check_iso_name(name: &str) -> Result<()> {
+    let file_name = name.len() <= 255
+        && name.as_bytes().first().is_some_and(u8::is_ascii_alphanumeric)
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._+-".contains(&b));
+    if file_name {
+        Ok(())
+    } else {
+        Err(Error::InvalidInput {
+            field: "spec.repository.iso".into(),
+            message: format!("{name:?} must be a file name (letters, digits, '.', '_', '+', '-')"),
+        })
+    }
 }
 
 /// The command printing the SHA-256 of the ISO at `path` on the host (empty when missing).
@@ -235,12 +254,7 @@ pub async fn ensure(
             } else {
                 name.clone()
             };
-            if name.contains('/') || name.starts_with('.') {
-                return Err(Error::InvalidInput {
-                    field: "spec.repository.iso".into(),
-                    message: format!("{name:?} must be a file name"),
-                });
-            }
+            check_iso_name(&name)?;
             outcome.bytes_uploaded = upload_iso(exec, &name, cfg, cache, progress, redactor).await?;
             Some(name)
         }
@@ -274,11 +288,13 @@ async fn upload_iso(
         _ => format!("{base}/kubesphere/kubekey/releases/download/v2.2.2/{name}"),
     };
     let field = "spec.component.overrides[id=iso].checksum";
+    // The digest names the cached file and the staged file on the host: exactly 64 hex digits, whatever
+    // its source (a value that is a path would upload that controller file to the tenant's host).
     let sha = if let Some(v) = ov
         .and_then(|o| o.checksum_value.clone())
         .filter(|v| !v.is_empty())
     {
-        v.to_ascii_lowercase()
+        check_sha256(&format!("{field}.value"), &v)?
     } else if let Some(p) = ov.and_then(|o| o.checksum_path.clone()).filter(|v| !v.is_empty()) {
         let curl = if p.starts_with("http") {
             p
@@ -286,10 +302,14 @@ async fn upload_iso(
             format!("{base}/{}", p.trim_start_matches('/'))
         };
         let text = cache.fetch_text(&curl).await?;
-        catalogue::parse_checksum_file(&text, name).ok_or_else(|| Error::InvalidInput {
-            field: field.into(),
-            message: format!("checksum file {curl} has no SHA-256 for {name}"),
-        })?
+        let sha = catalogue::parse_checksum_file(&text, name).ok_or_else(|| Error::InvalidInput {
+            field: format!("{field}.path"),
+            message: format!(
+                "checksum file {} has no SHA-256 for {name}",
+                strip_userinfo(&curl)
+            ),
+        })?;
+        check_sha256(&format!("{field}.path"), &sha)?
     } else {
         return Err(Error::InvalidInput {
             field: field.into(),
@@ -306,10 +326,7 @@ async fn upload_iso(
         phase: "repository",
     };
     let out = runner
-        .run(
-            "probe-iso",
-            ExecRequest::new(iso_probe_command(&dest)).sudo(),
-        )
+        .run("probe-iso", ExecRequest::new(iso_probe_command(&dest)).sudo())
         .await?;
     if out.stdout_str().trim() == sha {
         runner.record_skip("upload-iso", "ISO already on the host");
@@ -381,5 +398,94 @@ mod tests {
             crate::facts::parse("@@os-release\nID=ubuntu\nVERSION_ID=\"22.04\"\n@@end\nmachine=x86_64\n")
                 .unwrap();
         assert_eq!(auto_iso_name(&facts), "ubuntu-22.04-debs-amd64.iso");
+    }
+
+    /// Answers the package probe with a missing package, records every upload.
+    #[derive(Default)]
+    struct UploadRecorder {
+        puts: std::sync::Mutex<Vec<String>>,
+    }
+
+    #[async_trait::async_trait]
+    impl Executor for UploadRecorder {
+        async fn exec(
+            &self,
+            req: ExecRequest,
+        ) -> std::result::Result<capkk_executor::ExecOutput, capkk_executor::ExecError> {
+            let stdout = if req.command.contains("dpkg-query") {
+                "missing=socat\n"
+            } else {
+                ""
+            };
+            Ok(capkk_executor::ExecOutput {
+                exit_code: Some(0),
+                stdout: stdout.into(),
+                ..Default::default()
+            })
+        }
+        async fn put(&self, req: PutRequest) -> std::result::Result<u64, capkk_executor::ExecError> {
+            self.puts.lock().unwrap().push(format!("{req:?}"));
+            Ok(1)
+        }
+        async fn get(
+            &self,
+            path: &str,
+            _: usize,
+            _: bool,
+        ) -> std::result::Result<Vec<u8>, capkk_executor::ExecError> {
+            panic!("unexpected get {path}")
+        }
+        fn target(&self) -> String {
+            "recorder".into()
+        }
+    }
+
+    #[tokio::test]
+    async fn iso_checksum_that_is_a_path_is_refused_and_nothing_is_uploaded() {
+        // A controller file the tenant wants on its host (lower case: the old code lower-cased the value).
+        let dir = std::env::temp_dir().join(format!("capkk-iso-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let secret = dir.join("token");
+        std::fs::write(&secret, "manager-token-canary").unwrap();
+        let cache_dir = dir.join("cache");
+        let cache = ArtifactCache::new(&cache_dir).unwrap();
+        let facts = crate::facts::parse(
+            "@@os-release\nID=debian\nVERSION_ID=12\n@@end\nmachine=x86_64\npm=apt-get\n",
+        )
+        .unwrap();
+        let escape = format!("../../../../../../../..{}", secret.display());
+        for value in [secret.display().to_string(), escape] {
+            let host = UploadRecorder::default();
+            let cfg = RepositoryConfig {
+                source: PackageSource::Iso("debian12-debs-amd64.iso".into()),
+                update: false,
+                packages: vec![],
+                component: ComponentSource {
+                    overrides: vec![catalogue::ArtifactOverride {
+                        id: "iso".into(),
+                        url: Some("http://198.18.0.1:9/x.iso".into()),
+                        checksum_value: Some(value.clone()),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                },
+            };
+            let err = ensure(
+                &host,
+                &cfg,
+                &facts,
+                &cache,
+                &crate::journal::NoProgress,
+                &Redactor::default(),
+            )
+            .await
+            .expect_err(&format!("checksum.value {value:?} must be refused"));
+            assert!(
+                matches!(&err, Error::InvalidInput { field, .. } if field == "spec.component.overrides[id=iso].checksum.value"),
+                "{err}"
+            );
+            assert!(host.puts.lock().unwrap().is_empty(), "uploaded: {:?}", host.puts);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

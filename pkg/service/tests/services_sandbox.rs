@@ -1,10 +1,10 @@
 //! Host services against real sandbox hosts (netns + overlay root + sshd, see `capkk-sandbox`) over the real
 //! SSH client, with stand-in release artifacts served by a local HTTP mirror on the sandbox bridge.
 //!
-//! One sandbox (`svc-tests`, 8 hosts) is shared by the tests of this binary; each test owns its hosts:
+//! One sandbox (`svc-tests`, 10 hosts) is shared by the tests of this binary; each test owns its hosts:
 //! 0 apt end to end + reset, 1 dnf host (non-root login with sudo), 2 checksum mismatches, 3 host-download
 //! mode, 4+5 two hosts sharing one controller download, 6 ISO repository mode, 7 a pre-existing containerd
-//! (login with a sudo password). Fake package managers and kernel tools
+//! (login with a sudo password), 8 reset with volumes still mounted, 9 the rendering property test. Fake package managers and kernel tools
 //! (`test/assets/`) are put into each host's `/usr/local/sbin` so nothing reaches the network or changes the
 //! machine's kernel state. Without root/sshd the tests fail naming what is missing (skipped only with CAPKK_ALLOW_SKIP=1).
 
@@ -43,7 +43,7 @@ fn sandbox() -> Option<&'static Sandbox> {
     if skip_unless_supported() {
         return None;
     }
-    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("svc-tests", 8)).expect("sandbox up")))
+    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("svc-tests", 10)).expect("sandbox up")))
 }
 
 fn pool() -> &'static SshPool {
@@ -1010,7 +1010,7 @@ async fn checksum_mismatch_refuses_and_leaves_the_host_unchanged() {
     assert!(err.to_string().contains("checksum mismatch for kubeadm"), "{err}");
     assert_eq!(snapshot(), before, "nothing installed or staged");
     assert!(
-        !c.path_for(&sha(&si.files["kubeadm"].1)).exists(),
+        !c.path_for(&sha(&si.files["kubeadm"].1)).unwrap().exists(),
         "a bad file never enters the cache"
     );
 
@@ -1311,4 +1311,171 @@ async fn a_running_foreign_containerd_is_left_alone_via_password_sudo() {
             .iter()
             .all(|r| !r.output_tail.contains(&sb.credentials().password))
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_never_deletes_through_a_volume_still_mounted_under_an_owned_path() {
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[8];
+    let ex = executor(sb, 8, "root");
+    let progress = RecordingProgress::default();
+    let redactor = Redactor::default();
+    // A pod volume: data that is not the node's, bind-mounted under /var/lib/kubelet (like NFS or CSI).
+    sh(
+        host,
+        "mkdir -p /srv/precious /var/lib/kubelet/pods/p1/volumes/v1 && echo keep > /srv/precious/data
+         mount --bind /srv/precious /var/lib/kubelet/pods/p1/volumes/v1
+         echo node > /var/lib/kubelet/config.yaml",
+    );
+    bootstrap::reset(&*ex, &ResetOptions::default(), &progress, &redactor)
+        .await
+        .unwrap();
+    assert_eq!(
+        sh(host, "cat /srv/precious/data"),
+        "keep\n",
+        "deleted through the mount"
+    );
+    assert_eq!(
+        sh(
+            host,
+            "[ -e /var/lib/kubelet ] && echo present || echo gone; grep -c ' /var/lib/kubelet/' /proc/self/mountinfo || true"
+        ),
+        "gone\n0\n"
+    );
+    // A volume that cannot be unmounted (in use): nothing under it is deleted, the reset fails (the
+    // controller quarantines the host instead of freeing it).
+    sh(
+        host,
+        "mkdir -p /srv/busy /var/lib/kubelet/pods/p2/volumes/v2 && echo keep > /srv/busy/data
+         mount --bind /srv/busy /var/lib/kubelet/pods/p2/volumes/v2
+         cd /var/lib/kubelet/pods/p2/volumes/v2 && setsid sleep 600 < /dev/null > /dev/null 2>&1 &",
+    );
+    let err = bootstrap::reset(&*ex, &ResetOptions::default(), &progress, &redactor)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::CommandFailed { step, output_tail, .. }
+            if step.ends_with("remove-paths") && output_tail.contains("still mounted under: /var/lib/kubelet")),
+        "{err}"
+    );
+    assert_eq!(sh(host, "cat /srv/busy/data"), "keep\n");
+    sh(
+        host,
+        "for p in $(pgrep -f 'sleep 600'); do [ \"$(readlink /proc/$p/cwd)\" = /var/lib/kubelet/pods/p2/volumes/v2 ] && kill $p; done
+         sleep 0.2; umount /var/lib/kubelet/pods/p2/volumes/v2; rm -rf /var/lib/kubelet /srv/busy /srv/precious",
+    );
+}
+
+/// Files in a host's overlay upper dir (what the host wrote): path inside the host -> (size, mtime).
+fn upper_files(root: &Path) -> HashMap<String, (u64, std::time::SystemTime)> {
+    fn walk(root: &Path, dir: &Path, out: &mut HashMap<String, (u64, std::time::SystemTime)>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let Ok(m) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
+            if m.is_dir() {
+                walk(root, &p, out);
+            } else {
+                let rel = format!("/{}", p.strip_prefix(root).unwrap().display());
+                out.insert(rel, (m.len(), m.modified().unwrap_or(std::time::UNIX_EPOCH)));
+            }
+        }
+    }
+    let mut out = HashMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rendered_scripts_from_random_fields_touch_only_their_own_paths() {
+    use proptest::{
+        strategy::{Strategy, ValueTree},
+        test_runner::{Config, RngAlgorithm, TestRng, TestRunner},
+    };
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[9];
+    let ex = executor(sb, 9, "root");
+    let nasty = || {
+        proptest::prop_oneof![
+            "[ -~\\t\\n]{0,24}",
+            "[$`'\"\\\\;|&<>(){}*?!#~ \\n-]{1,12}",
+            "[a-z0-9.:/-]{1,16}",
+        ]
+    };
+    let y = |s: &str| serde_json::to_string(s).unwrap();
+    // Where bootstrap data with these fields may write: its own paths, the account databases of the user it
+    // creates, fstab, and capkk's journal.
+    let allowed = |p: &str| {
+        [
+            "/srv/prop/",
+            "/etc/passwd",
+            "/etc/shadow",
+            "/etc/group",
+            "/etc/gshadow",
+            "/etc/subuid",
+            "/etc/subgid",
+            "/etc/.pwd.lock",
+            "/etc/sudoers.d/",
+            "/home/prop",
+            "/var/mail/",
+            "/var/spool/mail/",
+            "/var/log/lastlog",
+            "/var/log/faillog",
+            "/etc/fstab",
+            "/var/lib/capkk/",
+        ]
+        .iter()
+        .any(|a| p.starts_with(a))
+    };
+    let mut runner = TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::from_seed(RngAlgorithm::ChaCha, &[13; 32]),
+    );
+    let strategy = (nasty(), nasty(), nasty(), nasty(), nasty(), nasty());
+    let mut ran = 0;
+    for case in 0..16 {
+        let (name, owner, content, gecos, key, spec) = strategy.new_tree(&mut runner).unwrap().current();
+        let yaml = format!(
+            "#cloud-config\nwrite_files:\n- {{path: {p}, owner: {o}, content: {c}}}\n- {{path: {p}, content: {c}, append: true}}\n\
+             users:\n- {{name: prop{case}, gecos: {g}, ssh_authorized_keys: [{k}], sudo: [{c}]}}\n\
+             mounts:\n- [{s}, {mp}]\n",
+            p = y(&format!("/srv/prop/{case}/{name}")),
+            o = y(&owner),
+            c = y(&content),
+            g = y(&gecos),
+            k = y(&key),
+            s = y(&spec),
+            mp = y(&format!("/srv/prop/{case}/mnt")),
+        );
+        let Ok(plan) = capkk_cloudinit::parse(yaml.as_bytes(), "", &capkk_cloudinit::TemplateVars::new())
+        else {
+            continue;
+        };
+        let before = upper_files(&host.upper_dir());
+        // The run's outcome does not matter (a bad owner fails its step): only what it touched.
+        let _ = capkk_service::provisioning::run(
+            &*ex,
+            &plan,
+            &capkk_service::journal::NoProgress,
+            &Redactor::default(),
+        )
+        .await;
+        ran += 1;
+        let after = upper_files(&host.upper_dir());
+        let touched: Vec<&String> = after
+            .iter()
+            .filter(|(p, v)| before.get(*p) != Some(v))
+            .map(|(p, _)| p)
+            .collect();
+        let outside: Vec<&&String> = touched.iter().filter(|p| !allowed(p)).collect();
+        assert!(
+            outside.is_empty(),
+            "case {case} ({yaml}) wrote outside its paths: {outside:?}"
+        );
+    }
+    assert!(ran >= 8, "only {ran} of 16 random payloads parsed");
 }

@@ -184,6 +184,16 @@ impl SshPool {
             .remove(&id);
     }
 
+    /// Forget every identity that dials `address` (its KKInstance was deleted): their connections close once
+    /// in-flight calls finish, and the next use starts from the caller's host-key policy again.
+    pub fn evict_address(&self, address: &str) {
+        self.inner
+            .slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, s| s.target.address != address);
+    }
+
     /// Drop every pooled connection (in-flight calls keep theirs until they finish).
     pub async fn close_all(&self) {
         let slots: Vec<_> = self
@@ -226,9 +236,25 @@ impl PoolInner {
         id
     }
 
+    /// Who is dialled, and how the host key is checked, without the credentials: two slots with the same
+    /// route and different identities mean the credentials changed.
+    fn route(t: &HostTarget) -> String {
+        let mut r = format!("{}@{}:{} {:?}", t.user, t.address, t.port, t.host_key);
+        if let Some(b) = &t.bastion {
+            r.push_str(" via ");
+            r.push_str(&Self::route(b));
+        }
+        r
+    }
+
     fn slot(&self, target: &HostTarget) -> Arc<HostSlot> {
         let id = self.identity(target);
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        if !slots.contains_key(&id) {
+            // New credentials for a known route (a rotated Secret): the old slot and its connection go.
+            let route = Self::route(target);
+            slots.retain(|_, s| Self::route(&s.target) != route);
+        }
         slots
             .entry(id)
             .or_insert_with(|| {
@@ -276,9 +302,16 @@ impl PoolInner {
             nodelay: cfg.tcp_nodelay,
             ..Default::default()
         });
+        // Trust on first use means the *first* key: once this slot saw one, a reconnect (a dropped link in a
+        // long task, the next probe) accepts only that key, whatever the caller recorded so far.
+        let first_seen = slot.fingerprint.lock().ok().and_then(|f| f.clone());
+        let policy = match (&t.host_key, first_seen) {
+            (HostKeyPolicy::TrustOnFirstUse, Some(first)) => HostKeyPolicy::Pinned(vec![first]),
+            (p, _) => p.clone(),
+        };
         let seen = Arc::new(Mutex::new(None::<String>));
         let handler = ClientHandler {
-            policy: t.host_key.clone(),
+            policy: policy.clone(),
             seen: seen.clone(),
         };
 
@@ -343,7 +376,7 @@ impl PoolInner {
                 });
             }
             Ok(Err(source)) => {
-                if let (HostKeyPolicy::Pinned(expected), Some(seen)) = (&t.host_key, observed.clone())
+                if let (HostKeyPolicy::Pinned(expected), Some(seen)) = (&policy, observed.clone())
                     && !expected.contains(&seen)
                 {
                     warn!(%host, %seen, "host key mismatch; refusing to authenticate");
@@ -404,7 +437,7 @@ async fn authenticate(handle: &mut Handle<ClientHandler>, t: &HostTarget) -> Res
                 .map_err(proto)?
         }
         Auth::PrivateKey { key, passphrase } => {
-            let key = load_key(key, passphrase.as_ref().and_then(|p| p.expose_str()), t)?;
+            let key = load_key(key, passphrase.as_ref().and_then(|p| p.expose_str()), t).await?;
             let hash = if key.algorithm().is_rsa() {
                 handle
                     .best_supported_rsa_hash()
@@ -424,7 +457,7 @@ async fn authenticate(handle: &mut Handle<ClientHandler>, t: &HostTarget) -> Res
     Ok(matches!(result, AuthResult::Success))
 }
 
-fn load_key(key: &KeySource, passphrase: Option<&str>, t: &HostTarget) -> Result<PrivateKey, SshError> {
+async fn load_key(key: &KeySource, passphrase: Option<&str>, t: &HostTarget) -> Result<PrivateKey, SshError> {
     let err = |message: String| SshError::LoadKey {
         host: t.endpoint(),
         user: t.user.clone(),
@@ -438,9 +471,14 @@ fn load_key(key: &KeySource, passphrase: Option<&str>, t: &HostTarget) -> Result
             russh::keys::decode_secret_key(text, passphrase).map_err(|e| err(format!("decoding failed: {e}")))
         }
         KeySource::File(p) => {
+            let bytes = crate::keyfile::read_key_file(p, crate::keyfile::MAX_KEY_BYTES)
+                .await
+                .map_err(err)?;
             let text = Zeroizing::new(
-                std::fs::read_to_string(p)
-                    .map_err(|e| err(format!("reading {} failed: {e}", p.display())))?,
+                bytes
+                    .expose_str()
+                    .ok_or_else(|| err(format!("{} is not UTF-8 text", p.display())))?
+                    .to_owned(),
             );
             russh::keys::decode_secret_key(&text, passphrase)
                 .map_err(|e| err(format!("decoding {} failed: {e}", p.display())))
@@ -592,7 +630,7 @@ impl SshExecutor {
             return Ok(mode);
         }
         let probe = self
-            .run_raw("sudo -n -k true", Input::None, &[], 4096, Sink::Capture)
+            .run_raw("sudo -n -k true", Input::None, 4096, Sink::Capture)
             .await?;
         let mode = if probe.exit_code == Some(0) {
             SudoMode::NoPassword
@@ -616,25 +654,42 @@ impl SshExecutor {
         if !privileged || self.is_root() {
             // Always POSIX sh, whatever the login shell is.
             return self
-                .run_raw(&format!("exec sh -c {}", quote(command)), input, &[], limit, sink)
+                .run_raw(&format!("exec sh -c {}", quote(command)), input, limit, sink)
                 .await;
         }
         let mode = self.sudo_mode().await?;
-        let (line, prefix) = match mode {
-            SudoMode::NoPassword => (
-                format!("sudo -n -- sh -c {}", quote(command)),
-                Zeroizing::new(Vec::new()),
-            ),
+        let (line, gate) = match mode {
+            SudoMode::NoPassword => (format!("sudo -n -- sh -c {}", quote(command)), None),
             SudoMode::Password => {
-                let mut prefix = Zeroizing::new(Vec::new());
-                if let Some(p) = &self.slot.target.sudo_password {
-                    prefix.extend_from_slice(p.expose());
-                }
-                prefix.push(b'\n');
-                (format!("sudo -k -S -p '' -- sh -c {}", quote(command)), prefix)
+                // The password goes to sudo only when sudo prints our one-time prompt, never to the command:
+                // the command's stdin starts after it announced itself (marker) on stderr.
+                let nonce = format!(
+                    "{:016x}",
+                    self.pool.hasher.hash_one((Instant::now(), command.len()))
+                );
+                let gate = SudoGate {
+                    prompt: format!("[capkk-sudo-{nonce}]"),
+                    marker: format!("capkk-started-{nonce}"),
+                    password: Zeroizing::new(
+                        self.slot
+                            .target
+                            .sudo_password
+                            .as_ref()
+                            .map(|p| p.expose().to_vec())
+                            .unwrap_or_default(),
+                    ),
+                };
+                let inner = format!("printf '%s\\n' {} >&2; exec sh -c \"$1\"", gate.marker);
+                let line = format!(
+                    "sudo -k -S -p {} -- sh -c {} sh {}",
+                    quote(&gate.prompt),
+                    quote(&inner),
+                    quote(command)
+                );
+                (line, Some(gate))
             }
         };
-        let res = self.run_raw(&line, input, &prefix, limit, sink).await?;
+        let res = self.run_raw_gated(&line, input, gate, limit, sink).await?;
         if res.exit_code == Some(1) {
             let err = String::from_utf8_lossy(&res.stderr);
             let refused = [
@@ -660,14 +715,26 @@ impl SshExecutor {
         Ok(res)
     }
 
-    /// One channel: exec `command`, send `prefix` then `input` then EOF, collect output until the channel closes.
-    /// A failure to open the channel on a pooled connection is retried once on a fresh connection (nothing was
-    /// sent yet, so this is safe).
+    /// One channel: exec `command`, send `input` then EOF, collect output until the channel closes.
     async fn run_raw(
         &self,
         command: &str,
         input: Input,
-        prefix: &[u8],
+        limit: usize,
+        sink: Sink<'_>,
+    ) -> Result<RunResult, ExecError> {
+        self.run_raw_gated(command, input, None, limit, sink).await
+    }
+
+    /// Like [`Self::run_raw`]; with a [`SudoGate`], stdin waits until stderr shows sudo's one-time prompt
+    /// (then the password is sent, once) or the command's start marker (then `input` follows); both are
+    /// removed from the returned stderr. A failure to open the channel on a pooled connection is retried
+    /// once on a fresh connection (nothing was sent yet, so this is safe).
+    async fn run_raw_gated(
+        &self,
+        command: &str,
+        input: Input,
+        gate: Option<SudoGate>,
         limit: usize,
         sink: Sink<'_>,
     ) -> Result<RunResult, ExecError> {
@@ -723,9 +790,24 @@ impl SshExecutor {
             .map_err(|e| io_err(format!("exec request: {e}")))?;
         let (mut read, write) = channel.split();
         let chunk = self.pool.config.chunk_size.max(1024);
+        let (gate_tx, mut gate_rx) = tokio::sync::mpsc::unbounded_channel::<GateEvent>();
+        let gate_info = gate.as_ref().map(|g| (g.prompt.clone(), g.marker.clone()));
         let writer = async {
-            if !prefix.is_empty() {
-                write.data(prefix).await?;
+            if let Some(g) = &gate {
+                let mut sent = false;
+                loop {
+                    match gate_rx.recv().await {
+                        Some(GateEvent::Prompt) if !sent => {
+                            let mut line = Zeroizing::new(g.password.to_vec());
+                            line.push(b'\n');
+                            write.data(&line[..]).await?;
+                            sent = true;
+                        }
+                        // Asked again (a wrong password): never send it twice; EOF makes sudo give up.
+                        Some(GateEvent::Prompt) | None => return write.eof().await,
+                        Some(GateEvent::Started) => break,
+                    }
+                }
             }
             match input {
                 Input::None => {}
@@ -752,6 +834,7 @@ impl SshExecutor {
             };
             let mut closed = false;
             let mut got_exit = false;
+            let (mut scan, mut prompts_seen, mut started) = (Vec::<u8>::new(), 0usize, false);
             loop {
                 // After the exit status, output still in flight keeps arriving; but a background process that
                 // inherited stdout/stderr would hold the channel open for its whole life: stop waiting once
@@ -783,7 +866,22 @@ impl SshExecutor {
                         }
                     }
                     ChannelMsg::ExtendedData { data, .. } => {
-                        append_capped(&mut res.stderr, &data, limit, &mut res.truncated)
+                        append_capped(&mut res.stderr, &data, limit, &mut res.truncated);
+                        if let Some((prompt, marker)) = &gate_info
+                            && !started
+                        {
+                            scan.extend_from_slice(&data);
+                            let text = String::from_utf8_lossy(&scan);
+                            let prompts = text.matches(prompt.as_str()).count();
+                            for _ in prompts_seen..prompts {
+                                let _ = gate_tx.send(GateEvent::Prompt);
+                            }
+                            prompts_seen = prompts;
+                            if text.contains(marker.as_str()) {
+                                started = true;
+                                let _ = gate_tx.send(GateEvent::Started);
+                            }
+                        }
                     }
                     ChannelMsg::ExitStatus { exit_status } => {
                         res.exit_code = Some(exit_status);
@@ -805,6 +903,12 @@ impl SshExecutor {
             }
             if !closed && !got_exit {
                 return Err(io_err("channel ended before the command finished".into()));
+            }
+            if let Some((prompt, marker)) = &gate_info {
+                let text = String::from_utf8_lossy(&res.stderr)
+                    .replace(prompt.as_str(), "")
+                    .replace(&format!("{marker}\n"), "");
+                res.stderr = text.into_bytes();
             }
             Ok(res)
         };
@@ -833,6 +937,20 @@ impl SshExecutor {
             }
         }
     }
+}
+
+/// Password sudo: the one-time prompt sudo prints, the marker the command prints once sudo let it run, and
+/// the password (sent only after the prompt).
+struct SudoGate {
+    prompt: String,
+    marker: String,
+    password: Zeroizing<Vec<u8>>,
+}
+
+/// What the reader saw on stderr, for the stdin writer of a [`SudoGate`]d call.
+enum GateEvent {
+    Prompt,
+    Started,
 }
 
 /// Marks a connection unusable for new calls when dropped while still armed.
@@ -1009,6 +1127,41 @@ mod tests {
         assert!(!ia.contains("canary"));
         let via = b.clone().via(a.clone());
         assert!(pool.inner.identity(&via).contains(" via "));
+    }
+
+    #[test]
+    fn a_rotated_credential_evicts_the_old_slot_and_a_deleted_host_is_forgotten() {
+        let pool = SshPool::default();
+        let old = HostTarget::new("198.18.0.11", "root", Auth::password("canary-pw-1"));
+        let new = HostTarget::new("198.18.0.11", "root", Auth::password("canary-pw-2"));
+        let other = HostTarget::new("198.18.0.12", "root", Auth::password("canary-pw-1"));
+        let _ = pool.ssh_executor(&old);
+        let _ = pool.ssh_executor(&other);
+        assert_eq!(pool.stats().identities, 2);
+        let _ = pool.ssh_executor(&new);
+        assert_eq!(pool.stats().identities, 2, "the old credentials' slot is gone");
+        let ids: Vec<String> = pool.inner.slots.lock().unwrap().keys().cloned().collect();
+        assert!(!ids.contains(&pool.inner.identity(&old)));
+        assert!(ids.contains(&pool.inner.identity(&new)));
+        pool.evict_address("198.18.0.12");
+        assert_eq!(pool.stats().identities, 1);
+    }
+
+    #[test]
+    fn target_secrets_reach_the_redactor_list() {
+        let t = HostTarget::new(
+            "h",
+            "u",
+            Auth::key_bytes(
+                "-----BEGIN OPENSSH PRIVATE KEY-----\nKEYLINE-CANARY\n-----END OPENSSH PRIVATE KEY-----\n",
+            )
+            .with_passphrase("PASS-CANARY"),
+        )
+        .sudo_password("SUDO-CANARY")
+        .via(HostTarget::new("b", "u", Auth::password("PW-CANARY")));
+        let mut s = t.secret_texts();
+        s.sort();
+        assert_eq!(s, ["KEYLINE-CANARY", "PASS-CANARY", "PW-CANARY", "SUDO-CANARY"]);
     }
 
     #[test]

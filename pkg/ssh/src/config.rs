@@ -225,6 +225,33 @@ impl HostTarget {
     pub fn endpoint(&self) -> String {
         format!("{}:{}", self.address, self.port)
     }
+
+    /// Every secret this target (and its bastion) carries, as text to hand to an output redactor: login
+    /// password, sudo password, key passphrase, and each line of an inline private key.
+    pub fn secret_texts(&self) -> Vec<String> {
+        let text = |s: &Secret| String::from_utf8_lossy(s.expose()).into_owned();
+        let mut out = Vec::new();
+        match &self.auth {
+            Auth::Password(p) => out.push(text(p)),
+            Auth::PrivateKey { key, passphrase } => {
+                if let KeySource::Bytes(k) = key {
+                    out.extend(
+                        text(k)
+                            .lines()
+                            .filter(|l| !l.starts_with("-----"))
+                            .map(|l| l.trim().to_owned()),
+                    );
+                }
+                out.extend(passphrase.as_ref().map(text));
+            }
+        }
+        out.extend(self.sudo_password.as_ref().map(text));
+        if let Some(b) = &self.bastion {
+            out.extend(b.secret_texts());
+        }
+        out.retain(|s| !s.is_empty());
+        out
+    }
 }
 
 impl fmt::Debug for HostTarget {

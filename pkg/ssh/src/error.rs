@@ -119,9 +119,8 @@ impl From<SshError> for ExecError {
             SshError::VerifyHostKey { host, expected, seen } => {
                 ExecError::HostKeyMismatch { host, expected, seen }
             }
-            SshError::LoadKey { host, user, .. } | SshError::Authenticate { host, user } => {
-                ExecError::Auth { host, user }
-            }
+            SshError::LoadKey { host, message, .. } => ExecError::Credentials { host, message },
+            SshError::Authenticate { host, user } => ExecError::Auth { host, user },
             SshError::AuthenticateProtocol { ref host, .. } => ExecError::Connect {
                 host: host.clone(),
                 message: e.to_string(),

@@ -34,6 +34,7 @@
 mod client;
 mod config;
 mod error;
+pub mod keyfile;
 
 pub use client::{PoolStats, Probe, SshExecutor, SshPool};
 pub use config::{Auth, HostKeyPolicy, HostTarget, KeySource, PoolConfig, Secret};

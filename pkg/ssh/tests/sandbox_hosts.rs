@@ -14,13 +14,15 @@ use capkk_sandbox::{Host, NOPASSWD_USER, PASSWD_USER, Sandbox, SandboxConfig, sk
 use capkk_ssh::{Auth, HostKeyPolicy, HostTarget, PoolConfig, SshPool};
 use sha2::{Digest, Sha256};
 
-// Host roles (1-based): 1 general, 2 link faults, 3 sshd restart, 4 host-key rotation, 5 timeouts, 6 keepalive.
+// Host roles (1-based): 1 general, 2 link faults, 3 sshd restart, 4 host-key rotation, 5 timeouts, 6 keepalive,
+// 7 sudoers changes.
 const GENERAL: usize = 0;
 const LINK: usize = 1;
 const RESTART: usize = 2;
 const ROTATE: usize = 3;
 const TIMEOUTS: usize = 4;
 const KEEPALIVE: usize = 5;
+const SUDOERS: usize = 6;
 
 fn sandbox() -> Option<&'static Sandbox> {
     static SB: OnceLock<Sandbox> = OnceLock::new();
@@ -28,7 +30,7 @@ fn sandbox() -> Option<&'static Sandbox> {
         return None;
     }
     Some(SB.get_or_init(|| {
-        Sandbox::shared(&SandboxConfig::new("ssh-tests", 6).with_internal_hosts(1)).expect("sandbox up")
+        Sandbox::shared(&SandboxConfig::new("ssh-tests", 7).with_internal_hosts(1)).expect("sandbox up")
     }))
 }
 
@@ -352,6 +354,34 @@ async fn sudo_with_password_keeps_the_commands_stdin() {
 }
 
 #[tokio::test]
+async fn a_sudo_password_never_reaches_a_command_when_sudo_does_not_ask_for_it() {
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[SUDOERS];
+    let pw = sb.credentials().password.clone();
+    let pool = pool();
+    let ex = pool.executor(&target(host, PASSWD_USER, key_auth(sb)).sudo_password(pw.as_str()));
+    // The first call finds that sudo needs the password.
+    assert_eq!(
+        ex.sudo(ExecRequest::new("id -u")).await.unwrap().stdout_str(),
+        "0\n"
+    );
+    // Then the host stops asking (a NOPASSWD rule, a cached timestamp...): the command's stdin must be
+    // exactly what the caller sent.
+    host.sh_inside(&format!(
+        "echo '{PASSWD_USER} ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/zz-capkk-test && chmod 440 /etc/sudoers.d/zz-capkk-test"
+    ))
+    .unwrap();
+    let out = ex
+        .sudo(ExecRequest::new("cat").stdin("the command's own stdin\n"))
+        .await
+        .unwrap();
+    host.sh_inside("rm -f /etc/sudoers.d/zz-capkk-test").unwrap();
+    assert_eq!(out.stdout_str(), "the command's own stdin\n");
+    assert!(!out.stdout_str().contains(&pw) && !out.stderr_str().contains(&pw));
+    assert!(!out.stderr_str().contains("capkk-"), "{}", out.stderr_str());
+}
+
+#[tokio::test]
 async fn every_auth_kind_works_and_bad_credentials_fail_with_auth() {
     let Some(sb) = sandbox() else { return };
     let host = &sb.hosts()[GENERAL];
@@ -397,7 +427,16 @@ async fn every_auth_kind_works_and_bad_credentials_fail_with_auth() {
             .exec(ExecRequest::new("true"))
             .await
             .unwrap_err();
-        assert!(matches!(err, ExecError::Auth { .. }), "{what}: {err:?}");
+        // The server refused (Auth), or our own key could not be loaded: nothing was sent (Credentials).
+        let ours = what == "wrong passphrase" || what == "missing key file";
+        assert!(
+            if ours {
+                matches!(err, ExecError::Credentials { .. })
+            } else {
+                matches!(err, ExecError::Auth { .. })
+            },
+            "{what}: {err:?}"
+        );
         assert!(!err.is_transient(), "{what}");
     }
 }
@@ -470,6 +509,64 @@ async fn host_key_mismatch_is_refused_before_anything_runs() {
             .await
             .unwrap()
             .success()
+    );
+}
+
+/// A local TCP forwarder whose destination can be switched: the same address, another host behind it.
+async fn switchable_forwarder(first: String) -> (u16, Arc<Mutex<String>>) {
+    let to = Arc::new(Mutex::new(first));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let dest = to.clone();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let d = dest.lock().unwrap().clone();
+            tokio::spawn(async move {
+                if let Ok(mut server) = tokio::net::TcpStream::connect(d).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    });
+    (port, to)
+}
+
+#[tokio::test]
+async fn a_reconnect_under_trust_on_first_use_refuses_a_changed_host_key() {
+    let Some(sb) = sandbox() else { return };
+    let hosts = sb.hosts();
+    let (first, impostor) = (&hosts[GENERAL], &hosts[TIMEOUTS]);
+    let (port, to) = switchable_forwarder(format!("{}:22", first.address())).await;
+    let pool = pool();
+    let tofu = HostTarget::new("127.0.0.1", "root", key_auth(sb)).port(port);
+    let out = pool
+        .executor(&tofu)
+        .exec(ExecRequest::new("hostname"))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout_str().trim(), first.info.name);
+    // The link drops in the middle of a long task; meanwhile another machine answers at that address.
+    pool.close_all().await;
+    *to.lock().unwrap() = format!("{}:22", impostor.address());
+    let marker = "/root/marker-from-tofu-reconnect";
+    let err = pool
+        .executor(&tofu)
+        .exec(ExecRequest::new(format!("touch {marker}")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ExecError::HostKeyMismatch { expected, seen, .. }
+            if expected == first.fingerprint() && seen == impostor.fingerprint()),
+        "{err:?}"
+    );
+    assert_eq!(
+        impostor
+            .run_inside(&format!("test -e {marker}"))
+            .unwrap()
+            .status
+            .code(),
+        Some(1),
+        "the impostor ran the command"
     );
 }
 

@@ -237,7 +237,8 @@ enum When {
 
 struct Case {
     kind: &'static str,
-    message: &'static str,
+    /// The rule's message, or for a `pattern` the apiserver's `<path> in body should match`.
+    message: String,
     when: When,
     /// Makes the object invalid; gets the spec (for KKClusterTemplate: spec.template.spec).
     bad: Edit,
@@ -296,33 +297,56 @@ fn cases() -> Vec<Case> {
     for (message, when, bad) in cluster_rules() {
         cases.push(Case {
             kind: "KKCluster",
-            message,
+            message: message.into(),
             when,
             bad,
         });
         cases.push(Case {
             kind: "KKClusterTemplate",
-            message,
+            message: message.into(),
             when,
             bad,
         });
     }
+    for (family, path, bad) in pattern_rules() {
+        let kinds: &[(&'static str, &str)] = match family {
+            "cluster" => &[
+                ("KKCluster", "spec."),
+                ("KKClusterTemplate", "spec.template.spec."),
+            ],
+            "instance" => &[("KKInstance", "spec.")],
+            // The machine's runtime and repository settings are copied into the KKInstance it claims.
+            _ => &[
+                ("KKMachine", "spec."),
+                ("KKMachineTemplate", "spec.template.spec."),
+                ("KKInstance", "spec."),
+            ],
+        };
+        for &(kind, prefix) in kinds {
+            cases.push(Case {
+                kind,
+                message: format!("{prefix}{path} in body should match"),
+                when: When::Create,
+                bad,
+            });
+        }
+    }
     cases.extend([
         Case {
             kind: "KKClusterTemplate",
-            message: "spec.template is immutable: create a new KKClusterTemplate and reference it instead",
+            message: "spec.template is immutable: create a new KKClusterTemplate and reference it instead".into(),
             when: When::Update(|_| {}),
             bad: |s| s["nodes"]["instances"][1]["name"] = json!("worker-2"),
         },
         Case {
             kind: "KKInstance",
-            message: "spec.name and spec.address are immutable",
+            message: "spec.name and spec.address are immutable".into(),
             when: When::Update(|_| {}),
             bad: |s| s["address"] = json!("198.18.0.12"),
         },
         Case {
             kind: "KKInstance",
-            message: "spec.hostKey is immutable once recorded; delete the KKInstance to re-trust a host",
+            message: "spec.hostKey is immutable once recorded; delete the KKInstance to re-trust a host".into(),
             when: When::Update(|s| {
                 s["hostKey"] = json!("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl")
             }),
@@ -332,42 +356,120 @@ fn cases() -> Vec<Case> {
         },
         Case {
             kind: "KKInstance",
-            message: "bastion.address must be a valid IP address or DNS name",
+            message: "bastion.address must be a valid IP address or DNS name".into(),
             when: When::Create,
             bad: |s| s["bastion"] = json!({"address": "999.0.0.1"}),
         },
         Case {
             kind: "KKMachine",
-            message: "spec.providerID is immutable once set",
+            message: "spec.providerID is immutable once set".into(),
             when: When::Update(|s| s["providerID"] = json!("kk://ns/cp-1")),
             bad: |s| s["providerID"] = json!("kk://ns/cp-2"),
         },
         Case {
             kind: "KKMachine",
-            message: "spec.instanceID is immutable once set",
+            message: "spec.instanceID is immutable once set".into(),
             when: When::Update(|s| s["instanceID"] = json!("cp-1")),
             bad: |s| s["instanceID"] = json!("cp-2"),
         },
         Case {
             kind: "KKMachineTemplate",
-            message: "spec.template is immutable: create a new KKMachineTemplate and point the KubeadmControlPlane or MachineDeployment at it",
+            message: "spec.template is immutable: create a new KKMachineTemplate and point the KubeadmControlPlane or MachineDeployment at it".into(),
             when: When::Update(|_| {}),
             bad: |s| s["roles"] = json!(["control-plane"]),
         },
         Case {
             kind: "KKMachineTemplate",
-            message: "spec.providerID is immutable once set",
+            message: "spec.providerID is immutable once set".into(),
             when: When::Update(|s| s["providerID"] = json!("kk://ns/cp-1")),
             bad: |s| s["providerID"] = json!("kk://ns/cp-2"),
         },
         Case {
             kind: "KKMachineTemplate",
-            message: "spec.instanceID is immutable once set",
+            message: "spec.instanceID is immutable once set".into(),
             when: When::Update(|s| s["instanceID"] = json!("cp-1")),
             bad: |s| s["instanceID"] = json!("cp-2"),
         },
     ]);
     cases
+}
+
+/// Every field with an OpenAPI `pattern` (values that reach a host or a file name) and a value it refuses:
+/// (`cluster` or `machine`, path under the spec with `[0]` for list items, edit of the spec).
+fn pattern_rules() -> Vec<(&'static str, &'static str, Edit)> {
+    fn ov(s: &mut Value, field: &str, v: Value) {
+        s["component"]["overrides"] = json!([{"id": "kubeadm"}]);
+        s["component"]["overrides"][0][field] = v;
+    }
+    vec![
+        ("cluster", "nodes.instances[0].hostKeys[0]", |s| {
+            s["nodes"]["instances"][0]["hostKeys"] = json!(["MD5:aa:bb"])
+        }),
+        ("cluster", "component.host", |s| {
+            s["component"]["host"] = json!("file:///etc")
+        }),
+        ("cluster", "component.overrides[0].id", |s| {
+            s["component"]["overrides"] = json!([{"id": "../kubeadm"}])
+        }),
+        ("cluster", "component.overrides[0].arch", |s| {
+            ov(s, "arch", json!("amd64;id"))
+        }),
+        ("cluster", "component.overrides[0].version", |s| {
+            ov(s, "version", json!("v1.32.0'; touch /tmp/x; '"))
+        }),
+        ("cluster", "component.overrides[0].url", |s| {
+            ov(s, "url", json!("file:///etc/passwd"))
+        }),
+        ("cluster", "component.overrides[0].path", |s| {
+            ov(s, "path", json!("a b"))
+        }),
+        ("cluster", "component.overrides[0].checksum.value", |s| {
+            ov(
+                s,
+                "checksum",
+                json!({"value": "/var/run/secrets/kubernetes.io/serviceaccount/token"}),
+            )
+        }),
+        ("cluster", "component.overrides[0].checksum.path", |s| {
+            ov(s, "checksum", json!({"path": "a b"}))
+        }),
+        ("cluster", "registry.privateRegistry", |s| {
+            s["registry"]["privateRegistry"] = json!("..")
+        }),
+        ("cluster", "registry.insecureRegistries[0]", |s| {
+            s["registry"]["insecureRegistries"] = json!(["."])
+        }),
+        ("cluster", "registry.registryMirrors[0]", |s| {
+            s["registry"]["registryMirrors"] = json!(["mirror.example"])
+        }),
+        ("machine", "containerManager.version", |s| {
+            s["containerManager"]["version"] = json!("1.7.13$(id)")
+        }),
+        ("machine", "containerManager.criSocket", |s| {
+            s["containerManager"]["criSocket"] = json!("unix:///run/x.sock; id")
+        }),
+        ("machine", "containerManager.crictlVersion", |s| {
+            s["containerManager"]["crictlVersion"] = json!("-v1.29.0")
+        }),
+        ("machine", "containerManager.criDockerdVersion", |s| {
+            s["containerManager"]["criDockerdVersion"] = json!("0.3 ")
+        }),
+        ("machine", "containerManager.runcVersion", |s| {
+            s["containerManager"]["runcVersion"] = json!("v1.1.12'")
+        }),
+        ("machine", "containerManager.sandboxImage", |s| {
+            s["containerManager"]["sandboxImage"] = json!("pause:3.9\"\nx")
+        }),
+        ("machine", "repository.iso", |s| {
+            s["repository"]["iso"] = json!("../etc/passwd")
+        }),
+        ("machine", "repository.packages[0]", |s| {
+            s["repository"]["packages"] = json!(["-oDebug"])
+        }),
+        ("instance", "kubernetesVersion", |s| {
+            s["kubernetesVersion"] = json!("v1.32.0 && id")
+        }),
+    ]
 }
 
 /// The part of the object a case's functions edit.
@@ -378,9 +480,10 @@ fn target<'a>(kind: &str, obj: &'a mut Value) -> &'a mut Value {
     }
 }
 
-/// Every (kind, message) of an x-kubernetes-validations rule in the CRDs.
+/// Every (kind, message) of an x-kubernetes-validations rule in the CRDs, and every `pattern` as
+/// (kind, `<path> in body should match`), list items as `[0]`.
 fn cel_rules() -> anyhow::Result<BTreeSet<(String, String)>> {
-    fn walk(kind: &str, schema: &Value, out: &mut BTreeSet<(String, String)>) {
+    fn walk(kind: &str, path: &str, schema: &Value, out: &mut BTreeSet<(String, String)>) {
         if let Some(rules) = schema["x-kubernetes-validations"].as_array() {
             for r in rules {
                 let message = r["message"]
@@ -390,14 +493,24 @@ fn cel_rules() -> anyhow::Result<BTreeSet<(String, String)>> {
                 out.insert((kind.to_owned(), message));
             }
         }
+        if schema["pattern"].is_string() {
+            out.insert((kind.to_owned(), format!("{path} in body should match")));
+        }
         if let Some(props) = schema["properties"].as_object() {
-            props.values().for_each(|p| walk(kind, p, out));
+            for (k, p) in props {
+                let sub = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                walk(kind, &sub, p, out);
+            }
         }
         if schema["items"].is_object() {
-            walk(kind, &schema["items"], out);
+            walk(kind, &format!("{path}[0]"), &schema["items"], out);
         }
         if schema["additionalProperties"].is_object() {
-            walk(kind, &schema["additionalProperties"], out);
+            walk(kind, &format!("{path}[*]"), &schema["additionalProperties"], out);
         }
     }
     let mut out = BTreeSet::new();
@@ -406,7 +519,7 @@ fn cel_rules() -> anyhow::Result<BTreeSet<(String, String)>> {
             .as_str()
             .unwrap_or_default()
             .to_owned();
-        walk(&kind, storage_schema(&crd), &mut out);
+        walk(&kind, "", storage_schema(&crd), &mut out);
     }
     Ok(out)
 }
@@ -416,7 +529,7 @@ fn every_cel_rule_has_a_rejection_case() -> anyhow::Result<()> {
     let rules = cel_rules()?;
     let covered: BTreeSet<(String, String)> = cases()
         .iter()
-        .map(|c| (c.kind.to_owned(), c.message.to_owned()))
+        .map(|c| (c.kind.to_owned(), c.message.clone()))
         .collect();
     let uncovered: Vec<_> = rules.difference(&covered).collect();
     let stale: Vec<_> = covered.difference(&rules).collect();
@@ -490,7 +603,7 @@ async fn every_cel_rule_rejects_a_bad_object_with_its_message() -> anyhow::Resul
     let mut failures = Vec::new();
     for (i, case) in cases().iter().enumerate() {
         match run_case(&client, &ns, i, case).await {
-            Ok(msg) if msg.contains(case.message) => {}
+            Ok(msg) if msg.contains(&case.message) => {}
             Ok(msg) => failures.push(format!(
                 "{} `{}`: rejected with another message: {msg}",
                 case.kind, case.message

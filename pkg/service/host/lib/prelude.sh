@@ -1,14 +1,17 @@
 # Prelude of every batched service script (facts::script::Script). Steps are framed by step-open.sh and
-# step-close.sh; markers follow the one protocol of crate::marker ("@@capkk <verb> <args>").
+# step-close.sh; markers follow the one protocol of crate::host::MARK ("@@capkk <verb> <args>").
 umask 022
 export LC_ALL=C
-# put_file PATH MODE SHA256 BASE64: write PATH only when its content or mode differs (atomic rename).
+# put_file PATH MODE SHA256 BASE64: write PATH only when its content or mode differs (atomic rename). The
+# temp file is created by mktemp (mode 0600, unpredictable name) and gets MODE only when complete, so a file
+# holding credentials is never readable by others, not even for a moment.
 put_file() {
   if [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$3" ] && [ "$(stat -c %a "$1")" = "$2" ]; then return 0; fi
   mkdir -p "$(dirname "$1")"
-  printf '%s' "$4" | base64 -d > "$1.capkk-tmp"
-  chmod "$2" "$1.capkk-tmp"
-  mv -f "$1.capkk-tmp" "$1"
+  _pt=$(mktemp "$(dirname "$1")/.capkk-put.XXXXXX")
+  printf '%s' "$4" | base64 -d > "$_pt"
+  chmod "$2" "$_pt"
+  mv -f "$_pt" "$1"
   echo "wrote $1"
   CHANGED=1
 }

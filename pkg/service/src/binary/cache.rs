@@ -3,6 +3,11 @@
 //! Files live at `<root>/sha256/<hex>` and enter the cache only after their SHA-256 was verified, so a cached
 //! path is always trustworthy. A per-digest async lock makes concurrent hosts that need the same artifact
 //! share one download. Downloads stream to `<root>/tmp/` while hashing and are renamed into place.
+//!
+//! The cache can only address files under its root: every digest it is given must be exactly 64 hex digits
+//! ([`check_sha256`]) before it becomes part of a path, whatever the caller validated before. Downloads are
+//! capped while they stream ([`ArtifactCache::max_artifact_bytes`], checksum files at 1 MiB), so one object
+//! naming a huge or endless URL cannot fill the controller's memory or disk.
 
 use std::{
     collections::HashMap,
@@ -22,12 +27,44 @@ use crate::{Error, Result};
 
 /// Largest checksum file accepted.
 const CHECKSUM_FILE_LIMIT: usize = 1024 * 1024;
+/// Default largest artifact accepted (an ISO of OS packages is the largest kind).
+pub const DEFAULT_MAX_ARTIFACT_BYTES: u64 = 4 << 30;
+
+/// `sha256` lower-cased when it is exactly 64 hex digits, else [`Error::InvalidInput`]: a digest names a file
+/// in the cache and on the host, so anything else (a path, `..`, an empty string) is refused.
+pub fn check_sha256(field: &str, sha256: &str) -> Result<String> {
+    if sha256.len() == 64 && sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(sha256.to_ascii_lowercase())
+    } else {
+        Err(Error::InvalidInput {
+            field: field.to_owned(),
+            message: format!(
+                "a SHA-256 must be exactly 64 hex digits, got {} characters",
+                sha256.chars().count()
+            ),
+        })
+    }
+}
+
+/// `url` without its userinfo (`https://user:pass@host/x` → `https://host/x`): URLs appear in errors,
+/// conditions and spans.
+pub fn strip_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..end].rfind('@') {
+        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+        None => url.to_owned(),
+    }
+}
 
 /// The cache. Cheap to share behind an `Arc`; one per controller process.
 pub struct ArtifactCache {
     root: PathBuf,
     client: reqwest::Client,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    max_artifact_bytes: AtomicU64,
     downloads: AtomicU64,
     bytes_downloaded: AtomicU64,
 }
@@ -67,6 +104,7 @@ impl ArtifactCache {
             root,
             client,
             locks: Mutex::new(HashMap::new()),
+            max_artifact_bytes: AtomicU64::new(DEFAULT_MAX_ARTIFACT_BYTES),
             downloads: AtomicU64::new(0),
             bytes_downloaded: AtomicU64::new(0),
         })
@@ -77,9 +115,20 @@ impl ArtifactCache {
         &self.root
     }
 
-    /// Where the file with digest `sha256` lives (whether or not it is cached yet).
-    pub fn path_for(&self, sha256: &str) -> PathBuf {
-        self.root.join("sha256").join(sha256.to_ascii_lowercase())
+    /// Where the file with digest `sha256` lives (whether or not it is cached yet); an error unless `sha256`
+    /// is 64 hex digits, so the result is always a file directly under `<root>/sha256/`.
+    pub fn path_for(&self, sha256: &str) -> Result<PathBuf> {
+        Ok(self.root.join("sha256").join(check_sha256("sha256", sha256)?))
+    }
+
+    /// The largest artifact a download may bring (default [`DEFAULT_MAX_ARTIFACT_BYTES`]).
+    pub fn max_artifact_bytes(&self) -> u64 {
+        self.max_artifact_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Change the largest artifact a download may bring (the controller's `--max-artifact-bytes`).
+    pub fn set_max_artifact_bytes(&self, limit: u64) {
+        self.max_artifact_bytes.store(limit.max(1), Ordering::Relaxed);
     }
 
     /// Number of completed artifact downloads since creation.
@@ -99,10 +148,10 @@ impl ArtifactCache {
 
     /// The cached file for `sha256`, downloading it from `url` first when missing. A download whose digest
     /// differs is discarded and reported as [`Error::ChecksumMismatch`] for `artifact`.
-    #[instrument(skip(self), fields(%url))]
+    #[instrument(skip(self, url), fields(url = %strip_userinfo(url)))]
     pub async fn fetch(&self, url: &str, sha256: &str, artifact: &str) -> Result<PathBuf> {
-        let sha256 = sha256.to_ascii_lowercase();
-        let dest = self.path_for(&sha256);
+        let sha256 = check_sha256(&format!("checksum of {artifact}"), sha256)?;
+        let dest = self.path_for(&sha256)?;
         if dest.is_file() {
             return Ok(dest);
         }
@@ -126,7 +175,7 @@ impl ArtifactCache {
         if actual != sha256 {
             let _ = tokio::fs::remove_file(&tmp).await;
             return Err(Error::ChecksumMismatch {
-                artifact: format!("{artifact} from {url}"),
+                artifact: format!("{artifact} from {}", strip_userinfo(url)),
                 expected: sha256,
                 actual,
             });
@@ -142,25 +191,36 @@ impl ArtifactCache {
 
     async fn download_to(&self, url: &str, tmp: &Path) -> Result<(String, u64)> {
         let dl = |message: String| Error::Download {
-            url: url.to_owned(),
+            url: strip_userinfo(url),
             message,
         };
+        let limit = self.max_artifact_bytes();
         let mut resp = self
             .client
             .get(url)
             .timeout(Duration::from_secs(30 * 60))
             .send()
             .await
-            .map_err(|e| dl(e.to_string()))?;
+            .map_err(|e| dl(without_url(&e)))?;
         if !resp.status().is_success() {
             return Err(dl(format!("HTTP {}", resp.status())));
+        }
+        if resp.content_length().is_some_and(|n| n > limit) {
+            return Err(dl(format!(
+                "the artifact is larger than the limit of {limit} bytes (--max-artifact-bytes)"
+            )));
         }
         let mut file = tokio::fs::File::create(tmp).await.map_err(|e| local_io(tmp, e))?;
         let mut hasher = Sha256::new();
         let mut size = 0u64;
-        while let Some(chunk) = resp.chunk().await.map_err(|e| dl(e.to_string()))? {
-            hasher.update(&chunk);
+        while let Some(chunk) = resp.chunk().await.map_err(|e| dl(without_url(&e)))? {
             size += chunk.len() as u64;
+            if size > limit {
+                return Err(dl(format!(
+                    "the artifact is larger than the limit of {limit} bytes (--max-artifact-bytes)"
+                )));
+            }
+            hasher.update(&chunk);
             file.write_all(&chunk).await.map_err(|e| local_io(tmp, e))?;
         }
         file.flush().await.map_err(|e| local_io(tmp, e))?;
@@ -168,30 +228,54 @@ impl ArtifactCache {
         Ok((hex::encode(hasher.finalize()), size))
     }
 
-    /// Fetch a small text file (a checksum file), at most 1 MiB.
+    /// Fetch a small text file (a checksum file), at most 1 MiB, counted while it streams.
     pub async fn fetch_text(&self, url: &str) -> Result<String> {
         let dl = |message: String| Error::Download {
-            url: url.to_owned(),
+            url: strip_userinfo(url),
             message,
         };
-        let resp = self
+        let mut resp = self
             .client
             .get(url)
             .timeout(Duration::from_secs(60))
             .send()
             .await
-            .map_err(|e| dl(e.to_string()))?;
+            .map_err(|e| dl(without_url(&e)))?;
         if !resp.status().is_success() {
             return Err(dl(format!("HTTP {}", resp.status())));
         }
-        let body = resp.bytes().await.map_err(|e| dl(e.to_string()))?;
-        if body.len() > CHECKSUM_FILE_LIMIT {
-            return Err(dl(format!(
-                "checksum file larger than {CHECKSUM_FILE_LIMIT} bytes"
-            )));
+        let too_big = || dl(format!("checksum file larger than {CHECKSUM_FILE_LIMIT} bytes"));
+        if resp
+            .content_length()
+            .is_some_and(|n| n > CHECKSUM_FILE_LIMIT as u64)
+        {
+            return Err(too_big());
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| dl(without_url(&e)))? {
+            if body.len() + chunk.len() > CHECKSUM_FILE_LIMIT {
+                return Err(too_big());
+            }
+            body.extend_from_slice(&chunk);
         }
         Ok(String::from_utf8_lossy(&body).into_owned())
     }
+}
+
+/// A reqwest error's text without the URL it carries (which may hold userinfo): the URL is reported once,
+/// stripped, by the caller.
+fn without_url(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    if let Some(u) = e.url() {
+        text = text.replace(u.as_str(), &strip_userinfo(u.as_str()));
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 fn rand_suffix() -> u64 {
@@ -204,4 +288,46 @@ fn rand_suffix() -> u64 {
             .as_nanos(),
     );
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn artifact_cache_cannot_address_a_file_outside_its_root() {
+        let dir = std::env::temp_dir().join(format!("capkk-cache-root-{}", std::process::id()));
+        let cache = ArtifactCache::new(dir.join("cache")).unwrap();
+        std::fs::write(dir.join("outside"), "secret").unwrap();
+        let outside = dir.join("outside").display().to_string();
+        for sha in [
+            outside.as_str(),
+            "../outside",
+            "/etc/passwd",
+            "",
+            "sha256",
+            &format!("{}/..", "a".repeat(61)),
+            &"g".repeat(64),
+        ] {
+            let err = cache
+                .fetch("http://198.18.0.1:9/x", sha, "test")
+                .await
+                .expect_err(&format!("{sha:?} must be refused"));
+            assert!(matches!(err, Error::InvalidInput { .. }), "{sha:?}: {err}");
+            assert!(cache.path_for(sha).is_err(), "{sha:?}");
+        }
+        let good = cache.path_for(&"A".repeat(64)).unwrap();
+        assert_eq!(good, dir.join("cache/sha256").join("a".repeat(64)));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn userinfo_never_leaves_a_url() {
+        assert_eq!(
+            strip_userinfo("https://user:pa%40ss@mirror.example:8443/a/b?x=y@z"),
+            "https://mirror.example:8443/a/b?x=y@z"
+        );
+        assert_eq!(strip_userinfo("http://host/p"), "http://host/p");
+        assert_eq!(strip_userinfo("no-scheme@x"), "no-scheme@x");
+    }
 }

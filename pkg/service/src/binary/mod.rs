@@ -20,7 +20,7 @@ use std::{collections::BTreeMap, time::Duration};
 use capkk_executor::{ExecRequest, Executor, PutRequest};
 use tracing::instrument;
 
-pub use cache::ArtifactCache;
+pub use cache::{ArtifactCache, check_sha256, strip_userinfo};
 pub use catalogue::{
     Artifact, ArtifactOverride, ArtifactRequest, ChecksumSource, ComponentSource, DownloadOn, Install,
     resolve,
@@ -89,6 +89,26 @@ pub async fn ensure(
         return Err(Error::InvalidInput {
             field: "spec.version".into(),
             message: "the Kubernetes version is empty".into(),
+        });
+    }
+    check_version("spec.version", &cfg.kubernetes_version)?;
+    if let Some(v) = cfg.cni_version.as_deref().filter(|v| !v.is_empty()) {
+        check_version("cni version", v)?;
+    }
+    if let Some(ip) = cfg.node_ip.as_deref().filter(|v| !v.is_empty())
+        && ip.parse::<std::net::IpAddr>().is_err()
+    {
+        return Err(Error::InvalidInput {
+            field: "spec.nodes.instances[].internalAddress".into(),
+            message: format!("{ip:?} is not an IP address (it becomes kubelet --node-ip)"),
+        });
+    }
+    if let Some(n) = cfg.node_name.as_deref().filter(|v| !v.is_empty())
+        && !crate::bootstrap::valid_hostname(n)
+    {
+        return Err(Error::InvalidInput {
+            field: "spec.nodes.instances[].name".into(),
+            message: format!("{n:?} is not a valid host name (it becomes kubelet --hostname-override)"),
         });
     }
     let mut requests: Vec<ArtifactRequest> = ["kubeadm", "kubelet", "kubectl"]
@@ -224,16 +244,46 @@ pub struct Staged {
     pub unchanged: Vec<String>,
 }
 
-/// Resolve the expected digest of `a` (fetching a checksum file through `cache` when needed).
+/// `version` when it has the shape of a version (`^v?[0-9][0-9A-Za-z.+-]{0,63}$`, the CRD pattern), else
+/// [`Error::InvalidInput`] naming `field`. Versions become file names, URLs and script variables.
+pub fn check_version(field: &str, version: &str) -> Result<()> {
+    let v = version.strip_prefix('v').unwrap_or(version);
+    let ok = v.len() <= 64
+        && v.as_bytes().first().is_some_and(u8::is_ascii_digit)
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".+-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidInput {
+            field: field.to_owned(),
+            message: format!(
+                "{version:?} is not a version (digits first, then letters, digits, '.', '+', '-')"
+            ),
+        })
+    }
+}
+
+/// Resolve the expected digest of `a` (fetching a checksum file through `cache` when needed); always 64
+/// lower-case hex digits.
 pub async fn expected_sha256(a: &Artifact, cache: &ArtifactCache) -> Result<String> {
     match &a.checksum {
-        ChecksumSource::Value(v) => Ok(v.clone()),
+        ChecksumSource::Value(v) => check_sha256(
+            &format!("spec.component.overrides[id={}].checksum.value", a.id),
+            v,
+        ),
         ChecksumSource::File { url, file_name } => {
+            let field = format!("spec.component.overrides[id={}].checksum.path", a.id);
             let text = cache.fetch_text(url).await?;
-            catalogue::parse_checksum_file(&text, file_name).ok_or_else(|| Error::InvalidInput {
-                field: format!("spec.component.overrides[id={}].checksum.path", a.id),
-                message: format!("checksum file {url} has no SHA-256 for {file_name}"),
-            })
+            let sha =
+                catalogue::parse_checksum_file(&text, file_name).ok_or_else(|| Error::InvalidInput {
+                    field: field.clone(),
+                    message: format!(
+                        "checksum file {} has no SHA-256 for {file_name}",
+                        strip_userinfo(url)
+                    ),
+                })?;
+            check_sha256(&field, &sha)
         }
     }
 }
@@ -404,13 +454,10 @@ pub(crate) fn install_steps(script: &mut Script, needed: &[(&Artifact, &str)], d
         [
             staged_path(sha),
             (*sha).to_owned(),
-            format!("{} from {}", a.label(), a.url),
+            format!("{} from {}", a.label(), strip_userinfo(&a.url)),
         ]
     });
-    script.step(
-        "verify-artifacts",
-        Vars::new().args(args).render(tpl::ART_VERIFY),
-    );
+    script.step("verify-artifacts", Vars::new().args(args).render(tpl::ART_VERIFY));
     for (a, sha) in needed {
         let f = staged_path(sha);
         let body = match &a.install {
@@ -455,5 +502,64 @@ mod tests {
         assert!(d.contains("ExecStart=\nExecStart=/usr/local/bin/kubelet"));
         assert!(!kubelet_dropin(None, None).contains("KUBELET_CAPKK_ARGS="));
         assert!(kubelet_unit().contains("ExecStart=/usr/local/bin/kubelet\n"));
+    }
+
+    #[test]
+    fn artifact_labels_and_urls_with_quotes_reach_the_host_only_as_quoted_arguments() {
+        let dir = std::env::temp_dir().join(format!("capkk-label-inject-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let pwned = dir.join("pwned");
+        let evil = format!("1.0'; touch {}; echo '", pwned.display());
+        let a = Artifact {
+            id: "kubeadm".into(),
+            version: evil.clone(),
+            arch: "amd64".into(),
+            // Port 9 on the loopback refuses at once: the download fails after the label was printed.
+            url: format!("http://127.0.0.1:9/$(touch {})", pwned.display()),
+            checksum: ChecksumSource::Value("a".repeat(64)),
+            install: Install::Archive {
+                dir: dir.join("opt").display().to_string(),
+                probe: dir.join("opt/bin").display().to_string(),
+            },
+        };
+        let sha = "a".repeat(64);
+        let mut s = Script::new();
+        install_steps(&mut s, &[(&a, sha.as_str())], DownloadOn::Host);
+        // Staged under the test's directory, not the machine's /var/lib/capkk.
+        let text = s
+            .render()
+            .replace(catalogue::STAGING_DIR, &dir.join("staging").display().to_string());
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&text)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(!pwned.exists(), "the label ran as code:\n{text}");
+        assert!(
+            stdout.contains(&format!("downloading kubeadm {evil} (amd64)")),
+            "{stdout}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn versions_node_ips_and_names_that_are_not_what_they_claim_are_refused() {
+        for bad in [
+            "",
+            "v",
+            "-1.0",
+            "1.0 ",
+            "1.0;id",
+            "1.0'",
+            "$(id)",
+            &"1".repeat(66),
+        ] {
+            assert!(check_version("f", bad).is_err(), "{bad:?}");
+        }
+        for good in ["v1.32.0", "1.7.13", "v1.30.0-rc.1+k3s1"] {
+            assert!(check_version("f", good).is_ok(), "{good:?}");
+        }
     }
 }

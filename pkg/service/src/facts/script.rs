@@ -175,7 +175,7 @@ impl Script {
                 step: format!("{phase}/{name}"),
                 command: format!("{phase} script"),
                 exit_code: out.exit_code,
-                output_tail: redactor.redact(&out.tail(TAIL_BYTES)),
+                output_tail: redactor.redact_tail(&out),
             });
         }
         Ok(outcome)
@@ -223,7 +223,8 @@ fn parse_output(stdout: &str, phase: &str, redactor: &Redactor) -> Vec<ParsedSte
                     let ms = it.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
                     let rc = it.next().and_then(|v| v.parse::<u32>().ok());
                     if let Some((name, text, changed, mismatch)) = current.take() {
-                        let text = text.trim_matches('\n');
+                        // Redacted whole, then cut: a cut must not split a secret.
+                        let text = redactor.redact(text.trim_matches('\n'));
                         let start = text.len().saturating_sub(TAIL_BYTES);
                         let start = (start..=text.len())
                             .find(|i| text.is_char_boundary(*i))
@@ -234,7 +235,7 @@ fn parse_output(stdout: &str, phase: &str, redactor: &Redactor) -> Vec<ParsedSte
                                 name,
                                 exit_code: rc,
                                 duration: Duration::from_millis(ms),
-                                output_tail: redactor.redact(&text[start..]),
+                                output_tail: text[start..].to_owned(),
                                 skipped: rc == Some(0) && !changed,
                             },
                             changed,
@@ -392,6 +393,69 @@ mod tests {
         assert!(p[2].record.output_tail.contains("about to fail"));
         assert!(!p[2].record.output_tail.contains("never"));
         assert_eq!(std::fs::read(&path).unwrap(), b"content\n");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn put_file_never_exposes_a_credentials_file_while_writing_it() {
+        let dir = std::env::temp_dir().join(format!("capkk-put-mode-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let bin = dir.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let log = dir.join("modes");
+        let real = String::from_utf8(
+            std::process::Command::new("sh")
+                .args(["-c", "command -v base64"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        // A base64 in front of the real one, logging the mode of the file it writes (the temp file).
+        std::fs::write(
+            bin.join("base64"),
+            format!(
+                "#!/bin/sh\nexec 3>&1\nstat -L -c %a /proc/self/fd/3 >> {}\nexec 3>&-\nexec {} \"$@\"\n",
+                log.display(),
+                real.trim()
+            ),
+        )
+        .unwrap();
+        std::process::Command::new("chmod")
+            .arg("755")
+            .arg(bin.join("base64"))
+            .status()
+            .unwrap();
+        let target = dir.join("certs.d/registry.local/hosts.toml");
+        let mut s = Script::new();
+        s.step(
+            "auth",
+            put_file(target.to_str().unwrap(), 0o600, b"Authorization = \"Basic x\"\n"),
+        );
+        s.step(
+            "public",
+            put_file(dir.join("pub").to_str().unwrap(), 0o644, b"x\n"),
+        );
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(s.render())
+            .env(
+                "PATH",
+                format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default()),
+            )
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "600\n600\n");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&target).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(
+            std::fs::metadata(dir.join("pub")).unwrap().permissions().mode() & 0o777,
+            0o644
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -383,7 +383,7 @@ fn failed_exec(step: &str, command: &str, out: &ExecOutput, redactor: &Redactor)
         step: step.to_owned(),
         command: command.to_owned(),
         exit_code: out.exit_code,
-        output_tail: redactor.redact(&out.tail(crate::journal::TAIL_BYTES)),
+        output_tail: redactor.redact_tail(out),
     }
 }
 

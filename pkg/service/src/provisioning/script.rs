@@ -105,24 +105,17 @@ fn parent(path: &str) -> &str {
     }
 }
 
-/// Write (or append to) a file atomically: a temp file beside it, exact bytes, owner, then mode, then rename.
-/// Parent directories are created 0755 like cloud-init's `ensure_dir`.
-///
-/// Few processes per file: the temp file is created by the shell with `O_EXCL` (noclobber; `mktemp` only
-/// when the name is taken) under a umask that yields the mode directly when it has no execute or special
-/// bits (otherwise `chmod`), and `chown` is skipped for `root:root` unless the directory is setgid.
+/// Write (or append to) a file atomically: a `mktemp` file beside it (0600 while written), exact bytes,
+/// owner, then mode, then rename. Parent directories are created 0755 like cloud-init's `ensure_dir`.
+/// `chown` is skipped for `root:root` unless the directory is setgid.
 fn write_file(f: &WriteFile) -> String {
-    let simple_mode = f.mode & 0o7111 == 0;
-    let umask = if simple_mode { 0o777 & !f.mode } else { 0o077 };
     let mut v = Vars::new();
     if !f.content.is_empty() {
         v = v.data("step_data", &f.content);
     }
     v.var("P", &f.path)
         .var("DIR", parent(&f.path))
-        .var("UMASK", format!("{umask:04o}"))
         .var("MODE", format!("{:04o}", f.mode))
-        .flag("SIMPLE", simple_mode)
         .flag("APPEND", f.append)
         .var("OWNER", &f.owner)
         .flag("CONTENT", !f.content.is_empty())

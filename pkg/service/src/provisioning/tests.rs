@@ -198,10 +198,10 @@ async fn worker_join_runs_in_one_probe_one_batch_and_one_exec_per_command() {
         assert!(!r.command.contains("abcdef.0123456789abcdef"));
         assert!(!r.command.contains("kubeadm"));
         assert!(!stdin_text(r).contains("abcdef.0123456789abcdef"));
-        assert!(
-            r.command
-                .starts_with(&format!("P=/var/lib/capkk\nD=/var/lib/capkk/provisioning\nN={}\n", r.stdin.as_ref().map_or(0, Vec::len)))
-        );
+        assert!(r.command.starts_with(&format!(
+            "P=/var/lib/capkk\nD=/var/lib/capkk/provisioning\nN={}\n",
+            r.stdin.as_ref().map_or(0, Vec::len)
+        )));
     }
     let records = progress.records();
     assert_eq!(records.len(), plan.steps.len());
@@ -522,10 +522,7 @@ fn disk_and_filesystem_steps_never_destroy_existing_data_by_default() {
     let disk = script::body(&p.steps[0].action);
     assert!(disk.contains("OVERWRITE=1\n") && disk.contains("TABLE=mbr\n"));
     let fs = script::body(&p.steps[1].action);
-    assert!(
-        fs.contains("REPLACE=ntfs\n") && fs.contains("WHOLE=1\n"),
-        "{fs}"
-    );
+    assert!(fs.contains("REPLACE=ntfs\n") && fs.contains("WHOLE=1\n"), "{fs}");
 }
 
 #[test]
@@ -672,5 +669,78 @@ fn paths_owners_and_contents_with_shell_metacharacters_are_written_verbatim() {
         "CAPKK_DATA\n$(touch /tmp/capkk-pwned)\n"
     );
     assert!(!std::path::Path::new("/tmp/capkk-pwned").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A `base64` in front of the real one that logs the mode and name of the file it writes to (the temp file
+/// of a write), so a test sees the file while it is being written.
+fn base64_spy(dir: &std::path::Path) -> (String, std::path::PathBuf) {
+    let bin = dir.join("spy-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let log = dir.join("spy.log");
+    let real = String::from_utf8(
+        std::process::Command::new("sh")
+            .args(["-c", "command -v base64"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    std::fs::write(
+        bin.join("base64"),
+        format!(
+            "#!/bin/sh\nexec 3>&1\necho \"$(stat -L -c %a /proc/self/fd/3) $(readlink /proc/self/fd/3)\" >> {}\nexec 3>&-\nexec {} \"$@\"\n",
+            log.display(),
+            real.trim()
+        ),
+    )
+    .unwrap();
+    std::process::Command::new("chmod")
+        .args(["755"])
+        .arg(bin.join("base64"))
+        .status()
+        .unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    (path, log)
+}
+
+#[test]
+fn write_files_are_written_through_an_unpredictable_0600_temp_file() {
+    let dir = std::env::temp_dir().join(format!("capkk-prov-tmp-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (path, log) = base64_spy(&dir);
+    let plan = parse(
+        b"#cloud-config\nwrite_files:\n- {path: /etc/registry-auth, content: secret, permissions: '0644'}\n",
+        "",
+        &TemplateVars::new(),
+    )
+    .unwrap();
+    let Action::WriteFile(f) = &plan.steps[0].action else {
+        panic!()
+    };
+    let mut f = f.clone();
+    f.path = format!("{}/etc/registry-auth", dir.display());
+    let body = script::body(&Action::WriteFile(f.clone()));
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("set -e\n{body}"))
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let seen = std::fs::read_to_string(&log).unwrap();
+    let (mode, name) = seen.trim().split_once(' ').unwrap();
+    assert_eq!(mode, "600", "the temp file is private while written: {seen}");
+    let suffix = name.rsplit_once(".capkk.").unwrap().1;
+    assert!(
+        suffix.len() == 6 && !suffix.bytes().all(|b| b.is_ascii_digit()),
+        "a mktemp name, not the shell's pid: {name}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&f.path).unwrap().permissions().mode() & 0o777,
+        0o644
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -1,0 +1,136 @@
+# Prelude of every batched service script (facts::script::Script). Steps are framed by step-open.sh and
+# step-close.sh; markers follow the one protocol of crate::host::MARK ("@@capkk <verb> <args>").
+umask 022
+export LC_ALL=C
+# put_file PATH MODE SHA256 BASE64: write PATH only when its content or mode differs (atomic rename). The
+# temp file is created by mktemp (mode 0600, unpredictable name) and gets MODE only when complete, so a file
+# holding credentials is never readable by others, not even for a moment.
+put_file() {
+  if [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$3" ] && [ "$(stat -c %a "$1")" = "$2" ]; then return 0; fi
+  mkdir -p "$(dirname "$1")"
+  _pt=$(mktemp "$(dirname "$1")/.capkk-put.XXXXXX")
+  printf '%s' "$4" | base64 -d > "$_pt"
+  chmod "$2" "$_pt"
+  mv -f "$_pt" "$1"
+  echo "wrote $1"
+  CHANGED=1
+}
+# mismatch ARTIFACT EXPECTED ACTUAL: report a checksum mismatch and fail the step.
+mismatch() {
+  echo "@@capkk mismatch $2 $3 $1"
+  return 65
+}
+now_ns() { date +%s%N 2>/dev/null; }
+# end_step NAME RC: the end marker with the step's wall time.
+end_step() {
+  _t1=$(now_ns)
+  case "$_t0$_t1" in *[!0-9]*|'') _ms=0 ;; *) _ms=$(( (_t1 - _t0) / 1000000 )) ;; esac
+  printf '\n@@capkk end %s %s %s\n' "$1" "$2" "$_ms"
+}
+STEP=kubeadm-reset
+printf '\n@@capkk begin %s\n' "$STEP"
+_t0=$(now_ns)
+( set -e
+CHANGED=0
+SOCK=unix:///run/containerd/containerd.sock
+# Variables: SOCK (CRI socket for kubeadm reset --cri-socket; empty: kubeadm's detection).
+if command -v kubeadm >/dev/null 2>&1 && [ -e /etc/kubernetes ]; then
+  if kubeadm reset -f ${SOCK:+--cri-socket "$SOCK"}; then echo 'kubeadm reset done'; else echo "kubeadm reset exited $? (continuing with cleanup)"; fi
+  CHANGED=1
+fi
+[ "$CHANGED" = 1 ] && echo '@@capkk changed'
+true
+) 2>&1 </dev/null
+_rc=$?
+end_step "$STEP" "$_rc"
+[ "$_rc" = 0 ] || exit "$_rc"
+STEP=stop-services
+printf '\n@@capkk begin %s\n' "$STEP"
+_t0=$(now_ns)
+( set -e
+CHANGED=0
+if command -v systemctl >/dev/null 2>&1; then
+  for u in kubelet containerd; do
+    if systemctl is-active -q $u >/dev/null 2>&1; then systemctl stop $u; echo "stopped $u"; CHANGED=1; fi
+  done
+  if [ -e /etc/systemd/system/kubelet.service ] && systemctl is-enabled -q kubelet >/dev/null 2>&1; then systemctl disable kubelet; CHANGED=1; fi
+fi
+[ "$CHANGED" = 1 ] && echo '@@capkk changed'
+true
+) 2>&1 </dev/null
+_rc=$?
+end_step "$STEP" "$_rc"
+[ "$_rc" = 0 ] || exit "$_rc"
+STEP=network-cleanup
+printf '\n@@capkk begin %s\n' "$STEP"
+_t0=$(now_ns)
+( set -e
+CHANGED=0
+set -- kube-ipvs0 nodelocaldns cni0 flannel.1 flannel-v6.1 flannel-wg cilium_host cilium_net cilium_vxlan vxlan.calico
+# Arguments: the network links to delete when present.
+for ipt in iptables ip6tables; do
+  # shellcheck disable=SC2015 # skip the family unless both tools exist
+  command -v $ipt-save >/dev/null 2>&1 && command -v $ipt-restore >/dev/null 2>&1 || continue
+  for t in filter nat mangle raw; do
+    _d=$($ipt-save -t $t 2>/dev/null) || continue
+    if printf '%s\n' "$_d" | grep -Eq -- '(KUBE-|CNI-|cali-|cali:|FLANNEL|flannel)'; then
+      printf '%s\n' "$_d" | grep -Ev -- '(KUBE-|CNI-|cali-|cali:|FLANNEL|flannel)' | $ipt-restore -T $t
+      echo "removed kubernetes/CNI rules from $ipt table $t"; CHANGED=1
+    fi
+  done
+done
+if ip link show kube-ipvs0 >/dev/null 2>&1 && command -v ipvsadm >/dev/null 2>&1; then ipvsadm -C; echo 'cleared IPVS services'; CHANGED=1; fi
+for l in "$@"; do
+  if ip link show "$l" >/dev/null 2>&1; then ip link delete "$l"; echo "deleted link $l"; CHANGED=1; fi
+done
+for l in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep '^cali'); do ip link delete "$l" && CHANGED=1; done
+[ "$CHANGED" = 1 ] && echo '@@capkk changed'
+true
+) 2>&1 </dev/null
+_rc=$?
+end_step "$STEP" "$_rc"
+[ "$_rc" = 0 ] || exit "$_rc"
+STEP=remove-paths
+printf '\n@@capkk begin %s\n' "$STEP"
+_t0=$(now_ns)
+( set -e
+CHANGED=0
+set -- /etc/kubernetes /run/kubeadm /var/lib/kubelet /etc/systemd/system/kubelet.service /etc/systemd/system/kubelet.service.d /var/log/pods /var/log/containers /var/lib/etcd /etc/cni /var/lib/cni /opt/cni /run/flannel /run/calico /var/lib/calico /var/log/calico /run/cluster-api/bootstrap-success.complete /var/lib/capkk
+# Arguments: the owned paths (bootstrap::OWNED_PATHS). What is mounted strictly under them (pod volumes: NFS,
+# CSI, bind mounts) is unmounted first, deepest first; rm never crosses into another file system
+# (--one-file-system), and an owned path that is itself a mount point keeps its mount and loses its content
+# only. A mount that stays is reported and fails the step: the host is then quarantined, not freed.
+# mounts_under P: mount points strictly under P, deepest first (field 5 of mountinfo, octal escapes decoded).
+mounts_under() {
+  awk -v p="$1" '{ m = $5; gsub(/\\040/, " ", m); gsub(/\\011/, "\t", m); gsub(/\\012/, "\n", m); gsub(/\\134/, "\\", m); if (index(m, p "/") == 1) print m }' /proc/self/mountinfo 2>/dev/null | sort -r
+}
+is_mount_point() {
+  awk -v p="$1" '{ m = $5; gsub(/\\040/, " ", m); gsub(/\\134/, "\\", m); if (m == p) f = 1 } END { exit !f }' /proc/self/mountinfo 2>/dev/null
+}
+left=
+for p in "$@"; do
+  if [ -n "$(mounts_under "$p")" ]; then
+    CHANGED=1
+    mounts_under "$p" | while IFS= read -r m; do
+      if umount -- "$m" 2>/dev/null; then echo "unmounted $m"; else echo "could not unmount $m"; fi
+    done
+    if [ -n "$(mounts_under "$p")" ]; then left="$left $p"; continue; fi
+  fi
+  if is_mount_point "$p"; then
+    find "$p" -xdev -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system -- {} +
+    echo "emptied $p (a mount point: kept)"; CHANGED=1
+  elif [ -e "$p" ] || [ -L "$p" ]; then
+    rm -rf --one-file-system -- "$p"; echo "removed $p"; CHANGED=1
+  fi
+done
+if [ "$CHANGED" = 1 ] && command -v systemctl >/dev/null 2>&1; then systemctl daemon-reload; fi
+if [ -n "$left" ]; then
+  echo "file systems are still mounted under:$left; those paths were left in place (the host is quarantined, not freed)"
+  exit 75
+fi
+[ "$CHANGED" = 1 ] && echo '@@capkk changed'
+true
+) 2>&1 </dev/null
+_rc=$?
+end_step "$STEP" "$_rc"
+[ "$_rc" = 0 ] || exit "$_rc"

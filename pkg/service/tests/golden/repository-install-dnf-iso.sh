@@ -1,0 +1,72 @@
+# Prelude of every batched service script (facts::script::Script). Steps are framed by step-open.sh and
+# step-close.sh; markers follow the one protocol of crate::host::MARK ("@@capkk <verb> <args>").
+umask 022
+export LC_ALL=C
+# put_file PATH MODE SHA256 BASE64: write PATH only when its content or mode differs (atomic rename). The
+# temp file is created by mktemp (mode 0600, unpredictable name) and gets MODE only when complete, so a file
+# holding credentials is never readable by others, not even for a moment.
+put_file() {
+  if [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$3" ] && [ "$(stat -c %a "$1")" = "$2" ]; then return 0; fi
+  mkdir -p "$(dirname "$1")"
+  _pt=$(mktemp "$(dirname "$1")/.capkk-put.XXXXXX")
+  printf '%s' "$4" | base64 -d > "$_pt"
+  chmod "$2" "$_pt"
+  mv -f "$_pt" "$1"
+  echo "wrote $1"
+  CHANGED=1
+}
+# mismatch ARTIFACT EXPECTED ACTUAL: report a checksum mismatch and fail the step.
+mismatch() {
+  echo "@@capkk mismatch $2 $3 $1"
+  return 65
+}
+now_ns() { date +%s%N 2>/dev/null; }
+# end_step NAME RC: the end marker with the step's wall time.
+end_step() {
+  _t1=$(now_ns)
+  case "$_t0$_t1" in *[!0-9]*|'') _ms=0 ;; *) _ms=$(( (_t1 - _t0) / 1000000 )) ;; esac
+  printf '\n@@capkk end %s %s %s\n' "$1" "$2" "$_ms"
+}
+STEP=install-packages
+printf '\n@@capkk begin %s\n' "$STEP"
+_t0=$(now_ns)
+( set -e
+CHANGED=0
+ISO=/var/lib/capkk/repository/centos9-rpms-amd64.iso
+ISO_MOUNT=/mnt/capkk-repository
+LOCK_WAIT=600
+UPDATE=0
+PM=dnf
+REPO_SHA=66d23b99bda57e0f2126eda68b809ff596ebb7f68c0f7d7dcdca7651a03c341b
+REPO_B64=W2NhcGtrLWlzb10KbmFtZT1jYXBrayBJU08KYmFzZXVybD1maWxlOi8vL21udC9jYXBray1yZXBvc2l0b3J5CmVuYWJsZWQ9MQpncGdjaGVjaz0wCg==
+set -- socat conntrack
+# Variables: ISO (path on the host; empty: host sources), ISO_MOUNT.
+if [ -n "$ISO" ]; then
+  mkdir -p "$ISO_MOUNT"
+  if ! mountpoint -q "$ISO_MOUNT"; then mount -o loop,ro "$ISO" "$ISO_MOUNT"; fi
+  trap 'umount "$ISO_MOUNT" 2>/dev/null; rm -f /etc/yum.repos.d/capkk-iso.repo' EXIT
+fi
+# Variables: PM (dnf or yum), ISO, ISO_MOUNT, LOCK_WAIT, UPDATE, REPO_SHA, REPO_B64 (the temporary repo file
+# used with an ISO). Arguments: the missing packages.
+locked() { for f in /var/run/dnf.pid /var/run/yum.pid; do [ -f $f ] && kill -0 "$(cat $f)" 2>/dev/null && return 0; done; return 1; }
+i=0; while locked; do
+  [ $i -ge "$LOCK_WAIT" ] && { echo "$PM lock still held after ${LOCK_WAIT}s" >&2; exit 75; }
+  [ $i = 0 ] && echo "waiting for the $PM lock"; sleep 2; i=$((i+2))
+done
+set -f # --disablerepo=* is a word for dnf, not a glob
+opts=-y
+if [ -n "$ISO" ]; then
+  put_file /etc/yum.repos.d/capkk-iso.repo 644 "$REPO_SHA" "$REPO_B64"
+  opts="$opts --disablerepo=* --enablerepo=capkk-iso"
+fi
+# shellcheck disable=SC2086 # $opts holds several options (capkk constants)
+if [ "$UPDATE" = 1 ] || [ -n "$ISO" ]; then $PM $opts makecache; fi
+# shellcheck disable=SC2086
+$PM $opts install "$@"
+CHANGED=1
+[ "$CHANGED" = 1 ] && echo '@@capkk changed'
+true
+) 2>&1 </dev/null
+_rc=$?
+end_step "$STEP" "$_rc"
+[ "$_rc" = 0 ] || exit "$_rc"
