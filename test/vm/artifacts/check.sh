@@ -6,7 +6,7 @@
 #  - served by serve.sh on 127.0.0.1: the registry (htpasswd auth) serves the manifest and blobs of every image
 #    `kubeadm config images list` prints, refuses anonymous pulls and pushes; the mirror serves the files
 #    byte-identical; real apt reads the Debian repository and offers every package the repository service
-#    installs;
+#    installs; the built containerd pulls images through a hosts.toml with Basic auth, and is refused without;
 #  - each image's root filesystem runs its binary (chroot), kube-proxy's has a working iptables.
 # No silent skip: a missing prerequisite fails and is named. Needs root (chroot), curl, python3, apt-get.
 set -uo pipefail
@@ -156,6 +156,49 @@ if out=$(apt-get "${APT[@]}" install --simulate --no-install-recommends $NODE_AP
 else
   bad "apt-get install --simulate: $(echo "$out" | tail -5)"
 fi
+# The built containerd pulls through the registry the way a node does: containerd's config in the product's
+# format (version 2, pkg/service/src/containermanager.rs config_toml) and a hosts.toml like the one
+# containermanager writes for a private registry over plain HTTP with Basic auth (an Authorization header).
+C=$TMP/containerd
+REG=127.0.0.1:$rport
+mkdir -p "$C/certs.d/$REG"
+cat > "$C/config.toml" <<EOF
+version = 2
+root = "$C/root"
+state = "$C/state"
+
+[grpc]
+  address = "$C/containerd.sock"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$REG/pause:$PAUSE_VERSION"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = true
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$C/certs.d"
+EOF
+hosts_toml() { # [auth header]
+  printf 'server = "http://%s"\n\n[host."http://%s"]\n  capabilities = ["pull", "resolve", "push"]\n' "$REG" "$REG"
+  [ -z "${1:-}" ] || printf '  [host."http://%s".header]\n    Authorization = "Basic %s"\n' "$REG" "$1"
+}
+hosts_toml "$(printf '%s:%s' "$user" "$pass" | base64 -w0)" > "$C/certs.d/$REG/hosts.toml"
+"$B/containerd" --config "$C/config.toml" > "$C/containerd.log" 2>&1 &
+cpid=$!
+CRICTL=("$B/crictl" --runtime-endpoint "unix://$C/containerd.sock" --image-endpoint "unix://$C/containerd.sock" --timeout 60s)
+for i in $(seq 1 100); do "${CRICTL[@]}" version >/dev/null 2>&1 && break; sleep 0.3; done
+for img in "pause:$PAUSE_VERSION" "kube-proxy:$KUBE_VERSION"; do
+  if out=$("${CRICTL[@]}" pull "$REG/$img" 2>&1); then ok "containerd $CONTAINERD_VERSION pulls $REG/$img (hosts.toml, Basic auth)"
+  else bad "containerd could not pull $REG/$img: $out"; fi
+done
+hosts_toml > "$C/certs.d/$REG/hosts.toml"
+if out=$("${CRICTL[@]}" pull "$REG/coredns:$COREDNS_VERSION" 2>&1); then bad "containerd pulled without credentials"
+else expect_has "containerd without the Authorization header" "$out" "pull access denied"; fi
+kill "$cpid"; wait "$cpid" 2>/dev/null
+grep -o '/[^ ]*/containerd/root/[^ ]*' /proc/mounts 2>/dev/null | sort -r | xargs -r umount 2>/dev/null
 "$HERE/serve.sh" stop "$STATE"
 for n in mirror registry; do
   [ -e "$STATE/$n.pid" ] && bad "$n still has a pid file after stop" || ok "$n stopped"
