@@ -118,10 +118,10 @@ pub struct Args {
     /// Largest artifact (binary, archive, ISO) a download may bring into the cache, in bytes.
     #[arg(long, env = "CAPKK_MAX_ARTIFACT_BYTES", default_value_t = capkk_service::binary::cache::DEFAULT_MAX_ARTIFACT_BYTES)]
     pub max_artifact_bytes: u64,
-    /// The only directory `privateKeyPath` keys may be read from; empty (default) refuses `privateKeyPath`
-    /// (a path in a tenant's object must not read the manager's files).
-    #[arg(long, env = "CAPKK_PRIVATE_KEY_DIR", default_value = "")]
-    pub private_key_dir: PathBuf,
+    /// The only directory `privateKeyPath` keys may be read from; unset or empty (default) refuses
+    /// `privateKeyPath` (a path in a tenant's object must not read the manager's files).
+    #[arg(long, env = "CAPKK_PRIVATE_KEY_DIR")]
+    pub private_key_dir: Option<PathBuf>,
     /// Log format.
     #[arg(long, env = "CAPKK_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -336,9 +336,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let services = ServiceLayer::new(&args.artifact_cache_dir)
         .with_context(|| format!("artifact cache {}", args.artifact_cache_dir.display()))?;
     services.cache().set_max_artifact_bytes(args.max_artifact_bytes);
-    crate::hosts::set_private_key_dir(
-        Some(args.private_key_dir.clone()).filter(|d| !d.as_os_str().is_empty()),
-    );
+    crate::hosts::set_private_key_dir(args.private_key_dir.clone().filter(|d| !d.as_os_str().is_empty()));
     let pool = SshPool::new(PoolConfig {
         connect_timeout: args.ssh_connect_timeout,
         ..PoolConfig::default()
@@ -492,6 +490,22 @@ mod tests {
         assert_eq!(a.max_concurrent_hosts, 3);
         assert_eq!(a.quarantine_after, Duration::from_secs(20));
         assert_eq!(a.log_format, LogFormat::Text);
+        assert_eq!(
+            a.private_key_dir, None,
+            "privateKeyPath is off unless the operator names a directory"
+        );
+        assert_eq!(
+            a.max_artifact_bytes,
+            capkk_service::binary::cache::DEFAULT_MAX_ARTIFACT_BYTES
+        );
+        let a = Args::try_parse_from([
+            "manager",
+            "--private-key-dir=/etc/capkk/keys",
+            "--max-artifact-bytes=1024",
+        ])
+        .unwrap();
+        assert_eq!(a.private_key_dir, Some(PathBuf::from("/etc/capkk/keys")));
+        assert_eq!(a.max_artifact_bytes, 1024);
         let a = Args::try_parse_from(["manager", "--leader-elect=false", "--log-format=json"]).unwrap();
         assert!(!a.leader_elect);
         assert_eq!(a.log_format, LogFormat::Json);
