@@ -2,7 +2,7 @@
 #
 #   make deps         check (as root with apt: install) every machine prerequisite (hack/deps.list)
 #   make quickstart   local management plane + sandbox hosts + the provider, a cluster up end to end
-#   make test         every tier: unit + sandbox hosts, management plane, e2e
+#   make test         every tier: unit + sandbox hosts, management plane, e2e, the manager image
 #   make verify       fmt, clippy -D warnings, generated-CRD drift
 #   make help         all targets
 
@@ -12,11 +12,13 @@ CARGO ?= cargo
 IMG ?= ghcr.io/capkk-rs/capkk-manager:dev
 VERSION ?= v0.1.0
 OUT ?= _out
+# Container engine of `make image` (podman; options allowed, e.g. "podman --root DIR --runroot DIR").
+PODMAN ?= podman
 export CARGO_TERM_COLOR ?= never
 
 # Tiers of `make test`, in this order; each is a make target. All run even when one fails, and `make test`
 # ends with a table of their results and times. A new tier is one line: TEST_TIERS += my-tier (in its .mk).
-TEST_TIERS := test-build mgmt-bin test-unit test-integration e2e
+TEST_TIERS := test-build mgmt-bin test-unit test-integration e2e image-test
 # Tiers that start sandbox hosts (machine-global names): run under $(HOSTS_LOCK) when it is set, e.g.
 # HOSTS_LOCK="flock /tmp/capkk-hosts.lock" when several checkouts test on one machine.
 HOSTS_TIERS := test-unit test-integration e2e
@@ -39,7 +41,7 @@ include test/mgmt/mgmt.mk
 -include pkg/cloudinit/cloudinit.mk
 -include test/vm/artifacts/artifacts.mk
 
-.PHONY: help deps build test test-build test-unit test-integration verify fmt clippy crds verify-crds docker-build release-manifests clean
+.PHONY: help deps build test test-build test-unit test-integration verify fmt clippy crds verify-crds image image-test docker-build release-manifests clean
 
 help: ## show this help
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort | column -t -s $$'\t'
@@ -84,11 +86,23 @@ test: deps ## every tier (TEST_TIERS): all run, then a table of results and time
 
 quickstart: deps
 
-docker-build: ## build the manager image (needs a container engine)
+image: ## build the manager image $(IMG) with podman; bases made locally from Debian packages (no registry)
+	@set -e; bases=$$(PODMAN="$(PODMAN)" hack/image-bases.sh); t0=$$(date +%s); \
+	$(PODMAN) build --runtime runc --network host --ulimit nproc=4096:4096 --ulimit nofile=4096:4096 \
+	  $$(sed 's/^/--build-arg /' <<<"$$bases") -t $(IMG) -f Dockerfile . ; \
+	echo "image $(IMG): $$(( $$($(PODMAN) image inspect --format '{{.Size}}' $(IMG)) / 1000000 )) MB, built in $$(( $$(date +%s) - t0 ))s"
+
+image-test: image mgmt-up ## run the image (podman, runc, low ulimits): --help, health, metrics, the local management plane
+	PODMAN="$(PODMAN)" test/image/image-test.sh $(IMG)
+
+docker-build: ## the same image with Docker and public base images (build args BUILD_IMAGE, RUNTIME_IMAGE)
 	docker build -t $(IMG) .
 
-release-manifests: ## clusterctl local repository under $(OUT)/infrastructure-kubekey/$(VERSION)
+release-manifests: image ## clusterctl repository under $(OUT)/infrastructure-kubekey/$(VERSION) + the image as an OCI archive
 	test/release/release-manifests.sh $(OUT) $(VERSION) $(IMG)
+	rm -f $(OUT)/capkk-manager-$(VERSION).oci.tar
+	$(PODMAN) save --format oci-archive -o $(OUT)/capkk-manager-$(VERSION).oci.tar $(IMG)
+	@echo "image archive: $(OUT)/capkk-manager-$(VERSION).oci.tar ($$(du -m $(OUT)/capkk-manager-$(VERSION).oci.tar | cut -f1) MB)"
 
 clean: ## remove build outputs
 	$(CARGO) clean
