@@ -32,6 +32,8 @@ pub mod conditions {
     pub const PAUSED: &str = "Paused";
     /// KKCluster: hosts answer over SSH.
     pub const HOSTS_REACHABLE: &str = "HostsReachable";
+    /// KKCluster: no host address is also listed by another KKCluster of the namespace.
+    pub const ADDRESSES_UNIQUE: &str = "AddressesUnique";
     /// KKCluster: control-plane endpoint known.
     pub const ENDPOINT_READY: &str = "EndpointReady";
     /// KKMachine: a host is claimed.
@@ -88,4 +90,6 @@ pub mod reasons {
     pub const DELETING: &str = "Deleting";
     /// Quarantined.
     pub const QUARANTINED: &str = "Quarantined";
+    /// A host's address is listed by another KKCluster that holds it (claimed or quarantined there).
+    pub const ADDRESS_IN_USE: &str = "AddressInUse";
 }

@@ -7,8 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::common::{Auth, Bastion, Conditions, ContainerManager, Repository, Role};
 
-/// KKInstance: a host claimed by a KKMachine. Its name is the host name, so a host can be claimed once
-/// per namespace. Holds only references to credentials, never secret material.
+/// KKInstance: a host claimed by a KKMachine. Its name is `<kkcluster>.<host>`, so a host of one KKCluster
+/// can be claimed once (the create is the lock) and two KKClusters may both have a host `node1`. Holds only
+/// references to credentials, never secret material.
 #[derive(CustomResource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
 #[kube(
     group = "infrastructure.cluster.x-k8s.io",
@@ -104,9 +105,9 @@ pub struct Quarantine {
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct KKInstanceStatus {
-    /// pending, bootstrapping, running, failed, cleaning, cleaned, quarantined.
+    /// Where the host is in its life cycle (derived from spec, annotations and running host work).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state: Option<String>,
+    pub state: Option<InstanceState>,
     /// `step i/n: <name>` of the current or last run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<String>,
@@ -127,6 +128,50 @@ pub struct KKInstanceStatus {
     /// Generation last reconciled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+/// `KKInstance.status.state`: the host's place in its life cycle. The values are CAPKK's lower-case words.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum InstanceState {
+    /// Claimed; host work not started, or waiting to retry after a transient failure.
+    Pending,
+    /// Host work runs the phases before the bootstrap data.
+    Bootstrapping,
+    /// Host work runs the bootstrap data.
+    Provisioning,
+    /// Every phase finished; the bootstrap sentinel exists on the host.
+    Running,
+    /// A terminal failure: stays until the retry annotation is set.
+    Failed,
+    /// The host is being reset (release or deletion).
+    Cleaning,
+    /// The host was reset (or never touched) and is being freed.
+    Cleaned,
+    /// The host could not be reset: kept out of the pool until a person deletes the KKInstance.
+    Quarantined,
+}
+
+impl InstanceState {
+    /// The value as written in the status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InstanceState::Pending => "pending",
+            InstanceState::Bootstrapping => "bootstrapping",
+            InstanceState::Provisioning => "provisioning",
+            InstanceState::Running => "running",
+            InstanceState::Failed => "failed",
+            InstanceState::Cleaning => "cleaning",
+            InstanceState::Cleaned => "cleaned",
+            InstanceState::Quarantined => "quarantined",
+        }
+    }
+}
+
+impl std::fmt::Display for InstanceState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// One finished step of host work.

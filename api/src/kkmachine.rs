@@ -41,9 +41,10 @@ pub struct KKMachineSpec {
     #[serde(default, rename = "providerID", skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 512))]
     pub provider_id: Option<String>,
-    /// Name of the claimed KKInstance (= host name); set by the controller.
+    /// Name of the claimed KKInstance (`<kkcluster>.<host>`; a bare host name in objects claimed before
+    /// 0.2); set by the controller.
     #[serde(default, rename = "instanceID", skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 63))]
+    #[schemars(length(min = 1, max = 253))]
     pub instance_id: Option<String>,
     /// Roles a host must have to be claimed; a host qualifies when it has any of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -72,13 +73,30 @@ pub struct KKMachineStatus {
     pub addresses: Vec<MachineAddress>,
     /// Coarse phase: Pending, Claimed, Provisioning, Provisioned, Deleting, Failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
+    pub phase: Option<MachinePhase>,
     /// Progress of the host work: `step i/n: <name>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<String>,
     /// Generation last reconciled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+/// `KKMachine.status.phase`: a coarse summary for `kubectl get` (conditions carry the details).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+pub enum MachinePhase {
+    /// No host claimed yet (waiting for the cluster infrastructure, bootstrap data or a free host).
+    Pending,
+    /// A host is claimed; host work has not started.
+    Claimed,
+    /// Host work runs.
+    Provisioning,
+    /// The bootstrap data ran on the host.
+    Provisioned,
+    /// The host is being reset and freed.
+    Deleting,
+    /// Host work failed terminally or the host is quarantined.
+    Failed,
 }
 
 /// KKMachineTemplate: referenced by KubeadmControlPlane and MachineDeployments. The spec is immutable.

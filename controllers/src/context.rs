@@ -2,7 +2,7 @@
 //! registry.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -10,14 +10,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use capkk_api::KKInstance;
+use capkk_api::{HostProbe, KKCluster, KKInstance, KKMachine};
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
     Client, Resource, ResourceExt,
     runtime::{
         events::{Event, EventType, Recorder, Reporter},
-        reflector::ObjectRef,
+        reflector::{ObjectRef, Store},
     },
 };
 use tokio::{sync::Semaphore, task::JoinHandle};
@@ -42,8 +42,6 @@ pub struct Settings {
     pub quarantine_after: Duration,
     /// Bound on talking to a workload cluster.
     pub workload_timeout: Duration,
-    /// Field manager for writes.
-    pub field_manager: String,
 }
 
 impl Default for Settings {
@@ -56,7 +54,6 @@ impl Default for Settings {
             probe_interval: Duration::from_secs(300),
             quarantine_after: Duration::from_secs(600),
             workload_timeout: Duration::from_secs(10),
-            field_manager: "capkk-manager".into(),
         }
     }
 }
@@ -76,13 +73,25 @@ struct TaskEntry {
     stop: Arc<AtomicBool>,
 }
 
+/// A transient host-work failure: when to try again and why it failed.
+#[derive(Clone, Debug)]
+pub struct Retry {
+    /// Do not start host work again before this instant.
+    pub not_before: Instant,
+    /// What failed (for the `Ready` condition).
+    pub message: String,
+}
+
 /// Background host tasks keyed by KKInstance UID, bounded by a semaphore.
 pub struct TaskRegistry {
     tasks: Mutex<HashMap<String, TaskEntry>>,
     /// Global bound on hosts worked on at once.
     pub permits: Arc<Semaphore>,
-    /// Consecutive transient failures per UID (for backoff).
-    failures: Mutex<HashMap<String, u32>>,
+    /// Consecutive transient failures per UID and when to retry.
+    failures: Mutex<HashMap<String, (u32, Retry)>>,
+    /// UIDs whose task ended since the last reconcile looked (their object is re-read from the API: the
+    /// cache may not have the task's last writes yet).
+    finished: Mutex<HashSet<String>>,
 }
 
 impl TaskRegistry {
@@ -92,6 +101,7 @@ impl TaskRegistry {
             tasks: Mutex::new(HashMap::new()),
             permits: Arc::new(Semaphore::new(max.max(1))),
             failures: Mutex::new(HashMap::new()),
+            finished: Mutex::new(HashSet::new()),
         }
     }
 
@@ -166,13 +176,217 @@ impl TaskRegistry {
         }
     }
 
-    /// Record a transient failure of `uid`; returns the backoff before the next attempt.
-    pub fn transient_failure(&self, uid: &str) -> Duration {
+    /// Called by a task as its last act: the next reconcile of `uid` reads the object fresh.
+    pub fn mark_finished(&self, uid: &str) {
+        if let Ok(mut f) = self.finished.lock() {
+            f.insert(uid.to_owned());
+        }
+    }
+
+    /// True (once) when the task of `uid` ended since the last call.
+    pub fn take_finished(&self, uid: &str) -> bool {
+        self.finished.lock().map(|mut f| f.remove(uid)).unwrap_or(false)
+    }
+
+    /// Record a transient failure of `uid`'s host work; returns the backoff before the next attempt. The
+    /// task ends at once (it does not sleep through the backoff holding its slot).
+    pub fn transient_failure(&self, uid: &str, message: &str) -> Duration {
+        let Ok(mut f) = self.failures.lock() else {
+            return backoff(1);
+        };
+        let n = f.get(uid).map(|(n, _)| n + 1).unwrap_or(1);
+        let d = backoff(n);
+        f.insert(
+            uid.to_owned(),
+            (
+                n,
+                Retry {
+                    not_before: Instant::now() + d,
+                    message: message.to_owned(),
+                },
+            ),
+        );
+        d
+    }
+
+    /// Forget the failures of `uid` (host work succeeded, a retry was requested, or the object is gone).
+    pub fn succeeded(&self, uid: &str) {
+        if let Ok(mut f) = self.failures.lock() {
+            f.remove(uid);
+        }
+    }
+
+    /// The pending retry of `uid` after a transient failure, if any.
+    pub fn retry(&self, uid: &str) -> Option<Retry> {
+        self.failures
+            .lock()
+            .ok()
+            .and_then(|f| f.get(uid).map(|(_, r)| r.clone()))
+    }
+}
+
+/// Background host probes per KKCluster UID and their latest results.
+#[derive(Default)]
+pub struct ProbeRegistry {
+    entries: Mutex<HashMap<String, ProbeEntry>>,
+}
+
+struct ProbeEntry {
+    started: Instant,
+    generation: Option<i64>,
+    handle: JoinHandle<()>,
+    result: Option<Vec<HostProbe>>,
+}
+
+impl ProbeRegistry {
+    /// True when a probe of KKCluster `uid` should start: none runs, and it was never probed, its spec
+    /// changed since, or the last probe is older than `interval`.
+    pub fn due(&self, uid: &str, generation: Option<i64>, interval: Duration) -> bool {
+        let Ok(e) = self.entries.lock() else {
+            return false;
+        };
+        match e.get(uid) {
+            None => true,
+            Some(p) if !p.handle.is_finished() => false,
+            Some(p) => p.generation != generation || p.started.elapsed() >= interval,
+        }
+    }
+
+    /// Track a started probe (the previous result stays until the new one arrives).
+    pub fn start(&self, uid: &str, generation: Option<i64>, handle: JoinHandle<()>) {
+        if let Ok(mut e) = self.entries.lock() {
+            let result = e.remove(uid).and_then(|p| p.result);
+            e.insert(
+                uid.to_owned(),
+                ProbeEntry {
+                    started: Instant::now(),
+                    generation,
+                    handle,
+                    result,
+                },
+            );
+        }
+    }
+
+    /// Store the result of the probe of `uid`.
+    pub fn finish(&self, uid: &str, probes: Vec<HostProbe>) {
+        if let Ok(mut e) = self.entries.lock()
+            && let Some(p) = e.get_mut(uid)
+        {
+            p.result = Some(probes);
+        }
+    }
+
+    /// The latest probe results of `uid`.
+    pub fn latest(&self, uid: &str) -> Option<Vec<HostProbe>> {
+        self.entries
+            .lock()
+            .ok()
+            .and_then(|e| e.get(uid).and_then(|p| p.result.clone()))
+    }
+
+    /// Stop and forget the probes of a deleted KKCluster.
+    pub fn forget(&self, uid: &str) {
+        if let Ok(mut e) = self.entries.lock()
+            && let Some(p) = e.remove(uid)
+        {
+            p.handle.abort();
+        }
+    }
+
+    /// Abort every probe (shutdown).
+    pub fn abort_all(&self) {
+        if let Ok(mut e) = self.entries.lock() {
+            for (_, p) in e.drain() {
+                p.handle.abort();
+            }
+        }
+    }
+}
+
+/// The controllers' reflector caches: claims, claim records and pool accounting read these instead of
+/// listing from the API server on every reconcile. A stale read is safe where it is used: creating a
+/// KKInstance is still the lock, and a missing entry falls back to the API.
+#[derive(Clone)]
+pub struct Stores {
+    /// Every KKInstance the manager watches.
+    pub instances: Store<KKInstance>,
+    /// Every KKMachine the manager watches.
+    pub machines: Store<KKMachine>,
+    /// Every KKCluster the manager watches.
+    pub clusters: Store<KKCluster>,
+}
+
+/// Bound on waiting for a cache's first list (the manager just started).
+const STORE_READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Stores {
+    async fn ready<K>(store: &Store<K>)
+    where
+        K: kube::Resource + Clone + 'static,
+        K::DynamicType: std::hash::Hash + Eq + Clone,
+    {
+        let _ = tokio::time::timeout(STORE_READY_TIMEOUT, store.wait_until_ready()).await;
+    }
+
+    /// The KKInstances of namespace `ns`.
+    pub async fn instances_in(&self, ns: &str) -> Vec<KKInstance> {
+        Self::ready(&self.instances).await;
+        self.instances
+            .state()
+            .iter()
+            .filter(|i| i.namespace().as_deref() == Some(ns))
+            .map(|i| (**i).clone())
+            .collect()
+    }
+
+    /// The KKClusters of namespace `ns`.
+    pub async fn clusters_in(&self, ns: &str) -> Vec<KKCluster> {
+        Self::ready(&self.clusters).await;
+        self.clusters
+            .state()
+            .iter()
+            .filter(|c| c.namespace().as_deref() == Some(ns))
+            .map(|c| (**c).clone())
+            .collect()
+    }
+
+    /// The KKMachine `ns/name`, if cached.
+    pub async fn machine(&self, ns: &str, name: &str) -> Option<Arc<KKMachine>> {
+        Self::ready(&self.machines).await;
+        self.machines.get(&ObjectRef::new(name).within(ns))
+    }
+
+    /// The KKCluster `ns/name`, if cached.
+    pub async fn cluster(&self, ns: &str, name: &str) -> Option<Arc<KKCluster>> {
+        Self::ready(&self.clusters).await;
+        self.clusters.get(&ObjectRef::new(name).within(ns))
+    }
+}
+
+/// Channels that make a controller reconcile an object now (a background task finished).
+#[derive(Clone)]
+pub struct Triggers {
+    /// KKInstance reconciles (host work finished).
+    pub instances: UnboundedSender<ObjectRef<KKInstance>>,
+    /// KKCluster reconciles (probes finished).
+    pub clusters: UnboundedSender<ObjectRef<KKCluster>>,
+}
+
+/// Consecutive reconcile failures per object (`"{KIND}/{uid}"`), for [`crate::reconcile::error_policy`].
+#[derive(Default)]
+pub struct Backoff {
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Backoff {
+    /// Count a failure of `key`; returns how long to wait before the next attempt.
+    pub fn failed(&self, key: &str) -> Duration {
         let n = self
             .failures
             .lock()
             .map(|mut f| {
-                let e = f.entry(uid.to_owned()).or_insert(0);
+                let e = f.entry(key.to_owned()).or_insert(0);
                 *e += 1;
                 *e
             })
@@ -180,22 +394,30 @@ impl TaskRegistry {
         backoff(n)
     }
 
-    /// Forget the failures of `uid`.
-    pub fn succeeded(&self, uid: &str) {
+    /// Forget `key` (a successful reconcile).
+    pub fn reset(&self, key: &str) {
         if let Ok(mut f) = self.failures.lock() {
-            f.remove(uid);
+            f.remove(key);
         }
     }
 
-    /// The backoff for `uid` now (zero when it has not failed).
-    pub fn current_backoff(&self, uid: &str) -> Duration {
-        let n = self
-            .failures
+    /// Consecutive failures of `key`.
+    pub fn attempts(&self, key: &str) -> u32 {
+        self.failures
             .lock()
             .ok()
-            .and_then(|f| f.get(uid).copied())
-            .unwrap_or(0);
-        if n == 0 { Duration::ZERO } else { backoff(n) }
+            .and_then(|f| f.get(key).copied())
+            .unwrap_or(0)
+    }
+
+    /// Number of keys tracked (objects currently failing).
+    pub fn len(&self) -> usize {
+        self.failures.lock().map(|f| f.len()).unwrap_or(0)
+    }
+
+    /// True when no object is failing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -226,40 +448,22 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Background host tasks.
     pub tasks: TaskRegistry,
+    /// Reconcile failures per object (backoff).
+    pub backoff: Backoff,
     /// Event recorder.
     pub recorder: Recorder,
-    /// Triggers a KKInstance reconcile (task finished).
-    pub instance_trigger: UnboundedSender<ObjectRef<KKInstance>>,
+    /// Host probes per KKCluster.
+    pub probes: ProbeRegistry,
+    /// Reconcile-now channels for background work.
+    pub triggers: Triggers,
+    /// The controllers' caches.
+    pub stores: Stores,
     /// When the manager started (for logs).
     pub started: Instant,
-    probes: Mutex<HashMap<String, Instant>>,
+    throttles: Mutex<HashMap<String, Instant>>,
 }
 
 impl Context {
-    /// The shared body of every kind's `error_policy`: a pending cleanup retries at its own pace, a conflict
-    /// retries at once, anything else backs off per object (`key` is `<kind prefix>/<uid>`).
-    pub fn requeue_after_error(
-        &self,
-        kind: &str,
-        key: &str,
-        name: &str,
-        err: &crate::Error,
-    ) -> kube::runtime::controller::Action {
-        use kube::runtime::controller::Action;
-        if let crate::Error::CleanupPending { what, retry } = err {
-            tracing::debug!(object = %name, %what, "deletion waits");
-            return Action::requeue(*retry);
-        }
-        self.metrics.failed(kind, err.metric_label());
-        let delay = if err.is_conflict() {
-            Duration::from_millis(500)
-        } else {
-            self.tasks.transient_failure(key)
-        };
-        warn!(kind, object = %name, error = %err, ?delay, "reconcile failed");
-        Action::requeue(delay)
-    }
-
     /// Build the context.
     pub fn new(
         client: Client,
@@ -267,7 +471,8 @@ impl Context {
         ssh: Arc<dyn SshFactory>,
         services: Arc<dyn HostServices>,
         metrics: Arc<Metrics>,
-        instance_trigger: UnboundedSender<ObjectRef<KKInstance>>,
+        triggers: Triggers,
+        stores: Stores,
     ) -> Self {
         let recorder = Recorder::new(
             client.clone(),
@@ -278,30 +483,24 @@ impl Context {
         );
         Self {
             tasks: TaskRegistry::new(settings.max_concurrent_hosts),
+            backoff: Backoff::default(),
             client,
             settings,
             ssh,
             services,
             metrics,
             recorder,
-            instance_trigger,
+            probes: ProbeRegistry::default(),
+            triggers,
+            stores,
             started: Instant::now(),
-            probes: Mutex::new(HashMap::new()),
+            throttles: Mutex::new(HashMap::new()),
         }
-    }
-
-    /// True when the KKCluster `uid` has not been probed within the probe interval.
-    pub fn probe_due(&self, uid: &str) -> bool {
-        self.probes
-            .lock()
-            .ok()
-            .and_then(|p| p.get(uid).map(|t| t.elapsed() >= self.settings.probe_interval))
-            .unwrap_or(true)
     }
 
     /// True at most once per `every` for `key` (rate-limits work triggered by frequent reconciles).
     pub fn throttle(&self, key: &str, every: Duration) -> bool {
-        let Ok(mut p) = self.probes.lock() else {
+        let Ok(mut p) = self.throttles.lock() else {
             return true;
         };
         match p.get(key) {
@@ -310,13 +509,6 @@ impl Context {
                 p.insert(key.to_owned(), Instant::now());
                 true
             }
-        }
-    }
-
-    /// Note that the KKCluster `uid` was probed now.
-    pub fn probed(&self, uid: &str) {
-        if let Ok(mut p) = self.probes.lock() {
-            p.insert(uid.to_owned(), Instant::now());
         }
     }
 
@@ -367,7 +559,16 @@ impl Context {
     /// Ask for a reconcile of a KKInstance.
     pub fn trigger_instance(&self, name: &str, ns: &str) {
         let _ = self
-            .instance_trigger
+            .triggers
+            .instances
+            .unbounded_send(ObjectRef::new(name).within(ns));
+    }
+
+    /// Ask for a reconcile of a KKCluster.
+    pub fn trigger_cluster(&self, name: &str, ns: &str) {
+        let _ = self
+            .triggers
+            .clusters
             .unbounded_send(ObjectRef::new(name).within(ns));
     }
 }
@@ -397,5 +598,42 @@ mod tests {
         assert!(backoff(1) >= Duration::from_secs(5));
         assert!(backoff(2) > backoff(1));
         assert!(backoff(30) <= Duration::from_secs(300));
+    }
+
+    #[test]
+    fn a_success_resets_the_backoff_so_the_next_failure_waits_the_minimum() {
+        let b = Backoff::default();
+        let key = "KKInstance/uid-1";
+        let first = b.failed(key);
+        for _ in 0..4 {
+            b.failed(key);
+        }
+        assert!(b.failed(key) > first, "failures lengthen the backoff");
+        crate::reconcile::settle(&b, key, &Ok(kube::runtime::controller::Action::await_change()));
+        assert_eq!(b.attempts(key), 0);
+        assert!(b.is_empty(), "the key is dropped, not kept at zero");
+        assert_eq!(b.failed(key), first);
+    }
+
+    #[test]
+    fn a_failed_reconcile_keeps_the_backoff() {
+        let b = Backoff::default();
+        let key = "KKCluster/uid-2";
+        b.failed(key);
+        let err = crate::Error::ResolveCredentials("x".into());
+        crate::reconcile::settle(&b, key, &Err(err));
+        assert_eq!(b.attempts(key), 1);
+    }
+
+    #[tokio::test]
+    async fn a_transient_host_failure_records_when_to_retry_and_success_clears_it() {
+        let r = TaskRegistry::new(1);
+        let d = r.transient_failure("u", "host unreachable");
+        let retry = r.retry("u").expect("recorded");
+        assert_eq!(retry.message, "host unreachable");
+        assert!(retry.not_before > Instant::now() + d / 2);
+        assert!(r.transient_failure("u", "again") > d);
+        r.succeeded("u");
+        assert!(r.retry("u").is_none());
     }
 }

@@ -1,120 +1,94 @@
-//! KKCluster reconciler: owner Cluster, pause, inventory validation, host probes, control-plane endpoint,
-//! `status.initialization.provisioned`; deletion waits for every KKMachine and claimed KKInstance.
+//! KKCluster reconciler: owner Cluster, pause, inventory validation, addresses shared with other
+//! KKClusters, host probes (background), control-plane endpoint, `status.initialization.provisioned`;
+//! deletion waits for every KKMachine and claimed KKInstance.
 
-use std::{collections::HashSet, sync::Arc, time::Duration};
+use std::{collections::HashSet, sync::Arc};
 
+use async_trait::async_trait;
 use capkk_api::{
     ApiEndpoint, HostProbe, KKCluster, KKClusterStatus, KKInstance, KKMachine, Role,
     consts::{KKCLUSTER_FINALIZER, KKCLUSTER_NAME_LABEL, conditions as cond, reasons},
 };
 use capkk_executor::ExecRequest;
 use futures::{StreamExt, stream};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{
     Api, ResourceExt,
     api::{ListParams, Patch, PatchParams},
-    runtime::{controller::Action, finalizer, finalizer::Event},
+    runtime::controller::Action,
 };
 use serde_json::json;
-use tracing::{debug, info, instrument, warn};
+use tracing::{info, warn};
 
 use crate::{
     capi::{Cluster, capi_owner},
     conditions,
-    context::{Context, externally_managed, paused_annotation},
+    context::Context,
     error::{Error, Result},
     hosts::{self, HostDial},
+    reconcile::{Owner, Reconciler, requeue},
 };
 
-const KIND: &str = "KKCluster";
+/// The owner Cluster.
+pub struct ClusterOwner(pub Cluster);
 
-/// Reconcile one KKCluster.
-#[instrument(skip_all, fields(kkcluster = %obj.name_any(), ns = obj.namespace().unwrap_or_default()))]
-pub async fn reconcile(obj: Arc<KKCluster>, ctx: Arc<Context>) -> Result<Action> {
-    let start = std::time::Instant::now();
-    let res = reconcile_inner(obj, &ctx).await;
-    ctx.metrics.reconciled(KIND, start.elapsed());
-    res
-}
+#[async_trait]
+impl Reconciler for KKCluster {
+    const KIND: &'static str = "KKCluster";
+    const FINALIZER: &'static str = KKCLUSTER_FINALIZER;
+    type Status = KKClusterStatus;
+    type Owner = ClusterOwner;
 
-/// Requeue with backoff on errors.
-pub fn error_policy(obj: Arc<KKCluster>, err: &Error, ctx: Arc<Context>) -> Action {
-    let key = format!("kkc/{}", obj.uid().unwrap_or_default());
-    ctx.requeue_after_error(KIND, &key, &obj.name_any(), err)
-}
+    fn status(&self) -> Option<&KKClusterStatus> {
+        self.status.as_ref()
+    }
 
-async fn reconcile_inner(obj: Arc<KKCluster>, ctx: &Context) -> Result<Action> {
-    if !ctx.passes_filter(&*obj) {
-        return Ok(Action::await_change());
+    fn conditions(status: &mut KKClusterStatus) -> &mut Vec<Condition> {
+        &mut status.conditions
     }
-    if externally_managed(&*obj) {
-        debug!("externally managed, skipping");
-        return Ok(Action::await_change());
-    }
-    let ns = obj.namespace().unwrap_or_default();
-    let Some(owner) = capi_owner(&obj.metadata, "Cluster").cloned() else {
-        info!("waiting for the owner Cluster to set its ownerReference");
-        return Ok(Action::await_change());
-    };
-    let clusters: Api<Cluster> = Api::namespaced(ctx.client.clone(), &ns);
-    let Some(cluster) = clusters
-        .get_opt(&owner.name)
-        .await
-        .map_err(Error::kube(format!("get Cluster {ns}/{}", owner.name)))?
-    else {
-        info!(cluster = %owner.name, "owner Cluster not found yet");
-        return Ok(Action::requeue(Duration::from_secs(10)));
-    };
-    let api: Api<KKCluster> = Api::namespaced(ctx.client.clone(), &ns);
-    let paused = cluster.spec.paused == Some(true) || paused_annotation(&*obj);
-    if paused {
-        info!("paused");
-        let mut status = obj.status.clone().unwrap_or_default();
-        conditions::set(
-            &mut status.conditions,
-            cond::PAUSED,
-            true,
-            reasons::PAUSED,
-            "",
-            obj.metadata.generation,
-        );
-        write_status(&api, &obj, status, ctx).await?;
-        return Ok(Action::await_change());
-    }
-    let res = finalizer(&api, KKCLUSTER_FINALIZER, obj, |ev| async {
-        match ev {
-            Event::Apply(o) => apply(o, &cluster, ctx).await,
-            Event::Cleanup(o) => cleanup(o, ctx).await,
+
+    async fn owner(&self, ctx: &Context) -> Result<Owner<ClusterOwner>> {
+        let Some(owner) = capi_owner(&self.metadata, "Cluster").cloned() else {
+            return Ok(Owner::Missing {
+                what: "the owner Cluster to set its ownerReference".into(),
+                retry: None,
+            });
+        };
+        let ns = self.namespace().unwrap_or_default();
+        match Api::<Cluster>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(&owner.name)
+            .await
+            .map_err(Error::kube(format!("get Cluster {ns}/{}", owner.name)))?
+        {
+            Some(c) => Ok(Owner::Found(ClusterOwner(c))),
+            None => Ok(Owner::Missing {
+                what: format!("Cluster {}", owner.name),
+                retry: Some(requeue::OWNER_MISSING),
+            }),
         }
-    })
-    .await
-    .map_err(Error::from)?;
-    ctx.tasks.succeeded(&format!("kkc/{}", owner.uid));
-    Ok(res)
-}
-
-async fn write_status(
-    api: &Api<KKCluster>,
-    obj: &KKCluster,
-    status: KKClusterStatus,
-    ctx: &Context,
-) -> Result<()> {
-    let old = obj.status.clone().unwrap_or_default();
-    if conditions::same(&old.conditions, &status.conditions)
-        && old.hosts == status.hosts
-        && old.initialization == status.initialization
-        && old.observed_generation == status.observed_generation
-    {
-        return Ok(());
     }
-    let patch = json!({ "status": status });
-    api.patch_status(
-        &obj.name_any(),
-        &PatchParams::apply(&ctx.settings.field_manager),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map_err(Error::kube(format!("patch KKCluster {} status", obj.name_any())))?;
-    Ok(())
+
+    fn owner_paused(owner: &ClusterOwner) -> bool {
+        owner.0.spec.paused == Some(true)
+    }
+
+    async fn apply(
+        obj: Arc<Self>,
+        owner: ClusterOwner,
+        ctx: &Arc<Context>,
+        status: &mut KKClusterStatus,
+    ) -> Result<Action> {
+        apply(obj, &owner.0, ctx, status).await
+    }
+
+    async fn cleanup(
+        obj: Arc<Self>,
+        _owner: Option<ClusterOwner>,
+        ctx: &Arc<Context>,
+        status: &mut KKClusterStatus,
+    ) -> Result<Action> {
+        cleanup(obj, ctx, status).await
+    }
 }
 
 /// Validate the inventory; the error names the field.
@@ -302,20 +276,36 @@ async fn probe_host(
     probe
 }
 
-async fn apply(kkc: Arc<KKCluster>, cluster: &Cluster, ctx: &Context) -> Result<Action> {
+/// Addresses of `kkc` that another KKCluster of the namespace also lists: `(address, host, other KKCluster,
+/// other host)`, in inventory order.
+pub fn shared_addresses(kkc: &KKCluster, others: &[KKCluster]) -> Vec<(String, String, String, String)> {
+    let mut out = Vec::new();
+    for h in &kkc.spec.nodes.instances {
+        for o in others.iter().filter(|o| o.name_any() != kkc.name_any()) {
+            if let Some(oh) = o
+                .spec
+                .nodes
+                .instances
+                .iter()
+                .find(|x| x.address.trim().eq_ignore_ascii_case(h.address.trim()))
+            {
+                out.push((h.address.clone(), h.name.clone(), o.name_any(), oh.name.clone()));
+            }
+        }
+    }
+    out
+}
+
+async fn apply(
+    kkc: Arc<KKCluster>,
+    cluster: &Cluster,
+    ctx: &Arc<Context>,
+    status: &mut KKClusterStatus,
+) -> Result<Action> {
     let ns = kkc.namespace().unwrap_or_default();
     let name = kkc.name_any();
     let api: Api<KKCluster> = Api::namespaced(ctx.client.clone(), &ns);
     let gen_ = kkc.metadata.generation;
-    let mut status = kkc.status.clone().unwrap_or_default();
-    conditions::set(
-        &mut status.conditions,
-        cond::PAUSED,
-        false,
-        reasons::NOT_PAUSED,
-        "",
-        gen_,
-    );
 
     if let Err(e) = validate(&kkc) {
         let reason = if e.to_string().contains("not supported") {
@@ -323,7 +313,7 @@ async fn apply(kkc: Arc<KKCluster>, cluster: &Cluster, ctx: &Context) -> Result<
         } else {
             reasons::INVALID_SPEC
         };
-        warn!(error = %e, "invalid inventory");
+        warn!(error = %e, "Refusing an invalid inventory");
         conditions::set(
             &mut status.conditions,
             cond::READY,
@@ -333,7 +323,6 @@ async fn apply(kkc: Arc<KKCluster>, cluster: &Cluster, ctx: &Context) -> Result<
             gen_,
         );
         status.observed_generation = gen_;
-        write_status(&api, &kkc, status, ctx).await?;
         ctx.event(&*kkc, true, reason, "Validate", e.to_string()).await;
         return Ok(Action::await_change());
     }
@@ -348,7 +337,6 @@ async fn apply(kkc: Arc<KKCluster>, cluster: &Cluster, ctx: &Context) -> Result<
             "no control-plane endpoint: set spec.controlPlaneEndpoint or spec.controlPlaneLoadBalancer.host, or give a host the control-plane role",
             gen_,
         );
-        write_status(&api, &kkc, status, ctx).await?;
         return Ok(Action::await_change());
     };
     if kkc.spec.control_plane_endpoint.as_ref() != Some(&endpoint) {
@@ -358,7 +346,7 @@ async fn apply(kkc: Arc<KKCluster>, cluster: &Cluster, ctx: &Context) -> Result<
             .map_err(Error::kube(format!(
                 "set KKCluster {name} spec.controlPlaneEndpoint"
             )))?;
-        info!(host = ?endpoint.host, port = ?endpoint.port, "control-plane endpoint set");
+        info!(host = ?endpoint.host, port = ?endpoint.port, "Setting the control-plane endpoint");
     }
     conditions::set(
         &mut status.conditions,
@@ -373,89 +361,115 @@ async fn apply(kkc: Arc<KKCluster>, cluster: &Cluster, ctx: &Context) -> Result<
         gen_,
     );
 
-    // Host pool accounting.
-    let instances: Api<KKInstance> = Api::namespaced(ctx.client.clone(), &ns);
-    let all = instances
-        .list(&ListParams::default())
-        .await
-        .map_err(Error::kube("list KKInstances"))?;
-    let mut claimed = 0;
-    let mut quarantined = 0;
-    for h in &kkc.spec.nodes.instances {
-        if let Some(i) = all.items.iter().find(|i| i.name_any() == h.name) {
-            if i.spec.quarantine.is_some() {
-                quarantined += 1;
-            } else {
-                claimed += 1;
-            }
+    // Addresses another KKCluster also lists: whichever claims such a host first holds it, the other's
+    // claim is refused (KKMachine). Both KKClusters say so.
+    let others = ctx.stores.clusters_in(&ns).await;
+    let shared = shared_addresses(&kkc, &others);
+    if shared.is_empty() {
+        conditions::set(
+            &mut status.conditions,
+            cond::ADDRESSES_UNIQUE,
+            true,
+            reasons::READY,
+            "",
+            gen_,
+        );
+    } else {
+        let list: Vec<String> = shared
+            .iter()
+            .map(|(a, h, o, oh)| format!("{a} (host {h}) is also host {oh} of KKCluster {o}"))
+            .collect();
+        let msg = format!(
+            "{}; a host is provisioned for one KKCluster at a time: the other's claim is refused",
+            list.join("; ")
+        );
+        let changed =
+            conditions::get(&status.conditions, cond::ADDRESSES_UNIQUE).is_none_or(|c| c.message != msg);
+        conditions::set(
+            &mut status.conditions,
+            cond::ADDRESSES_UNIQUE,
+            false,
+            reasons::ADDRESS_IN_USE,
+            &msg,
+            gen_,
+        );
+        if changed {
+            warn!("{msg}");
+            ctx.event(&*kkc, true, reasons::ADDRESS_IN_USE, "Validate", msg)
+                .await;
         }
     }
-    let total = kkc.spec.nodes.instances.len() as i64;
-    ctx.metrics
-        .set_hosts(&ns, &name, total - claimed - quarantined, claimed, quarantined);
 
-    // Probe hosts (bounded concurrency) when the spec changed or the last probe is old.
+    // Host pool accounting.
+    let all: Vec<KKInstance> = ctx
+        .stores
+        .instances_in(&ns)
+        .await
+        .into_iter()
+        .filter(|i| i.spec.cluster_name.as_deref() == Some(name.as_str()))
+        .collect();
+    let quarantined = all.iter().filter(|i| i.spec.quarantine.is_some()).count() as i64;
+    let claimed = all.len() as i64 - quarantined;
+    let total = kkc.spec.nodes.instances.len() as i64;
+    ctx.metrics.set_hosts(
+        &ns,
+        &name,
+        (total - claimed - quarantined).max(0),
+        claimed,
+        quarantined,
+    );
+
+    // Probes run in the background (100 unreachable hosts must not hold a reconcile for minutes) and
+    // report here through the registry.
     let uid = kkc.uid().unwrap_or_default();
-    let due = status.observed_generation != gen_ || status.hosts.is_empty() || ctx.probe_due(&uid);
-    if due {
-        ctx.probed(&uid);
-        let recorded = |h: &str| {
-            all.items
+    if ctx.probes.due(&uid, gen_, ctx.settings.probe_interval) {
+        start_probes(ctx, &kkc, &all);
+    }
+    match ctx.probes.latest(&uid) {
+        Some(probes) => {
+            let bad: Vec<String> = probes
                 .iter()
-                .find(|i| i.name_any() == h)
-                .and_then(|i| i.spec.host_key.clone())
-                // An unclaimed host keeps the key its first probe saw (no re-trust on every probe).
-                .or_else(|| {
-                    kkc.spec
-                        .nodes
-                        .instances
-                        .iter()
-                        .find(|i| i.name == h)
-                        .and_then(|i| hosts::probed_host_key(&kkc, i))
+                .filter(|p| !p.reachable || p.message.is_some())
+                .map(|p| {
+                    format!(
+                        "{}: {}",
+                        p.name,
+                        p.message.clone().unwrap_or_else(|| "unreachable".into())
+                    )
                 })
-        };
-        let futs: Vec<_> = kkc
-            .spec
-            .nodes
-            .instances
-            .iter()
-            .map(|h| probe_host(ctx, &kkc, h, recorded(&h.name)))
-            .collect();
-        let probes: Vec<HostProbe> = stream::iter(futs)
-            .buffered(ctx.settings.probe_concurrency.max(1))
-            .collect()
-            .await;
-        let bad: Vec<String> = probes
-            .iter()
-            .filter(|p| !p.reachable || p.message.is_some())
-            .map(|p| {
-                format!(
-                    "{}: {}",
-                    p.name,
-                    p.message.clone().unwrap_or_else(|| "unreachable".into())
-                )
-            })
-            .collect();
-        if bad.is_empty() {
-            conditions::set(
+                .collect();
+            if bad.is_empty() {
+                conditions::set(
+                    &mut status.conditions,
+                    cond::HOSTS_REACHABLE,
+                    true,
+                    reasons::READY,
+                    format!("{} hosts answered", probes.len()),
+                    gen_,
+                );
+            } else {
+                conditions::set(
+                    &mut status.conditions,
+                    cond::HOSTS_REACHABLE,
+                    false,
+                    reasons::UNREACHABLE,
+                    bad.join("; "),
+                    gen_,
+                );
+            }
+            status.hosts = probes;
+        }
+        None if conditions::get(&status.conditions, cond::HOSTS_REACHABLE).is_none() => {
+            conditions::set_raw(
                 &mut status.conditions,
                 cond::HOSTS_REACHABLE,
-                true,
-                reasons::READY,
-                format!("{} hosts answered", probes.len()),
-                gen_,
-            );
-        } else {
-            conditions::set(
-                &mut status.conditions,
-                cond::HOSTS_REACHABLE,
-                false,
-                reasons::UNREACHABLE,
-                bad.join("; "),
+                "Unknown",
+                reasons::IN_PROGRESS,
+                format!("probing {} hosts", kkc.spec.nodes.instances.len()),
                 gen_,
             );
         }
-        status.hosts = probes;
+        None => {}
     }
 
     status.initialization = Some(capkk_api::Initialization {
@@ -470,18 +484,57 @@ async fn apply(kkc: Arc<KKCluster>, cluster: &Cluster, ctx: &Context) -> Result<
         gen_,
     );
     status.observed_generation = gen_;
-    write_status(&api, &kkc, status, ctx).await?;
     Ok(Action::requeue(ctx.settings.probe_interval))
 }
 
-async fn cleanup(kkc: Arc<KKCluster>, ctx: &Context) -> Result<Action> {
+/// Probe every host of `kkc` in a tracked background task; the result is kept in the probe registry and
+/// the KKCluster is reconciled again to report it.
+fn start_probes(ctx: &Arc<Context>, kkc: &KKCluster, claims: &[KKInstance]) {
+    let uid = kkc.uid().unwrap_or_default();
+    let recorded: Vec<Option<String>> = kkc
+        .spec
+        .nodes
+        .instances
+        .iter()
+        .map(|h| {
+            claims
+                .iter()
+                .find(|i| i.spec.name == h.name)
+                .and_then(|i| i.spec.host_key.clone())
+                // An unclaimed host keeps the key its first probe saw (no re-trust on every probe).
+                .or_else(|| hosts::probed_host_key(kkc, h))
+        })
+        .collect();
+    let task_ctx = ctx.clone();
+    let task_kkc = kkc.clone();
+    let task_uid = uid.clone();
+    let handle = tokio::spawn(async move {
+        let ctx = task_ctx;
+        let kkc = task_kkc;
+        let futs: Vec<_> = kkc
+            .spec
+            .nodes
+            .instances
+            .iter()
+            .zip(recorded)
+            .map(|(h, r)| probe_host(&ctx, &kkc, h, r))
+            .collect();
+        let probes: Vec<HostProbe> = stream::iter(futs)
+            .buffered(ctx.settings.probe_concurrency.max(1))
+            .collect()
+            .await;
+        ctx.probes.finish(&task_uid, probes);
+        ctx.trigger_cluster(&kkc.name_any(), &kkc.namespace().unwrap_or_default());
+    });
+    ctx.probes.start(&uid, kkc.metadata.generation, handle);
+}
+
+async fn cleanup(kkc: Arc<KKCluster>, ctx: &Context, status: &mut KKClusterStatus) -> Result<Action> {
     let ns = kkc.namespace().unwrap_or_default();
     let name = kkc.name_any();
-    let api: Api<KKCluster> = Api::namespaced(ctx.client.clone(), &ns);
     let lp = ListParams::default();
     let machines: Api<KKMachine> = Api::namespaced(ctx.client.clone(), &ns);
     let instances: Api<KKInstance> = Api::namespaced(ctx.client.clone(), &ns);
-    let host_names: HashSet<&str> = kkc.spec.nodes.instances.iter().map(|h| h.name.as_str()).collect();
     let ms: Vec<String> = machines
         .list(&lp)
         .await
@@ -498,19 +551,20 @@ async fn cleanup(kkc: Arc<KKCluster>, ctx: &Context) -> Result<Action> {
         .items
         .into_iter()
         .filter(|i| {
-            (i.spec.cluster_name.as_deref() == Some(&name) || host_names.contains(i.name_any().as_str()))
+            (i.spec.cluster_name.as_deref() == Some(&name)
+                || i.labels().get(KKCLUSTER_NAME_LABEL) == Some(&name))
                 && i.spec.quarantine.is_none()
         })
         .map(|i| i.name_any())
         .collect();
     if ms.is_empty() && is.is_empty() {
-        info!("no KKMachine or claimed KKInstance left; removing finalizer");
+        info!("No KKMachine or claimed KKInstance left; removing the finalizer");
         ctx.metrics.set_hosts(&ns, &name, 0, 0, 0);
+        ctx.probes.forget(&kkc.uid().unwrap_or_default());
         return Ok(Action::await_change());
     }
     let msg = format!("waiting for KKMachines {ms:?} and KKInstances {is:?} to be deleted");
     info!("{msg}");
-    let mut status = kkc.status.clone().unwrap_or_default();
     conditions::set(
         &mut status.conditions,
         cond::READY,
@@ -519,10 +573,9 @@ async fn cleanup(kkc: Arc<KKCluster>, ctx: &Context) -> Result<Action> {
         msg,
         kkc.metadata.generation,
     );
-    write_status(&api, &kkc, status, ctx).await?;
     Err(Error::pending(
         "KKMachines/KKInstances of this KKCluster",
-        Duration::from_secs(5),
+        requeue::CLEANUP_POLL,
     ))
 }
 
@@ -576,6 +629,27 @@ mod tests {
                 .contains("spec.distribution")
         );
         assert!(validate(&kkc(vec![host("a", "1.1.1.1")])).is_ok());
+    }
+
+    #[test]
+    fn an_address_listed_by_two_kkclusters_is_reported_on_both() {
+        let mut a = kkc(vec![host("node1", "10.0.0.1"), host("node2", "10.0.0.2")]);
+        a.metadata.name = Some("a".into());
+        let mut b = kkc(vec![host("node1", "10.0.0.9"), host("x", "10.0.0.2")]);
+        b.metadata.name = Some("b".into());
+        let all = vec![a.clone(), b.clone()];
+        assert_eq!(
+            shared_addresses(&a, &all),
+            vec![("10.0.0.2".into(), "node2".into(), "b".into(), "x".into())]
+        );
+        assert_eq!(
+            shared_addresses(&b, &all),
+            vec![("10.0.0.2".into(), "x".into(), "a".into(), "node2".into())]
+        );
+        // The same host name in two KKClusters is fine.
+        let mut c = kkc(vec![host("node1", "10.0.0.3")]);
+        c.metadata.name = Some("c".into());
+        assert!(shared_addresses(&c, &[a, b, c.clone()]).is_empty());
     }
 
     #[test]

@@ -1,153 +1,172 @@
-//! KKMachine reconciler: the InfraMachine contract. Claims a host by creating its KKInstance (AlreadyExists
-//! means taken), records the claim in the spec, mirrors the KKInstance's progress and patches the workload
-//! Node's providerID.
+//! KKMachine reconciler: the InfraMachine contract. Claims a host by creating its KKInstance
+//! `<kkcluster>.<host>` (AlreadyExists means taken), refuses an address another KKCluster holds, records the
+//! claim in the spec, mirrors the KKInstance's progress and patches the workload Node's providerID.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, net::IpAddr, sync::Arc, time::Duration};
 
+use async_trait::async_trait;
 use capkk_api::{
-    KKCluster, KKInstance, KKInstanceSpec, KKMachine, KKMachineStatus, MachineAddress, Role, SecretRef,
+    InstanceState, KKCluster, KKInstance, KKInstanceSpec, KKMachine, KKMachineStatus, MachineAddress,
+    MachinePhase, Role, SecretRef,
     consts::{
         CLUSTER_NAME_LABEL, KKCLUSTER_NAME_LABEL, KKMACHINE_FINALIZER, WATCH_FILTER_LABEL,
         conditions as cond, reasons,
     },
 };
 use k8s_openapi::{
-    api::core::v1::{Node, Secret},
-    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
+    api::core::v1::{Node, ObjectReference, Secret},
+    apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference},
 };
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
     config::{KubeConfigOptions, Kubeconfig},
-    runtime::{controller::Action, finalizer, finalizer::Event},
+    runtime::controller::Action,
 };
 use serde_json::json;
-use tracing::{debug, info, instrument, warn};
+use tracing::{debug, info, warn};
 
 use crate::{
     annotations,
     capi::{CONTROL_PLANE_LABEL, Cluster, Machine, capi_owner},
     conditions,
-    context::{Context, externally_managed, paused_annotation},
+    context::Context,
     error::{Error, Result, is_conflict},
     hosts,
+    reconcile::{Owner, Reconciler, apply_status, requeue},
 };
 
-const KIND: &str = "KKMachine";
+/// The field manager of `KKInstance.status.nodeRef` (written by the KKMachine reconciler).
+pub const NODE_REF_FIELD_MANAGER: &str = "capkk-manager/noderef";
 
-/// CAPKK's provider ID form.
-pub fn provider_id(kkcluster: &str, instance: &str) -> String {
-    format!("kk:///{kkcluster}/{instance}")
+/// Bound on connecting to a workload cluster's API server.
+const WORKLOAD_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bound on one read from a workload cluster's API server.
+const WORKLOAD_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Label on a KKInstance: a hash of its address, so claims of one address are found with one selector
+/// (two KKClusters listing the same address must never both provision it).
+pub const ADDRESS_LABEL: &str = "kkinstance.infrastructure.cluster.x-k8s.io/address-hash";
+
+/// CAPKK's provider ID form: `kk:///<kkcluster>/<host>`.
+pub fn provider_id(kkcluster: &str, host: &str) -> String {
+    format!("kk:///{kkcluster}/{host}")
 }
 
-/// Reconcile one KKMachine.
-#[instrument(skip_all, fields(kkmachine = %obj.name_any(), ns = obj.namespace().unwrap_or_default()))]
-pub async fn reconcile(obj: Arc<KKMachine>, ctx: Arc<Context>) -> Result<Action> {
-    let start = std::time::Instant::now();
-    let res = reconcile_inner(obj, &ctx).await;
-    ctx.metrics.reconciled(KIND, start.elapsed());
-    res
+/// The name of the KKInstance claiming `host` of `kkcluster`: `<kkcluster>.<host>`. Unambiguous because
+/// host names are DNS labels (no dots). Names longer than an object name allows keep a hash of the
+/// KKCluster name instead of its tail.
+pub fn instance_name(kkcluster: &str, host: &str) -> String {
+    let name = format!("{kkcluster}.{host}");
+    if name.len() <= 253 {
+        return name;
+    }
+    let keep = 253 - host.len() - 1 - 17;
+    let mut cut = keep.min(kkcluster.len());
+    while !kkcluster.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let prefix = kkcluster[..cut].trim_end_matches(['-', '.']);
+    format!("{prefix}-{:016x}.{host}", fnv1a(kkcluster.as_bytes()))
 }
 
-/// Requeue with backoff on errors.
-pub fn error_policy(obj: Arc<KKMachine>, err: &Error, ctx: Arc<Context>) -> Action {
-    let key = format!("kkm/{}", obj.uid().unwrap_or_default());
-    ctx.requeue_after_error(KIND, &key, &obj.name_any(), err)
+/// The value of [`ADDRESS_LABEL`] for an address (label values allow 63 characters; addresses 253).
+pub fn address_hash(address: &str) -> String {
+    format!("{:016x}", fnv1a(address.trim().to_ascii_lowercase().as_bytes()))
 }
 
-async fn reconcile_inner(obj: Arc<KKMachine>, ctx: &Context) -> Result<Action> {
-    if !ctx.passes_filter(&*obj) {
-        return Ok(Action::await_change());
-    }
-    if externally_managed(&*obj) {
-        debug!("externally managed, skipping");
-        return Ok(Action::await_change());
-    }
-    let ns = obj.namespace().unwrap_or_default();
-    let Some(owner) = capi_owner(&obj.metadata, "Machine").cloned() else {
-        info!("waiting for the owner Machine to set its ownerReference");
-        return Ok(Action::await_change());
-    };
-    let machines: Api<Machine> = Api::namespaced(ctx.client.clone(), &ns);
-    let Some(machine) = machines
-        .get_opt(&owner.name)
-        .await
-        .map_err(Error::kube(format!("get Machine {ns}/{}", owner.name)))?
-    else {
-        info!(machine = %owner.name, "owner Machine not found");
-        return Ok(Action::requeue(Duration::from_secs(10)));
-    };
-    let cluster_name = if machine.spec.cluster_name.is_empty() {
-        machine
-            .labels()
-            .get(CLUSTER_NAME_LABEL)
-            .cloned()
-            .unwrap_or_default()
-    } else {
-        machine.spec.cluster_name.clone()
-    };
-    let clusters: Api<Cluster> = Api::namespaced(ctx.client.clone(), &ns);
-    let Some(cluster) = clusters
-        .get_opt(&cluster_name)
-        .await
-        .map_err(Error::kube(format!("get Cluster {ns}/{cluster_name}")))?
-    else {
-        info!(cluster = %cluster_name, "Cluster not found");
-        return Ok(Action::requeue(Duration::from_secs(10)));
-    };
-    let api: Api<KKMachine> = Api::namespaced(ctx.client.clone(), &ns);
-    if cluster.spec.paused == Some(true) || paused_annotation(&*obj) {
-        info!("paused");
-        let mut status = obj.status.clone().unwrap_or_default();
-        conditions::set(
-            &mut status.conditions,
-            cond::PAUSED,
-            true,
-            reasons::PAUSED,
-            "",
-            obj.metadata.generation,
-        );
-        write_status(&api, &obj, status, ctx).await?;
-        return Ok(Action::await_change());
-    }
-    let uid = obj.uid().unwrap_or_default();
-    let res = finalizer(&api, KKMACHINE_FINALIZER, obj, |ev| async {
-        match ev {
-            Event::Apply(o) => apply(o, &machine, &cluster, ctx).await,
-            Event::Cleanup(o) => cleanup(o, ctx).await,
-        }
+/// 64-bit FNV-1a: a stable, dependency-free hash for names and labels (not for security).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
-    .await
-    .map_err(Error::from)?;
-    ctx.tasks.succeeded(&format!("kkm/{uid}"));
-    Ok(res)
 }
 
-async fn write_status(
-    api: &Api<KKMachine>,
-    obj: &KKMachine,
-    status: KKMachineStatus,
-    ctx: &Context,
-) -> Result<()> {
-    let old = obj.status.clone().unwrap_or_default();
-    if conditions::same(&old.conditions, &status.conditions)
-        && old.addresses == status.addresses
-        && old.initialization == status.initialization
-        && old.phase == status.phase
-        && old.step == status.step
-        && old.observed_generation == status.observed_generation
-    {
-        return Ok(());
+/// The owner Machine and its Cluster.
+pub struct MachineOwner {
+    /// The owner Machine.
+    pub machine: Machine,
+    /// Its Cluster.
+    pub cluster: Cluster,
+}
+
+#[async_trait]
+impl Reconciler for KKMachine {
+    const KIND: &'static str = "KKMachine";
+    const FINALIZER: &'static str = KKMACHINE_FINALIZER;
+    type Status = KKMachineStatus;
+    type Owner = MachineOwner;
+
+    fn status(&self) -> Option<&KKMachineStatus> {
+        self.status.as_ref()
     }
-    let patch = json!({ "status": status });
-    api.patch_status(
-        &obj.name_any(),
-        &PatchParams::apply(&ctx.settings.field_manager),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map_err(Error::kube(format!("patch KKMachine {} status", obj.name_any())))?;
-    Ok(())
+
+    fn conditions(status: &mut KKMachineStatus) -> &mut Vec<Condition> {
+        &mut status.conditions
+    }
+
+    async fn owner(&self, ctx: &Context) -> Result<Owner<MachineOwner>> {
+        let ns = self.namespace().unwrap_or_default();
+        let Some(owner) = capi_owner(&self.metadata, "Machine").cloned() else {
+            return Ok(Owner::Missing {
+                what: "the owner Machine to set its ownerReference".into(),
+                retry: None,
+            });
+        };
+        let machines: Api<Machine> = Api::namespaced(ctx.client.clone(), &ns);
+        let Some(machine) = machines
+            .get_opt(&owner.name)
+            .await
+            .map_err(Error::kube(format!("get Machine {ns}/{}", owner.name)))?
+        else {
+            return Ok(Owner::Missing {
+                what: format!("Machine {}", owner.name),
+                retry: Some(requeue::OWNER_MISSING),
+            });
+        };
+        let cluster_name = if machine.spec.cluster_name.is_empty() {
+            machine
+                .labels()
+                .get(CLUSTER_NAME_LABEL)
+                .cloned()
+                .unwrap_or_default()
+        } else {
+            machine.spec.cluster_name.clone()
+        };
+        let Some(cluster) = Api::<Cluster>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(&cluster_name)
+            .await
+            .map_err(Error::kube(format!("get Cluster {ns}/{cluster_name}")))?
+        else {
+            return Ok(Owner::Missing {
+                what: format!("Cluster {cluster_name}"),
+                retry: Some(requeue::OWNER_MISSING),
+            });
+        };
+        Ok(Owner::Found(MachineOwner { machine, cluster }))
+    }
+
+    fn owner_paused(owner: &MachineOwner) -> bool {
+        owner.cluster.spec.paused == Some(true)
+    }
+
+    async fn apply(
+        obj: Arc<Self>,
+        owner: MachineOwner,
+        ctx: &Arc<Context>,
+        status: &mut KKMachineStatus,
+    ) -> Result<Action> {
+        apply(obj, &owner.machine, &owner.cluster, ctx, status).await
+    }
+
+    async fn cleanup(
+        obj: Arc<Self>,
+        _owner: Option<MachineOwner>,
+        ctx: &Arc<Context>,
+        status: &mut KKMachineStatus,
+    ) -> Result<Action> {
+        cleanup(obj, ctx, status).await
+    }
 }
 
 /// The roles a host must serve: the KKMachine's, else derived from the Machine's control-plane label.
@@ -168,21 +187,17 @@ fn controlled_by(i: &KKInstance, uid: &str) -> bool {
         .any(|o| o.controller == Some(true) && o.uid == uid)
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn apply(km: Arc<KKMachine>, machine: &Machine, cluster: &Cluster, ctx: &Context) -> Result<Action> {
+async fn apply(
+    km: Arc<KKMachine>,
+    machine: &Machine,
+    cluster: &Cluster,
+    ctx: &Context,
+    status: &mut KKMachineStatus,
+) -> Result<Action> {
     let ns = km.namespace().unwrap_or_default();
     let name = km.name_any();
     let gen_ = km.metadata.generation;
     let api: Api<KKMachine> = Api::namespaced(ctx.client.clone(), &ns);
-    let mut status = km.status.clone().unwrap_or_default();
-    conditions::set(
-        &mut status.conditions,
-        cond::PAUSED,
-        false,
-        reasons::NOT_PAUSED,
-        "",
-        gen_,
-    );
     status.observed_generation = gen_;
 
     // The KKCluster.
@@ -201,14 +216,15 @@ async fn apply(km: Arc<KKMachine>, machine: &Machine, cluster: &Cluster, ctx: &C
             msg,
             gen_,
         );
-        write_status(&api, &km, status, ctx).await?;
-        return Ok(Action::requeue(Duration::from_secs(30)));
+        return Ok(Action::requeue(requeue::NOT_KKCLUSTER));
     };
-    let kkcs: Api<KKCluster> = Api::namespaced(ctx.client.clone(), &ns);
-    let kkc = kkcs
-        .get_opt(&infra.name)
-        .await
-        .map_err(Error::kube(format!("get KKCluster {ns}/{}", infra.name)))?;
+    let kkc = match ctx.stores.cluster(&ns, &infra.name).await {
+        Some(k) => Some((*k).clone()),
+        None => Api::<KKCluster>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(&infra.name)
+            .await
+            .map_err(Error::kube(format!("get KKCluster {ns}/{}", infra.name)))?,
+    };
     let provisioned = kkc
         .as_ref()
         .and_then(|k| k.status.as_ref())
@@ -216,7 +232,7 @@ async fn apply(km: Arc<KKMachine>, machine: &Machine, cluster: &Cluster, ctx: &C
         .and_then(|i| i.provisioned)
         == Some(true);
     let Some(kkc) = kkc.filter(|_| provisioned) else {
-        info!(kkcluster = %infra.name, "waiting for the cluster infrastructure");
+        info!(kkcluster = %infra.name, "Waiting for the cluster infrastructure");
         conditions::set(
             &mut status.conditions,
             cond::READY,
@@ -225,9 +241,8 @@ async fn apply(km: Arc<KKMachine>, machine: &Machine, cluster: &Cluster, ctx: &C
             format!("KKCluster {} is not provisioned yet", infra.name),
             gen_,
         );
-        status.phase.get_or_insert_with(|| "Pending".into());
-        write_status(&api, &km, status, ctx).await?;
-        return Ok(Action::requeue(Duration::from_secs(15)));
+        status.phase.get_or_insert(MachinePhase::Pending);
+        return Ok(Action::requeue(requeue::INFRA_NOT_READY));
     };
 
     // Labels used by the KKCluster's deletion and by CAPI.
@@ -248,7 +263,7 @@ async fn apply(km: Arc<KKMachine>, machine: &Machine, cluster: &Cluster, ctx: &C
         .clone()
         .filter(|s| !s.is_empty())
     else {
-        info!("waiting for Machine.spec.bootstrap.dataSecretName");
+        info!("Waiting for Machine.spec.bootstrap.dataSecretName");
         conditions::set(
             &mut status.conditions,
             cond::READY,
@@ -257,13 +272,11 @@ async fn apply(km: Arc<KKMachine>, machine: &Machine, cluster: &Cluster, ctx: &C
             "waiting for the bootstrap provider to set Machine.spec.bootstrap.dataSecretName",
             gen_,
         );
-        status.phase.get_or_insert_with(|| "Pending".into());
-        write_status(&api, &km, status, ctx).await?;
+        status.phase.get_or_insert(MachinePhase::Pending);
         return Ok(Action::await_change());
     };
 
-    let claim = claim(&km, rv, machine, &kkc, &secret_name, ctx).await?;
-    let inst = match claim {
+    let inst = match claim(&km, rv, machine, &kkc, &secret_name, ctx).await? {
         Claim::Held(i) => i,
         Claim::Waiting {
             reason,
@@ -287,14 +300,12 @@ async fn apply(km: Arc<KKMachine>, machine: &Machine, cluster: &Cluster, ctx: &C
                 &message,
                 gen_,
             );
-            status.phase = Some("Pending".into());
-            write_status(&api, &km, status, ctx).await?;
+            status.phase = Some(MachinePhase::Pending);
             return Ok(Action::requeue(retry));
         }
     };
-    mirror(&mut status, &inst, gen_);
+    mirror(status, &inst, gen_);
     let done = status.initialization.as_ref().and_then(|i| i.provisioned) == Some(true);
-    write_status(&api, &km, status, ctx).await?;
 
     if done
         && machine
@@ -305,9 +316,9 @@ async fn apply(km: Arc<KKMachine>, machine: &Machine, cluster: &Cluster, ctx: &C
     {
         if !ctx.throttle(
             &format!("node/{}", km.uid().unwrap_or_default()),
-            Duration::from_secs(15),
+            requeue::NODE_THROTTLE,
         ) {
-            return Ok(Action::requeue(Duration::from_secs(15)));
+            return Ok(Action::requeue(requeue::NODE_THROTTLE));
         }
         let cluster_name = cluster.name_any();
         match tokio::time::timeout(
@@ -316,18 +327,53 @@ async fn apply(km: Arc<KKMachine>, machine: &Machine, cluster: &Cluster, ctx: &C
         )
         .await
         {
-            Ok(Ok(true)) => info!(node = %inst.spec.name, "workload Node carries the providerID"),
-            Ok(Ok(false)) => debug!(node = %inst.spec.name, "workload Node not registered yet"),
-            Ok(Err(e)) => debug!(error = %e, "workload cluster not reachable yet"),
-            Err(_) => debug!("workload cluster did not answer in time"),
+            Ok(Ok(Some(node))) => {
+                info!(node = %node.name_any(), "Workload Node carries the providerID");
+                record_node_ref(ctx, &inst, &node).await?;
+            }
+            Ok(Ok(None)) => debug!(node = %inst.spec.name, "Workload Node not registered yet"),
+            Ok(Err(e)) => debug!(error = %e, "Workload cluster not reachable yet"),
+            Err(_) => debug!("Workload cluster did not answer in time"),
         }
-        return Ok(Action::requeue(Duration::from_secs(20)));
+        return Ok(Action::requeue(requeue::NODE_POLL));
     }
     if done {
-        Ok(Action::requeue(Duration::from_secs(600)))
+        Ok(Action::requeue(requeue::PROVISIONED_RESYNC))
     } else {
-        Ok(Action::requeue(Duration::from_secs(30)))
+        Ok(Action::requeue(requeue::MACHINE_WORK))
     }
+}
+
+/// The machine addresses of a host: InternalIP, ExternalIP (ExternalDNS when the SSH address is a name),
+/// Hostname.
+pub fn addresses(inst: &KKInstance) -> Vec<MachineAddress> {
+    let internal = inst
+        .spec
+        .internal_address
+        .clone()
+        .filter(|a| !a.is_empty())
+        .unwrap_or_else(|| inst.spec.address.clone());
+    let external_type = if inst.spec.address.parse::<IpAddr>().is_ok() {
+        "ExternalIP"
+    } else {
+        "ExternalDNS"
+    };
+    let mut addrs = vec![
+        MachineAddress {
+            type_: "InternalIP".into(),
+            address: internal,
+        },
+        MachineAddress {
+            type_: external_type.into(),
+            address: inst.spec.address.clone(),
+        },
+        MachineAddress {
+            type_: "Hostname".into(),
+            address: inst.spec.name.clone(),
+        },
+    ];
+    addrs.dedup();
+    addrs
 }
 
 /// Copy the KKInstance's progress into the KKMachine status.
@@ -360,43 +406,24 @@ pub fn mirror(status: &mut KKMachineStatus, inst: &KKInstance, gen_: Option<i64>
             gen_,
         ),
     }
+    // `Running` is re-derived from the KKInstance's annotations, so it holds again after `clusterctl move`
+    // (which copies neither status); the `Provisioned` condition is host work's own report.
     let provisioned = conditions::is_true(&ist.conditions, cond::PROVISIONED)
+        || ist.state == Some(InstanceState::Running)
         || status.initialization.as_ref().and_then(|i| i.provisioned) == Some(true);
     if provisioned {
         status.initialization = Some(capkk_api::Initialization {
             provisioned: Some(true),
         });
-        let mut addrs = vec![MachineAddress {
-            type_: "InternalIP".into(),
-            address: inst
-                .spec
-                .internal_address
-                .clone()
-                .unwrap_or_else(|| inst.spec.address.clone()),
-        }];
-        addrs.push(MachineAddress {
-            type_: "ExternalIP".into(),
-            address: inst.spec.address.clone(),
-        });
-        addrs.push(MachineAddress {
-            type_: "Hostname".into(),
-            address: inst.spec.name.clone(),
-        });
-        addrs.dedup();
-        status.addresses = addrs;
+        status.addresses = addresses(inst);
     }
     status.step = ist.step.clone();
-    let state = ist.state.clone().unwrap_or_default();
-    status.phase = Some(
-        match (provisioned, state.as_str()) {
-            (_, "quarantined") => "Failed",
-            (_, "failed") => "Failed",
-            (true, _) => "Provisioned",
-            (false, "") | (false, "pending") => "Claimed",
-            (false, _) => "Provisioning",
-        }
-        .into(),
-    );
+    status.phase = Some(match (provisioned, ist.state) {
+        (_, Some(InstanceState::Quarantined | InstanceState::Failed)) => MachinePhase::Failed,
+        (true, _) => MachinePhase::Provisioned,
+        (false, None | Some(InstanceState::Pending)) => MachinePhase::Claimed,
+        (false, _) => MachinePhase::Provisioning,
+    });
     let instance_ready = ready.is_some_and(|c| c.status == "True");
     if provisioned && instance_ready {
         conditions::set(
@@ -426,7 +453,7 @@ pub enum Claim {
         /// Condition message.
         message: String,
         /// Retry after.
-        retry: Duration,
+        retry: std::time::Duration,
     },
 }
 
@@ -435,6 +462,7 @@ fn new_instance(
     machine: &Machine,
     kkc: &KKCluster,
     host: &capkk_api::InstanceInfo,
+    name: &str,
     secret: &str,
 ) -> KKInstance {
     let ns = km.namespace().unwrap_or_default();
@@ -447,6 +475,7 @@ fn new_instance(
         labels.insert(CLUSTER_NAME_LABEL.to_owned(), c.clone());
     }
     labels.insert(KKCLUSTER_NAME_LABEL.to_owned(), kkc.name_any());
+    labels.insert(ADDRESS_LABEL.to_owned(), address_hash(&host.address));
     if let Some(f) = km.labels().get(WATCH_FILTER_LABEL) {
         labels.insert(WATCH_FILTER_LABEL.to_owned(), f.clone());
     }
@@ -465,7 +494,7 @@ fn new_instance(
     });
     KKInstance {
         metadata: ObjectMeta {
-            name: Some(host.name.clone()),
+            name: Some(name.to_owned()),
             namespace: Some(ns),
             labels: Some(labels),
             owner_references: Some(vec![owner]),
@@ -500,17 +529,19 @@ async fn record_claim(
     api: &Api<KKMachine>,
     km: &KKMachine,
     rv: Option<String>,
-    kkc: &str,
-    host: &str,
+    inst: &KKInstance,
 ) -> Result<()> {
-    let mut patch = json!({ "spec": { "instanceID": host, "providerID": provider_id(kkc, host) } });
+    let kkc = inst.spec.cluster_name.clone().unwrap_or_default();
+    let name = inst.name_any();
+    let mut patch =
+        json!({ "spec": { "instanceID": name, "providerID": provider_id(&kkc, &inst.spec.name) } });
     if let Some(rv) = rv {
         patch["metadata"] = json!({ "resourceVersion": rv });
     }
     api.patch(&km.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(Error::kube(format!(
-            "record claim of host {host} in KKMachine {}",
+            "record claim of KKInstance {name} in KKMachine {}",
             km.name_any()
         )))?;
     Ok(())
@@ -518,10 +549,76 @@ async fn record_claim(
 
 async fn release_stray(instances: &Api<KKInstance>, i: &KKInstance) {
     // A claim this KKMachine made but did not record (lost a race): nothing ran on the host yet. Only called
-    // once spec.instanceID (immutable) names another host, so the stray can never become the recorded one.
+    // for claims that can never become the recorded one (spec.instanceID names another KKInstance, or the
+    // claim was given up before recording it).
     if let Err(e) = instances.delete(&i.name_any(), &DeleteParams::default()).await {
-        warn!(instance = %i.name_any(), error = %e, "deleting an unrecorded claim failed");
+        warn!(instance = %i.name_any(), error = %e, "Deleting an unrecorded claim failed");
     }
+}
+
+/// True when `i` claims `host` of KKCluster `kkc` (by name `<kkc>.<host>`, or by spec for claims named
+/// after the bare host by earlier versions).
+fn claims_host(i: &KKInstance, kkc: &str, host: &str) -> bool {
+    i.name_any() == instance_name(kkc, host)
+        || (i.spec.name == host && i.spec.cluster_name.as_deref() == Some(kkc))
+}
+
+/// The KKInstance of another KKCluster that holds `address`, if any. Deleted ones still hold it (their
+/// host is being reset), quarantined ones too.
+pub fn address_holder<'a>(all: &'a [KKInstance], kkc: &str, address: &str) -> Option<&'a KKInstance> {
+    all.iter().find(|i| {
+        i.spec.address.eq_ignore_ascii_case(address.trim()) && i.spec.cluster_name.as_deref() != Some(kkc)
+    })
+}
+
+/// The hosts of `kkc` a KKMachine with `roles` may try, in inventory order, and the free ones refused because
+/// another KKCluster holds their address. A host is taken when any KKInstance claims it.
+pub fn choose_hosts<'a>(
+    kkc: &'a KKCluster,
+    roles: &[Role],
+    all: &[KKInstance],
+) -> (Vec<&'a capkk_api::InstanceInfo>, Vec<String>) {
+    let kkc_name = kkc.name_any();
+    let mut candidates = Vec::new();
+    let mut refused = Vec::new();
+    for h in kkc
+        .spec
+        .nodes
+        .instances
+        .iter()
+        .filter(|h| roles.iter().any(|r| r.served_by(&h.roles())))
+        .filter(|h| !all.iter().any(|i| claims_host(i, &kkc_name, &h.name)))
+    {
+        match address_holder(all, &kkc_name, &h.address) {
+            Some(holder) => refused.push(format!(
+                "{} ({}) is held by KKInstance {} of KKCluster {}",
+                h.name,
+                h.address,
+                holder.name_any(),
+                holder.spec.cluster_name.clone().unwrap_or_default()
+            )),
+            None => candidates.push(h),
+        }
+    }
+    (candidates, refused)
+}
+
+/// Another claim of the created KKInstance's address (made meanwhile by another KKCluster's machine): the
+/// name lock of the create does not cover addresses, so both sides look after creating and the one that
+/// sees the other gives up — at most one claim of an address is ever recorded.
+async fn competing_claim(instances: &Api<KKInstance>, created: &KKInstance) -> Result<Option<String>> {
+    let lp = ListParams::default().labels(&format!(
+        "{ADDRESS_LABEL}={}",
+        address_hash(&created.spec.address)
+    ));
+    Ok(instances
+        .list(&lp)
+        .await
+        .map_err(Error::kube("list KKInstances by address"))?
+        .items
+        .into_iter()
+        .find(|i| i.uid() != created.uid() && i.spec.address.eq_ignore_ascii_case(&created.spec.address))
+        .map(|i| i.name_any()))
 }
 
 async fn claim(
@@ -534,13 +631,11 @@ async fn claim(
 ) -> Result<Claim> {
     let ns = km.namespace().unwrap_or_default();
     let uid = km.uid().unwrap_or_default();
+    let kkc_name = kkc.name_any();
     let api: Api<KKMachine> = Api::namespaced(ctx.client.clone(), &ns);
     let instances: Api<KKInstance> = Api::namespaced(ctx.client.clone(), &ns);
-    let all = instances
-        .list(&ListParams::default())
-        .await
-        .map_err(Error::kube("list KKInstances"))?
-        .items;
+    // From the cache: a claim decided on a stale view is still safe (the create is the lock).
+    let all = ctx.stores.instances_in(&ns).await;
     let owned: Vec<&KKInstance> = all.iter().filter(|i| controlled_by(i, &uid)).collect();
 
     if let Some(id) = km.spec.instance_id.clone() {
@@ -559,61 +654,89 @@ async fn claim(
             return Ok(Claim::Waiting {
                 reason: reasons::NO_HOST_AVAILABLE.into(),
                 message: format!(
-                    "host {id} recorded in spec.instanceID is held by another object (quarantined or claimed elsewhere)"
+                    "KKInstance {id} recorded in spec.instanceID is held by another object (quarantined or claimed elsewhere)"
                 ),
-                retry: Duration::from_secs(30),
+                retry: requeue::HOST_HELD_ELSEWHERE,
             });
         }
-        // The claim record is gone (e.g. deleted by hand): re-create it for the same host.
-        let Some(host) = kkc.spec.nodes.instances.iter().find(|h| h.name == id) else {
+        // The claim record is gone (e.g. deleted by hand): re-create it for the same host, same name.
+        let Some(host) = kkc
+            .spec
+            .nodes
+            .instances
+            .iter()
+            .find(|h| instance_name(&kkc_name, &h.name) == id || h.name == id)
+        else {
             return Ok(Claim::Waiting {
                 reason: reasons::INVALID_SPEC.into(),
                 message: format!(
-                    "host {id} from spec.instanceID is not in KKCluster {} spec.nodes.instances",
-                    kkc.name_any()
+                    "KKInstance {id} from spec.instanceID names no host of KKCluster {kkc_name} spec.nodes.instances"
                 ),
-                retry: Duration::from_secs(60),
+                retry: requeue::INVALID_CLAIM,
             });
         };
-        let inst = new_instance(km, machine, kkc, host, secret);
+        if let Some(holder) = address_holder(&all, &kkc_name, &host.address) {
+            return Ok(Claim::Waiting {
+                reason: reasons::ADDRESS_IN_USE.into(),
+                message: format!(
+                    "address {} of host {} is held by KKInstance {} of KKCluster {}",
+                    host.address,
+                    host.name,
+                    holder.name_any(),
+                    holder.spec.cluster_name.clone().unwrap_or_default()
+                ),
+                retry: requeue::HOST_HELD_ELSEWHERE,
+            });
+        }
+        let inst = new_instance(km, machine, kkc, host, &id, secret);
         return match instances.create(&PostParams::default(), &inst).await {
             Ok(i) => Ok(Claim::Held(Box::new(i))),
-            Err(e) if is_conflict(&e) => Ok(Claim::Waiting {
-                reason: reasons::NO_HOST_AVAILABLE.into(),
-                message: format!("host {id} was taken by another claim"),
-                retry: Duration::from_secs(30),
-            }),
+            Err(e) if is_conflict(&e) => match instances
+                .get_opt(&id)
+                .await
+                .map_err(Error::kube(format!("get KKInstance {ns}/{id}")))?
+            {
+                // The cache had not seen this KKMachine's own claim yet.
+                Some(i) if controlled_by(&i, &uid) => Ok(Claim::Held(Box::new(i))),
+                _ => Ok(Claim::Waiting {
+                    reason: reasons::NO_HOST_AVAILABLE.into(),
+                    message: format!("KKInstance {id} was taken by another claim"),
+                    retry: requeue::HOST_HELD_ELSEWHERE,
+                }),
+            },
             Err(e) => Err(Error::kube(format!("re-create claim KKInstance {ns}/{id}"))(e)),
         };
     }
 
     // A claim made by an earlier reconcile that did not get recorded (crash between the two writes).
     if let Some(i) = owned.iter().find(|i| i.metadata.deletion_timestamp.is_none()) {
-        record_claim(&api, km, rv, &kkc.name_any(), &i.name_any()).await?;
-        info!(host = %i.name_any(), "adopted an unrecorded claim");
+        record_claim(&api, km, rv, i).await?;
+        info!(instance = %i.name_any(), "Adopting an unrecorded claim");
         return Ok(Claim::Held(Box::new((*i).clone())));
     }
 
     let roles = wanted_roles(km, machine);
-    let taken: std::collections::HashSet<String> = all.iter().map(|i| i.name_any()).collect();
-    let candidates: Vec<&capkk_api::InstanceInfo> = kkc
-        .spec
-        .nodes
-        .instances
-        .iter()
-        .filter(|h| roles.iter().any(|r| r.served_by(&h.roles())))
-        .filter(|h| !taken.contains(&h.name))
-        .collect();
+    let (candidates, mut refused) = choose_hosts(kkc, &roles, &all);
     for host in candidates {
-        let inst = new_instance(km, machine, kkc, host, secret);
+        let name = instance_name(&kkc_name, &host.name);
+        let inst = new_instance(km, machine, kkc, host, &name, secret);
         match instances.create(&PostParams::default(), &inst).await {
             Ok(created) => {
+                if let Some(other) = competing_claim(&instances, &created).await? {
+                    // Given up before recording: nothing touched the host.
+                    release_stray(&instances, &created).await;
+                    refused.push(format!(
+                        "{} ({}) is claimed at the same time by KKInstance {other}",
+                        host.name, host.address
+                    ));
+                    continue;
+                }
                 // On a conflict (the KKMachine changed, possibly another manager recorded a different
                 // claim) the created KKInstance stays: the next reconcile either adopts it or, once
                 // spec.instanceID (immutable) names another host, deletes it as a stray. It is never worked
                 // on unless the KKMachine records it.
-                record_claim(&api, km, rv.clone(), &kkc.name_any(), &host.name).await?;
-                info!(host = %host.name, "claimed host");
+                record_claim(&api, km, rv.clone(), &created).await?;
+                info!(host = %host.name, instance = %name, "Claimed a host");
                 ctx.event(
                     km,
                     false,
@@ -625,39 +748,50 @@ async fn claim(
                 return Ok(Claim::Held(Box::new(created)));
             }
             Err(e) if is_conflict(&e) => {
-                debug!(host = %host.name, "host already claimed, trying the next");
+                debug!(host = %host.name, "Host already claimed, trying the next");
                 continue;
             }
-            Err(e) => return Err(Error::kube(format!("create claim KKInstance {ns}/{}", host.name))(e)),
+            Err(e) => return Err(Error::kube(format!("create claim KKInstance {ns}/{name}"))(e)),
         }
     }
     let roles_s: Vec<String> = roles.iter().map(|r| r.to_string()).collect();
+    if !refused.is_empty() {
+        let message = format!(
+            "no free host with role {} in KKCluster {kkc_name}; refused because another KKCluster holds the address: {}",
+            roles_s.join("|"),
+            refused.join("; ")
+        );
+        ctx.event(km, true, reasons::ADDRESS_IN_USE, "Claim", message.clone())
+            .await;
+        return Ok(Claim::Waiting {
+            reason: reasons::ADDRESS_IN_USE.into(),
+            message,
+            retry: requeue::NO_HOST,
+        });
+    }
     Ok(Claim::Waiting {
         reason: reasons::NO_HOST_AVAILABLE.into(),
         message: format!(
-            "no free host with role {} in KKCluster {} (every matching host is claimed or quarantined)",
+            "no free host with role {} in KKCluster {kkc_name} (every matching host is claimed or quarantined)",
             roles_s.join("|"),
-            kkc.name_any()
         ),
-        retry: Duration::from_secs(15),
+        retry: requeue::NO_HOST,
     })
 }
 
-async fn cleanup(km: Arc<KKMachine>, ctx: &Context) -> Result<Action> {
+async fn cleanup(km: Arc<KKMachine>, ctx: &Context, status: &mut KKMachineStatus) -> Result<Action> {
     let ns = km.namespace().unwrap_or_default();
     let uid = km.uid().unwrap_or_default();
-    let api: Api<KKMachine> = Api::namespaced(ctx.client.clone(), &ns);
     let instances: Api<KKInstance> = Api::namespaced(ctx.client.clone(), &ns);
-    let owned: Vec<KKInstance> = instances
-        .list(&ListParams::default())
+    let owned: Vec<KKInstance> = ctx
+        .stores
+        .instances_in(&ns)
         .await
-        .map_err(Error::kube("list KKInstances"))?
-        .items
         .into_iter()
         .filter(|i| controlled_by(i, &uid))
         .collect();
     if owned.is_empty() {
-        info!("no host held; removing finalizer");
+        info!("No host held; removing the finalizer");
         return Ok(Action::await_change());
     }
     for i in &owned {
@@ -668,12 +802,11 @@ async fn cleanup(km: Arc<KKMachine>, ctx: &Context) -> Result<Action> {
                 .patch(&i.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .map_err(Error::kube(format!("release KKInstance {}", i.name_any())))?;
-            info!(host = %i.name_any(), "asked the KKInstance to reset and free its host");
+            info!(instance = %i.name_any(), "Asking the KKInstance to reset and free its host");
             ctx.trigger_instance(&i.name_any(), &ns);
         }
     }
     let names: Vec<String> = owned.iter().map(|i| i.name_any()).collect();
-    let mut status = km.status.clone().unwrap_or_default();
     let step = owned
         .first()
         .and_then(|i| i.status.as_ref())
@@ -686,29 +819,56 @@ async fn cleanup(km: Arc<KKMachine>, ctx: &Context) -> Result<Action> {
         format!("waiting for host(s) {names:?} to be reset and freed"),
         km.metadata.generation,
     );
-    status.phase = Some("Deleting".into());
+    status.phase = Some(MachinePhase::Deleting);
     status.step = step;
-    write_status(&api, &km, status, ctx).await?;
     Err(Error::pending(
         format!("hosts {names:?} to be reset and freed"),
-        Duration::from_secs(5),
+        requeue::CLEANUP_POLL,
     ))
 }
 
+/// Record the workload Node in `KKInstance.status.nodeRef` (its own field manager: the KKInstance
+/// reconciler does not own that field).
+async fn record_node_ref(ctx: &Context, inst: &KKInstance, node: &Node) -> Result<()> {
+    if inst
+        .status
+        .as_ref()
+        .and_then(|s| s.node_ref.as_ref())
+        .is_some_and(|r| r.name.as_deref() == Some(node.name_any().as_str()) && r.uid == node.uid())
+    {
+        return Ok(());
+    }
+    let api: Api<KKInstance> = Api::namespaced(ctx.client.clone(), &inst.namespace().unwrap_or_default());
+    let node_ref = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(node.name_any()),
+        uid: node.uid(),
+        ..Default::default()
+    };
+    apply_status(
+        &api,
+        &inst.name_any(),
+        &json!({ "nodeRef": node_ref }),
+        NODE_REF_FIELD_MANAGER,
+    )
+    .await
+}
+
 /// Patch `spec.providerID` of the workload Node of `inst` (matched by name, then by address) through the
-/// `<cluster>-kubeconfig` Secret. Returns true once the Node carries the ID.
+/// `<cluster>-kubeconfig` Secret. Returns the Node once it carries the ID.
 pub async fn patch_node_provider_id(
     client: &Client,
     ns: &str,
     cluster: &str,
     inst: &KKInstance,
-) -> Result<bool> {
+) -> Result<Option<Node>> {
     let werr = |m: String| Error::WorkloadCluster {
         cluster: cluster.to_owned(),
         message: m,
     };
     let Some(pid) = inst.spec.provider_id.clone() else {
-        return Ok(false);
+        return Ok(None);
     };
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     let name = format!("{cluster}-kubeconfig");
@@ -717,7 +877,7 @@ pub async fn patch_node_provider_id(
         .await
         .map_err(Error::kube(format!("get Secret {ns}/{name}")))?
     else {
-        return Ok(false);
+        return Ok(None);
     };
     let Some(value) = secret.data.as_ref().and_then(|d| d.get("value")) else {
         return Err(werr(format!("Secret {name} has no key `value`")));
@@ -729,8 +889,8 @@ pub async fn patch_node_provider_id(
     let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(|e| werr(format!("kubeconfig: {e}")))?;
-    config.connect_timeout = Some(Duration::from_secs(5));
-    config.read_timeout = Some(Duration::from_secs(10));
+    config.connect_timeout = Some(WORKLOAD_CONNECT_TIMEOUT);
+    config.read_timeout = Some(WORKLOAD_READ_TIMEOUT);
     let wc = Client::try_from(config).map_err(|e| werr(format!("client: {e}")))?;
     let nodes: Api<Node> = Api::all(wc);
     let node = match nodes
@@ -761,14 +921,14 @@ pub async fn patch_node_provider_id(
                 })
         }
     };
-    let Some(node) = node else { return Ok(false) };
+    let Some(node) = node else { return Ok(None) };
     match node
         .spec
         .as_ref()
         .and_then(|s| s.provider_id.clone())
         .filter(|p| !p.is_empty())
     {
-        Some(p) if p == pid => Ok(true),
+        Some(p) if p == pid => Ok(Some(node)),
         Some(p) => Err(werr(format!(
             "Node {} already has providerID {p}, expected {pid}",
             node.name_any()
@@ -779,13 +939,258 @@ pub async fn patch_node_provider_id(
                 .patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .map_err(|e| werr(format!("patch Node {}: {e}", node.name_any())))?;
-            Ok(true)
+            Ok(Some(node))
         }
     }
+}
+
+/// The KKMachines of a KKCluster's Cluster (by CAPI's cluster-name label), for the KKCluster watch.
+pub fn of_kkcluster(
+    kkms: &[Arc<KKMachine>],
+    kkc: &KKCluster,
+) -> Vec<kube::runtime::reflector::ObjectRef<KKMachine>> {
+    let cluster = capi_owner(&kkc.metadata, "Cluster")
+        .map(|o| o.name.clone())
+        .or_else(|| kkc.labels().get(CLUSTER_NAME_LABEL).cloned());
+    let Some(cluster) = cluster else {
+        return Vec::new();
+    };
+    kkms.iter()
+        .filter(|m| {
+            m.namespace() == kkc.namespace()
+                && (m.labels().get(CLUSTER_NAME_LABEL) == Some(&cluster)
+                    || m.labels().get(KKCLUSTER_NAME_LABEL) == Some(&kkc.name_any()))
+        })
+        .map(|m| kube::runtime::reflector::ObjectRef::from_obj(&**m))
+        .collect()
 }
 
 /// The KKMachine a Machine points at (for the Machine watch).
 pub fn machine_to_kkmachine(m: Machine) -> Option<kube::runtime::reflector::ObjectRef<KKMachine>> {
     let r = m.spec.infrastructure_ref.as_ref().filter(|r| r.is("KKMachine"))?;
     Some(kube::runtime::reflector::ObjectRef::new(&r.name).within(&m.namespace()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capkk_api::{Auth, InstanceInfo, KKClusterSpec, KKInstanceStatus, Nodes};
+    use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+
+    fn host(name: &str, addr: &str) -> InstanceInfo {
+        InstanceInfo {
+            name: name.into(),
+            address: addr.into(),
+            ..Default::default()
+        }
+    }
+
+    fn kkc(name: &str, hosts: Vec<InstanceInfo>) -> KKCluster {
+        KKCluster::new(
+            name,
+            KKClusterSpec {
+                nodes: Nodes {
+                    auth: Auth::default(),
+                    bastion: None,
+                    instances: hosts,
+                },
+                ..Default::default()
+            },
+        )
+    }
+
+    fn claim_of(kkc: &str, host: &str, addr: &str) -> KKInstance {
+        KKInstance::new(
+            &instance_name(kkc, host),
+            KKInstanceSpec {
+                name: host.into(),
+                address: addr.into(),
+                cluster_name: Some(kkc.into()),
+                ..Default::default()
+            },
+        )
+    }
+
+    fn cond(type_: &str, status: &str, reason: &str) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: format!("{type_} {reason}"),
+            observed_generation: Some(1),
+            last_transition_time: Time(Timestamp::now()),
+        }
+    }
+
+    #[test]
+    fn claims_are_named_by_kkcluster_and_host() {
+        assert_eq!(instance_name("a", "node1"), "a.node1");
+        assert_ne!(instance_name("a", "node1"), instance_name("b", "node1"));
+        let long = "k".repeat(250);
+        let n = instance_name(&long, "node1");
+        assert!(n.len() <= 253, "{}", n.len());
+        assert!(n.ends_with(".node1"));
+        assert_ne!(n, instance_name(&format!("{}x", &long[..249]), "node1"));
+    }
+
+    #[test]
+    fn host_choice_skips_taken_hosts_and_refuses_addresses_of_other_kkclusters() {
+        let a = kkc(
+            "a",
+            vec![
+                host("node1", "10.0.0.1"),
+                host("node2", "10.0.0.2"),
+                host("node3", "10.0.0.3"),
+            ],
+        );
+        let all = vec![
+            // node1 of KKCluster a is taken; b's node1 is another host.
+            claim_of("a", "node1", "10.0.0.1"),
+            claim_of("b", "node1", "10.0.1.1"),
+            // b holds node3's address.
+            claim_of("b", "x", "10.0.0.3"),
+        ];
+        let (candidates, refused) = choose_hosts(&a, &[Role::Worker], &all);
+        let names: Vec<&str> = candidates.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(names, ["node2"]);
+        assert_eq!(refused.len(), 1);
+        assert!(
+            refused[0].contains("10.0.0.3") && refused[0].contains("b.x"),
+            "{}",
+            refused[0]
+        );
+    }
+
+    #[test]
+    fn host_choice_honours_roles_and_legacy_claim_names() {
+        let mut cp = host("cp", "10.0.0.1");
+        cp.roles = Some(vec![Role::ControlPlane]);
+        let a = kkc("a", vec![cp, host("w", "10.0.0.2")]);
+        // A claim from before 0.2 is named after the bare host.
+        let mut legacy = claim_of("a", "w", "10.0.0.2");
+        legacy.metadata.name = Some("w".into());
+        let (candidates, refused) = choose_hosts(&a, &[Role::ControlPlane], &[legacy.clone()]);
+        assert_eq!(candidates.len(), 1);
+        assert_eq!(candidates[0].name, "cp");
+        assert!(refused.is_empty());
+        let (candidates, _) = choose_hosts(&a, &[Role::Worker], &[legacy]);
+        // `cp` defaults to no worker role here; `w` is taken by the legacy claim.
+        assert!(candidates.iter().all(|h| h.name != "w"));
+    }
+
+    #[test]
+    fn a_dns_address_is_reported_as_external_dns() {
+        let mut i = claim_of("a", "n", "node.example.com");
+        i.spec.internal_address = Some("10.0.0.5".into());
+        let types: Vec<(String, String)> = addresses(&i).into_iter().map(|a| (a.type_, a.address)).collect();
+        assert_eq!(
+            types,
+            [
+                ("InternalIP".to_owned(), "10.0.0.5".to_owned()),
+                ("ExternalDNS".to_owned(), "node.example.com".to_owned()),
+                ("Hostname".to_owned(), "n".to_owned()),
+            ]
+        );
+        let ip = claim_of("a", "n", "10.0.0.6");
+        assert!(
+            addresses(&ip)
+                .iter()
+                .any(|a| a.type_ == "ExternalIP" && a.address == "10.0.0.6")
+        );
+    }
+
+    #[test]
+    fn mirror_maps_the_instance_state_to_the_machine_phase() {
+        let cases = [
+            (None, vec![], MachinePhase::Claimed),
+            (Some(InstanceState::Pending), vec![], MachinePhase::Claimed),
+            (
+                Some(InstanceState::Bootstrapping),
+                vec![],
+                MachinePhase::Provisioning,
+            ),
+            (
+                Some(InstanceState::Failed),
+                vec![cond(cond::READY, "False", reasons::COMMAND_FAILED)],
+                MachinePhase::Failed,
+            ),
+            (Some(InstanceState::Quarantined), vec![], MachinePhase::Failed),
+            (
+                Some(InstanceState::Running),
+                vec![
+                    cond(cond::PROVISIONED, "True", reasons::READY),
+                    cond(cond::READY, "True", reasons::READY),
+                ],
+                MachinePhase::Provisioned,
+            ),
+        ];
+        for (state, conds, want) in cases {
+            let mut i = claim_of("a", "n", "10.0.0.1");
+            i.status = Some(KKInstanceStatus {
+                state,
+                conditions: conds,
+                ..Default::default()
+            });
+            let mut st = KKMachineStatus::default();
+            mirror(&mut st, &i, Some(1));
+            assert_eq!(st.phase, Some(want), "{state:?}");
+        }
+    }
+
+    #[test]
+    fn a_moved_host_reports_provisioned_again_from_its_annotations() {
+        // After `clusterctl move` neither status exists; the KKInstance's annotations say every phase ran.
+        let mut i = claim_of("a", "n", "10.0.0.1");
+        i.metadata.annotations = Some(
+            [(
+                annotations::COMPLETED_PHASES.to_owned(),
+                "bootstrap,repository,binary,containermanager,provisioning".to_owned(),
+            )]
+            .into(),
+        );
+        let state = crate::kkinstance::classify(&i, crate::kkinstance::ClaimRecord::Recorded, None);
+        assert_eq!(state, crate::kkinstance::HostState::Provisioned);
+        i.status = Some(KKInstanceStatus {
+            state: Some(state.reported(&i)),
+            conditions: vec![cond(cond::READY, "True", reasons::READY)],
+            ..Default::default()
+        });
+        let mut st = KKMachineStatus::default();
+        mirror(&mut st, &i, Some(1));
+        assert_eq!(st.initialization.as_ref().and_then(|x| x.provisioned), Some(true));
+        assert_eq!(st.phase, Some(MachinePhase::Provisioned));
+        assert!(conditions::is_true(&st.conditions, cond::READY));
+    }
+
+    #[test]
+    fn mirror_copies_a_terminal_failure_and_provisioned_sets_the_contract_fields() {
+        let mut i = claim_of("a", "n", "10.0.0.1");
+        i.status = Some(KKInstanceStatus {
+            state: Some(InstanceState::Failed),
+            conditions: vec![cond(cond::READY, "False", reasons::COMMAND_FAILED)],
+            ..Default::default()
+        });
+        let mut st = KKMachineStatus::default();
+        mirror(&mut st, &i, Some(1));
+        let ir = conditions::get(&st.conditions, cond::INSTANCE_READY).unwrap();
+        assert_eq!(
+            (ir.status.as_str(), ir.reason.as_str()),
+            ("False", reasons::COMMAND_FAILED)
+        );
+        assert!(!conditions::is_true(&st.conditions, cond::READY));
+        assert!(st.initialization.is_none() && st.addresses.is_empty());
+
+        i.status = Some(KKInstanceStatus {
+            state: Some(InstanceState::Running),
+            conditions: vec![
+                cond(cond::PROVISIONED, "True", reasons::READY),
+                cond(cond::READY, "True", reasons::READY),
+            ],
+            ..Default::default()
+        });
+        mirror(&mut st, &i, Some(1));
+        assert_eq!(st.initialization.as_ref().and_then(|x| x.provisioned), Some(true));
+        assert!(conditions::is_true(&st.conditions, cond::READY));
+        assert_eq!(st.addresses.len(), 3);
+    }
 }

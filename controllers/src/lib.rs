@@ -1,9 +1,12 @@
 //! KKCluster, KKMachine and KKInstance reconcilers and the manager that runs them.
 //!
+//! - [`reconcile`]: the skeleton every kind runs (filter, owner, pause, finalizer, status once by
+//!   server-side apply, one error policy with a per-object backoff).
 //! - [`kkcluster`]: owner Cluster, pause, inventory validation, host probes, endpoint, provisioned.
 //! - [`kkmachine`]: the InfraMachine contract; claims a host by creating its KKInstance (the apiserver's
 //!   AlreadyExists makes a claim atomic across managers), mirrors progress, patches the Node's providerID.
-//! - [`kkinstance`]: host work as background tasks keyed by UID; release, reset and quarantine.
+//! - [`kkinstance`]: the host state machine (`classify`), host work as background tasks keyed by UID;
+//!   release, reset and quarantine.
 //! - [`manager`]: flags, logging, metrics/health endpoints, leader election, graceful shutdown.
 
 pub mod annotations;
@@ -18,6 +21,7 @@ pub mod kkmachine;
 pub mod leader;
 pub mod manager;
 pub mod metrics;
+pub mod reconcile;
 pub mod services;
 pub mod workload_kubeconfig;
 

@@ -30,10 +30,11 @@ use tracing::{error, info, warn};
 
 use crate::{
     capi::{Cluster, Machine},
-    context::{Context, Settings},
-    kkcluster, kkinstance, kkmachine,
+    context::{Context, Settings, Stores, Triggers},
+    kkinstance, kkmachine,
     leader::{LeaderConfig, LeaderElector},
     metrics::Metrics,
+    reconcile::{error_policy, reconcile},
     services::ServiceLayer,
 };
 
@@ -341,24 +342,37 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         connect_timeout: args.ssh_connect_timeout,
         ..PoolConfig::default()
     });
-    let (trigger_tx, trigger_rx) = futures::channel::mpsc::unbounded::<ObjectRef<KKInstance>>();
+    let (instance_tx, instance_rx) = futures::channel::mpsc::unbounded::<ObjectRef<KKInstance>>();
+    let (cluster_tx, cluster_rx) = futures::channel::mpsc::unbounded::<ObjectRef<KKCluster>>();
+    let wc = match &settings.watch_filter {
+        Some(v) => watcher::Config::default().labels(&format!("{WATCH_FILTER_LABEL}={v}")),
+        None => watcher::Config::default(),
+    };
+    let ns = args.namespace.clone();
+    // The controllers come first: their caches go into the context the reconcilers share.
+    let kc_controller = Controller::new(api::<KKCluster>(&client, &ns), wc.clone());
+    let km_controller = Controller::new(api::<KKMachine>(&client, &ns), wc.clone());
+    let ki_controller = Controller::new(api::<KKInstance>(&client, &ns), wc.clone());
+    let stores = Stores {
+        instances: ki_controller.store(),
+        machines: km_controller.store(),
+        clusters: kc_controller.store(),
+    };
     let ctx = Arc::new(Context::new(
         client.clone(),
         settings,
         Arc::new(pool),
         Arc::new(services),
         metrics.clone(),
-        trigger_tx,
+        Triggers {
+            instances: instance_tx,
+            clusters: cluster_tx,
+        },
+        stores.clone(),
     ));
-    info!(namespace = ?args.namespace, watch_filter = %args.watch_filter, %identity, "starting controllers");
+    info!(namespace = ?args.namespace, watch_filter = %args.watch_filter, %identity, "Starting controllers");
 
-    let wc = match &ctx.settings.watch_filter {
-        Some(v) => watcher::Config::default().labels(&format!("{WATCH_FILTER_LABEL}={v}")),
-        None => watcher::Config::default(),
-    };
-    let ns = args.namespace.clone();
-    let c_ctx = ctx.clone();
-    let clusters = Controller::new(api::<KKCluster>(&client, &ns), wc.clone())
+    let clusters = kc_controller
         .watches(
             api::<Cluster>(&client, &ns),
             watcher::Config::default(),
@@ -367,11 +381,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 Some(ObjectRef::<KKCluster>::new(&r.name).within(&c.namespace()?))
             },
         )
+        .reconcile_on(cluster_rx)
         .shutdown_on_signal()
-        .run(kkcluster::reconcile, kkcluster::error_policy, c_ctx)
+        .run(reconcile::<KKCluster>, error_policy::<KKCluster>, ctx.clone())
         .for_each(|_| futures::future::ready(()));
-    let km_controller = Controller::new(api::<KKMachine>(&client, &ns), wc.clone());
-    let km_store = km_controller.store();
+    let (km_by_cluster, km_by_kkcluster) = (stores.machines.clone(), stores.machines.clone());
     let machines = km_controller
         .owns(api::<KKInstance>(&client, &ns), wc.clone())
         .watches(
@@ -382,13 +396,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .watches(
             api::<Cluster>(&client, &ns),
             watcher::Config::default(),
-            move |c: Cluster| of_cluster(&km_store.state(), &c),
+            move |c: Cluster| of_cluster(&km_by_cluster.state(), &c),
         )
+        // A KKCluster becoming provisioned (or changing its inventory) wakes its KKMachines: no polling.
+        .watches(api::<KKCluster>(&client, &ns), wc.clone(), move |k: KKCluster| {
+            kkmachine::of_kkcluster(&km_by_kkcluster.state(), &k)
+        })
         .shutdown_on_signal()
-        .run(kkmachine::reconcile, kkmachine::error_policy, ctx.clone())
+        .run(reconcile::<KKMachine>, error_policy::<KKMachine>, ctx.clone())
         .for_each(|_| futures::future::ready(()));
-    let ki_controller = Controller::new(api::<KKInstance>(&client, &ns), wc.clone());
-    let ki_store = ki_controller.store();
+    let ki_store = stores.instances.clone();
     let instances = ki_controller
         .watches(
             api::<KKMachine>(&client, &ns),
@@ -400,9 +417,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             watcher::Config::default(),
             move |c: Cluster| of_cluster(&ki_store.state(), &c),
         )
-        .reconcile_on(trigger_rx)
+        .reconcile_on(instance_rx)
         .shutdown_on_signal()
-        .run(kkinstance::reconcile, kkinstance::error_policy, ctx.clone())
+        .run(reconcile::<KKInstance>, error_policy::<KKInstance>, ctx.clone())
         .for_each(|_| futures::future::ready(()));
     let controllers = futures::future::join3(clusters, machines, instances);
 
@@ -417,6 +434,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         _ = lost => Err(anyhow::anyhow!("leadership lost")),
     };
     ctx.tasks.abort_all();
+    ctx.probes.abort_all();
     if let Some(e) = &elector {
         e.release().await;
     }

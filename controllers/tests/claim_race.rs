@@ -19,14 +19,10 @@ const BOOTSTRAP_CANARY: &str = "canary-bootstrap-9a2e51";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn twenty_machines_ten_hosts_two_managers() -> anyhow::Result<()> {
-    let client = client().await?;
-    let ns = namespace(&client, "race").await?;
-    let dir = test_dir("race")?;
-    eprintln!("manager logs in {}", dir.display());
-    secret(&client, &ns, "ssh-auth", &[("password", PASSWORD_CANARY)]).await?;
-    secret(
-        &client,
-        &ns,
+    let env = TestEnv::new("race").await?;
+    let ns = env.ns.clone();
+    env.secret("ssh-auth", &[("password", PASSWORD_CANARY)]).await?;
+    env.secret(
         "bootstrap-data",
         &[
             ("value", &format!("#cloud-config\n# {BOOTSTRAP_CANARY}\n")),
@@ -37,38 +33,29 @@ async fn twenty_machines_ten_hosts_two_managers() -> anyhow::Result<()> {
     let hosts: Vec<(String, String, u16)> = (1..=HOSTS)
         .map(|i| (format!("host{i:02}"), format!("127.0.1.{i}"), 1))
         .collect();
-    apply(&client, &ns, cluster(&ns, "race", json!({}))).await?;
-    apply(&client, &ns, kkcluster(&ns, "race", &hosts, json!({}))).await?;
+    env.apply(cluster(&ns, "race", json!({}))).await?;
+    env.apply(kkcluster(&ns, "race", &hosts, json!({}))).await?;
 
-    let kc = manager_kubeconfig(&client, &ns, &dir).await?;
     let args = [
-        "--namespace",
-        &ns,
         "--leader-elect=false",
         "--ssh-connect-timeout=2s",
         "--probe-concurrency=10",
     ];
-    let mut m1 = Manager::start(&kc, &dir, "m1", &args)?;
-    let mut m2 = Manager::start(&kc, &dir, "m2", &args)?;
+    let mut m1 = env.manager("m1", &args)?;
+    let mut m2 = env.manager("m2", &args)?;
 
-    eventually("KKCluster provisioned", Duration::from_secs(90), || async {
-        let k = get(&client, &ns, INFRA_V, "KKCluster", "race").await?;
-        Ok(k.filter(|k| k["status"]["initialization"]["provisioned"] == true)
-            .map(|_| ()))
-    })
-    .await?;
+    env.kkcluster_provisioned("race").await?;
 
     for i in 0..MACHINES {
-        let (km, m) = machine_pair(&ns, "race", &format!("m{i:02}"), "worker", Some("bootstrap-data"));
-        apply(&client, &ns, km).await?;
-        apply(&client, &ns, m).await?;
+        env.machine("race", &format!("m{i:02}"), "worker", Some("bootstrap-data"))
+            .await?;
     }
 
     let settled = eventually(
         "10 claims and 10 waiting KKMachines",
         Duration::from_secs(180),
         || async {
-            let kms = list(&client, &ns, INFRA_V, "KKMachine").await?;
+            let kms = env.list(INFRA_V, "KKMachine").await?;
             let claimed = kms.iter().filter(|k| k["spec"]["instanceID"].is_string()).count();
             let waiting = kms
                 .iter()
@@ -83,8 +70,8 @@ async fn twenty_machines_ten_hosts_two_managers() -> anyhow::Result<()> {
 
     // Stable: give both managers time to make any further (wrong) claim, then check everything.
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let kms = list(&client, &ns, INFRA_V, "KKMachine").await?;
-    let insts = list(&client, &ns, INFRA_V, "KKInstance").await?;
+    let kms = env.list(INFRA_V, "KKMachine").await?;
+    let insts = env.list(INFRA_V, "KKInstance").await?;
     ensure!(
         insts.len() == HOSTS,
         "{} KKInstances, expected {HOSTS}",
@@ -109,7 +96,16 @@ async fn twenty_machines_ten_hosts_two_managers() -> anyhow::Result<()> {
             name(i)
         );
         ensure!(
-            km["spec"]["providerID"] == json!(format!("kk:///race/{}", name(i))),
+            name(i) == format!("race.{}", i["spec"]["name"].as_str().unwrap_or_default()),
+            "KKInstance named <kkcluster>.<host>: {}",
+            name(i)
+        );
+        ensure!(
+            km["spec"]["providerID"]
+                == json!(format!(
+                    "kk:///race/{}",
+                    i["spec"]["name"].as_str().unwrap_or_default()
+                )),
             "providerID of {owner}: {}",
             km["spec"]["providerID"]
         );
@@ -139,7 +135,8 @@ async fn twenty_machines_ten_hosts_two_managers() -> anyhow::Result<()> {
     let logs = vec![m1.logs(), m2.logs()];
     m1.terminate();
     m2.terminate();
-    assert_no_canary(&client, &ns, &[PASSWORD_CANARY, BOOTSTRAP_CANARY], &logs).await?;
-    cleanup_namespace(&client, &ns).await;
+    env.assert_no_canary(&[PASSWORD_CANARY, BOOTSTRAP_CANARY], &logs)
+        .await?;
+    env.finish().await;
     Ok(())
 }

@@ -7,10 +7,12 @@ mod common;
 use std::time::Duration;
 
 use anyhow::ensure;
-use capkk_sandbox::{Sandbox, SandboxConfig, skip_unless_supported};
+use capkk_sandbox::skip_unless_supported;
 use common::{sandbox::*, *};
 use serde_json::json;
 
+/// Appended on host 2 each time the failing bootstrap command runs.
+const RUNS: &str = "/root/capkk-fail-runs";
 const WRONG_KEY: &str = "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -18,64 +20,32 @@ async fn host_key_mismatch_and_terminal_command_failure_with_retry() -> anyhow::
     if skip_unless_supported() {
         return Ok(());
     }
-    let sb = Sandbox::shared(&SandboxConfig::new("ctl-fail", 2))?;
-    for h in sb.hosts() {
-        h.link_up()?;
-        install_fakes(&h)?;
-    }
-    let (h1, h2) = (sb.hosts().remove(0), sb.hosts().remove(1));
-    let client = client().await?;
-    let ns = namespace(&client, "fail").await?;
-    let dir = test_dir("fail")?;
-    eprintln!("manager logs in {}", dir.display());
-    let mirror = Mirror::start(&sb)?;
-    let component = publish_standins(&mirror, &dir, "amd64")?;
-    let key = std::fs::read_to_string(&sb.credentials().ed25519_key)?;
-    secret(&client, &ns, "ssh-auth", &[("privateKey", &key)]).await?;
-    secret(
-        &client,
-        &ns,
+    let env = TestEnv::new("fail").await?;
+    let ns = env.ns.clone();
+    let hosts = env.hosts("ctl-fail", 2).await?;
+    let (h1, h2) = (hosts.sb.hosts().remove(0), hosts.sb.hosts().remove(1));
+    h2.sh_inside(&format!("rm -f {RUNS}"))?;
+    env.bootstrap_data(
         "bad-data",
-        &[
-            ("value", "#cloud-config\nruncmd:\n- echo boom-output; exit 3\n"),
-            ("format", "cloud-config"),
-        ],
+        &format!("#cloud-config\nruncmd:\n- echo run >> {RUNS}; echo boom-output; exit 3\n"),
     )
     .await?;
     let mut kkc = kkcluster(
         &ns,
         "f",
-        &[
-            (h1.info.name.clone(), h1.address().to_owned(), 22),
-            (h2.info.name.clone(), h2.address().to_owned(), 22),
-        ],
-        json!({"component": component}),
+        &hosts.inventory(),
+        json!({"component": hosts.component}),
     );
     kkc["spec"]["nodes"]["instances"][0]["hostKeys"] = json!([WRONG_KEY]);
-    apply(&client, &ns, cluster(&ns, "f", json!({}))).await?;
-    apply(&client, &ns, kkc).await?;
+    env.apply(cluster(&ns, "f", json!({}))).await?;
+    env.apply(kkc).await?;
+    let (i1_name, i2_name) = (format!("f.{}", h1.info.name), format!("f.{}", h2.info.name));
 
-    let kc = manager_kubeconfig(&client, &ns, &dir).await?;
-    let cache = dir.join("cache");
-    let mut mgr = Manager::start(
-        &kc,
-        &dir,
-        "manager",
-        &[
-            "--namespace",
-            &ns,
-            "--ssh-connect-timeout=5s",
-            "--artifact-cache-dir",
-            cache.to_str().unwrap_or("/tmp"),
-        ],
-    )?;
+    let mut mgr = env.manager("manager", &["--ssh-connect-timeout=5s"])?;
 
-    // The probe already reports the mismatch.
-    let k = eventually("KKCluster provisioned", Duration::from_secs(90), || async {
-        let k = get(&client, &ns, INFRA_V, "KKCluster", "f").await?;
-        Ok(k.filter(|k| k["status"]["initialization"]["provisioned"] == true))
-    })
-    .await?;
+    // The probe already reports the mismatch (probes run in the background: wait for them).
+    env.kkcluster_provisioned("f").await?;
+    let k = env.kkcluster_probed("f", 2).await?;
     let p1 = k["status"]["hosts"]
         .as_array()
         .and_then(|h| h.iter().find(|p| p["name"] == h1.info.name.as_str()))
@@ -88,10 +58,11 @@ async fn host_key_mismatch_and_terminal_command_failure_with_retry() -> anyhow::
 
     // Machine 1 gets host 1 (first in the inventory): refused, terminal.
     let (km, m) = machine_pair(&ns, "f", "m1", "worker", Some("bad-data"));
-    apply(&client, &ns, km).await?;
-    apply(&client, &ns, m).await?;
+    env.apply(km).await?;
+    env.apply(m).await?;
     let i1 = eventually("HostKeyMismatch on host 1", Duration::from_secs(90), || async {
-        let i = get(&client, &ns, INFRA_V, "KKInstance", &h1.info.name)
+        let i = env
+            .get(INFRA_V, "KKInstance", &i1_name)
             .await?
             .unwrap_or_default();
         Ok((cond_state(&i, "Ready").1 == "HostKeyMismatch").then_some(i))
@@ -110,10 +81,11 @@ async fn host_key_mismatch_and_terminal_command_failure_with_retry() -> anyhow::
 
     // Machine 2 gets host 2: the bootstrap command fails -> terminal condition with command, exit, output.
     let (km, m) = machine_pair(&ns, "f", "m2", "worker", Some("bad-data"));
-    apply(&client, &ns, km).await?;
-    apply(&client, &ns, m).await?;
+    env.apply(km).await?;
+    env.apply(m).await?;
     let i2 = eventually("CommandFailed on host 2", Duration::from_secs(180), || async {
-        let i = get(&client, &ns, INFRA_V, "KKInstance", &h2.info.name)
+        let i = env
+            .get(INFRA_V, "KKInstance", &i2_name)
             .await?
             .unwrap_or_default();
         Ok((cond_state(&i, "Provisioned").1 == "CommandFailed").then_some(i))
@@ -132,22 +104,29 @@ async fn host_key_mismatch_and_terminal_command_failure_with_retry() -> anyhow::
         "CommandFailed mirrored into the KKMachine",
         Duration::from_secs(60),
         || async {
-            let k2 = get(&client, &ns, INFRA_V, "KKMachine", "m2")
-                .await?
-                .unwrap_or_default();
+            let k2 = env.get(INFRA_V, "KKMachine", "m2").await?.unwrap_or_default();
             Ok((cond_state(&k2, "InstanceReady") == ("False".into(), "CommandFailed".into())).then_some(()))
         },
     )
     .await?;
     // Stays failed (no retry loop).
     tokio::time::sleep(Duration::from_secs(8)).await;
-    let again = get(&client, &ns, INFRA_V, "KKInstance", &h2.info.name)
+    let again = env
+        .get(INFRA_V, "KKInstance", &i2_name)
         .await?
         .unwrap_or_default();
     ensure!(
         cond_state(&again, "Provisioned").1 == "CommandFailed",
         "still terminal"
     );
+    // Terminal means terminal: recording the host key on first use (a spec change) did not trigger a
+    // second run.
+    ensure!(
+        again["spec"]["hostKey"].is_string(),
+        "the host key was recorded on first use"
+    );
+    let runs = inside(&h2, &format!("cat {RUNS}"));
+    ensure!(runs == "run\n", "the failing command ran once: {runs:?}");
     ensure!(
         inside(
             &h2,
@@ -160,32 +139,22 @@ async fn host_key_mismatch_and_terminal_command_failure_with_retry() -> anyhow::
 
     // Fix the data, set the retry annotation: it provisions.
     let good = "#cloud-config\nruncmd:\n- mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\n";
-    merge(
-        &client,
-        &ns,
-        "v1",
-        "Secret",
-        "bad-data",
-        json!({"stringData": {"value": good}}),
-    )
-    .await?;
-    merge(
-        &client,
-        &ns,
+    env.merge("v1", "Secret", "bad-data", json!({"stringData": {"value": good}}))
+        .await?;
+    env.merge(
         INFRA_V,
         "KKInstance",
-        &h2.info.name,
+        &i2_name,
         json!({"metadata": {"annotations": {"kkinstance.infrastructure.cluster.x-k8s.io/retry": "1"}}}),
     )
     .await?;
     eventually("m2 provisioned after retry", Duration::from_secs(120), || async {
-        let k = get(&client, &ns, INFRA_V, "KKMachine", "m2")
-            .await?
-            .unwrap_or_default();
+        let k = env.get(INFRA_V, "KKMachine", "m2").await?.unwrap_or_default();
         Ok((k["status"]["initialization"]["provisioned"] == true).then_some(()))
     })
     .await?;
-    let i2 = get(&client, &ns, INFRA_V, "KKInstance", &h2.info.name)
+    let i2 = env
+        .get(INFRA_V, "KKInstance", &i2_name)
         .await?
         .unwrap_or_default();
     ensure!(
@@ -196,7 +165,7 @@ async fn host_key_mismatch_and_terminal_command_failure_with_retry() -> anyhow::
     );
     // The workload Node gets spec.providerID through the <cluster>-kubeconfig Secret (the management plane
     // stands in for the workload cluster: a Node object named after the host, no providerID yet).
-    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(env.client.clone());
     let node_name = h2.info.name.clone();
     let _ = nodes.delete(&node_name, &Default::default()).await;
     eventually("old Node gone", Duration::from_secs(30), || async {
@@ -208,18 +177,30 @@ async fn host_key_mismatch_and_terminal_command_failure_with_retry() -> anyhow::
     nodes.create(&Default::default(), &node).await?;
     let plane = capkk_mgmt::ManagementPlane::shared().await?;
     let admin_kc = std::fs::read_to_string(plane.kubeconfig_path())?;
-    secret(&client, &ns, "f-kubeconfig", &[("value", &admin_kc)]).await?;
+    env.secret("f-kubeconfig", &[("value", &admin_kc)]).await?;
     let pid = eventually("Node providerID patched", Duration::from_secs(90), || async {
         let n = nodes.get(&node_name).await?;
         Ok(n.spec.and_then(|s| s.provider_id))
     })
     .await?;
     ensure!(pid == format!("kk:///f/{node_name}"), "Node providerID {pid}");
+    eventually("KKInstance status.nodeRef", Duration::from_secs(60), || async {
+        let i = env
+            .get(INFRA_V, "KKInstance", &i2_name)
+            .await?
+            .unwrap_or_default();
+        Ok(
+            (i["status"]["nodeRef"]["name"] == node_name.as_str()
+                && i["status"]["nodeRef"]["kind"] == "Node")
+                .then_some(()),
+        )
+    })
+    .await?;
     let _ = nodes.delete(&node_name, &Default::default()).await;
 
     let logs = vec![mgr.logs()];
     mgr.terminate();
-    assert_no_canary(&client, &ns, &[key.lines().nth(2).unwrap_or("-")], &logs).await?;
-    cleanup_namespace(&client, &ns).await;
+    env.assert_no_canary(&[&hosts.key_canary()], &logs).await?;
+    env.finish().await;
     Ok(())
 }

@@ -11,7 +11,7 @@ mod common;
 use std::time::Duration;
 
 use anyhow::ensure;
-use capkk_sandbox::{Sandbox, SandboxConfig, skip_unless_supported};
+use capkk_sandbox::skip_unless_supported;
 use common::{sandbox::*, *};
 use serde_json::json;
 
@@ -22,56 +22,37 @@ async fn kcp_machine_is_provisioned_on_a_sandbox_host() -> anyhow::Result<()> {
     if skip_unless_supported() {
         return Ok(());
     }
-    let sb = Sandbox::shared(&SandboxConfig::new("ctl-kcp", 1))?;
-    let host = sb.hosts().remove(0);
-    install_fakes(&host)?;
-    let client = client().await?;
-    let ns = namespace(&client, "kcp").await?;
-    let dir = test_dir("kcp")?;
-    eprintln!("manager logs in {}", dir.display());
-    let mirror = Mirror::start(&sb)?;
-    let component = publish_standins(&mirror, &dir, "amd64")?;
-
-    let key = std::fs::read_to_string(&sb.credentials().ed25519_key)?;
-    let key_canary: String = key.lines().nth(2).unwrap_or_default().to_owned();
-    secret(
-        &client,
-        &ns,
+    let env = TestEnv::new("kcp").await?;
+    let ns = env.ns.clone();
+    let sandbox = env.hosts("ctl-kcp", 1).await?;
+    let host = sandbox.sb.hosts().remove(0);
+    let component = sandbox.component.clone();
+    let key_canary = sandbox.key_canary();
+    // A password next to the key: it must never be used or leak.
+    env.merge(
+        "v1",
+        "Secret",
         "ssh-auth",
-        &[("privateKey", &key), ("password", PASSWORD_CANARY)],
+        json!({"stringData": {"password": PASSWORD_CANARY}}),
     )
     .await?;
-    let hosts = vec![(host.info.name.clone(), host.address().to_owned(), 22)];
-    apply(
-        &client,
-        &ns,
-        cluster(
+    let hosts = sandbox.inventory();
+    env.apply(cluster(
             &ns,
             "kcp",
             json!({"controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io", "kind": "KubeadmControlPlane", "name": "kcp-cp"}}),
         ),
     )
     .await?;
-    apply(
-        &client,
-        &ns,
-        kkcluster(&ns, "kcp", &hosts, json!({"component": component})),
-    )
+    env.apply(kkcluster(&ns, "kcp", &hosts, json!({"component": component})))
+        .await?;
+    env.apply(json!({
+        "apiVersion": INFRA_V, "kind": "KKMachineTemplate",
+        "metadata": {"name": "kcp-cp", "namespace": ns},
+        "spec": {"template": {"spec": {"roles": ["control-plane"]}}}
+    }))
     .await?;
-    apply(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": INFRA_V, "kind": "KKMachineTemplate",
-            "metadata": {"name": "kcp-cp", "namespace": ns},
-            "spec": {"template": {"spec": {"roles": ["control-plane"]}}}
-        }),
-    )
-    .await?;
-    apply(
-        &client,
-        &ns,
-        json!({
+    env.apply(json!({
             "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlane",
             "metadata": {"name": "kcp-cp", "namespace": ns},
             "spec": {
@@ -87,26 +68,10 @@ async fn kcp_machine_is_provisioned_on_a_sandbox_host() -> anyhow::Result<()> {
     )
     .await?;
 
-    let kc = manager_kubeconfig(&client, &ns, &dir).await?;
-    let cache = dir.join("cache");
-    let mut mgr = Manager::start(
-        &kc,
-        &dir,
-        "manager",
-        &[
-            "--namespace",
-            &ns,
-            "--ssh-connect-timeout=5s",
-            "--artifact-cache-dir",
-            cache.to_str().unwrap_or("/tmp"),
-        ],
-    )?;
+    let mut mgr = env.manager("manager", &["--ssh-connect-timeout=5s"])?;
 
-    let kkc = eventually("KKCluster provisioned", Duration::from_secs(120), || async {
-        let k = get(&client, &ns, INFRA_V, "KKCluster", "kcp").await?;
-        Ok(k.filter(|k| k["status"]["initialization"]["provisioned"] == true))
-    })
-    .await?;
+    env.kkcluster_provisioned("kcp").await?;
+    let kkc = env.kkcluster_probed("kcp", 1).await?;
     ensure!(
         kkc["spec"]["controlPlaneEndpoint"]["host"] == host.address(),
         "endpoint from the control-plane host: {}",
@@ -124,7 +89,7 @@ async fn kcp_machine_is_provisioned_on_a_sandbox_host() -> anyhow::Result<()> {
     ensure!(probe["arch"] == "amd64", "probe arch: {probe}");
 
     let km = eventually("KKMachine provisioned", Duration::from_secs(300), || async {
-        let kms = list(&client, &ns, INFRA_V, "KKMachine").await?;
+        let kms = env.list(INFRA_V, "KKMachine").await?;
         Ok(kms
             .into_iter()
             .find(|k| k["status"]["initialization"]["provisioned"] == true))
@@ -133,9 +98,7 @@ async fn kcp_machine_is_provisioned_on_a_sandbox_host() -> anyhow::Result<()> {
     let km = match km {
         Ok(k) => k,
         Err(e) => {
-            let insts = list(&client, &ns, INFRA_V, "KKInstance")
-                .await
-                .unwrap_or_default();
+            let insts = env.list(INFRA_V, "KKInstance").await.unwrap_or_default();
             anyhow::bail!(
                 "{e:#}\nKKInstances: {}",
                 serde_json::to_string_pretty(&insts).unwrap_or_default()
@@ -144,11 +107,11 @@ async fn kcp_machine_is_provisioned_on_a_sandbox_host() -> anyhow::Result<()> {
     };
     let inst_name = km["spec"]["instanceID"].as_str().unwrap_or_default().to_owned();
     ensure!(
-        inst_name == host.info.name,
+        inst_name == format!("kcp.{}", host.info.name),
         "claimed the sandbox host: {inst_name}"
     );
     ensure!(
-        km["spec"]["providerID"] == json!(format!("kk:///kcp/{inst_name}")),
+        km["spec"]["providerID"] == json!(format!("kk:///kcp/{}", host.info.name)),
         "providerID {}",
         km["spec"]["providerID"]
     );
@@ -170,7 +133,8 @@ async fn kcp_machine_is_provisioned_on_a_sandbox_host() -> anyhow::Result<()> {
         "kubeadm config: {cfg}"
     );
     ensure!(
-        cfg.contains(&format!("name: '{inst_name}'")) || cfg.contains(&format!("name: {inst_name}\n")),
+        cfg.contains(&format!("name: '{}'", host.info.name))
+            || cfg.contains(&format!("name: {}\n", host.info.name)),
         "jinja local_hostname rendered: {cfg}"
     );
     ensure!(
@@ -182,10 +146,13 @@ async fn kcp_machine_is_provisioned_on_a_sandbox_host() -> anyhow::Result<()> {
         "binary service installed kubelet"
     );
 
-    // KKInstance: every phase True, host key trusted on first use, journal in status.
-    let inst = get(&client, &ns, INFRA_V, "KKInstance", &inst_name)
-        .await?
-        .unwrap_or_default();
+    // KKInstance: every phase True, host key trusted on first use, journal in status. (Ready is the
+    // reconciler's summary; it follows the host work's last write.)
+    let inst = eventually("KKInstance Ready", Duration::from_secs(30), || async {
+        let i = env.get(INFRA_V, "KKInstance", &inst_name).await?;
+        Ok(i.filter(|i| cond_state(i, "Ready").0 == "True"))
+    })
+    .await?;
     for c in [
         "Bootstrapped",
         "RepositoryReady",
@@ -237,7 +204,7 @@ async fn kcp_machine_is_provisioned_on_a_sandbox_host() -> anyhow::Result<()> {
         .unwrap_or_default()
         .to_owned();
     let machine = eventually("Machine InfrastructureReady", Duration::from_secs(60), || async {
-        let m = get(&client, &ns, CAPI_V, "Machine", &machine_name).await?;
+        let m = env.get(CAPI_V, "Machine", &machine_name).await?;
         Ok(m.filter(|m| {
             cond_state(m, "InfrastructureReady").0 == "True" && m["spec"]["providerID"].is_string()
         }))
@@ -251,9 +218,7 @@ async fn kcp_machine_is_provisioned_on_a_sandbox_host() -> anyhow::Result<()> {
 
     let logs = vec![mgr.logs()];
     mgr.terminate();
-    assert_no_canary(
-        &client,
-        &ns,
+    env.assert_no_canary(
         &[
             PASSWORD_CANARY,
             &key_canary,
@@ -263,6 +228,6 @@ async fn kcp_machine_is_provisioned_on_a_sandbox_host() -> anyhow::Result<()> {
         &logs,
     )
     .await?;
-    cleanup_namespace(&client, &ns).await;
+    env.finish().await;
     Ok(())
 }

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use anyhow::ensure;
-use capkk_sandbox::{Sandbox, SandboxConfig, skip_unless_supported};
+use capkk_sandbox::skip_unless_supported;
 use common::{sandbox::*, *};
 use serde_json::json;
 
@@ -25,60 +25,25 @@ async fn delete_resets_and_frees_unreachable_is_quarantined() -> anyhow::Result<
     if skip_unless_supported() {
         return Ok(());
     }
-    let sb = Sandbox::shared(&SandboxConfig::new("ctl-del", 2))?;
-    for h in sb.hosts() {
-        h.link_up()?;
-        install_fakes(&h)?;
-    }
-    let client = client().await?;
-    let ns = namespace(&client, "del").await?;
-    let dir = test_dir("del")?;
-    eprintln!("manager logs in {}", dir.display());
-    let mirror = Mirror::start(&sb)?;
-    let component = publish_standins(&mirror, &dir, "amd64")?;
-    let key = std::fs::read_to_string(&sb.credentials().ed25519_key)?;
-    secret(&client, &ns, "ssh-auth", &[("privateKey", &key)]).await?;
-    secret(
-        &client,
-        &ns,
-        "bootstrap-data",
-        &[("value", &bootstrap_data()), ("format", "cloud-config")],
-    )
-    .await?;
-    let hosts: Vec<(String, String, u16)> = sb
-        .hosts()
-        .iter()
-        .map(|h| (h.info.name.clone(), h.address().to_owned(), 22))
-        .collect();
-    apply(&client, &ns, cluster(&ns, "d", json!({}))).await?;
-    apply(
-        &client,
-        &ns,
-        kkcluster(&ns, "d", &hosts, json!({"component": component})),
-    )
-    .await?;
+    let env = TestEnv::new("del").await?;
+    let hosts = env.hosts("ctl-del", 2).await?;
+    let key = hosts.key.clone();
+    env.bootstrap_data("bootstrap-data", &bootstrap_data()).await?;
+    env.cluster("d", &hosts.inventory(), json!({"component": hosts.component}))
+        .await?;
     for m in ["a", "b"] {
-        let (km, mm) = machine_pair(&ns, "d", m, "worker", Some("bootstrap-data"));
-        apply(&client, &ns, km).await?;
-        apply(&client, &ns, mm).await?;
+        env.machine("d", m, "worker", Some("bootstrap-data")).await?;
     }
+    let ns = env.ns.clone();
 
-    let kc = manager_kubeconfig(&client, &ns, &dir).await?;
     let (mport, hport) = (free_port()?, free_port()?);
-    let cache = dir.join("cache");
-    let mut mgr = Manager::start(
-        &kc,
-        &dir,
+    let mut mgr = env.manager(
         "manager",
         &[
-            "--namespace",
-            &ns,
             "--ssh-connect-timeout=3s",
             "--quarantine-after=15s",
             &format!("--metrics-bind-address=127.0.0.1:{mport}"),
             &format!("--health-probe-bind-address=127.0.0.1:{hport}"),
-            "--artifact-cache-dir",
-            cache.to_str().unwrap_or("/tmp"),
         ],
     )?;
 
@@ -86,7 +51,7 @@ async fn delete_resets_and_frees_unreachable_is_quarantined() -> anyhow::Result<
         "both KKMachines provisioned",
         Duration::from_secs(240),
         || async {
-            let kms = list(&client, &ns, INFRA_V, "KKMachine").await?;
+            let kms = env.list(INFRA_V, "KKMachine").await?;
             let done: Vec<_> = kms
                 .iter()
                 .filter(|k| k["status"]["initialization"]["provisioned"] == true)
@@ -103,13 +68,18 @@ async fn delete_resets_and_frees_unreachable_is_quarantined() -> anyhow::Result<
             .map(|k| k["spec"]["instanceID"].as_str().unwrap_or("").to_owned())
             .unwrap_or_default()
     };
-    let (ha, hb) = (host_of("a"), host_of("b"));
+    let (ia, ib) = (host_of("a"), host_of("b"));
     ensure!(
-        !ha.is_empty() && !hb.is_empty() && ha != hb,
-        "two hosts: {ha} {hb}"
+        !ia.is_empty() && !ib.is_empty() && ia != ib,
+        "two hosts: {ia} {ib}"
     );
-    let host_a = sb.host(&ha)?;
-    let host_b = sb.host(&hb)?;
+    // KKInstances are named <kkcluster>.<host>.
+    let (ha, hb) = (
+        ia.trim_start_matches("d.").to_owned(),
+        ib.trim_start_matches("d.").to_owned(),
+    );
+    let host_a = hosts.sb.host(&ha)?;
+    let host_b = hosts.sb.host(&hb)?;
     ensure!(
         inside(&host_a, "cat /etc/kubernetes/capkk-test-marker").contains(BOOTSTRAP_CANARY),
         "bootstrap data ran"
@@ -129,16 +99,13 @@ async fn delete_resets_and_frees_unreachable_is_quarantined() -> anyhow::Result<
     }
 
     // 1. Delete Machine a: the host is reset (sentinel, bootstrap files, capkk state gone) and freed.
-    delete(&client, &ns, CAPI_V, "Machine", "a").await?;
+    env.delete(CAPI_V, "Machine", "a").await?;
     eventually("Machine a gone", Duration::from_secs(120), || async {
-        Ok(get(&client, &ns, CAPI_V, "Machine", "a")
-            .await?
-            .is_none()
-            .then_some(()))
+        Ok(env.get(CAPI_V, "Machine", "a").await?.is_none().then_some(()))
     })
     .await?;
     ensure!(
-        get(&client, &ns, INFRA_V, "KKInstance", &ha).await?.is_none(),
+        env.get(INFRA_V, "KKInstance", &ia).await?.is_none(),
         "host {ha} freed (KKInstance deleted)"
     );
     let state = inside(
@@ -149,13 +116,13 @@ async fn delete_resets_and_frees_unreachable_is_quarantined() -> anyhow::Result<
 
     // 2. Host b unreachable, delete Machine b: the Machine goes, the host is quarantined.
     host_b.link_down()?;
-    delete(&client, &ns, CAPI_V, "Machine", "b").await?;
+    env.delete(CAPI_V, "Machine", "b").await?;
     let q = eventually(
         "Machine b gone and host quarantined",
         Duration::from_secs(150),
         || async {
-            let m = get(&client, &ns, CAPI_V, "Machine", "b").await?;
-            let i = get(&client, &ns, INFRA_V, "KKInstance", &hb).await?;
+            let m = env.get(CAPI_V, "Machine", "b").await?;
+            let i = env.get(INFRA_V, "KKInstance", &ib).await?;
             Ok(match (m, i) {
                 (None, Some(i)) if i["spec"]["quarantine"].is_object() => Some(i),
                 _ => None,
@@ -169,11 +136,17 @@ async fn delete_resets_and_frees_unreachable_is_quarantined() -> anyhow::Result<
         q["metadata"]["labels"]["kkinstance.infrastructure.cluster.x-k8s.io/quarantined"] == "true",
         "label"
     );
+    let owners = q["metadata"]["ownerReferences"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     ensure!(
-        q["metadata"]
-            .get("ownerReferences")
-            .is_none_or(|o| o.as_array().is_none_or(|a| a.is_empty())),
-        "released from the KKMachine"
+        owners.iter().all(|o| o["kind"] != "KKMachine"),
+        "released from the KKMachine: {owners:?}"
+    );
+    ensure!(
+        owners.iter().any(|o| o["kind"] == "Cluster" && o["name"] == "d"),
+        "still owned by the Cluster (clusterctl move takes it along): {owners:?}"
     );
     ensure!(
         cond_state(&q, "Ready") == ("False".into(), "Quarantined".into()),
@@ -189,21 +162,17 @@ async fn delete_resets_and_frees_unreachable_is_quarantined() -> anyhow::Result<
     );
 
     // 3. A new Machine gets the freed host, never the quarantined one.
-    let (km, mm) = machine_pair(&ns, "d", "c", "worker", Some("bootstrap-data"));
-    apply(&client, &ns, km).await?;
-    apply(&client, &ns, mm).await?;
+    env.machine("d", "c", "worker", Some("bootstrap-data")).await?;
     let c = eventually(
         "Machine c claims the freed host",
         Duration::from_secs(60),
         || async {
-            let k = get(&client, &ns, INFRA_V, "KKMachine", "c")
-                .await?
-                .unwrap_or_default();
+            let k = env.get(INFRA_V, "KKMachine", "c").await?.unwrap_or_default();
             Ok(k["spec"]["instanceID"].as_str().map(str::to_owned))
         },
     )
     .await?;
-    ensure!(c == ha, "claimed {c}, expected the freed host {ha}");
+    ensure!(c == ia, "claimed {c}, expected the freed host {ia}");
     let kkc = eventually(
         "pool metrics count the quarantined host",
         Duration::from_secs(60),
@@ -219,13 +188,8 @@ async fn delete_resets_and_frees_unreachable_is_quarantined() -> anyhow::Result<
     let logs = vec![mgr.logs()];
     mgr.terminate();
     kkc?;
-    assert_no_canary(
-        &client,
-        &ns,
-        &[BOOTSTRAP_CANARY, key.lines().nth(2).unwrap_or("-")],
-        &logs,
-    )
-    .await?;
-    cleanup_namespace(&client, &ns).await;
+    env.assert_no_canary(&[BOOTSTRAP_CANARY, key.lines().nth(2).unwrap_or("-")], &logs)
+        .await?;
+    env.finish().await;
     Ok(())
 }

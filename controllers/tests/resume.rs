@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use anyhow::ensure;
-use capkk_sandbox::{Sandbox, SandboxConfig, skip_unless_supported};
+use capkk_sandbox::skip_unless_supported;
 use common::{sandbox::*, *};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
@@ -28,42 +28,18 @@ async fn sigkilled_leader_is_replaced_and_work_resumes_without_repeats() -> anyh
     if skip_unless_supported() {
         return Ok(());
     }
-    let sb = Sandbox::shared(&SandboxConfig::new("ctl-resume", 1))?;
-    let host = sb.hosts().remove(0);
-    host.link_up()?;
-    install_fakes(&host)?;
-    let client = client().await?;
-    let ns = namespace(&client, "resume").await?;
-    let dir = test_dir("resume")?;
-    eprintln!("manager logs in {}", dir.display());
-    let mirror = Mirror::start(&sb)?;
-    let component = publish_standins(&mirror, &dir, "amd64")?;
-    let key = std::fs::read_to_string(&sb.credentials().ed25519_key)?;
-    secret(&client, &ns, "ssh-auth", &[("privateKey", &key)]).await?;
-    secret(
-        &client,
-        &ns,
-        "bootstrap-data",
-        &[("value", &bootstrap_data()), ("format", "cloud-config")],
-    )
-    .await?;
-    let hosts = vec![(host.info.name.clone(), host.address().to_owned(), 22)];
-    apply(&client, &ns, cluster(&ns, "r", json!({}))).await?;
-    apply(
-        &client,
-        &ns,
-        kkcluster(&ns, "r", &hosts, json!({"component": component})),
-    )
-    .await?;
-    let (km, m) = machine_pair(&ns, "r", "m", "worker", Some("bootstrap-data"));
-    apply(&client, &ns, km).await?;
-    apply(&client, &ns, m).await?;
+    let env = TestEnv::new("resume").await?;
+    let ns = env.ns.clone();
+    let sandbox = env.hosts("ctl-resume", 1).await?;
+    let host = sandbox.sb.hosts().remove(0);
+    let key = sandbox.key.clone();
+    env.bootstrap_data("bootstrap-data", &bootstrap_data()).await?;
+    env.cluster("r", &sandbox.inventory(), json!({"component": sandbox.component}))
+        .await?;
+    env.machine("r", "m", "worker", Some("bootstrap-data")).await?;
+    let inst_name = format!("r.{}", host.info.name);
 
-    let kc = manager_kubeconfig(&client, &ns, &dir).await?;
-    let cache = dir.join("cache");
     let args = [
-        "--namespace",
-        &ns,
         "--leader-elect",
         "--leader-election-namespace",
         &ns,
@@ -71,11 +47,9 @@ async fn sigkilled_leader_is_replaced_and_work_resumes_without_repeats() -> anyh
         "--renew-deadline=6s",
         "--retry-period=1s",
         "--ssh-connect-timeout=5s",
-        "--artifact-cache-dir",
-        cache.to_str().unwrap_or("/tmp"),
     ];
-    let mut a = Manager::start(&kc, &dir, "a", &args)?;
-    let mut b = Manager::start(&kc, &dir, "b", &args)?;
+    let mut a = env.manager("a", &args)?;
+    let mut b = env.manager("b", &args)?;
 
     // The slow command is running on the host: kill whoever leads.
     eventually(
@@ -88,7 +62,7 @@ async fn sigkilled_leader_is_replaced_and_work_resumes_without_repeats() -> anyh
         },
     )
     .await?;
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let leases: Api<Lease> = env.api();
     let holder = leases
         .get("capkk-manager-leader")
         .await?
@@ -106,10 +80,11 @@ async fn sigkilled_leader_is_replaced_and_work_resumes_without_repeats() -> anyh
         (&mut b, &mut a, a_pid)
     };
     ensure!(
-        !standby.logs().contains("claimed host") && standby.logs().contains("waiting for leadership"),
+        !standby.logs().contains("Claimed a host") && standby.logs().contains("waiting for leadership"),
         "the standby did no work while not leading"
     );
-    let inst_before = get(&client, &ns, INFRA_V, "KKInstance", &host.info.name)
+    let inst_before = env
+        .get(INFRA_V, "KKInstance", &inst_name)
         .await?
         .unwrap_or_default();
     let done_before =
@@ -133,14 +108,12 @@ async fn sigkilled_leader_is_replaced_and_work_resumes_without_repeats() -> anyh
         "KKMachine provisioned by the new leader",
         Duration::from_secs(180),
         || async {
-            let k = get(&client, &ns, INFRA_V, "KKMachine", "m")
-                .await?
-                .unwrap_or_default();
+            let k = env.get(INFRA_V, "KKMachine", "m").await?.unwrap_or_default();
             Ok((k["status"]["initialization"]["provisioned"] == true).then_some(k))
         },
     )
     .await?;
-    ensure!(km["spec"]["instanceID"] == host.info.name.as_str(), "same host");
+    ensure!(km["spec"]["instanceID"] == inst_name.as_str(), "same host");
     let new_holder = leases
         .get("capkk-manager-leader")
         .await?
@@ -174,13 +147,8 @@ async fn sigkilled_leader_is_replaced_and_work_resumes_without_repeats() -> anyh
         "the killed leader had done the early phases"
     );
     standby.terminate();
-    assert_no_canary(
-        &client,
-        &ns,
-        &[key.lines().nth(2).unwrap_or("-")],
-        &[killed_logs, standby_logs],
-    )
-    .await?;
-    cleanup_namespace(&client, &ns).await;
+    env.assert_no_canary(&[key.lines().nth(2).unwrap_or("-")], &[killed_logs, standby_logs])
+        .await?;
+    env.finish().await;
     Ok(())
 }

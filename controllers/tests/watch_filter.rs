@@ -10,12 +10,12 @@ use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn only_labelled_objects_are_reconciled() -> anyhow::Result<()> {
-    let client = client().await?;
-    let ns = namespace(&client, "filter").await?;
-    let dir = test_dir("filter")?;
-    secret(&client, &ns, "ssh-auth", &[("password", "canary-pw-filter-0d")]).await?;
+    let env = TestEnv::new("filter").await?;
+    let ns = env.ns.clone();
+    env.secret("ssh-auth", &[("password", "canary-pw-filter-0d")])
+        .await?;
     for (name, label) in [("blue", true), ("other", false)] {
-        apply(&client, &ns, cluster(&ns, name, json!({}))).await?;
+        env.apply(cluster(&ns, name, json!({}))).await?;
         let mut k = kkcluster(
             &ns,
             name,
@@ -29,36 +29,20 @@ async fn only_labelled_objects_are_reconciled() -> anyhow::Result<()> {
         if label {
             k["metadata"]["labels"]["cluster.x-k8s.io/watch-filter"] = json!("blue");
         }
-        apply(&client, &ns, k).await?;
+        env.apply(k).await?;
     }
-    let kc = manager_kubeconfig(&client, &ns, &dir).await?;
-    let mut mgr = Manager::start(
-        &kc,
-        &dir,
+    let mut mgr = env.manager(
         "manager",
         &[
-            "--namespace",
-            &ns,
             "--watch-filter=blue",
             "--log-format=json",
             "--ssh-connect-timeout=2s",
         ],
     )?;
-    eventually(
-        "labelled KKCluster provisioned",
-        Duration::from_secs(90),
-        || async {
-            let k = get(&client, &ns, INFRA_V, "KKCluster", "blue").await?;
-            Ok(k.filter(|k| k["status"]["initialization"]["provisioned"] == true)
-                .map(|_| ()))
-        },
-    )
-    .await?;
+    env.kkcluster_provisioned("blue").await?;
     // CAPI changes both Clusters (owner references, phases): give the manager time to (wrongly) act.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let other = get(&client, &ns, INFRA_V, "KKCluster", "other")
-        .await?
-        .unwrap_or_default();
+    let other = env.get(INFRA_V, "KKCluster", "other").await?.unwrap_or_default();
     ensure!(
         other["metadata"].get("finalizers").is_none(),
         "unlabelled KKCluster has no finalizer: {}",
@@ -77,6 +61,6 @@ async fn only_labelled_objects_are_reconciled() -> anyhow::Result<()> {
             serde_json::from_str(line).map_err(|e| anyhow::anyhow!("not JSON ({e}): {line}"))?;
         ensure!(v["level"].is_string(), "no level in {line}");
     }
-    cleanup_namespace(&client, &ns).await;
+    env.finish().await;
     Ok(())
 }

@@ -271,10 +271,22 @@ pub async fn secret(client: &Client, ns: &str, name: &str, data: &[(&str, &str)]
     Ok(())
 }
 
+/// Namespace of the test ServiceAccounts.
+const SA_NAMESPACE: &str = "capkk-test-system";
+
 /// Creates a ServiceAccount bound to exactly the ClusterRole in config/rbac/role.yaml (and the leader
 /// election Role in `lease_ns`), and writes a kubeconfig using a TokenRequest token for it.
 pub async fn manager_kubeconfig(admin: &Client, lease_ns: &str, dir: &Path) -> anyhow::Result<PathBuf> {
-    let sa_ns = "capkk-test-system";
+    Ok(manager_kubeconfig_for(admin, lease_ns, dir).await?.0)
+}
+
+/// [`manager_kubeconfig`], also returning the ServiceAccount's name (for cleanup).
+pub async fn manager_kubeconfig_for(
+    admin: &Client,
+    lease_ns: &str,
+    dir: &Path,
+) -> anyhow::Result<(PathBuf, String)> {
+    let sa_ns = SA_NAMESPACE;
     let ns_obj: Namespace = serde_json::from_value(json!({"metadata": {"name": sa_ns}}))?;
     let _ = Api::<Namespace>::all(admin.clone())
         .create(&PostParams::default(), &ns_obj)
@@ -362,7 +374,7 @@ pub async fn manager_kubeconfig(admin: &Client, lease_ns: &str, dir: &Path) -> a
     });
     let path = dir.join("manager.kubeconfig");
     std::fs::write(&path, serde_json::to_string_pretty(&kc)?)?;
-    Ok(path)
+    Ok((path, sa_name))
 }
 
 /// The manager binary running as a separate process; killed on drop.
@@ -500,6 +512,284 @@ pub fn http_get(port: u16, path: &str) -> anyhow::Result<String> {
     let mut out = String::new();
     s.read_to_string(&mut out)?;
     Ok(out)
+}
+
+/// One integration test's world: an admin client, a fresh namespace, a directory for logs, a kubeconfig for
+/// a ServiceAccount bound to exactly the ClusterRole in config/rbac, and the manager processes started
+/// through it. Dropping it (also when the test panics) stops the managers and deletes the namespace, the
+/// ServiceAccount and its binding, unless `CAPKK_TEST_KEEP=1` (then it says what it kept).
+pub struct TestEnv {
+    /// Admin client of the management plane.
+    pub client: Client,
+    /// The test's namespace.
+    pub ns: String,
+    /// Logs and files of the test (kept).
+    pub dir: PathBuf,
+    kubeconfig: PathBuf,
+    admin_kubeconfig: PathBuf,
+    sa_name: String,
+    cleaned: bool,
+}
+
+/// Sandbox SSH hosts prepared for host work: stand-ins installed, an artifact mirror with stand-in
+/// binaries (`component` goes into the KKCluster spec) and the `ssh-auth` Secret holding the hosts' key.
+pub struct Hosts {
+    /// The sandbox.
+    pub sb: capkk_sandbox::Sandbox,
+    /// The artifact mirror.
+    pub mirror: sandbox::Mirror,
+    /// `spec.component` pointing at the mirror.
+    pub component: Value,
+    /// The hosts' private key (a line of it is a canary for leaks).
+    pub key: String,
+}
+
+impl Hosts {
+    /// `(name, address, port)` of every host, for [`kkcluster`].
+    pub fn inventory(&self) -> Vec<(String, String, u16)> {
+        self.sb
+            .hosts()
+            .iter()
+            .map(|h| (h.info.name.clone(), h.address().to_owned(), 22))
+            .collect()
+    }
+
+    /// A line of the private key that must never leak.
+    pub fn key_canary(&self) -> String {
+        self.key.lines().nth(2).unwrap_or("-").to_owned()
+    }
+}
+
+impl TestEnv {
+    /// Namespace `<prefix>-<unique>`, test directory, manager kubeconfig.
+    pub async fn new(prefix: &str) -> anyhow::Result<TestEnv> {
+        let client = client().await?;
+        let ns = namespace(&client, prefix).await?;
+        let dir = test_dir(prefix)?;
+        eprintln!("test {prefix}: namespace {ns}, manager logs in {}", dir.display());
+        let (kubeconfig, sa_name) = manager_kubeconfig_for(&client, &ns, &dir).await?;
+        let admin_kubeconfig = capkk_mgmt::ManagementPlane::shared()
+            .await?
+            .kubeconfig_path()
+            .to_owned();
+        Ok(TestEnv {
+            client,
+            ns,
+            dir,
+            kubeconfig,
+            admin_kubeconfig,
+            sa_name,
+            cleaned: false,
+        })
+    }
+
+    /// Start a manager scoped to the namespace (`--namespace`, an artifact cache in the test directory,
+    /// then `args`).
+    pub fn manager(&self, name: &str, args: &[&str]) -> anyhow::Result<Manager> {
+        let cache = self.dir.join("cache");
+        let cache_arg = format!("--artifact-cache-dir={}", cache.display());
+        let mut all: Vec<&str> = vec!["--namespace", &self.ns];
+        if !args.iter().any(|a| a.starts_with("--artifact-cache-dir")) {
+            all.push(&cache_arg);
+        }
+        all.extend_from_slice(args);
+        Manager::start(&self.kubeconfig, &self.dir, name, &all)
+    }
+
+    /// Sandbox hosts `name` (`n` of them) ready for host work, and the `ssh-auth` Secret.
+    pub async fn hosts(&self, name: &str, n: usize) -> anyhow::Result<Hosts> {
+        let sb = capkk_sandbox::Sandbox::shared(&capkk_sandbox::SandboxConfig::new(name, n))?;
+        for h in sb.hosts() {
+            h.link_up()?;
+            sandbox::install_fakes(&h)?;
+        }
+        let mirror = sandbox::Mirror::start(&sb)?;
+        let component = sandbox::publish_standins(&mirror, &self.dir, "amd64")?;
+        let key = std::fs::read_to_string(&sb.credentials().ed25519_key)?;
+        self.secret("ssh-auth", &[("privateKey", &key)]).await?;
+        Ok(Hosts {
+            sb,
+            mirror,
+            component,
+            key,
+        })
+    }
+
+    /// An Opaque Secret in the namespace.
+    pub async fn secret(&self, name: &str, data: &[(&str, &str)]) -> anyhow::Result<()> {
+        secret(&self.client, &self.ns, name, data).await
+    }
+
+    /// The bootstrap-data Secret `name` (`value`, `format: cloud-config`).
+    pub async fn bootstrap_data(&self, name: &str, value: &str) -> anyhow::Result<()> {
+        self.secret(name, &[("value", value), ("format", "cloud-config")])
+            .await
+    }
+
+    /// Server-side apply of a JSON object into the namespace.
+    pub async fn apply(&self, obj: Value) -> anyhow::Result<DynamicObject> {
+        apply(&self.client, &self.ns, obj).await
+    }
+
+    /// A Cluster and its KKCluster `name` with `hosts`.
+    pub async fn cluster(
+        &self,
+        name: &str,
+        hosts: &[(String, String, u16)],
+        kkcluster_spec: Value,
+    ) -> anyhow::Result<()> {
+        self.apply(cluster(&self.ns, name, json!({}))).await?;
+        self.apply(kkcluster(&self.ns, name, hosts, kkcluster_spec))
+            .await?;
+        Ok(())
+    }
+
+    /// A KKMachine + Machine pair (see [`machine_pair`]).
+    pub async fn machine(
+        &self,
+        cluster: &str,
+        name: &str,
+        role: &str,
+        data_secret: Option<&str>,
+    ) -> anyhow::Result<()> {
+        let (km, m) = machine_pair(&self.ns, cluster, name, role, data_secret);
+        self.apply(km).await?;
+        self.apply(m).await?;
+        Ok(())
+    }
+
+    /// A typed API of the namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// Get an object as JSON (None when absent).
+    pub async fn get(&self, api_version: &str, kind: &str, name: &str) -> anyhow::Result<Option<Value>> {
+        get(&self.client, &self.ns, api_version, kind, name).await
+    }
+
+    /// List objects as JSON.
+    pub async fn list(&self, api_version: &str, kind: &str) -> anyhow::Result<Vec<Value>> {
+        list(&self.client, &self.ns, api_version, kind).await
+    }
+
+    /// Merge-patch an object.
+    pub async fn merge(&self, api_version: &str, kind: &str, name: &str, patch: Value) -> anyhow::Result<()> {
+        merge(&self.client, &self.ns, api_version, kind, name, patch).await
+    }
+
+    /// Delete an object.
+    pub async fn delete(&self, api_version: &str, kind: &str, name: &str) -> anyhow::Result<()> {
+        delete(&self.client, &self.ns, api_version, kind, name).await
+    }
+
+    /// Wait for the KKCluster `name` to be provisioned; returns it.
+    pub async fn kkcluster_provisioned(&self, name: &str) -> anyhow::Result<Value> {
+        eventually(
+            &format!("KKCluster {name} provisioned"),
+            Duration::from_secs(90),
+            || async {
+                let k = self.get(INFRA_V, "KKCluster", name).await?;
+                Ok(k.filter(|k| k["status"]["initialization"]["provisioned"] == true))
+            },
+        )
+        .await
+    }
+
+    /// Wait for the KKCluster `name` to report `n` host probes (they run in the background); returns it.
+    pub async fn kkcluster_probed(&self, name: &str, n: usize) -> anyhow::Result<Value> {
+        eventually(
+            &format!("KKCluster {name} reports {n} probes"),
+            Duration::from_secs(90),
+            || async {
+                let k = self.get(INFRA_V, "KKCluster", name).await?;
+                Ok(k.filter(|k| k["status"]["hosts"].as_array().is_some_and(|h| h.len() == n)))
+            },
+        )
+        .await
+    }
+
+    /// Fails when a canary appears in the manager logs, the namespace's events or any capkk object.
+    pub async fn assert_no_canary(&self, canaries: &[&str], logs: &[String]) -> anyhow::Result<()> {
+        assert_no_canary(&self.client, &self.ns, canaries, logs).await
+    }
+
+    /// Clean up now (async) instead of at drop.
+    pub async fn finish(mut self) {
+        if keep() {
+            eprintln!(
+                "CAPKK_TEST_KEEP=1: kept namespace {} and {}",
+                self.ns,
+                self.dir.display()
+            );
+        } else {
+            cleanup_namespace(&self.client, &self.ns).await;
+            cleanup_service_account(&self.client, &self.sa_name).await;
+        }
+        self.cleaned = true;
+    }
+}
+
+fn keep() -> bool {
+    std::env::var("CAPKK_TEST_KEEP").is_ok_and(|v| v == "1")
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        if self.cleaned {
+            return;
+        }
+        if keep() {
+            eprintln!(
+                "CAPKK_TEST_KEEP=1: kept namespace {} and {}",
+                self.ns,
+                self.dir.display()
+            );
+            return;
+        }
+        // Drop may run during a panic inside the test's runtime: clean up from a thread with its own
+        // runtime and client (clients must not cross runtimes).
+        let (ns, sa, kc) = (
+            self.ns.clone(),
+            self.sa_name.clone(),
+            self.admin_kubeconfig.clone(),
+        );
+        let done = std::thread::spawn(move || -> anyhow::Result<()> {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async {
+                let config =
+                    kube::Config::from_custom_kubeconfig(Kubeconfig::read_from(&kc)?, &Default::default())
+                        .await?;
+                let client = Client::try_from(config)?;
+                cleanup_namespace(&client, &ns).await;
+                cleanup_service_account(&client, &sa).await;
+                Ok(())
+            })
+        })
+        .join();
+        if !matches!(done, Ok(Ok(()))) {
+            eprintln!("cleaning up namespace {} failed", self.ns);
+        }
+    }
+}
+
+/// Delete the ServiceAccount a test's managers used and its ClusterRoleBinding.
+pub async fn cleanup_service_account(client: &Client, sa_name: &str) {
+    let _ = Api::<ServiceAccount>::namespaced(client.clone(), SA_NAMESPACE)
+        .delete(sa_name, &Default::default())
+        .await;
+    let _ = Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(client.clone())
+        .delete(sa_name, &Default::default())
+        .await;
 }
 
 /// Remove a finished test's objects: our finalizers are stripped (no manager runs any more) and the

@@ -1,0 +1,132 @@
+//! How host work failed: transient (retried with backoff) or terminal (stays until the retry annotation).
+
+use capkk_api::consts::reasons;
+use capkk_executor::ExecError;
+
+use crate::services::Phase;
+
+/// How host work ended.
+pub enum Failure {
+    /// Retry later without anyone changing anything.
+    Transient(String),
+    /// Stays until the spec changes or the retry annotation is set.
+    Terminal {
+        /// The condition reason (one of [`super::TERMINAL`]).
+        reason: &'static str,
+        /// What failed, for the condition and the event.
+        message: String,
+    },
+}
+
+/// Map a transport error: a host-key mismatch or rejected credentials are terminal, the rest transient.
+pub fn exec_failure(e: &ExecError) -> Failure {
+    match e {
+        ExecError::HostKeyMismatch { .. } => Failure::Terminal {
+            reason: reasons::HOST_KEY_MISMATCH,
+            message: e.to_string(),
+        },
+        ExecError::Auth { .. } | ExecError::Sudo { .. } => Failure::Terminal {
+            reason: reasons::AUTH_FAILED,
+            message: e.to_string(),
+        },
+        ExecError::Credentials { .. } => Failure::Terminal {
+            reason: reasons::CREDENTIALS_UNAVAILABLE,
+            message: e.to_string(),
+        },
+        _ => Failure::Transient(e.to_string()),
+    }
+}
+
+/// Map a phase's error: a failed command, an unsupported option or invalid input are terminal.
+pub fn service_failure(phase: Phase, e: capkk_service::Error) -> Failure {
+    use capkk_service::Error as S;
+    let p = phase.name();
+    match e {
+        S::Exec { source, step } => match exec_failure(&source) {
+            Failure::Transient(m) => Failure::Transient(format!("{p}: step {step}: {m}")),
+            Failure::Terminal { reason, message } => Failure::Terminal {
+                reason,
+                message: format!("{p}: {message}"),
+            },
+        },
+        S::CommandFailed {
+            step,
+            command,
+            exit_code,
+            output_tail,
+        } => Failure::Terminal {
+            reason: reasons::COMMAND_FAILED,
+            message: format!(
+                "{p}: step {step:?}: command `{command}` exited with {}; output tail:\n{output_tail}",
+                exit_code
+                    .map(|c| c.to_string())
+                    .unwrap_or_else(|| "no status".into())
+            ),
+        },
+        S::Unsupported { what } => Failure::Terminal {
+            reason: reasons::UNSUPPORTED,
+            message: format!("{p}: unsupported: {what}"),
+        },
+        S::InvalidInput { field, message } => Failure::Terminal {
+            reason: reasons::INVALID_SPEC,
+            message: format!("{p}: invalid {field}: {message}"),
+        },
+        e if e.is_transient() => Failure::Transient(format!("{p}: {e}")),
+        e => Failure::Terminal {
+            reason: reasons::COMMAND_FAILED,
+            message: format!("{p}: {e}"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn terminal_reason(f: Failure) -> Option<&'static str> {
+        match f {
+            Failure::Terminal { reason, .. } => Some(reason),
+            Failure::Transient(_) => None,
+        }
+    }
+
+    #[test]
+    fn a_failed_command_is_terminal_and_names_the_command_and_exit_code() {
+        let f = service_failure(
+            Phase::Provisioning,
+            capkk_service::Error::CommandFailed {
+                step: "runcmd[0]".into(),
+                command: "exit 3".into(),
+                exit_code: Some(3),
+                output_tail: "boom".into(),
+            },
+        );
+        match f {
+            Failure::Terminal { reason, message } => {
+                assert_eq!(reason, reasons::COMMAND_FAILED);
+                assert!(message.contains("provisioning") && message.contains("exited with 3"));
+                assert!(message.contains("boom"));
+            }
+            Failure::Transient(m) => panic!("transient: {m}"),
+        }
+    }
+
+    #[test]
+    fn unsupported_and_invalid_input_are_terminal() {
+        let u = service_failure(
+            Phase::Repository,
+            capkk_service::Error::Unsupported {
+                what: "pacman".into(),
+            },
+        );
+        assert_eq!(terminal_reason(u), Some(reasons::UNSUPPORTED));
+        let i = service_failure(
+            Phase::Binary,
+            capkk_service::Error::InvalidInput {
+                field: "spec.component".into(),
+                message: "bad".into(),
+            },
+        );
+        assert_eq!(terminal_reason(i), Some(reasons::INVALID_SPEC));
+    }
+}

@@ -1,0 +1,157 @@
+//! The inputs of host work, resolved at use time: the SSH connection (credentials from the KKCluster or
+//! the Secrets the KKInstance references), the bootstrap data and the phases' inputs.
+
+use std::{sync::Arc, time::Duration};
+
+use capkk_api::{KKCluster, KKInstance, consts::reasons};
+use capkk_executor::{ExecRequest, Executor};
+use capkk_service::journal::Redactor;
+use k8s_openapi::api::core::v1::Secret as K8sSecret;
+use kube::{Api, ResourceExt};
+
+use super::failure::{Failure, exec_failure};
+use crate::{
+    context::Context,
+    error::Error,
+    hosts,
+    metrics::MeteredExecutor,
+    services::{BootstrapData, PhaseInput},
+};
+
+/// Bound on the first command that proves a connection works.
+const CONNECT_CHECK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Connect to the host and run `true` (credentials and host key are checked here).
+pub async fn connect(
+    ctx: &Context,
+    inst: &KKInstance,
+    kkc: Option<&KKCluster>,
+) -> Result<(Arc<dyn Executor>, capkk_ssh::HostTarget), Failure> {
+    let target = hosts::instance_target(&ctx.client, inst, kkc)
+        .await
+        .map_err(|e| match e {
+            Error::ResolveCredentials(m) => Failure::Terminal {
+                reason: reasons::CREDENTIALS_UNAVAILABLE,
+                message: m,
+            },
+            Error::InvalidSpec { .. } => Failure::Terminal {
+                reason: reasons::INVALID_SPEC,
+                message: e.to_string(),
+            },
+            e => Failure::Transient(e.to_string()),
+        })?;
+    let exec: Arc<dyn Executor> = Arc::new(MeteredExecutor::new(
+        ctx.ssh.executor(&target),
+        ctx.metrics.clone(),
+    ));
+    let out = exec
+        .exec(ExecRequest::new("true").timeout(CONNECT_CHECK_TIMEOUT))
+        .await
+        .map_err(|e| exec_failure(&e))?;
+    if !out.success() {
+        return Err(Failure::Transient(format!(
+            "`true` exited {:?} on {}",
+            out.exit_code, inst.spec.address
+        )));
+    }
+    Ok((exec, target))
+}
+
+/// The bootstrap data of the Machine (None when the KKInstance has no reference).
+pub async fn bootstrap_data(ctx: &Context, inst: &KKInstance) -> Result<Option<BootstrapData>, Failure> {
+    let ns = inst.namespace().unwrap_or_default();
+    let Some(r) = inst.spec.bootstrap_data_secret_ref.as_ref() else {
+        return Ok(None);
+    };
+    let secret = Api::<K8sSecret>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(&r.name)
+        .await
+        .map_err(|e| Failure::Transient(format!("reading bootstrap data Secret {}: {e}", r.name)))?
+        .ok_or_else(|| {
+            Failure::Transient(format!("bootstrap data Secret {ns}/{} not found (yet)", r.name))
+        })?;
+    let data = secret.data.unwrap_or_default();
+    let value = data
+        .get("value")
+        .map(|v| v.0.clone())
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| Failure::Terminal {
+            reason: reasons::INVALID_SPEC,
+            message: format!("bootstrap data Secret {} has no key `value`", r.name),
+        })?;
+    let format = data
+        .get("format")
+        .and_then(|f| String::from_utf8(f.0.clone()).ok())
+        .filter(|f| !f.is_empty())
+        .unwrap_or_else(|| "cloud-config".into());
+    Ok(Some(BootstrapData {
+        value: capkk_ssh::Secret::new(value),
+        format,
+    }))
+}
+
+/// Inputs of the phases: spec, KKCluster spec, `/etc/hosts` entries, registry credentials (resolved from the
+/// KKCluster's inline auth or its Secret, at use time) and a redactor knowing them.
+pub async fn phase_input(
+    ctx: &Context,
+    inst: &KKInstance,
+    kkc: Option<&KKCluster>,
+) -> Result<PhaseInput, Failure> {
+    let ns = inst.namespace().unwrap_or_default();
+    let mut redactor = Redactor::default();
+    let mut registry_auth = None;
+    if let Some(a) = kkc
+        .and_then(|k| k.spec.registry.as_ref())
+        .and_then(|r| r.auth.as_ref())
+    {
+        let (mut user, mut pass) = (a.username.clone(), a.password.clone());
+        if let Some(r) = a.secret_ref.as_ref() {
+            let secret = Api::<K8sSecret>::namespaced(ctx.client.clone(), &ns)
+                .get_opt(&r.name)
+                .await
+                .map_err(|e| Failure::Transient(format!("reading registry Secret {}: {e}", r.name)))?
+                .ok_or_else(|| Failure::Terminal {
+                    reason: reasons::CREDENTIALS_UNAVAILABLE,
+                    message: format!(
+                        "registry Secret {ns}/{} (spec.registry.auth.secretRef) not found",
+                        r.name
+                    ),
+                })?;
+            let data = secret.data.unwrap_or_default();
+            let get = |k: &str| data.get(k).and_then(|v| String::from_utf8(v.0.clone()).ok());
+            user = get("username").or(user);
+            pass = get("password").or(pass);
+        }
+        if let Some(p) = pass.as_ref() {
+            redactor.add(p.clone());
+        }
+        registry_auth = Some(capkk_service::containermanager::RegistryAuth {
+            username: user,
+            password: pass,
+            insecure_skip_verify: a.insecure_skip_verify.unwrap_or(false),
+            plain_http: a.plain_http.unwrap_or(false),
+            ca_file: a.ca_file.clone(),
+            cert_file: a.cert_file.clone(),
+            key_file: a.key_file.clone(),
+        });
+    }
+    let hosts_entries = kkc
+        .map(|k| {
+            k.spec
+                .nodes
+                .instances
+                .iter()
+                .map(|h| (h.internal_address().to_owned(), vec![h.name.clone()]))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(PhaseInput {
+        instance: inst.spec.clone(),
+        cluster: kkc.map(|k| k.spec.clone()),
+        bootstrap: None,
+        redactor,
+        registry_auth,
+        hosts_entries,
+        facts: Default::default(),
+    })
+}

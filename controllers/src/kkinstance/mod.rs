@@ -1,0 +1,425 @@
+//! KKInstance reconciler: one claimed host. [`state::classify`] decides where the host is; the reconcile
+//! acts on that state and reports it. Host work runs as background tasks ([`task`]) keyed by UID; completed
+//! phases, a terminal failure and a finished reset are annotations, so a restarted (or moved) manager resumes
+//! without repeating work. Release resets the host and frees it, or quarantines a host that stays
+//! unreachable ([`release`]).
+
+pub mod failure;
+pub mod inputs;
+pub mod release;
+pub mod state;
+pub mod task;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use capkk_api::{
+    KKCluster, KKInstance, KKInstanceStatus, KKMachine,
+    consts::{
+        BLOCK_MOVE_ANNOTATION, CLUSTER_NAME_LABEL, KKINSTANCE_FINALIZER, QUARANTINED_LABEL, RETRY_ANNOTATION,
+        conditions as cond, reasons,
+    },
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{
+    Api, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::controller::Action,
+};
+use serde_json::{Value, json};
+use tracing::{debug, info};
+
+pub use state::{ClaimRecord, HostState, classify};
+
+use crate::{
+    annotations,
+    capi::Cluster,
+    conditions,
+    context::{Context, TaskKind},
+    error::{Error, Result},
+    reconcile::{Owner, Reconciler, requeue},
+};
+
+/// Condition reasons set by host work that make a failure terminal (kept for the mirror and docs).
+pub const TERMINAL: &[&str] = &[
+    reasons::COMMAND_FAILED,
+    reasons::UNSUPPORTED,
+    reasons::HOST_KEY_MISMATCH,
+    reasons::AUTH_FAILED,
+    reasons::INVALID_SPEC,
+    reasons::CREDENTIALS_UNAVAILABLE,
+];
+
+/// The part of the status the reconciler writes: `state`, `observedGeneration` and the `Ready` and `Paused`
+/// conditions. Host work owns the rest ([`task::hostwork_status`]); `nodeRef` is written by the KKMachine
+/// reconciler once the workload Node carries the providerID.
+pub fn reconciler_status(s: &KKInstanceStatus) -> KKInstanceStatus {
+    KKInstanceStatus {
+        state: s.state,
+        observed_generation: s.observed_generation,
+        conditions: s
+            .conditions
+            .iter()
+            .filter(|c| !task::HOSTWORK_CONDITIONS.contains(&c.type_.as_str()))
+            .cloned()
+            .collect(),
+        ..Default::default()
+    }
+}
+
+#[async_trait]
+impl Reconciler for KKInstance {
+    const KIND: &'static str = "KKInstance";
+    const FINALIZER: &'static str = KKINSTANCE_FINALIZER;
+    type Status = KKInstanceStatus;
+    /// The Cluster (by CAPI's cluster-name label), for pause; None when there is no such Cluster.
+    type Owner = Option<Cluster>;
+
+    fn status(&self) -> Option<&KKInstanceStatus> {
+        self.status.as_ref()
+    }
+
+    fn conditions(status: &mut KKInstanceStatus) -> &mut Vec<Condition> {
+        &mut status.conditions
+    }
+
+    fn owned_status(status: &KKInstanceStatus) -> KKInstanceStatus {
+        reconciler_status(status)
+    }
+
+    async fn owner(&self, ctx: &Context) -> Result<Owner<Option<Cluster>>> {
+        // A KKInstance's controlling KKMachine is checked by the state machine (a quarantined one has none);
+        // the Cluster is only needed for pause.
+        let ns = self.namespace().unwrap_or_default();
+        let cluster = match self.labels().get(CLUSTER_NAME_LABEL) {
+            Some(c) => Api::<Cluster>::namespaced(ctx.client.clone(), &ns)
+                .get_opt(c)
+                .await
+                .map_err(Error::kube(format!("get Cluster {ns}/{c}")))?,
+            None => None,
+        };
+        Ok(Owner::Found(cluster))
+    }
+
+    fn owner_paused(owner: &Option<Cluster>) -> bool {
+        owner.as_ref().is_some_and(|c| c.spec.paused == Some(true))
+    }
+
+    async fn paused(obj: Arc<Self>, ctx: &Arc<Context>, _status: &mut KKInstanceStatus) -> Result<Action> {
+        let uid = obj.uid().unwrap_or_default();
+        ctx.tasks.request_stop(&uid);
+        if ctx.tasks.running(&uid).is_some() {
+            info!("Paused: host work stops at the next step boundary");
+            return Ok(Action::requeue(requeue::PAUSED_HOST_WORK));
+        }
+        if obj.annotations().contains_key(BLOCK_MOVE_ANNOTATION) {
+            let api: Api<KKInstance> =
+                Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default());
+            annotate(&api, &obj.name_any(), &[(BLOCK_MOVE_ANNOTATION, None)]).await?;
+        }
+        Ok(Action::await_change())
+    }
+
+    async fn apply(
+        obj: Arc<Self>,
+        _cluster: Option<Cluster>,
+        ctx: &Arc<Context>,
+        status: &mut KKInstanceStatus,
+    ) -> Result<Action> {
+        let Some(inst) = fresh(obj, ctx).await? else {
+            return Ok(Action::await_change());
+        };
+        let uid = inst.uid().unwrap_or_default();
+        let task = ctx.tasks.running(&uid);
+        let claim = claim_record(&inst, ctx).await?;
+        let state = classify(&inst, claim, task);
+        debug!(?state, "Classified");
+        status.state = Some(state.reported(&inst));
+        let generation = inst.metadata.generation;
+        let mut ready = |ok: bool, reason: &str, msg: String| {
+            conditions::set(&mut status.conditions, cond::READY, ok, reason, msg, generation)
+        };
+        let api: Api<KKInstance> = Api::namespaced(ctx.client.clone(), &inst.namespace().unwrap_or_default());
+        let name = inst.name_any();
+        match state {
+            HostState::Quarantined => {
+                if inst.labels().get(QUARANTINED_LABEL).map(String::as_str) != Some("true") {
+                    let patch = json!({ "metadata": { "labels": { QUARANTINED_LABEL: "true" } } });
+                    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                        .map_err(Error::kube(format!("label KKInstance {name}")))?;
+                }
+                let why = inst
+                    .spec
+                    .quarantine
+                    .as_ref()
+                    .map(|q| q.reason.clone())
+                    .unwrap_or_default();
+                ready(
+                    false,
+                    reasons::QUARANTINED,
+                    format!("{why}; delete this KKInstance after fixing the host to make it claimable again"),
+                );
+                Ok(Action::await_change())
+            }
+            HostState::Free => release::free(&inst, ctx).await,
+            HostState::Releasing(task) => {
+                ready(
+                    false,
+                    reasons::DELETING,
+                    "resetting the host before freeing it".into(),
+                );
+                release::release(&inst, task, ctx).await
+            }
+            HostState::Orphaned => Ok(Action::await_change()),
+            HostState::AwaitingOwner => Ok(Action::requeue(requeue::CLAIM_OWNER)),
+            HostState::AwaitingClaimRecord => {
+                debug!("Waiting for the KKMachine to record this claim");
+                Ok(Action::requeue(requeue::CLAIM_RECORD))
+            }
+            HostState::Busy(_) => {
+                let step = inst
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.step.clone())
+                    .unwrap_or_else(|| "host work started".into());
+                ready(false, reasons::IN_PROGRESS, step);
+                Ok(Action::requeue(requeue::HOST_WORK))
+            }
+            HostState::Provisioned => {
+                ready(true, reasons::READY, String::new());
+                status.observed_generation = generation;
+                if inst.annotations().contains_key(BLOCK_MOVE_ANNOTATION) {
+                    annotate(&api, &name, &[(BLOCK_MOVE_ANNOTATION, None)]).await?;
+                }
+                Ok(Action::await_change())
+            }
+            HostState::FailedTerminal { reason } => {
+                let message = failure_message(&inst, &reason);
+                debug!(%reason, "Terminal failure; waiting for the retry annotation");
+                ready(false, &reason, message);
+                status.observed_generation = generation;
+                if inst.annotations().contains_key(BLOCK_MOVE_ANNOTATION) {
+                    annotate(&api, &name, &[(BLOCK_MOVE_ANNOTATION, None)]).await?;
+                }
+                Ok(Action::await_change())
+            }
+            HostState::RetryRequested => {
+                info!("Retry requested");
+                annotate(
+                    &api,
+                    &name,
+                    &[(RETRY_ANNOTATION, None), (annotations::FAILED, None)],
+                )
+                .await?;
+                ctx.tasks.succeeded(&uid);
+                start_provisioning(&inst, ctx, status).await
+            }
+            HostState::Provisionable => {
+                if let Some(wait) = release::retry_wait(ctx, &uid) {
+                    let msg = ctx.tasks.retry(&uid).map(|r| r.message).unwrap_or_default();
+                    ready(
+                        false,
+                        reasons::UNREACHABLE,
+                        format!("{msg} (retrying in {}s)", wait.as_secs().max(1)),
+                    );
+                    return Ok(Action::requeue(wait));
+                }
+                start_provisioning(&inst, ctx, status).await
+            }
+        }
+    }
+
+    async fn cleanup(
+        obj: Arc<Self>,
+        _cluster: Option<Option<Cluster>>,
+        ctx: &Arc<Context>,
+        status: &mut KKInstanceStatus,
+    ) -> Result<Action> {
+        let uid = obj.uid().unwrap_or_default();
+        let task = ctx.tasks.running(&uid);
+        let state = classify(&obj, ClaimRecord::NoOwner, task);
+        status.state = Some(state.reported(&obj));
+        match state {
+            HostState::Quarantined => {
+                info!("Quarantined KKInstance deleted by a person: the host is claimable again");
+                ctx.tasks.abort(&uid);
+                ctx.tasks.succeeded(&uid);
+                ctx.ssh.forget(&obj.spec.address);
+                Ok(Action::await_change())
+            }
+            HostState::Releasing(Some(TaskKind::Reset)) => {
+                Err(Error::pending("host reset", requeue::CLEANUP_POLL))
+            }
+            HostState::Releasing(t) => {
+                if t == Some(TaskKind::Provision) {
+                    ctx.tasks.abort(&uid);
+                }
+                if let Some(wait) = release::retry_wait(ctx, &uid) {
+                    return Err(Error::pending("host reset (retry after a failure)", wait));
+                }
+                release::spawn_reset(&obj, ctx, false).await?;
+                Err(Error::pending("host reset", requeue::CLEANUP_POLL))
+            }
+            // Clean (or never touched): nothing to undo on the host.
+            _ => {
+                ctx.tasks.abort(&uid);
+                ctx.tasks.succeeded(&uid);
+                // The claim is over: its pooled connections (and their first-seen keys) go with it.
+                ctx.ssh.forget(&obj.spec.address);
+                Ok(Action::await_change())
+            }
+        }
+    }
+}
+
+/// The object to decide on: the cached one, or a fresh read when host work ended since the last reconcile
+/// (the cache may not hold the task's last annotations yet; deciding on it would repeat work).
+async fn fresh(obj: Arc<KKInstance>, ctx: &Context) -> Result<Option<Arc<KKInstance>>> {
+    if !ctx.tasks.take_finished(&obj.uid().unwrap_or_default()) {
+        return Ok(Some(obj));
+    }
+    let api: Api<KKInstance> = Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default());
+    Ok(api
+        .get_opt(&obj.name_any())
+        .await
+        .map_err(Error::kube(format!("get KKInstance {}", obj.name_any())))?
+        .filter(|i| i.uid() == obj.uid())
+        .map(Arc::new))
+}
+
+/// Whether the controlling KKMachine recorded this KKInstance as its claim.
+async fn claim_record(inst: &KKInstance, ctx: &Context) -> Result<ClaimRecord> {
+    let Some(owner) = inst
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == "KKMachine")
+    else {
+        return Ok(ClaimRecord::NoOwner);
+    };
+    let ns = inst.namespace().unwrap_or_default();
+    let record = |km: Option<&KKMachine>| match km.filter(|m| m.uid().as_deref() == Some(owner.uid.as_str()))
+    {
+        None => ClaimRecord::OwnerMissing,
+        Some(m) if m.spec.instance_id.as_deref() == Some(inst.name_any().as_str()) => ClaimRecord::Recorded,
+        Some(_) => ClaimRecord::Unrecorded,
+    };
+    // The cache answers almost always; only a claim it does not show as recorded is checked with the API
+    // (the KKMachine may have just recorded it).
+    let cached = ctx.stores.machine(&ns, &owner.name).await;
+    if record(cached.as_deref()) == ClaimRecord::Recorded {
+        return Ok(ClaimRecord::Recorded);
+    }
+    let km = Api::<KKMachine>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(&owner.name)
+        .await
+        .map_err(Error::kube(format!("get KKMachine {ns}/{}", owner.name)))?;
+    Ok(record(km.as_ref()))
+}
+
+/// The message of a terminal failure: from the phase condition host work set, else the reason alone.
+fn failure_message(inst: &KKInstance, reason: &str) -> String {
+    inst.status
+        .as_ref()
+        .and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.status == "False" && c.reason == reason && c.type_ != cond::READY)
+        })
+        .map(|c| c.message.clone())
+        .unwrap_or_else(|| format!("host work failed ({reason}); set the retry annotation to try again"))
+}
+
+async fn start_provisioning(
+    inst: &KKInstance,
+    ctx: &Arc<Context>,
+    status: &mut KKInstanceStatus,
+) -> Result<Action> {
+    let generation = inst.metadata.generation;
+    let api: Api<KKInstance> = Api::namespaced(ctx.client.clone(), &inst.namespace().unwrap_or_default());
+    let name = inst.name_any();
+    let kkc = get_kkcluster(ctx, inst).await?;
+    if let Some(d) = kkc.as_ref().and_then(|k| k.spec.distribution.clone())
+        && !matches!(d.as_str(), "kubernetes" | "k8s")
+    {
+        let msg =
+            format!("KKCluster spec.distribution {d:?} is not supported; only kubernetes is implemented");
+        status.state = Some(capkk_api::InstanceState::Failed);
+        conditions::set(
+            &mut status.conditions,
+            cond::READY,
+            false,
+            reasons::UNSUPPORTED,
+            &msg,
+            generation,
+        );
+        status.observed_generation = generation;
+        ctx.event(inst, true, reasons::UNSUPPORTED, "Provision", msg)
+            .await;
+        return Ok(Action::await_change());
+    }
+    annotate(
+        &api,
+        &name,
+        &[
+            (BLOCK_MOVE_ANNOTATION, Some("true".into())),
+            (annotations::TOUCHED, Some("true".into())),
+        ],
+    )
+    .await?;
+    let uid = inst.uid().unwrap_or_default();
+    let task_ctx = ctx.clone();
+    let task_inst = inst.clone();
+    if ctx.tasks.spawn(&uid, TaskKind::Provision, move |stop| {
+        task::provision_task(task_ctx, task_inst, stop)
+    }) {
+        info!("Starting host work");
+    }
+    status.state = Some(capkk_api::InstanceState::Bootstrapping);
+    conditions::set(
+        &mut status.conditions,
+        cond::READY,
+        false,
+        reasons::IN_PROGRESS,
+        "host work started",
+        generation,
+    );
+    Ok(Action::requeue(requeue::HOST_WORK))
+}
+
+/// The KKCluster the host comes from, if it still exists.
+pub async fn get_kkcluster(ctx: &Context, inst: &KKInstance) -> Result<Option<KKCluster>> {
+    let ns = inst.namespace().unwrap_or_default();
+    let Some(name) = inst.spec.cluster_name.as_deref() else {
+        return Ok(None);
+    };
+    if let Some(k) = ctx.stores.cluster(&ns, name).await {
+        return Ok(Some((*k).clone()));
+    }
+    Api::<KKCluster>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(name)
+        .await
+        .map_err(Error::kube(format!("get KKCluster {ns}/{name}")))
+}
+
+/// Merge-patch annotations (`None` removes one).
+pub async fn annotate(api: &Api<KKInstance>, name: &str, set: &[(&str, Option<String>)]) -> Result<()> {
+    let mut map = serde_json::Map::new();
+    for (k, v) in set {
+        map.insert(
+            (*k).to_owned(),
+            v.clone().map(Value::String).unwrap_or(Value::Null),
+        );
+    }
+    let patch = json!({ "metadata": { "annotations": map } });
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(Error::kube(format!("annotate KKInstance {name}")))?;
+    Ok(())
+}
+
+/// The KKInstance a KKMachine claimed (for the KKMachine watch).
+pub fn kkmachine_to_instance(m: KKMachine) -> Option<kube::runtime::reflector::ObjectRef<KKInstance>> {
+    let id = m.spec.instance_id.clone()?;
+    Some(kube::runtime::reflector::ObjectRef::new(&id).within(&m.namespace()?))
+}

@@ -1,0 +1,395 @@
+//! Host work as background tasks (one per KKInstance UID, bounded by `--max-concurrent-hosts`): provision
+//! (bootstrap → repository → binary → containermanager → provisioning) and reset.
+//!
+//! A task writes only its own part of the status (`step`, `journal`, `hostInfo`, the phase conditions and
+//! `Deleting`) with the field manager `capkk-manager/hostwork`, and the durable facts (completed phases,
+//! terminal failure, reset done) as annotations. It never sleeps through a backoff: a transient failure is
+//! recorded in the registry and the task ends; the reconcile decides when to start again.
+
+use std::sync::{
+    Arc, Mutex,
+    atomic::{AtomicBool, Ordering},
+};
+
+use capkk_api::{
+    JournalRecord, KKInstance, KKInstanceStatus,
+    consts::{BLOCK_MOVE_ANNOTATION, conditions as cond, reasons},
+};
+use capkk_service::journal::{Progress, StepRecord};
+use k8s_openapi::jiff::Timestamp;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use tracing::{info, warn};
+
+use super::{
+    annotate,
+    failure::{Failure, service_failure},
+    inputs::{bootstrap_data, connect, phase_input},
+    release::quarantine,
+    state::completed,
+};
+use crate::{
+    annotations, conditions,
+    context::Context,
+    reconcile::{HOSTWORK_FIELD_MANAGER, apply_status},
+    services::Phase,
+};
+
+/// Journal records kept in status.
+pub const JOURNAL_KEEP: usize = 25;
+
+/// The condition types host work owns.
+pub const HOSTWORK_CONDITIONS: &[&str] = &[
+    cond::BOOTSTRAPPED,
+    cond::REPOSITORY_READY,
+    cond::BINARIES_READY,
+    cond::CRI_READY,
+    cond::PROVISIONED,
+    cond::DELETING,
+];
+
+/// The part of a KKInstance status host work writes.
+pub fn hostwork_status(s: &KKInstanceStatus) -> KKInstanceStatus {
+    KKInstanceStatus {
+        step: s.step.clone(),
+        journal: s.journal.clone(),
+        host_info: s.host_info.clone(),
+        conditions: s
+            .conditions
+            .iter()
+            .filter(|c| HOSTWORK_CONDITIONS.contains(&c.type_.as_str()))
+            .cloned()
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// Collects step records from the services and keeps the current step for progress messages.
+#[derive(Default)]
+struct TaskProgress {
+    records: Mutex<Vec<StepRecord>>,
+}
+
+impl Progress for TaskProgress {
+    fn step_started(&self, _phase: &str, _index: usize, _total: usize, _name: &str) {}
+    fn step_finished(&self, record: &StepRecord) {
+        if let Ok(mut r) = self.records.lock() {
+            r.push(record.clone());
+        }
+    }
+}
+
+impl TaskProgress {
+    fn drain(&self) -> Vec<JournalRecord> {
+        self.records
+            .lock()
+            .map(|mut r| {
+                r.drain(..)
+                    .map(|s| JournalRecord {
+                        phase: s.phase,
+                        name: if s.skipped {
+                            format!("{} (skipped)", s.name)
+                        } else {
+                            s.name
+                        },
+                        exit_code: s.exit_code.map(i64::from),
+                        duration_ms: s.duration.as_millis() as i64,
+                        output_tail: Some(s.output_tail).filter(|t| !t.is_empty()),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// The writer of one task: its part of the status and the annotations.
+struct Task {
+    ctx: Arc<Context>,
+    api: Api<KKInstance>,
+    name: String,
+    ns: String,
+    uid: String,
+    status: KKInstanceStatus,
+    generation: Option<i64>,
+}
+
+impl Task {
+    fn new(ctx: Arc<Context>, inst: &KKInstance) -> Self {
+        let ns = inst.namespace().unwrap_or_default();
+        Self {
+            api: Api::namespaced(ctx.client.clone(), &ns),
+            ctx,
+            name: inst.name_any(),
+            ns,
+            uid: inst.uid().unwrap_or_default(),
+            status: hostwork_status(&inst.status.clone().unwrap_or_default()),
+            generation: inst.metadata.generation,
+        }
+    }
+
+    fn set(&mut self, type_: &str, ok: bool, reason: &str, msg: impl Into<String>) {
+        conditions::set(
+            &mut self.status.conditions,
+            type_,
+            ok,
+            reason,
+            msg,
+            self.generation,
+        );
+    }
+
+    fn journal(&mut self, mut records: Vec<JournalRecord>) {
+        self.status.journal.append(&mut records);
+        let n = self.status.journal.len();
+        if n > JOURNAL_KEEP {
+            self.status.journal.drain(..n - JOURNAL_KEEP);
+        }
+    }
+
+    async fn flush(&mut self) {
+        if let Err(e) = apply_status(&self.api, &self.name, &self.status, HOSTWORK_FIELD_MANAGER).await {
+            warn!(kkinstance = %self.name, error = %e, "Writing progress failed");
+        }
+    }
+
+    async fn annotate(&self, set: &[(&str, Option<String>)]) {
+        if let Err(e) = annotate(&self.api, &self.name, set).await {
+            warn!(kkinstance = %self.name, error = %e, "Annotating failed");
+        }
+    }
+
+    async fn event(&self, warning: bool, reason: &str, note: String) {
+        match self.api.get_opt(&self.name).await {
+            Ok(Some(obj)) => self.ctx.event(&obj, warning, reason, "HostWork", note).await,
+            Ok(None) => {}
+            Err(e) => warn!(error = %e, "Reading KKInstance for an event failed"),
+        }
+    }
+
+    /// The task's last act: the next reconcile reads the object fresh and runs now.
+    fn done(&self) {
+        self.ctx.tasks.mark_finished(&self.uid);
+        self.ctx.metrics.set_tasks_running(self.ctx.tasks.len() as i64);
+        self.ctx.trigger_instance(&self.name, &self.ns);
+    }
+}
+
+/// Provision the host, phase by phase, skipping phases recorded as completed.
+pub async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<AtomicBool>) {
+    let permit = ctx.tasks.permits.clone().acquire_owned().await;
+    let mut t = Task::new(ctx.clone(), &inst);
+    ctx.metrics.set_tasks_running(ctx.tasks.len() as i64);
+    let phases = Phase::ALL;
+    let n = phases.len();
+    let mut current = Phase::Bootstrap;
+    let result: Result<bool, Failure> = async {
+        let kkc = super::get_kkcluster(&ctx, &inst)
+            .await
+            .map_err(|e| Failure::Transient(e.to_string()))?;
+        t.status.step = Some("connecting".into());
+        t.flush().await;
+        let (exec, target) = connect(&ctx, &inst, kkc.as_ref()).await?;
+        if inst.spec.host_key.is_none()
+            && inst.spec.host_keys.is_empty()
+            && let Some(fp) = ctx.ssh.observed_fingerprint(&target)
+        {
+            let patch = json!({ "spec": { "hostKey": fp } });
+            match t
+                .api
+                .patch(
+                    &t.name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                )
+                .await
+            {
+                Ok(_) => info!(fingerprint = %fp, "Trusting the host key on first use"),
+                // Unrecorded, the next connection (a new pool slot after a restart) would trust any key.
+                Err(e) => {
+                    return Err(Failure::Transient(format!(
+                        "recording the host key {fp} in spec.hostKey failed: {e}"
+                    )));
+                }
+            }
+        }
+        if let (Some(b), Some(_)) = (target.bastion.as_deref(), inst.spec.bastion.as_ref())
+            && matches!(b.host_key, capkk_ssh::HostKeyPolicy::TrustOnFirstUse)
+            && let Some(fp) = ctx.ssh.observed_fingerprint(b)
+        {
+            let patch = json!({ "spec": { "bastion": { "hostKeys": [fp] } } });
+            t.api
+                .patch(
+                    &t.name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                )
+                .await
+                .map_err(|e| {
+                    Failure::Transient(format!("recording the bastion host key {fp} failed: {e}"))
+                })?;
+            info!(fingerprint = %fp, "Trusting the bastion host key on first use");
+        }
+        let mut done = completed(&inst);
+        let mut input = phase_input(&ctx, &inst, kkc.as_ref()).await?;
+        target
+            .secret_texts()
+            .into_iter()
+            .for_each(|t| input.redactor.add(t));
+        for (i, phase) in phases.iter().copied().enumerate() {
+            current = phase;
+            if done.contains(phase.name()) {
+                if !conditions::is_true(&t.status.conditions, phase.condition()) {
+                    t.set(phase.condition(), true, reasons::READY, "completed earlier");
+                }
+                continue;
+            }
+            if stop.load(Ordering::SeqCst) {
+                return Ok(false);
+            }
+            if phase == Phase::Provisioning && input.bootstrap.is_none() {
+                input.bootstrap = bootstrap_data(&ctx, &inst).await?;
+            }
+            let step = format!("step {}/{}: {}", i + 1, n, phase.name());
+            info!(kkinstance = %t.name, "Running {step}");
+            t.status.step = Some(step.clone());
+            t.set(phase.condition(), false, reasons::IN_PROGRESS, &step);
+            t.flush().await;
+            let progress = TaskProgress::default();
+            let res = ctx.services.run(phase, exec.clone(), &input, &progress).await;
+            t.journal(progress.drain());
+            if let Some(f) = input.facts.lock().ok().and_then(|f| f.clone()) {
+                t.status.host_info = Some(capkk_api::HostInfo {
+                    os: Some(f.os_id.clone()).filter(|s| !s.is_empty()),
+                    os_version: Some(f.os_version.clone()).filter(|s| !s.is_empty()),
+                    arch: Some(f.arch.clone()).filter(|s| !s.is_empty()),
+                    init_system: Some(match f.init {
+                        capkk_service::facts::InitSystem::Systemd => "systemd".to_owned(),
+                        capkk_service::facts::InitSystem::SystemctlOnly => "systemctl".to_owned(),
+                        capkk_service::facts::InitSystem::Unsupported(ref w) => w.clone(),
+                    }),
+                });
+            }
+            res.map_err(|e| service_failure(phase, e))?;
+            t.set(phase.condition(), true, reasons::READY, "");
+            done.insert(phase.name().to_owned());
+            let list: Vec<&str> = phases
+                .iter()
+                .map(|p| p.name())
+                .filter(|p| done.contains(*p))
+                .collect();
+            t.annotate(&[(annotations::COMPLETED_PHASES, Some(list.join(",")))])
+                .await;
+        }
+        Ok(true)
+    }
+    .await;
+    match result {
+        Ok(true) => {
+            ctx.tasks.succeeded(&t.uid);
+            t.status.step = Some(format!("step {n}/{n}: done"));
+            t.flush().await;
+            info!(kkinstance = %t.name, "Host provisioned");
+            t.event(
+                false,
+                "Provisioned",
+                "bootstrap data ran; sentinel present".into(),
+            )
+            .await;
+        }
+        Ok(false) => {
+            t.status.step = Some("host work stopped at a step boundary (paused)".into());
+            t.flush().await;
+        }
+        Err(Failure::Transient(msg)) => {
+            let delay = ctx.tasks.transient_failure(&t.uid, &msg);
+            warn!(kkinstance = %t.name, error = %msg, ?delay, "Host work failed; retrying later");
+            t.set(current.condition(), false, reasons::UNREACHABLE, &msg);
+            t.flush().await;
+            t.event(true, reasons::UNREACHABLE, msg).await;
+        }
+        Err(Failure::Terminal { reason, message }) => {
+            warn!(kkinstance = %t.name, %reason, "Host work failed terminally: {message}");
+            t.set(current.condition(), false, reason, &message);
+            t.flush().await;
+            t.annotate(&[(annotations::FAILED, Some(reason.to_owned()))])
+                .await;
+            t.event(true, reason, message).await;
+        }
+    }
+    t.annotate(&[(BLOCK_MOVE_ANNOTATION, None)]).await;
+    drop(permit);
+    t.done();
+}
+
+/// Reset the host (kubeadm reset, capkk state, bootstrap files). On release, a host whose reset fails
+/// terminally is quarantined.
+pub async fn reset_task(ctx: Arc<Context>, inst: KKInstance, releasing: bool) {
+    let permit = ctx.tasks.permits.clone().acquire_owned().await;
+    let mut t = Task::new(ctx.clone(), &inst);
+    t.status.step = Some("reset".into());
+    t.set(cond::DELETING, false, reasons::IN_PROGRESS, "resetting the host");
+    t.flush().await;
+    let result: Result<(), Failure> = async {
+        let kkc = super::get_kkcluster(&ctx, &inst)
+            .await
+            .map_err(|e| Failure::Transient(e.to_string()))?;
+        let (exec, target) = connect(&ctx, &inst, kkc.as_ref()).await?;
+        let mut input = phase_input(&ctx, &inst, kkc.as_ref()).await?;
+        target
+            .secret_texts()
+            .into_iter()
+            .for_each(|t| input.redactor.add(t));
+        let progress = TaskProgress::default();
+        let res = ctx.services.reset(exec, &input, &progress).await;
+        t.journal(progress.drain());
+        res.map_err(|e| service_failure(Phase::Bootstrap, e))
+    }
+    .await;
+    match result {
+        Ok(()) => {
+            ctx.tasks.succeeded(&t.uid);
+            t.set(cond::DELETING, true, reasons::READY, "host reset");
+            t.flush().await;
+            t.annotate(&[
+                (annotations::RESET_DONE, Some(Timestamp::now().to_string())),
+                (annotations::COMPLETED_PHASES, None),
+                (annotations::UNREACHABLE_SINCE, None),
+                (annotations::FAILED, None),
+                (BLOCK_MOVE_ANNOTATION, None),
+            ])
+            .await;
+            info!(kkinstance = %t.name, "Host reset");
+            t.event(false, "HostReset", "host reset; it is free again".into())
+                .await;
+        }
+        Err(Failure::Transient(msg)) => {
+            let delay = ctx.tasks.transient_failure(&t.uid, &msg);
+            warn!(kkinstance = %t.name, error = %msg, ?delay, "Reset failed; retrying later");
+            t.set(cond::DELETING, false, reasons::UNREACHABLE, &msg);
+            t.flush().await;
+            let mut set = vec![(BLOCK_MOVE_ANNOTATION, None)];
+            if !inst.annotations().contains_key(annotations::UNREACHABLE_SINCE)
+                && inst.metadata.deletion_timestamp.is_none()
+            {
+                set.push((annotations::UNREACHABLE_SINCE, Some(Timestamp::now().to_string())));
+            }
+            t.annotate(&set).await;
+        }
+        Err(Failure::Terminal { reason, message }) => {
+            if releasing {
+                let why = format!("reset failed ({reason}): {message}");
+                if let Err(e) = quarantine(&inst, &ctx, &why).await {
+                    warn!(error = %e, "Quarantining failed");
+                }
+            } else {
+                t.set(cond::DELETING, false, reason, &message);
+                t.flush().await;
+                t.event(true, reason, message.clone()).await;
+                ctx.tasks.transient_failure(&t.uid, &message);
+            }
+            t.annotate(&[(BLOCK_MOVE_ANNOTATION, None)]).await;
+        }
+    }
+    drop(permit);
+    t.done();
+}

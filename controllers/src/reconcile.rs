@@ -1,0 +1,318 @@
+//! The reconcile skeleton shared by KKCluster, KKMachine and KKInstance.
+//!
+//! Every kind runs the same prologue, in the order of the CAPI contract, and only its `apply` and `cleanup`
+//! differ:
+//!
+//! 1. watch filter and externally-managed check: skip without writing anything;
+//! 2. owner lookup ([`Reconciler::owner`]): while the owner is missing the object waits — unless it is being
+//!    deleted: cleanup then runs without the owner (a Machine or Cluster deleted first must not block the
+//!    deletion of its infrastructure);
+//! 3. pause (`Cluster.spec.paused` or the paused annotation): the `Paused` condition, nothing else (CAPI's
+//!    `EnsurePausedCondition`);
+//! 4. `kube::runtime::finalizer`: [`Reconciler::apply`] while the object lives, [`Reconciler::cleanup`] once
+//!    it is deleted. Unfinished cleanup ([`Error::CleanupPending`]) keeps the finalizer and is not a failure.
+//!
+//! The status is written once, at the end, by server-side apply with the field manager [`FIELD_MANAGER`] and
+//! only when the part this reconciler owns ([`Reconciler::owned_status`]) changed. Server-side apply removes
+//! fields the manager stops sending, which the old merge patches could never do.
+//!
+//! [`error_policy`] owns the per-object backoff key `"{KIND}/{uid}"`: every failure lengthens it, every
+//! successful reconcile removes it (so it is also gone once a deleted object's last reconcile succeeded).
+
+use std::{fmt::Debug, sync::Arc, time::Instant};
+
+use async_trait::async_trait;
+use k8s_openapi::{NamespaceResourceScope, apimachinery::pkg::apis::meta::v1::Condition};
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::{controller::Action, finalizer, finalizer::Event},
+};
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+use capkk_api::consts::{conditions as cond, reasons};
+
+use crate::{
+    conditions,
+    context::{Context, externally_managed, paused_annotation},
+    error::{Error, Result, is_not_found},
+};
+
+/// The field manager of reconciler status writes (server-side apply).
+pub const FIELD_MANAGER: &str = "capkk-manager";
+/// The field manager of the background host work's status writes (a KKInstance's `step`, `journal`,
+/// `hostInfo` and phase conditions).
+pub const HOSTWORK_FIELD_MANAGER: &str = "capkk-manager/hostwork";
+
+/// Named requeue intervals. Most waits are woken earlier by a watch; these bound how long a missed event
+/// can delay progress.
+pub mod requeue {
+    use std::time::Duration;
+
+    /// A conflict (optimistic concurrency): retry almost at once with fresh data.
+    pub const CONFLICT: Duration = Duration::from_millis(500);
+    /// The owner (Machine, Cluster) is not there yet.
+    pub const OWNER_MISSING: Duration = Duration::from_secs(10);
+    /// Paused KKInstance whose host work has not stopped at a step boundary yet.
+    pub const PAUSED_HOST_WORK: Duration = Duration::from_secs(30);
+    /// Deletion waits for host resets or for dependents.
+    pub const CLEANUP_POLL: Duration = Duration::from_secs(5);
+    /// Host work runs (progress arrives through the KKInstance watch; this is a safety net).
+    pub const HOST_WORK: Duration = Duration::from_secs(30);
+    /// A KKInstance waits for its KKMachine to record the claim.
+    pub const CLAIM_RECORD: Duration = Duration::from_secs(5);
+    /// A KKInstance whose KKMachine is not in the cache (yet).
+    pub const CLAIM_OWNER: Duration = Duration::from_secs(10);
+    /// A host reset runs.
+    pub const RESET_POLL: Duration = Duration::from_secs(10);
+    /// No free host matches a KKMachine.
+    pub const NO_HOST: Duration = Duration::from_secs(15);
+    /// The host recorded in `spec.instanceID` is held by another object.
+    pub const HOST_HELD_ELSEWHERE: Duration = Duration::from_secs(30);
+    /// `spec.instanceID` names a host that is not in the inventory.
+    pub const INVALID_CLAIM: Duration = Duration::from_secs(60);
+    /// The KKCluster is not provisioned yet (the KKCluster watch wakes the KKMachine earlier).
+    pub const INFRA_NOT_READY: Duration = Duration::from_secs(60);
+    /// `Cluster.spec.infrastructureRef` does not point at a KKCluster.
+    pub const NOT_KKCLUSTER: Duration = Duration::from_secs(30);
+    /// Waiting for the workload Node to register (providerID patch).
+    pub const NODE_POLL: Duration = Duration::from_secs(20);
+    /// Rate limit of workload-cluster calls per KKMachine.
+    pub const NODE_THROTTLE: Duration = Duration::from_secs(15);
+    /// A provisioned KKMachine re-checks its KKInstance.
+    pub const PROVISIONED_RESYNC: Duration = Duration::from_secs(600);
+    /// A claimed KKMachine waits for host work (progress arrives through the KKInstance watch).
+    pub const MACHINE_WORK: Duration = Duration::from_secs(30);
+}
+
+/// What an owner lookup found.
+pub enum Owner<O> {
+    /// The owner (and whatever else the kind needs from it).
+    Found(O),
+    /// Not there (yet). A live object waits (`retry`, or until a watch fires); a deleted one is cleaned up
+    /// without it.
+    Missing {
+        /// What is missing, for the log.
+        what: String,
+        /// Requeue after (None: wait for a watch event).
+        retry: Option<std::time::Duration>,
+    },
+}
+
+/// A kind reconciled by the skeleton.
+#[async_trait]
+pub trait Reconciler:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + Debug
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    /// The kind, for logs, metrics and the backoff key.
+    const KIND: &'static str;
+    /// The finalizer.
+    const FINALIZER: &'static str;
+    /// The status type.
+    type Status: Clone + Default + PartialEq + Serialize + Send + Sync + 'static;
+    /// What the owner lookup yields (handed to `apply`).
+    type Owner: Send + Sync + 'static;
+
+    /// The current status.
+    fn status(&self) -> Option<&Self::Status>;
+    /// The conditions of a status (for `Paused`).
+    fn conditions(status: &mut Self::Status) -> &mut Vec<Condition>;
+    /// The part of the status this reconciler writes (the rest belongs to another field manager).
+    fn owned_status(status: &Self::Status) -> Self::Status {
+        status.clone()
+    }
+    /// Look up the owner.
+    async fn owner(&self, ctx: &Context) -> Result<Owner<Self::Owner>>;
+    /// True when the owner says the cluster is paused.
+    fn owner_paused(owner: &Self::Owner) -> bool;
+    /// Kind-specific work while paused (after the `Paused` condition is set).
+    async fn paused(_obj: Arc<Self>, _ctx: &Arc<Context>, _status: &mut Self::Status) -> Result<Action> {
+        Ok(Action::await_change())
+    }
+    /// Bring the world in line with a live object.
+    async fn apply(
+        obj: Arc<Self>,
+        owner: Self::Owner,
+        ctx: &Arc<Context>,
+        status: &mut Self::Status,
+    ) -> Result<Action>;
+    /// Undo what `apply` did; may run without the owner and without `apply` ever having run.
+    async fn cleanup(
+        obj: Arc<Self>,
+        owner: Option<Self::Owner>,
+        ctx: &Arc<Context>,
+        status: &mut Self::Status,
+    ) -> Result<Action>;
+}
+
+/// The backoff key of an object: `"{KIND}/{uid}"`.
+pub fn backoff_key<K: Reconciler>(obj: &K) -> String {
+    format!("{}/{}", K::KIND, obj.uid().unwrap_or_default())
+}
+
+/// The reconcile function of every kind (`Controller::run(reconcile::<K>, error_policy::<K>, ctx)`).
+pub async fn reconcile<K: Reconciler>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action> {
+    let start = Instant::now();
+    let key = backoff_key(&*obj);
+    let span = tracing::info_span!(
+        "reconcile",
+        kind = K::KIND,
+        name = %obj.name_any(),
+        ns = obj.namespace().unwrap_or_default()
+    );
+    let res = tracing::Instrument::instrument(run(obj, &ctx), span).await;
+    ctx.metrics.reconciled(K::KIND, start.elapsed());
+    ctx.metrics.set_tasks_running(ctx.tasks.len() as i64);
+    settle(&ctx.backoff, &key, &res);
+    res
+}
+
+/// Backoff bookkeeping after a reconcile: success removes the key (the next failure starts from the minimum
+/// again); failures are counted by [`error_policy`].
+pub fn settle(backoff: &crate::context::Backoff, key: &str, res: &Result<Action>) {
+    if res.is_ok() {
+        backoff.reset(key);
+    }
+}
+
+/// The error policy of every kind: a conflict retries almost at once, anything else backs off per object.
+pub fn error_policy<K: Reconciler>(obj: Arc<K>, err: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.failed(K::KIND, err.metric_label());
+    let delay = if err.is_conflict() {
+        requeue::CONFLICT
+    } else {
+        ctx.backoff.failed(&backoff_key(&*obj))
+    };
+    warn!(kind = K::KIND, name = %obj.name_any(), error = %err, ?delay, "Reconcile failed");
+    Action::requeue(delay)
+}
+
+async fn run<K: Reconciler>(obj: Arc<K>, ctx: &Arc<Context>) -> Result<Action> {
+    if !ctx.passes_filter(&*obj) {
+        return Ok(Action::await_change());
+    }
+    if externally_managed(&*obj) {
+        debug!("Skipping an externally managed object");
+        return Ok(Action::await_change());
+    }
+    let deleting = obj.meta().deletion_timestamp.is_some();
+    let owner = match obj.owner(ctx).await? {
+        Owner::Found(o) => Some(o),
+        Owner::Missing { what, retry } if !deleting => {
+            info!(%what, "Waiting for the owner");
+            return Ok(retry.map(Action::requeue).unwrap_or_else(Action::await_change));
+        }
+        Owner::Missing { what, .. } => {
+            info!(%what, "Cleaning up without the owner (it is gone)");
+            None
+        }
+    };
+    let old = obj.status().cloned().unwrap_or_default();
+    let mut status = old.clone();
+    let paused = paused_annotation(&*obj) || owner.as_ref().is_some_and(K::owner_paused);
+    let generation = obj.meta().generation;
+    if paused {
+        conditions::set(
+            K::conditions(&mut status),
+            cond::PAUSED,
+            true,
+            reasons::PAUSED,
+            "",
+            generation,
+        );
+    } else {
+        conditions::set(
+            K::conditions(&mut status),
+            cond::PAUSED,
+            false,
+            reasons::NOT_PAUSED,
+            "",
+            generation,
+        );
+    }
+    let mut pending = false;
+    let res = if paused {
+        info!("Paused");
+        K::paused(obj.clone(), ctx, &mut status).await
+    } else {
+        let api: Api<K> = Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default());
+        let st = &mut status;
+        let res = finalizer(&api, K::FINALIZER, obj.clone(), move |ev| async move {
+            match ev {
+                Event::Apply(o) => match owner {
+                    Some(owner) => K::apply(o, owner, ctx, st).await,
+                    None => Ok(Action::await_change()),
+                },
+                Event::Cleanup(o) => K::cleanup(o, owner, ctx, st).await,
+            }
+        })
+        .await
+        .map_err(Error::from);
+        match res {
+            // Unfinished cleanup: the finalizer stays; not a failure.
+            Err(Error::CleanupPending { what, retry }) => {
+                debug!(%what, "Deletion waits");
+                pending = true;
+                Ok(Action::requeue(retry))
+            }
+            other => other,
+        }
+    };
+    // Once cleanup finished the finalizer is gone and so (usually) is the object: nothing to write.
+    let gone = deleting && !paused && res.is_ok() && !pending;
+    if !gone {
+        let written = write_status(&*obj, &old, &status, ctx).await;
+        // The reconcile's own error wins; a failed status write alone fails the reconcile.
+        if let Err(e) = written {
+            return Err(res.err().unwrap_or(e));
+        }
+    }
+    res
+}
+
+/// Server-side apply of the reconciler's part of the status, when it changed.
+pub async fn write_status<K: Reconciler>(
+    obj: &K,
+    old: &K::Status,
+    new: &K::Status,
+    ctx: &Context,
+) -> Result<()> {
+    let (old, new) = (K::owned_status(old), K::owned_status(new));
+    if old == new {
+        return Ok(());
+    }
+    let name = obj.name_any();
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default());
+    apply_status(&api, &name, &new, FIELD_MANAGER).await
+}
+
+/// Server-side apply `status` (`{"status": status}`) of `name` as `manager`.
+pub async fn apply_status<K, S>(api: &Api<K>, name: &str, status: &S, manager: &str) -> Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    S: Serialize,
+{
+    let body = json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    match api
+        .patch_status(name, &PatchParams::apply(manager).force(), &Patch::Apply(&body))
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Deleted meanwhile: nothing left to report on.
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(Error::kube(format!("apply {} {name} status", K::kind(&())))(e)),
+    }
+}
