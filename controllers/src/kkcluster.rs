@@ -11,7 +11,6 @@ use capkk_api::{
 };
 use capkk_executor::ExecRequest;
 use futures::{StreamExt, stream};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{
     Api, ResourceExt,
     api::{ListParams, Patch, PatchParams},
@@ -39,13 +38,7 @@ impl Reconciler for KKCluster {
     type Status = KKClusterStatus;
     type Owner = ClusterOwner;
 
-    fn status(&self) -> Option<&KKClusterStatus> {
-        self.status.as_ref()
-    }
-
-    fn conditions(status: &mut KKClusterStatus) -> &mut Vec<Condition> {
-        &mut status.conditions
-    }
+    crate::status_accessors!(KKClusterStatus);
 
     async fn owner(&self, ctx: &Context) -> Result<Owner<ClusterOwner>> {
         let Some(owner) = capi_owner(&self.metadata, "Cluster").cloned() else {

@@ -15,7 +15,7 @@ use capkk_api::{
 };
 use k8s_openapi::{
     api::core::v1::{Node, ObjectReference, Secret},
-    apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference},
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
 };
 use kube::{
     Api, Client, ResourceExt,
@@ -97,13 +97,7 @@ impl Reconciler for KKMachine {
     type Status = KKMachineStatus;
     type Owner = MachineOwner;
 
-    fn status(&self) -> Option<&KKMachineStatus> {
-        self.status.as_ref()
-    }
-
-    fn conditions(status: &mut KKMachineStatus) -> &mut Vec<Condition> {
-        &mut status.conditions
-    }
+    crate::status_accessors!(KKMachineStatus);
 
     async fn owner(&self, ctx: &Context) -> Result<Owner<MachineOwner>> {
         let ns = self.namespace().unwrap_or_default();
@@ -975,7 +969,10 @@ pub fn machine_to_kkmachine(m: Machine) -> Option<kube::runtime::reflector::Obje
 mod tests {
     use super::*;
     use capkk_api::{Auth, InstanceInfo, KKClusterSpec, KKInstanceStatus, Nodes};
-    use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+    use k8s_openapi::{
+        apimachinery::pkg::apis::meta::v1::{Condition, Time},
+        jiff::Timestamp,
+    };
 
     fn host(name: &str, addr: &str) -> InstanceInfo {
         InstanceInfo {

@@ -154,6 +154,23 @@ pub trait Reconciler:
     ) -> Result<Action>;
 }
 
+/// Implements [`Reconciler::status`] and [`Reconciler::conditions`] for a kind whose status has
+/// `conditions` (inside the `impl Reconciler for ...` block).
+#[macro_export]
+macro_rules! status_accessors {
+    ($status:ty) => {
+        fn status(&self) -> Option<&$status> {
+            self.status.as_ref()
+        }
+
+        fn conditions(
+            status: &mut $status,
+        ) -> &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+            &mut status.conditions
+        }
+    };
+}
+
 /// The backoff key of an object: `"{KIND}/{uid}"`.
 pub fn backoff_key<K: Reconciler>(obj: &K) -> String {
     format!("{}/{}", K::KIND, obj.uid().unwrap_or_default())

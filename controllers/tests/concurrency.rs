@@ -6,7 +6,6 @@ mod common;
 use std::time::Duration;
 
 use anyhow::ensure;
-use capkk_sandbox::skip_unless_supported;
 use common::{sandbox::*, *};
 use serde_json::json;
 
@@ -14,11 +13,9 @@ const DATA: &str = "#cloud-config\nruncmd:\n- date +%s.%N > /root/capkk-window\n
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hosts_are_worked_on_one_at_a_time() -> anyhow::Result<()> {
-    if skip_unless_supported() {
+    let Some((env, hosts)) = TestEnv::with_hosts("conc", "ctl-conc", 2).await? else {
         return Ok(());
-    }
-    let env = TestEnv::new("conc").await?;
-    let hosts = env.hosts("ctl-conc", 2).await?;
+    };
     for h in hosts.sb.hosts() {
         h.sh_inside("rm -f /root/capkk-window")?;
     }

@@ -7,7 +7,6 @@ mod common;
 use std::time::Duration;
 
 use anyhow::ensure;
-use capkk_sandbox::skip_unless_supported;
 use common::{sandbox::*, *};
 use serde_json::json;
 
@@ -17,12 +16,10 @@ const WRONG_KEY: &str = "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn host_key_mismatch_and_terminal_command_failure_with_retry() -> anyhow::Result<()> {
-    if skip_unless_supported() {
+    let Some((env, hosts)) = TestEnv::with_hosts("fail", "ctl-fail", 2).await? else {
         return Ok(());
-    }
-    let env = TestEnv::new("fail").await?;
+    };
     let ns = env.ns.clone();
-    let hosts = env.hosts("ctl-fail", 2).await?;
     let (h1, h2) = (hosts.sb.hosts().remove(0), hosts.sb.hosts().remove(1));
     h2.sh_inside(&format!("rm -f {RUNS}"))?;
     env.bootstrap_data(

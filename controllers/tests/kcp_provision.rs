@@ -11,7 +11,6 @@ mod common;
 use std::time::Duration;
 
 use anyhow::ensure;
-use capkk_sandbox::skip_unless_supported;
 use common::{sandbox::*, *};
 use serde_json::json;
 
@@ -19,12 +18,10 @@ const PASSWORD_CANARY: &str = "canary-pw-kcp-3b9d17";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kcp_machine_is_provisioned_on_a_sandbox_host() -> anyhow::Result<()> {
-    if skip_unless_supported() {
+    let Some((env, sandbox)) = TestEnv::with_hosts("kcp", "ctl-kcp", 1).await? else {
         return Ok(());
-    }
-    let env = TestEnv::new("kcp").await?;
+    };
     let ns = env.ns.clone();
-    let sandbox = env.hosts("ctl-kcp", 1).await?;
     let host = sandbox.sb.hosts().remove(0);
     let component = sandbox.component.clone();
     let key_canary = sandbox.key_canary();

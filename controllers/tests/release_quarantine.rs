@@ -8,7 +8,6 @@ mod common;
 use std::time::Duration;
 
 use anyhow::ensure;
-use capkk_sandbox::skip_unless_supported;
 use common::{sandbox::*, *};
 use serde_json::json;
 
@@ -22,11 +21,9 @@ fn bootstrap_data() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn delete_resets_and_frees_unreachable_is_quarantined() -> anyhow::Result<()> {
-    if skip_unless_supported() {
+    let Some((env, hosts)) = TestEnv::with_hosts("del", "ctl-del", 2).await? else {
         return Ok(());
-    }
-    let env = TestEnv::new("del").await?;
-    let hosts = env.hosts("ctl-del", 2).await?;
+    };
     let key = hosts.key.clone();
     env.bootstrap_data("bootstrap-data", &bootstrap_data()).await?;
     env.cluster("d", &hosts.inventory(), json!({"component": hosts.component}))

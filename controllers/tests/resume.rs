@@ -9,7 +9,6 @@ mod common;
 use std::time::Duration;
 
 use anyhow::ensure;
-use capkk_sandbox::skip_unless_supported;
 use common::{sandbox::*, *};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
@@ -25,12 +24,10 @@ fn bootstrap_data() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigkilled_leader_is_replaced_and_work_resumes_without_repeats() -> anyhow::Result<()> {
-    if skip_unless_supported() {
+    let Some((env, sandbox)) = TestEnv::with_hosts("resume", "ctl-resume", 1).await? else {
         return Ok(());
-    }
-    let env = TestEnv::new("resume").await?;
+    };
     let ns = env.ns.clone();
-    let sandbox = env.hosts("ctl-resume", 1).await?;
     let host = sandbox.sb.hosts().remove(0);
     let key = sandbox.key.clone();
     env.bootstrap_data("bootstrap-data", &bootstrap_data()).await?;

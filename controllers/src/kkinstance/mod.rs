@@ -20,7 +20,6 @@ use capkk_api::{
         conditions as cond, reasons,
     },
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{
     Api, ResourceExt,
     api::{Patch, PatchParams},
@@ -75,13 +74,7 @@ impl Reconciler for KKInstance {
     /// The Cluster (by CAPI's cluster-name label), for pause; None when there is no such Cluster.
     type Owner = Option<Cluster>;
 
-    fn status(&self) -> Option<&KKInstanceStatus> {
-        self.status.as_ref()
-    }
-
-    fn conditions(status: &mut KKInstanceStatus) -> &mut Vec<Condition> {
-        &mut status.conditions
-    }
+    crate::status_accessors!(KKInstanceStatus);
 
     fn owned_status(status: &KKInstanceStatus) -> KKInstanceStatus {
         reconciler_status(status)

@@ -596,6 +596,21 @@ impl TestEnv {
         Manager::start(&self.kubeconfig, &self.dir, name, &all)
     }
 
+    /// A test environment with `n` sandbox hosts `sandbox` ready for host work; None (after saying why) when
+    /// this machine cannot run sandbox hosts outside CI (in CI that fails the test).
+    pub async fn with_hosts(
+        prefix: &str,
+        sandbox: &str,
+        n: usize,
+    ) -> anyhow::Result<Option<(TestEnv, Hosts)>> {
+        if capkk_sandbox::skip_unless_supported() {
+            return Ok(None);
+        }
+        let env = TestEnv::new(prefix).await?;
+        let hosts = env.hosts(sandbox, n).await?;
+        Ok(Some((env, hosts)))
+    }
+
     /// Sandbox hosts `name` (`n` of them) ready for host work, and the `ssh-auth` Secret.
     pub async fn hosts(&self, name: &str, n: usize) -> anyhow::Result<Hosts> {
         let sb = capkk_sandbox::Sandbox::shared(&capkk_sandbox::SandboxConfig::new(name, n))?;
