@@ -236,7 +236,7 @@ pub struct Checksum {
 pub struct Registry {
     /// Private registry host used for system images.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("pattern" = crate::patterns::REGISTRY))]
+    #[schemars(extend("pattern" = crate::patterns::PRIVATE_REGISTRY))]
     pub private_registry: Option<String>,
     /// Registries reached over plain HTTP or without TLS verification.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

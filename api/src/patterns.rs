@@ -10,6 +10,10 @@ pub const CRI_SOCKET: &str = "^(unix://)?/[A-Za-z0-9._/-]{1,200}$";
 /// A registry `host[:port]` (DNS name, IPv4, or bracketed IPv6); never `.` or `..` (it names a directory).
 pub const REGISTRY: &str =
     "^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?)(:[0-9]{1,5})?$";
+/// `privateRegistry`: a [`REGISTRY`] or empty. CAPKK's Go type writes the unset field as `""`, so objects
+/// exported from a CAPKK cluster carry `privateRegistry: ""`; empty means unset (the controller drops it).
+pub const PRIVATE_REGISTRY: &str =
+    "^$|^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?)(:[0-9]{1,5})?$";
 /// An insecure registry: a [`REGISTRY`], optionally with an `http://`/`https://` scheme and a final `/`.
 pub const INSECURE_REGISTRY: &str =
     "^(https?://)?(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?)(:[0-9]{1,5})?/?$";
