@@ -434,15 +434,29 @@ gitops() {
   check "re-applying it changes no spec (every object keeps its generation)" test "$before" = "$after"
 }
 
-host_claimed() { kubectl get kkinstance -n "$NS" "$1" >/dev/null 2>&1; }
-host_free() { ! kubectl get kkinstance -n "$NS" "$1" >/dev/null 2>&1; }
+# KKInstances are named `<kkcluster>.<host>` (two KKClusters may list the same host name), so a host is
+# found by spec.name, never by the object's name.
+claimed_hosts() {
+  kubectl get kkinstances -n "$NS" -o jsonpath='{range .items[*]}{.spec.name}{"\n"}{end}'
+}
+host_claimed() { claimed_hosts | grep -qxF "$1"; }
+host_free() {
+  local out
+  out=$(claimed_hosts) || return 1
+  ! grep -qxF "$1" <<<"$out"
+}
 host_clean() { # no sentinel, no kubeadm state, no control-plane process
   local out
-  out=$(inside "$1" 'ls -d /run/cluster-api/bootstrap-success.complete /etc/kubernetes/admin.conf /etc/kubernetes/kubelet.conf /etc/kubernetes/bootstrap-kubelet.conf /etc/kubernetes/pki/ca.crt /var/lib/etcd 2>/dev/null; for p in /proc/[0-9]*; do case $(cat $p/comm 2>/dev/null) in etcd|kube-apiserver) echo "running $(cat $p/comm)";; esac; done; true')
+  # A host that cannot be reached is not known to be clean: the exec failing fails the check.
+  out=$(inside "$1" 'ls -d /run/cluster-api/bootstrap-success.complete /etc/kubernetes/admin.conf /etc/kubernetes/kubelet.conf /etc/kubernetes/bootstrap-kubelet.conf /etc/kubernetes/pki/ca.crt /var/lib/etcd 2>/dev/null; for p in /proc/[0-9]*; do case $(cat $p/comm 2>/dev/null) in etcd|kube-apiserver) grep -q "^State:.*zombie" $p/status 2>/dev/null || echo "running $(cat $p/comm)";; esac; done; echo inside-ok') ||
+    { log "    $1: cannot run a command inside the host"; return 1; }
+  out=$(grep -vx 'inside-ok' <<<"$out" || true)
   [ -z "$out" ] || { log "    $1 not clean: $(tr '\n' ' ' <<<"$out")"; return 1; }
 }
+# The host names (not the claim names) behind the worker KKMachines' spec.instanceID `<kkcluster>.<host>`.
 worker_hosts_of_machines() {
-  kubectl get kkmachines -n "$NS" -o jsonpath='{range .items[*]}{.spec.instanceID}{"\n"}{end}' | grep . | sort
+  kubectl get kkmachines -n "$NS" -o jsonpath='{range .items[*]}{.spec.instanceID}{"\n"}{end}' | grep . |
+    sed 's/.*\.//' | sort
 }
 
 scale() {
