@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use k8s_openapi::apimachinery::pkg::{apis::meta::v1::Condition, util::intstr::IntOrString};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -53,32 +53,90 @@ pub(crate) fn default_arch() -> Option<String> {
     Some("amd64".into())
 }
 
-fn default_user() -> Option<String> {
-    Some("root".into())
+/// Login user when neither the host nor the global auth names one (CAPKK's default).
+pub const DEFAULT_SSH_USER: &str = "root";
+/// SSH port when neither the host nor the global auth names one.
+pub const DEFAULT_SSH_PORT: i32 = 22;
+/// Connect timeout in seconds when neither the host nor the global auth names one (CAPKK's default).
+pub const DEFAULT_SSH_TIMEOUT_SECONDS: u64 = 30;
+
+/// SSH connect timeout: a duration string (`30s`, `1m`) or, as CAPKK stores its `*time.Duration`, an integer
+/// number of nanoseconds. CAPKK's defaulted `30s` is `30000000000`, which does not fit the 32-bit integer of
+/// `IntOrString`, hence this type.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SshTimeout {
+    /// Nanoseconds (CAPKK form).
+    Nanos(i64),
+    /// A Go-style duration string.
+    Text(String),
 }
 
-fn default_port() -> Option<i32> {
-    Some(22)
+impl JsonSchema for SshTimeout {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SshTimeout".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "x-kubernetes-int-or-string": true })
+    }
 }
 
-fn default_timeout() -> Option<IntOrString> {
-    Some(IntOrString::String("30s".into()))
+impl SshTimeout {
+    /// Whole seconds (at least 1); `None` when unparsable or not positive.
+    pub fn seconds(&self) -> Option<u64> {
+        match self {
+            SshTimeout::Nanos(ns) if *ns > 0 => Some((*ns as u64).div_ceil(1_000_000_000).max(1)),
+            SshTimeout::Nanos(_) => None,
+            SshTimeout::Text(s) => parse_duration_seconds(s),
+        }
+    }
+}
+
+/// Schema of the global `spec.nodes.auth`: [`Auth`]'s, plus the defaults CAPKK's webhook wrote into the global
+/// auth only (`user: root`, `port: 22`, `timeout: 30s`). Per-host auths get no defaults: a defaulted per-host
+/// `user` would override the global one (an exported CAPKK object carries `auth: {}` on every host).
+pub(crate) fn global_auth_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = generator.subschema_for::<Auth>();
+    if let Some(props) = schema
+        .get_mut("properties")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        for (key, default) in [
+            ("user", serde_json::json!(DEFAULT_SSH_USER)),
+            ("port", serde_json::json!(DEFAULT_SSH_PORT)),
+            (
+                "timeout",
+                serde_json::json!(format!("{DEFAULT_SSH_TIMEOUT_SECONDS}s")),
+            ),
+        ] {
+            if let Some(p) = props.get_mut(key).and_then(serde_json::Value::as_object_mut) {
+                p.insert("default".into(), default);
+            }
+        }
+    }
+    schema.insert("default".into(), serde_json::json!({}));
+    schema
 }
 
 /// SSH authentication. Secret references are preferred; inline `password`/`privateKey` are accepted for
 /// CAPKK compatibility. The controller never copies secret material into other objects.
+///
+/// The same type serves the global `spec.nodes.auth` (which gets the defaults), the per-host
+/// `instances[].auth` and the bastion's auth (which get none: what they leave unset or empty is inherited, see
+/// [`Auth::merged_over`]).
 #[derive(Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Auth {
-    /// Login user (default `root`). A non-root user must be allowed to run `sudo`.
-    #[serde(default = "default_user", skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 256))]
+    /// Login user (global default `root`). A non-root user must be allowed to run `sudo`. Empty: inherited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
     pub user: Option<String>,
     /// Inline password (CAPKK compatibility; prefer `secretRef`). Also used for `sudo`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password: Option<String>,
-    /// SSH port (default 22).
-    #[serde(default = "default_port", skip_serializing_if = "Option::is_none")]
+    /// SSH port (global default 22).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 65535))]
     pub port: Option<i32>,
     /// Inline private key in OpenSSH or PEM format (CAPKK compatibility; prefer `secretRef`).
@@ -93,9 +151,10 @@ pub struct Auth {
     /// Reference to a Secret in the same namespace holding the credentials (preferred form).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretRef>,
-    /// Connect timeout: a duration string (`30s`, `1m`) or an integer number of nanoseconds (CAPKK form).
-    #[serde(default = "default_timeout", skip_serializing_if = "Option::is_none")]
-    pub timeout: Option<IntOrString>,
+    /// Connect timeout (global default `30s`): a duration string (`30s`, `1m`) or an integer number of
+    /// nanoseconds (CAPKK form).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<SshTimeout>,
 }
 
 impl fmt::Debug for Auth {
@@ -113,6 +172,14 @@ impl fmt::Debug for Auth {
     }
 }
 
+/// `mine` unless it is unset or empty, else `base` (CAPKK's merge of a string field).
+fn inherit(mine: &Option<String>, base: &Option<String>) -> Option<String> {
+    match mine {
+        Some(s) if !s.is_empty() => mine.clone(),
+        _ => base.clone().filter(|s| !s.is_empty()),
+    }
+}
+
 impl Auth {
     /// True when this auth names at least one credential source.
     pub fn has_credentials(&self) -> bool {
@@ -120,34 +187,45 @@ impl Auth {
             || self.private_key.as_deref().is_some_and(|s| !s.is_empty())
             || self.private_key_path.as_deref().is_some_and(|s| !s.is_empty())
             || self.secret.as_deref().is_some_and(|s| !s.is_empty())
-            || self.secret_ref.is_some()
+            || self.secret_ref.as_ref().is_some_and(|r| !r.name.is_empty())
     }
 
-    /// `self` with every unset field taken from `base` (per-host auth over the global one).
+    /// This (per-host) auth over `base` (the global one), with CAPKK's semantics: every field that is set and
+    /// non-empty here wins, every field left unset or empty comes from `base`, field by field (CAPKK merged
+    /// with `mergo.Merge`, which fills zero-valued fields only). So a host with `auth: {}` keeps the global
+    /// user, and a host with only `privateKey` still gets the global password for `sudo`.
+    ///
+    /// Which credential logs in is decided afterwards from the merged fields, in the order private key,
+    /// password, Secret (`secretRef`, then CAPKK's `secret`; read only when no inline credential is set, as
+    /// CAPKK did), `privateKeyPath`.
     pub fn merged_over(&self, base: &Auth) -> Auth {
-        // A host that brings its own credential source does not inherit the global ones.
-        let own = self.has_credentials();
-        let pick = |mine: &Option<String>, theirs: &Option<String>| {
-            if own {
-                mine.clone()
-            } else {
-                mine.clone().or_else(|| theirs.clone())
-            }
-        };
         Auth {
-            user: self.user.clone().or_else(|| base.user.clone()),
+            user: inherit(&self.user, &base.user),
+            password: inherit(&self.password, &base.password),
             port: self.port.or(base.port),
+            private_key: inherit(&self.private_key, &base.private_key),
+            private_key_path: inherit(&self.private_key_path, &base.private_key_path),
+            secret: inherit(&self.secret, &base.secret),
+            secret_ref: self
+                .secret_ref
+                .clone()
+                .filter(|r| !r.name.is_empty())
+                .or_else(|| base.secret_ref.clone().filter(|r| !r.name.is_empty())),
             timeout: self.timeout.clone().or_else(|| base.timeout.clone()),
-            password: pick(&self.password, &base.password),
-            private_key: pick(&self.private_key, &base.private_key),
-            private_key_path: pick(&self.private_key_path, &base.private_key_path),
-            secret: pick(&self.secret, &base.secret),
-            secret_ref: if own {
-                self.secret_ref.clone()
-            } else {
-                self.secret_ref.clone().or_else(|| base.secret_ref.clone())
-            },
         }
+    }
+
+    /// The login user: `user` when set and non-empty, else [`DEFAULT_SSH_USER`].
+    pub fn user_or_default(&self) -> &str {
+        self.user
+            .as_deref()
+            .filter(|u| !u.is_empty())
+            .unwrap_or(DEFAULT_SSH_USER)
+    }
+
+    /// The SSH port: `port` when set, else [`DEFAULT_SSH_PORT`].
+    pub fn port_or_default(&self) -> i32 {
+        self.port.unwrap_or(DEFAULT_SSH_PORT)
     }
 
     /// The same auth with inline secret material removed (what may be copied into a KKInstance).
@@ -164,11 +242,12 @@ impl Auth {
         self.password.is_some() || self.private_key.is_some()
     }
 
-    /// The connect timeout in seconds; CAPKK integers are nanoseconds. `None` when unparsable.
+    /// The connect timeout in seconds ([`DEFAULT_SSH_TIMEOUT_SECONDS`] when unset; CAPKK integers are
+    /// nanoseconds). `None` when unparsable.
     pub fn timeout_seconds(&self) -> Option<u64> {
-        match self.timeout.as_ref()? {
-            IntOrString::Int(ns) => Some((*ns as u64) / 1_000_000_000).map(|s| s.max(1)),
-            IntOrString::String(s) => parse_duration_seconds(s),
+        match &self.timeout {
+            None => Some(DEFAULT_SSH_TIMEOUT_SECONDS),
+            Some(t) => t.seconds(),
         }
     }
 }

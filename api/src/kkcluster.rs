@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::common::{
     ApiEndpoint, Auth, Bastion, Conditions, FailureDomain, Initialization, Role, default_arch, default_roles,
 };
+use crate::hostname::host_name_from_address;
 
 fn default_distribution() -> Option<String> {
     Some("kubernetes".into())
@@ -67,19 +68,25 @@ pub struct KKClusterSpec {
     }
 ]))]
 pub struct Nodes {
-    /// SSH auth shared by every host; per-instance `auth` overrides it.
+    /// SSH auth shared by every host (defaults `user: root`, `port: 22`, `timeout: 30s`). A per-instance
+    /// `auth` overrides it field by field, as CAPKK: fields the host sets win, unset or empty ones are inherited.
     #[serde(default)]
+    #[schemars(schema_with = "crate::common::global_auth_schema")]
     pub auth: Auth,
     /// Jump host in front of every host (optional).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bastion: Option<Bastion>,
-    /// The hosts. Names and addresses are unique.
+    /// The hosts. Names and addresses are unique. The list is atomic (server-side apply replaces it as a
+    /// whole): `name` is optional (CAPKK), so it cannot key a map list.
     #[serde(default)]
     #[schemars(length(max = 100))]
     #[schemars(extend(
-        "x-kubernetes-list-type" = "map",
-        "x-kubernetes-list-map-keys" = ["name"],
+        "x-kubernetes-list-type" = "atomic",
         "x-kubernetes-validations" = [
+            {
+                "rule": "self.all(a, !has(a.name) || self.exists_one(b, has(b.name) && b.name == a.name))",
+                "message": "spec.nodes.instances[].name must be unique"
+            },
             {
                 "rule": "self.all(a, self.exists_one(b, b.address == a.address))",
                 "message": "spec.nodes.instances[].address must be unique"
@@ -97,13 +104,16 @@ pub struct Nodes {
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct InstanceInfo {
-    /// Host name: also the Node name and the KKInstance name (lower-case DNS label).
+    /// Host name (lower-case DNS label): the host's hostname, its Node name and part of its KKInstance name.
+    /// Optional, as in CAPKK: a host without one gets a name derived from its address (`192.168.100.3` ->
+    /// `192-168-100-3`, docs/capkk-migration.md), computed by the controller and never written into this spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
     #[schemars(extend("x-kubernetes-validations" = [{
         "rule": "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",
         "message": "spec.nodes.instances[].name must be a lower-case DNS label (a-z, 0-9, '-')"
     }]))]
-    pub name: String,
+    pub name: Option<String>,
     /// SSH address: an IP address or DNS name.
     #[schemars(length(min = 1, max = 253))]
     #[schemars(extend("x-kubernetes-validations" = [{
@@ -143,6 +153,15 @@ pub struct InstanceInfo {
 }
 
 impl InstanceInfo {
+    /// The host name: `name` when set and non-empty, else [`host_name_from_address`] of `address`. Stable
+    /// across reconciles (a pure function of the spec), a lower-case DNS label.
+    pub fn host_name(&self) -> String {
+        match self.name.as_deref().filter(|n| !n.is_empty()) {
+            Some(n) => n.to_owned(),
+            None => host_name_from_address(&self.address),
+        }
+    }
+
     /// The roles, defaulted like the apiserver does.
     pub fn roles(&self) -> Vec<Role> {
         self.roles.clone().or_else(default_roles).unwrap_or_default()
@@ -234,7 +253,13 @@ pub struct Checksum {
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Registry {
-    /// Private registry host used for system images.
+    /// Accepted and ignored: CAPKK's `Registry` inlines `metav1.TypeMeta`, so its YAML may carry it.
+    #[serde(default, rename = "apiVersion", skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    /// Accepted and ignored (CAPKK's inlined `metav1.TypeMeta`, see `apiVersion`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Private registry host used for system images (empty: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("pattern" = crate::patterns::PRIVATE_REGISTRY))]
     pub private_registry: Option<String>,

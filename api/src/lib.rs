@@ -8,6 +8,7 @@
 
 pub mod common;
 pub mod consts;
+pub mod hostname;
 pub mod kkcluster;
 pub mod kkinstance;
 pub mod kkmachine;
@@ -21,6 +22,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use common::*;
+pub use hostname::{host_name_from_address, is_dns_label};
 pub use kkcluster::*;
 pub use kkinstance::*;
 pub use kkmachine::*;

@@ -14,11 +14,16 @@ fn capkk_kkcluster_sample_deserializes_with_defaults_and_round_trips() {
     assert_eq!(kkc.spec.nodes.instances.len(), 3);
     assert_eq!(kkc.spec.nodes.auth.user.as_deref(), Some("ubuntu"));
     assert_eq!(
-        kkc.spec.nodes.auth.port,
-        Some(22),
+        kkc.spec.nodes.auth.port_or_default(),
+        22,
         "port defaults like the apiserver does"
     );
     assert_eq!(kkc.spec.nodes.auth.timeout_seconds(), Some(30));
+    assert_eq!(
+        kkc.spec.nodes.instances[0].host_name(),
+        "test1",
+        "a declared name is the host name"
+    );
     let first = &kkc.spec.nodes.instances[0];
     assert_eq!(first.roles(), vec![Role::ControlPlane, Role::Worker]);
     assert_eq!(first.arch.as_deref(), Some("amd64"));
@@ -67,7 +72,7 @@ fn secrets_never_show_in_debug_output() {
 }
 
 #[test]
-fn instance_auth_merges_over_global_and_strips_inline_secrets() {
+fn instance_auth_merges_over_global_field_by_field_and_strips_inline_secrets() {
     let kkc: KKCluster = serde_saphyr::from_str(
         sample("kkcluster-secretref.yaml")
             .split("\n---\n")
@@ -83,9 +88,11 @@ fn instance_auth_merges_over_global_and_strips_inline_secrets() {
     };
     let merged = own.merged_over(global);
     assert_eq!(merged.user.as_deref(), Some("admin"));
-    assert!(
-        merged.secret_ref.is_none(),
-        "a host with its own credentials does not inherit the Secret"
+    assert_eq!(merged.password.as_deref(), Some("pw"));
+    assert_eq!(
+        merged.secret_ref.as_ref().map(|r| r.name.as_str()),
+        Some("hosts-ssh"),
+        "CAPKK merges field by field: the Secret is inherited (and read only when no inline credential is set)"
     );
     assert!(merged.without_inline_secrets().password.is_none());
     let none = capkk_api::Auth::default().merged_over(global);

@@ -91,11 +91,12 @@ pub fn probed_host_key(kkc: &KKCluster, host: &capkk_api::InstanceInfo) -> Optio
     if !host.host_keys.is_empty() {
         return None;
     }
+    let name = host.host_name();
     kkc.status
         .as_ref()?
         .hosts
         .iter()
-        .find(|p| p.name == host.name)
+        .find(|p| p.name == name)
         .and_then(|p| p.host_key.clone())
         .filter(|k| !k.is_empty())
 }
@@ -115,12 +116,8 @@ pub struct Resolved {
 /// Resolve `auth` into credentials. Order: inline private key, inline password, `secretRef`, `secret`
 /// (CAPKK), `privateKeyPath`. `field` names the auth in error messages.
 pub async fn resolve_auth(client: &Client, ns: &str, auth: &ApiAuth, field: &str) -> Result<Resolved> {
-    let user = auth
-        .user
-        .clone()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| "root".into());
-    let port = auth.port.unwrap_or(22);
+    let user = auth.user_or_default().to_owned();
+    let port = auth.port_or_default();
     let port = u16::try_from(port)
         .ok()
         .filter(|p| *p > 0)
@@ -248,7 +245,13 @@ pub async fn instance_target(
     cluster: Option<&KKCluster>,
 ) -> Result<HostTarget> {
     let ns = inst.metadata.namespace.clone().unwrap_or_default();
-    let host = cluster.and_then(|c| c.spec.nodes.instances.iter().find(|h| h.name == inst.spec.name));
+    let host = cluster.and_then(|c| {
+        c.spec
+            .nodes
+            .instances
+            .iter()
+            .find(|h| h.host_name() == inst.spec.name)
+    });
     let auth = match (cluster, host) {
         (Some(c), Some(h)) => host_auth(c, h),
         _ => inst.spec.auth.clone().unwrap_or_default(),

@@ -112,21 +112,21 @@ pub fn validate(kkc: &KKCluster) -> Result<()> {
     }
     for (i, h) in kkc.spec.nodes.instances.iter().enumerate() {
         let f = format!("spec.nodes.instances[{i}]");
-        let dns_label = !h.name.is_empty()
-            && h.name.len() <= 63
-            && h.name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !h.name.starts_with('-')
-            && !h.name.ends_with('-');
-        if !dns_label {
+        // The effective name: the declared one, else the one derived from the address (never written back).
+        let name = h.host_name();
+        if !capkk_api::is_dns_label(&name) {
             return invalid(
                 format!("{f}.name"),
-                format!("{:?} is not a lower-case DNS label", h.name),
+                format!("{name:?} is not a lower-case DNS label"),
             );
         }
-        if !names.insert(h.name.as_str()) {
-            return invalid(format!("{f}.name"), format!("duplicate host name {:?}", h.name));
+        if !names.insert(name.clone()) {
+            let how = if h.name.as_deref().is_some_and(|n| !n.is_empty()) {
+                "duplicate host name"
+            } else {
+                "the host name derived from the address collides with another host's"
+            };
+            return invalid(format!("{f}.name"), format!("{how}: {name:?}"));
         }
         if h.address.trim().is_empty() {
             return invalid(format!("{f}.address"), "must be set".into());
@@ -208,14 +208,15 @@ async fn probe_host(
     recorded: Option<String>,
 ) -> HostProbe {
     let ns = kkc.namespace().unwrap_or_default();
+    let host_name = host.host_name();
     let mut probe = HostProbe {
-        name: host.name.clone(),
+        name: host_name.clone(),
         ..Default::default()
     };
     let auth = hosts::host_auth(kkc, host);
     let bastion = hosts::effective_bastion(kkc);
     let dial = HostDial {
-        name: &host.name,
+        name: &host_name,
         address: &host.address,
         auth: &auth,
         pinned: &host.host_keys,
@@ -259,8 +260,7 @@ async fn probe_host(
                 && a != declared
             {
                 probe.message = Some(format!(
-                    "host architecture is {a} but spec.nodes.instances[{}].arch is {declared}",
-                    host.name
+                    "host architecture is {a} but spec.nodes.instances[{host_name}].arch is {declared}"
                 ));
             }
             probe.arch = arch;
@@ -282,7 +282,7 @@ pub fn shared_addresses(kkc: &KKCluster, others: &[KKCluster]) -> Vec<(String, S
                 .iter()
                 .find(|x| x.address.trim().eq_ignore_ascii_case(h.address.trim()))
             {
-                out.push((h.address.clone(), h.name.clone(), o.name_any(), oh.name.clone()));
+                out.push((h.address.clone(), h.host_name(), o.name_any(), oh.host_name()));
             }
         }
     }
@@ -492,7 +492,7 @@ fn start_probes(ctx: &Arc<Context>, kkc: &KKCluster, claims: &[KKInstance]) {
         .map(|h| {
             claims
                 .iter()
-                .find(|i| i.spec.name == h.name)
+                .find(|i| i.spec.name == h.host_name())
                 .and_then(|i| i.spec.host_key.clone())
                 // An unclaimed host keeps the key its first probe saw (no re-trust on every probe).
                 .or_else(|| hosts::probed_host_key(kkc, h))
@@ -596,10 +596,19 @@ mod tests {
 
     fn host(name: &str, addr: &str) -> InstanceInfo {
         InstanceInfo {
-            name: name.into(),
+            name: Some(name.to_owned()).filter(|n| !n.is_empty()),
             address: addr.into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn hosts_without_a_name_validate_and_a_derived_name_collision_is_named() {
+        assert!(validate(&kkc(vec![host("", "10.0.0.1"), host("", "10.0.0.2")])).is_ok());
+        let e = validate(&kkc(vec![host("10-0-0-1", "10.0.0.9"), host("", "10.0.0.1")])).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("spec.nodes.instances[1].name"), "{msg}");
+        assert!(msg.contains("derived from the address"), "{msg}");
     }
 
     #[test]

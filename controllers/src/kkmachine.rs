@@ -495,7 +495,7 @@ fn new_instance(
             ..Default::default()
         },
         spec: KKInstanceSpec {
-            name: host.name.clone(),
+            name: host.host_name(),
             address: host.address.clone(),
             internal_address: Some(host.internal_address().to_owned()),
             roles: host.roles(),
@@ -510,7 +510,7 @@ fn new_instance(
                 name: secret.to_owned(),
             }),
             kubernetes_version: machine.spec.version.clone(),
-            provider_id: Some(provider_id(&kkc.name_any(), &host.name)),
+            provider_id: Some(provider_id(&kkc.name_any(), &host.host_name())),
             container_manager: Some(km.spec.container_manager.clone()),
             repository: km.spec.repository.clone(),
             quarantine: None,
@@ -581,12 +581,12 @@ pub fn choose_hosts<'a>(
         .instances
         .iter()
         .filter(|h| roles.iter().any(|r| r.served_by(&h.roles())))
-        .filter(|h| !all.iter().any(|i| claims_host(i, &kkc_name, &h.name)))
+        .filter(|h| !all.iter().any(|i| claims_host(i, &kkc_name, &h.host_name())))
     {
         match address_holder(all, &kkc_name, &h.address) {
             Some(holder) => refused.push(format!(
                 "{} ({}) is held by KKInstance {} of KKCluster {}",
-                h.name,
+                h.host_name(),
                 h.address,
                 holder.name_any(),
                 holder.spec.cluster_name.clone().unwrap_or_default()
@@ -654,13 +654,10 @@ async fn claim(
             });
         }
         // The claim record is gone (e.g. deleted by hand): re-create it for the same host, same name.
-        let Some(host) = kkc
-            .spec
-            .nodes
-            .instances
-            .iter()
-            .find(|h| instance_name(&kkc_name, &h.name) == id || h.name == id)
-        else {
+        let Some(host) = kkc.spec.nodes.instances.iter().find(|h| {
+            let n = h.host_name();
+            instance_name(&kkc_name, &n) == id || n == id
+        }) else {
             return Ok(Claim::Waiting {
                 reason: reasons::INVALID_SPEC.into(),
                 message: format!(
@@ -675,7 +672,7 @@ async fn claim(
                 message: format!(
                     "address {} of host {} is held by KKInstance {} of KKCluster {}",
                     host.address,
-                    host.name,
+                    host.host_name(),
                     holder.name_any(),
                     holder.spec.cluster_name.clone().unwrap_or_default()
                 ),
@@ -712,7 +709,8 @@ async fn claim(
     let roles = wanted_roles(km, machine);
     let (candidates, mut refused) = choose_hosts(kkc, &roles, &all);
     for host in candidates {
-        let name = instance_name(&kkc_name, &host.name);
+        let host_name = host.host_name();
+        let name = instance_name(&kkc_name, &host_name);
         let inst = new_instance(km, machine, kkc, host, &name, secret);
         match instances.create(&PostParams::default(), &inst).await {
             Ok(created) => {
@@ -720,8 +718,8 @@ async fn claim(
                     // Given up before recording: nothing touched the host.
                     release_stray(&instances, &created).await;
                     refused.push(format!(
-                        "{} ({}) is claimed at the same time by KKInstance {other}",
-                        host.name, host.address
+                        "{host_name} ({}) is claimed at the same time by KKInstance {other}",
+                        host.address
                     ));
                     continue;
                 }
@@ -730,19 +728,19 @@ async fn claim(
                 // spec.instanceID (immutable) names another host, deletes it as a stray. It is never worked
                 // on unless the KKMachine records it.
                 record_claim(&api, km, rv.clone(), &created).await?;
-                info!(host = %host.name, instance = %name, "Claimed a host");
+                info!(host = %host_name, instance = %name, "Claimed a host");
                 ctx.event(
                     km,
                     false,
                     "HostClaimed",
                     "Claim",
-                    format!("claimed host {} ({})", host.name, host.address),
+                    format!("claimed host {host_name} ({})", host.address),
                 )
                 .await;
                 return Ok(Claim::Held(Box::new(created)));
             }
             Err(e) if is_conflict(&e) => {
-                debug!(host = %host.name, "Host already claimed, trying the next");
+                debug!(host = %host_name, "Host already claimed, trying the next");
                 continue;
             }
             Err(e) => return Err(Error::kube(format!("create claim KKInstance {ns}/{name}"))(e)),
@@ -976,7 +974,7 @@ mod tests {
 
     fn host(name: &str, addr: &str) -> InstanceInfo {
         InstanceInfo {
-            name: name.into(),
+            name: Some(name.to_owned()).filter(|n| !n.is_empty()),
             address: addr.into(),
             ..Default::default()
         }
@@ -1031,6 +1029,27 @@ mod tests {
     }
 
     #[test]
+    fn a_host_without_a_name_is_claimed_under_the_name_derived_from_its_address() {
+        let a = kkc("a", vec![host("", "192.168.100.3")]);
+        let (candidates, _) = choose_hosts(&a, &[Role::Worker], &[]);
+        assert_eq!(candidates.len(), 1);
+        let h = candidates[0];
+        let name = instance_name("a", &h.host_name());
+        assert_eq!(name, "a.192-168-100-3");
+        let km = KKMachine::new("m", Default::default());
+        let inst = new_instance(&km, &Machine::new("m", Default::default()), &a, h, &name, "s");
+        assert_eq!(inst.metadata.name.as_deref(), Some("a.192-168-100-3"));
+        // The hostname and so the Node name, and the providerID the Node carries.
+        assert_eq!(inst.spec.name, "192-168-100-3");
+        assert_eq!(inst.spec.provider_id.as_deref(), Some("kk:///a/192-168-100-3"));
+        // Taken once claimed: the claim is found again by the derived name.
+        let claim = claim_of("a", "192-168-100-3", "192.168.100.3");
+        assert!(choose_hosts(&a, &[Role::Worker], &[claim]).0.is_empty());
+        // The user's spec is not rewritten.
+        assert_eq!(a.spec.nodes.instances[0].name, None);
+    }
+
+    #[test]
     fn host_choice_skips_taken_hosts_and_refuses_addresses_of_other_kkclusters() {
         let a = kkc(
             "a",
@@ -1048,7 +1067,7 @@ mod tests {
             claim_of("b", "x", "10.0.0.3"),
         ];
         let (candidates, refused) = choose_hosts(&a, &[Role::Worker], &all);
-        let names: Vec<&str> = candidates.iter().map(|h| h.name.as_str()).collect();
+        let names: Vec<String> = candidates.iter().map(|h| h.host_name()).collect();
         assert_eq!(names, ["node2"]);
         assert_eq!(refused.len(), 1);
         assert!(
@@ -1068,11 +1087,11 @@ mod tests {
         legacy.metadata.name = Some("w".into());
         let (candidates, refused) = choose_hosts(&a, &[Role::ControlPlane], &[legacy.clone()]);
         assert_eq!(candidates.len(), 1);
-        assert_eq!(candidates[0].name, "cp");
+        assert_eq!(candidates[0].host_name(), "cp");
         assert!(refused.is_empty());
         let (candidates, _) = choose_hosts(&a, &[Role::Worker], &[legacy]);
         // `cp` defaults to no worker role here; `w` is taken by the legacy claim.
-        assert!(candidates.iter().all(|h| h.name != "w"));
+        assert!(candidates.iter().all(|h| h.host_name() != "w"));
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! provisioning (the real CABPK cloud-config; the kubeadm stand-in records its arguments and config), the
 //! sentinel is written, the KKMachine is provisioned with providerID and addresses and the Machine shows
 //! InfrastructureReady. The manager runs as a separate process with exactly the ClusterRole of config/rbac.
+//! The host is listed without a name, as CAPKK's templates do: its name is derived from the address and is
+//! the claim's host part, the providerID's, and the `local_hostname` (the Node name) kubeadm gets.
 
 mod common;
 
@@ -41,8 +43,15 @@ async fn kcp_machine_is_provisioned_on_a_sandbox_host() -> anyhow::Result<()> {
         ),
     )
     .await?;
-    env.apply(kkcluster(&ns, "kcp", &hosts, json!({"component": component})))
-        .await?;
+    // CAPKK's shape: `instances: [{address: ...}]`, no name.
+    let mut kkc = kkcluster(&ns, "kcp", &hosts, json!({"component": component}));
+    let listed = kkc["spec"]["nodes"]["instances"][0]
+        .as_object_mut()
+        .and_then(|h| h.remove("name"));
+    ensure!(listed.is_some(), "the inventory named the host: {kkc}");
+    env.apply(kkc).await?;
+    // The documented rule (docs/capkk-migration.md) for an IPv4 address.
+    let node_name = host.address().replace('.', "-");
     env.apply(json!({
         "apiVersion": INFRA_V, "kind": "KKMachineTemplate",
         "metadata": {"name": "kcp-cp", "namespace": ns},
@@ -84,6 +93,10 @@ async fn kcp_machine_is_provisioned_on_a_sandbox_host() -> anyhow::Result<()> {
         "probe: {probe}"
     );
     ensure!(probe["arch"] == "amd64", "probe arch: {probe}");
+    ensure!(
+        probe["name"] == node_name.as_str(),
+        "probe under the derived name: {probe}"
+    );
 
     let km = eventually("KKMachine provisioned", Duration::from_secs(300), || async {
         let kms = env.list(INFRA_V, "KKMachine").await?;
@@ -104,11 +117,11 @@ async fn kcp_machine_is_provisioned_on_a_sandbox_host() -> anyhow::Result<()> {
     };
     let inst_name = km["spec"]["instanceID"].as_str().unwrap_or_default().to_owned();
     ensure!(
-        inst_name == format!("kcp.{}", host.info.name),
+        inst_name == format!("kcp.{node_name}"),
         "claimed the sandbox host: {inst_name}"
     );
     ensure!(
-        km["spec"]["providerID"] == json!(format!("kk:///kcp/{}", host.info.name)),
+        km["spec"]["providerID"] == json!(format!("kk:///kcp/{node_name}")),
         "providerID {}",
         km["spec"]["providerID"]
     );
@@ -130,8 +143,7 @@ async fn kcp_machine_is_provisioned_on_a_sandbox_host() -> anyhow::Result<()> {
         "kubeadm config: {cfg}"
     );
     ensure!(
-        cfg.contains(&format!("name: '{}'", host.info.name))
-            || cfg.contains(&format!("name: {}\n", host.info.name)),
+        cfg.contains(&format!("name: '{node_name}'")) || cfg.contains(&format!("name: {node_name}\n")),
         "jinja local_hostname rendered: {cfg}"
     );
     ensure!(
@@ -168,6 +180,17 @@ async fn kcp_machine_is_provisioned_on_a_sandbox_host() -> anyhow::Result<()> {
         inst["status"]["hostInfo"]["arch"] == "amd64" && inst["status"]["hostInfo"]["os"].is_string(),
         "hostInfo: {}",
         inst["status"]["hostInfo"]
+    );
+    ensure!(
+        inst["spec"]["name"] == node_name.as_str(),
+        "KKInstance spec.name (the hostname): {}",
+        inst["spec"]["name"]
+    );
+    let stored = env.get(INFRA_V, "KKCluster", "kcp").await?.unwrap_or_default();
+    ensure!(
+        stored["spec"]["nodes"]["instances"][0].get("name").is_none(),
+        "the derived name is never written into the user's spec: {}",
+        stored["spec"]["nodes"]["instances"][0]
     );
     ensure!(
         inst["spec"]["hostKey"] == host.fingerprint(),

@@ -141,7 +141,7 @@ pub async fn phase_input(
                 .nodes
                 .instances
                 .iter()
-                .map(|h| (h.internal_address().to_owned(), vec![h.name.clone()]))
+                .map(|h| (h.internal_address().to_owned(), vec![h.host_name()]))
                 .collect()
         })
         .unwrap_or_default();

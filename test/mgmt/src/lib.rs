@@ -174,6 +174,13 @@ impl ManagementPlane {
     }
 }
 
+/// Directory of the pinned binaries (`kubectl`, `clusterctl`, ...), as `mgmt.sh bin-dir` prints it. The
+/// binaries exist once the plane is up (`ManagementPlane::up` refuses to start without them).
+pub async fn bin_dir() -> Result<PathBuf, Error> {
+    let out = run_script("bin-dir", Duration::from_secs(30)).await?;
+    Ok(PathBuf::from(out.trim()))
+}
+
 /// Path of the management plane script (`test/mgmt/scripts/mgmt.sh`).
 pub fn script_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1,6 +1,8 @@
 //! Our CRDs (config/crd/bases, or `$CAPKK_CRD_DIR`) on the real kube-apiserver: they install, the samples
 //! in config/samples are accepted with the schema defaults applied, every CEL rule rejects a bad object
-//! with its message, and CAPI resolves KKCluster references through the CRDs' contract label.
+//! with its message, CAPI resolves KKCluster references through the CRDs' contract label, and CAPKK users'
+//! YAML applies unchanged (CAPKK v3.1.12's cluster template rendered by the real clusterctl with the CAPI
+//! book's environment; objects as `kubectl get -o yaml` exports them from a CAPKK cluster).
 
 mod common;
 
@@ -284,6 +286,9 @@ fn cluster_rules() -> Vec<(&'static str, When, Edit)> {
             When::Create,
             |s| s["nodes"]["instances"][0]["internalAddress"] = json!("not-an-ip"),
         ),
+        ("spec.nodes.instances[].name must be unique", When::Create, |s| {
+            s["nodes"]["instances"][1]["name"] = json!("cp-1")
+        }),
         (
             "spec.nodes.instances[].name must be a lower-case DNS label (a-z, 0-9, '-')",
             When::Create,
@@ -647,5 +652,218 @@ async fn capi_resolves_kkcluster_references_through_the_contract_label() -> anyh
     })
     .await?;
     assert_eq!(old.data["spec"]["infrastructureRef"]["apiVersion"], GROUP_VERSION);
+    Ok(())
+}
+
+// ---- CAPKK users' YAML ------------------------------------------------------------------------------------
+
+/// The environment of the CAPI book's KubeKey quick start (plus the variables clusterctl's flags set).
+const CAPI_BOOK_ENV: &[(&str, &str)] = &[
+    ("KKZONE", ""),
+    ("USER_NAME", "ubuntu"),
+    ("PASSWORD", "P@88w0rd"),
+    (
+        "INSTANCES",
+        "[{address: 192.168.100.3}, {address: 192.168.100.4}]",
+    ),
+    ("CONTROL_PLANE_ENDPOINT_IP", "192.168.100.100"),
+];
+
+/// Renders `template` with the real clusterctl (`generate cluster --from`) and the CAPI book's environment.
+async fn clusterctl_render(template: &std::path::Path, cluster: &str, ns: &str) -> anyhow::Result<String> {
+    let plane = capkk_mgmt::ManagementPlane::shared().await?;
+    let clusterctl = capkk_mgmt::bin_dir().await?.join("clusterctl");
+    anyhow::ensure!(
+        clusterctl.is_file(),
+        "{} is missing: build it with `make mgmt-bin`",
+        clusterctl.display()
+    );
+    // A private HOME: no clusterctl.yaml or overrides of whoever runs the test apply.
+    let home = tempfile::tempdir()?;
+    let mut cmd = tokio::process::Command::new(&clusterctl);
+    cmd.args(["generate", "cluster", cluster, "--from"])
+        .arg(template)
+        .args(["--target-namespace", ns, "--kubernetes-version", "v1.32.0"])
+        .args([
+            "--control-plane-machine-count",
+            "1",
+            "--worker-machine-count",
+            "1",
+        ])
+        .arg("--kubeconfig")
+        .arg(plane.kubeconfig_path())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true")
+        .envs(CAPI_BOOK_ENV.iter().copied())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .context("clusterctl generate cluster timed out")??;
+    anyhow::ensure!(
+        out.status.success(),
+        "clusterctl generate cluster failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+#[tokio::test]
+async fn capkk_v3_cluster_template_rendered_with_the_capi_book_environment_is_accepted() -> anyhow::Result<()>
+{
+    let client = common::client().await?;
+    common::install_capkk_crds(&client).await?;
+    let ns = common::namespace(&client, "capkk-book").await?;
+    let template = capkk_mgmt::repo_root().join("test/fixtures/capkk/cluster-template-v3.1.12.yaml");
+    let rendered = clusterctl_render(&template, "capkk-book", &ns).await?;
+    let docs = capkk_mgmt::parse_yaml_docs(&rendered, "clusterctl generate cluster")?;
+    let kinds: Vec<String> = docs
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        kinds.iter().filter(|k| k.starts_with("KK")).count(),
+        3,
+        "KKCluster + 2 KKMachineTemplates in {kinds:?}"
+    );
+    for mut doc in docs {
+        let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
+        doc["metadata"]["namespace"] = json!(ns);
+        common::create(&client, &ns, doc)
+            .await
+            .with_context(|| format!("the apiserver rejected CAPKK's {kind}"))?;
+    }
+    // The KKCluster as stored: hosts without names stay without names (the spec is not rewritten), the
+    // controller's view derives them from the addresses, and the global auth got CAPKK's defaults.
+    let api = api_for(&client, &ns, "KKCluster").await;
+    let stored = api.get("capkk-book").await?;
+    let instances = stored.data["spec"]["nodes"]["instances"]
+        .as_array()
+        .context("spec.nodes.instances")?;
+    let addresses: Vec<&str> = instances.iter().filter_map(|h| h["address"].as_str()).collect();
+    assert_eq!(addresses, ["192.168.100.3", "192.168.100.4"]);
+    for h in instances {
+        assert!(
+            h.get("name").is_none() && h.get("auth").is_none(),
+            "no name and no per-host auth is written into the stored spec: {h}"
+        );
+    }
+    let kkc: capkk_api::KKCluster = serde_json::from_value(serde_json::to_value(&stored)?)?;
+    let names: Vec<String> = kkc.spec.nodes.instances.iter().map(|h| h.host_name()).collect();
+    assert_eq!(names, ["192-168-100-3", "192-168-100-4"]);
+    let auth = &kkc.spec.nodes.auth;
+    assert_eq!(auth.user.as_deref(), Some("ubuntu"));
+    assert_eq!(auth.port, Some(22), "schema default on the global auth");
+    assert_eq!(auth.timeout_seconds(), Some(30));
+    assert_eq!(
+        kkc.spec.component.as_ref().and_then(|c| c.zone.as_deref()),
+        Some("")
+    );
+    Ok(())
+}
+
+/// A KKCluster as `kubectl get kkcluster -o yaml` prints it from a CAPKK v3 cluster: the webhook's defaults
+/// (random host names, internalAddress/arch/roles, global auth with the timeout in nanoseconds), `auth: {}` on
+/// every host (Go marshals the non-pointer struct), the zero `controlPlaneEndpoint`, the `registry` with its
+/// zero-valued fields, and a status.
+fn capkk_exported_kkcluster(name: &str) -> Value {
+    json!({
+        "apiVersion": GROUP_VERSION,
+        "kind": "KKCluster",
+        "metadata": {"name": name, "labels": {"cluster.x-k8s.io/cluster-name": name}},
+        "spec": {
+            "distribution": "kubernetes",
+            "component": {"zone": "cn", "overrides": [{"id": "kubeadm", "version": "v1.24.0", "checksum": {}}]},
+            "controlPlaneEndpoint": {"host": "", "port": 0},
+            "controlPlaneLoadBalancer": {"host": "192.168.100.100"},
+            "nodes": {
+                "auth": {"user": "ubuntu", "password": "Qcloud@123", "port": 22, "timeout": 30_000_000_000_i64},
+                "instances": [
+                    {"name": "kk-instance-x7k2p", "address": "192.168.100.3", "internalAddress": "192.168.100.3",
+                     "arch": "amd64", "roles": ["control-plane", "worker"], "auth": {}},
+                    {"name": "kk-instance-q9m4d", "address": "192.168.100.4", "internalAddress": "192.168.100.4",
+                     "arch": "amd64", "roles": ["control-plane", "worker"], "auth": {}}
+                ]
+            },
+            "registry": {
+                "apiVersion": "", "kind": "",
+                "privateRegistry": "", "namespaceOverride": "",
+                "auth": {"username": "", "password": "", "insecureSkipVerify": false, "plainHTTP": false, "certsPath": ""}
+            }
+        },
+        "status": {"ready": true, "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2024-01-01T00:00:00Z"}]}
+    })
+}
+
+#[tokio::test]
+async fn a_capkk_exported_kkcluster_with_empty_host_auth_round_trips_and_keeps_the_global_user()
+-> anyhow::Result<()> {
+    let client = common::client().await?;
+    common::install_capkk_crds(&client).await?;
+    let ns = common::namespace(&client, "capkk-export").await?;
+    let mut sent = capkk_exported_kkcluster("exported");
+    sent["metadata"]["namespace"] = json!(ns);
+    common::create(&client, &ns, sent.clone())
+        .await
+        .context("the apiserver rejected a CAPKK-exported KKCluster")?;
+    let api = api_for(&client, &ns, "KKCluster").await;
+    let stored = api.get("exported").await?;
+    assert_eq!(
+        stored.data["spec"]["nodes"]["instances"], sent["spec"]["nodes"]["instances"],
+        "every host keeps `auth: {{}}` exactly: no per-host default (user: root) is injected"
+    );
+    assert_eq!(
+        stored.data["spec"]["registry"], sent["spec"]["registry"],
+        "registry TypeMeta accepted"
+    );
+    assert_eq!(
+        stored.data["spec"]["nodes"]["auth"],
+        sent["spec"]["nodes"]["auth"]
+    );
+    // The controller's typed view reads it (the nanosecond timeout does not fit a 32-bit IntOrString) and the
+    // per-host merge keeps the global user.
+    let kkc: capkk_api::KKCluster = serde_json::from_value(serde_json::to_value(&stored)?)?;
+    for h in &kkc.spec.nodes.instances {
+        let merged = h
+            .auth
+            .clone()
+            .unwrap_or_default()
+            .merged_over(&kkc.spec.nodes.auth);
+        assert_eq!(merged.user_or_default(), "ubuntu", "{}", h.host_name());
+        assert_eq!(merged.password.as_deref(), Some("Qcloud@123"));
+    }
+    assert_eq!(kkc.spec.nodes.auth.timeout_seconds(), Some(30));
+    // Round trip: the object read back and written again is unchanged (same generation, same spec).
+    let generation = stored.metadata.generation;
+    let again = api.replace("exported", &PostParams::default(), &stored).await?;
+    assert_eq!(
+        again.metadata.generation, generation,
+        "a re-apply of the read object changes nothing"
+    );
+    assert_eq!(again.data["spec"], stored.data["spec"]);
+    // The typed object serialized back is accepted too (what the controller would write in a patch).
+    let typed = serde_json::to_value(&kkc)?;
+    assert_eq!(typed["spec"]["nodes"]["instances"][0]["auth"], json!({}));
+    assert_eq!(
+        typed["spec"]["nodes"]["auth"]["timeout"],
+        json!(30_000_000_000_i64)
+    );
+
+    // A CAPKK-defaulted KKMachineTemplate (containerd 1.6.4, crictl v1.24.0) is accepted as is.
+    let kkmt = json!({
+        "apiVersion": GROUP_VERSION, "kind": "KKMachineTemplate",
+        "metadata": {"name": "exported-md-0", "namespace": ns},
+        "spec": {"template": {"spec": {
+            "roles": ["worker"],
+            "containerManager": {"type": "containerd", "version": "1.6.4", "criSocket": "unix:///var/run/containerd/containerd.sock", "crictlVersion": "v1.24.0"},
+            "repository": {"iso": "none", "update": false}
+        }}}
+    });
+    let stored = common::create(&client, &ns, kkmt.clone()).await?;
+    assert_eq!(
+        stored.data["spec"]["template"]["spec"]["containerManager"],
+        kkmt["spec"]["template"]["spec"]["containerManager"]
+    );
     Ok(())
 }
