@@ -1,10 +1,11 @@
 //! Host services against real sandbox hosts (netns + overlay root + sshd, see `capkk-sandbox`) over the real
 //! SSH client, with stand-in release artifacts served by a local HTTP mirror on the sandbox bridge.
 //!
-//! One sandbox (`svc-tests`, 10 hosts) is shared by the tests of this binary; each test owns its hosts:
+//! One sandbox (`svc-tests`, 11 hosts) is shared by the tests of this binary; each test owns its hosts:
 //! 0 apt end to end + reset, 1 dnf host (non-root login with sudo), 2 checksum mismatches, 3 host-download
 //! mode, 4+5 two hosts sharing one controller download, 6 ISO repository mode, 7 a pre-existing containerd
-//! (login with a sudo password), 8 reset with volumes still mounted, 9 the rendering property test. Fake package managers and kernel tools
+//! (login with a sudo password), 8 reset with volumes still mounted, 9 the rendering property test, 10 unpinned versions through
+//! upstream-style published checksum files. Fake package managers and kernel tools
 //! (`test/assets/`) are put into each host's `/usr/local/sbin` so nothing reaches the network or changes the
 //! machine's kernel state. Without root/sshd the tests fail naming what is missing (skipped only with CAPKK_ALLOW_SKIP=1).
 
@@ -43,7 +44,7 @@ fn sandbox() -> Option<&'static Sandbox> {
     if skip_unless_supported() {
         return None;
     }
-    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("svc-tests", 10)).expect("sandbox up")))
+    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("svc-tests", 11)).expect("sandbox up")))
 }
 
 fn pool() -> &'static SshPool {
@@ -1058,10 +1059,195 @@ async fn checksum_mismatch_refuses_and_leaves_the_host_unchanged() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("kubeadm v1.99.0") && err.contains("checksum.value"),
-        "{err}"
+        err.contains("kubeadm v1.99.0")
+            && err.contains(&format!(
+                "/kubernetes-release/release/v1.99.0/bin/linux/{}/kubeadm.sha256",
+                f.arch
+            ))
+            && err.contains("HTTP 404")
+            && err.contains("checksum.value"),
+        "the missing published checksum file is named with the override that pins the version: {err}"
     );
     assert_eq!(snapshot(), before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unpinned_version_installs_through_its_published_checksum_and_a_tampered_one_is_refused() {
+    // Versions absent from the embedded pin: Kubernetes v1.33.7, CNI v1.4.1 and CAPKK's defaults containerd
+    // 1.6.4, crictl v1.24.0, runc v1.1.1. The mirror serves stand-ins with upstream's checksum files next to
+    // them (upstream's names and formats); no override names a checksum.
+    const K: &str = "v1.33.7";
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[10];
+    let ex = executor(sb, 10, "root");
+    let progress = RecordingProgress::default();
+    let redactor = Redactor::default();
+    let f = facts::gather(&*ex, &progress, &redactor).await.unwrap();
+    let arch = f.arch.clone();
+    let mirror = Mirror::start(sb);
+    let dir = tempfile::tempdir().unwrap();
+    let k8s_dir = format!("/kubernetes-release/release/{K}/bin/linux/{arch}");
+    let mut bodies = HashMap::new();
+    for id in ["kubeadm", "kubelet", "kubectl"] {
+        let body = script_bytes(&format!("{id} {K} published"), "");
+        mirror.put(&format!("{k8s_dir}/{id}"), body.clone());
+        // dl.k8s.io: the digest alone.
+        mirror.put(&format!("{k8s_dir}/{id}.sha256"), sha(&body).into_bytes());
+        bodies.insert(id, body);
+    }
+    let cni_name = format!("cni-plugins-linux-{arch}-v1.4.1.tgz");
+    let cni_path = format!("/containernetworking/plugins/releases/download/v1.4.1/{cni_name}");
+    let cni = tarball(
+        dir.path(),
+        "cni",
+        &[("loopback", script_bytes("loopback v1.4.1", ""))],
+    );
+    mirror.put(&cni_path, cni.clone());
+    mirror.put(
+        &format!("{cni_path}.sha256"),
+        format!("{}  {cni_name}\n", sha(&cni)).into_bytes(),
+    );
+    let containerd_name = format!("containerd-1.6.4-linux-{arch}.tar.gz");
+    let containerd_path = format!("/containerd/containerd/releases/download/v1.6.4/{containerd_name}");
+    let containerd = tarball(
+        dir.path(),
+        "containerd",
+        &[
+            (
+                "bin/containerd",
+                b"#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'containerd github.com/containerd/containerd v1.6.4 standin'; exit 0; fi\nmkdir -p /run/containerd\nexec sleep 86400\n".to_vec(),
+            ),
+            ("bin/ctr", script_bytes("ctr", "")),
+            ("bin/containerd-shim-runc-v2", script_bytes("shim", "")),
+        ],
+    );
+    mirror.put(&containerd_path, containerd.clone());
+    mirror.put(
+        &format!("{containerd_path}.sha256sum"),
+        format!("{}  {containerd_name}\n", sha(&containerd)).into_bytes(),
+    );
+    let crictl_name = format!("crictl-v1.24.0-linux-{arch}.tar.gz");
+    let crictl_path = format!("/cri-tools/releases/download/v1.24.0/{crictl_name}");
+    let crictl = tarball(
+        dir.path(),
+        "crictl",
+        &[("crictl", script_bytes("crictl v1.24.0", ""))],
+    );
+    mirror.put(&crictl_path, crictl.clone());
+    mirror.put(&format!("{crictl_path}.sha256"), sha(&crictl).into_bytes());
+    // runc: one runc.sha256sum for every arch of the release.
+    let runc = script_bytes("runc v1.1.1", "");
+    let runc_dir = "/opencontainers/runc/releases/download/v1.1.1";
+    mirror.put(&format!("{runc_dir}/runc.{arch}"), runc.clone());
+    mirror.put(
+        &format!("{runc_dir}/runc.sha256sum"),
+        format!("{}  runc.arm64\n{}  runc.{arch}\n", "1".repeat(64), sha(&runc)).into_bytes(),
+    );
+
+    let source = ComponentSource {
+        host: Some(mirror.base.clone()),
+        ..Default::default()
+    };
+    let mut cfg = binary_config(&f, source.clone());
+    cfg.kubernetes_version = K.into();
+    cfg.cni_version = Some("v1.4.1".into());
+    let watched = [
+        "/usr/local/bin/kubeadm",
+        "/usr/local/bin/kubelet",
+        "/usr/local/bin/kubectl",
+        "/opt/cni/bin/loopback",
+        binary::KUBELET_UNIT,
+    ];
+    let snapshot = || {
+        let mut s = file_states(host, &watched);
+        s.push(sh(host, "ls -A /var/lib/capkk/staging 2>/dev/null; true"));
+        s
+    };
+    let before = snapshot();
+    assert!(before[..5].iter().all(|l| l.ends_with("missing")), "{before:?}");
+    let c = cache("published");
+
+    // 1. A tampered published checksum (it no longer matches the artifact): refused, nothing installed,
+    //    nothing staged, nothing cached.
+    let tampered = sha(b"not the kubelet");
+    mirror.put(
+        &format!("{k8s_dir}/kubelet.sha256"),
+        tampered.clone().into_bytes(),
+    );
+    let err = binary::ensure(&*ex, &cfg, &f, &c, &progress, &redactor)
+        .await
+        .unwrap_err();
+    match &err {
+        Error::ChecksumMismatch {
+            artifact,
+            expected,
+            actual,
+        } => {
+            assert!(artifact.contains(&format!("kubelet {K}")), "{err}");
+            assert_eq!(expected, &tampered);
+            assert_eq!(actual, &sha(&bodies["kubelet"]));
+        }
+        other => panic!("expected a checksum mismatch, got {other}"),
+    }
+    assert_eq!(snapshot(), before, "the host is unchanged");
+    assert!(
+        !c.path_for(&sha(&bodies["kubelet"])).unwrap().exists(),
+        "a bad file never enters the cache"
+    );
+
+    // 2. The genuine published checksum: installed, each checksum file fetched from the mirror.
+    mirror.put(
+        &format!("{k8s_dir}/kubelet.sha256"),
+        sha(&bodies["kubelet"]).into_bytes(),
+    );
+    let out = binary::ensure(&*ex, &cfg, &f, &c, &progress, &redactor)
+        .await
+        .unwrap();
+    assert_eq!(out.uploaded.len(), 4, "{out:?}");
+    for id in ["kubeadm", "kubelet", "kubectl"] {
+        assert_eq!(
+            file_states(host, &[format!("/usr/local/bin/{id}").as_str()]),
+            [format!("/usr/local/bin/{id} 755 {}", sha(&bodies[id]))]
+        );
+        assert!(
+            mirror.hits(&format!("{k8s_dir}/{id}.sha256")) >= 1,
+            "{id}.sha256 fetched"
+        );
+    }
+    assert!(mirror.hits(&format!("{cni_path}.sha256")) >= 1);
+
+    // 3. CAPKK's defaulted runtime versions resolve the same way (containerd `.sha256sum`, crictl `.sha256`,
+    //    runc's `runc.sha256sum` listing every arch).
+    let cm = ContainerdConfig {
+        arch: arch.clone(),
+        version: Some("1.6.4".into()),
+        crictl_version: Some("v1.24.0".into()),
+        runc_version: Some("v1.1.1".into()),
+        source,
+        ..Default::default()
+    };
+    let out = containermanager::ensure(&*ex, &cm, &f, &c, &progress, &redactor)
+        .await
+        .unwrap();
+    assert!(!out.skipped_existing);
+    assert_eq!(
+        file_states(host, &["/usr/local/sbin/runc"]),
+        [format!("/usr/local/sbin/runc 755 {}", sha(&runc))]
+    );
+    assert_eq!(
+        sh(
+            host,
+            "/usr/local/bin/containerd --version; ls /usr/local/bin/crictl"
+        ),
+        "containerd github.com/containerd/containerd v1.6.4 standin\n/usr/local/bin/crictl\n"
+    );
+    for sums in [
+        format!("{containerd_path}.sha256sum"),
+        format!("{crictl_path}.sha256"),
+        format!("{runc_dir}/runc.sha256sum"),
+    ] {
+        assert!(mirror.hits(&sums) >= 1, "{sums} fetched");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

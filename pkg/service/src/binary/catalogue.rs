@@ -20,10 +20,30 @@
 //!
 //! # Checksums
 //!
-//! SHA-256 is always verified. Precedence: override `checksum.value` > override `checksum.path` (a
-//! `sha256sum`-style file, absolute URL or path on `component.host`) > the embedded table [`KNOWN_SHA256`]
-//! (taken from KubeKey's published `version/components.json`). An artifact with none of these is refused
-//! with [`Error::InvalidInput`] naming the artifact and the override to add.
+//! SHA-256 is always verified. Where the expected digest comes from, first match wins:
+//!
+//! 1. override `checksum.value`;
+//! 2. override `checksum.path` (a `sha256sum`-style file, absolute URL or path on `component.host`);
+//! 3. the embedded pin [`KNOWN_SHA256`] (the defaults of this release, and the Kubernetes versions the
+//!    project tests; a pinned digest protects even against a mirror that serves a consistent pair of
+//!    tampered artifact and checksum file);
+//! 4. the checksum file upstream publishes next to every artifact, fetched from the same place as the
+//!    artifact (so from `component.host` when a mirror is set, which must mirror these files too):
+//!
+//! | id | published checksum file (upstream name) | content |
+//! |---|---|---|
+//! | `kubeadm`, `kubelet`, `kubectl` | `{artifact URL}.sha256` (dl.k8s.io) | the digest alone |
+//! | `cni` | `{artifact URL}.sha256` | `digest  file` |
+//! | `crictl` | `{artifact URL}.sha256` | the digest (older releases: `digest  file`) |
+//! | `containerd` | `{artifact URL}.sha256sum` | `digest  file` |
+//! | `runc` | `runc.sha256sum` in the release directory | one `digest  runc.{arch}` line per file |
+//!
+//! A published checksum file is fetched only over `https://`, or from `component.host` (the user's own
+//! mirror, which may be plain HTTP); an artifact from any other plain-HTTP URL needs an explicit
+//! `checksum.value` or `checksum.path`. The file is streamed with a size limit and must name the artifact's
+//! file (or hold a single digest). So any released version works without a hand-kept table; what a
+//! published checksum cannot guard against is a compromised origin serving both files, which is why
+//! defaults stay pinned.
 //!
 //! # Install paths
 //!
@@ -54,7 +74,10 @@ pub const STAMP_DIR: &str = "/var/lib/capkk/artifacts";
 /// Directory where uploads / host downloads are staged before verification.
 pub const STAGING_DIR: &str = "/var/lib/capkk/staging";
 
-/// `(id, arch, version, sha256)` of upstream release files, from KubeKey's `version/components.json`.
+/// `(id, arch, version, sha256)` of upstream release files (digests as KubeKey's `version/components.json` and
+/// upstream's checksum files publish them): the pin for this release's defaults and the Kubernetes versions
+/// the project tests. Not a list of supported versions: every other release resolves through its published
+/// checksum file. Keep it small.
 pub const KNOWN_SHA256: &[(&str, &str, &str, &str)] = &[
     (
         "kubeadm",
@@ -300,13 +323,33 @@ impl ArtifactRequest {
 pub enum ChecksumSource {
     /// A known digest (embedded table or override value).
     Value(String),
-    /// A checksum file to fetch, and the file name to look up in it.
+    /// A checksum file named by the user (`checksum.path`), and the file name to look up in it.
     File {
         /// URL of the file.
         url: String,
         /// Name of the artifact file inside it.
         file_name: String,
     },
+    /// The checksum file upstream publishes next to the artifact (see the module documentation).
+    Published {
+        /// URL of the file.
+        url: String,
+        /// Name of the artifact file inside it.
+        file_name: String,
+    },
+}
+
+/// The URL of the checksum file upstream publishes for artifact `id` downloaded from `url` (same origin,
+/// upstream's file names).
+pub fn published_checksum_url(id: &str, url: &str) -> String {
+    match id {
+        "runc" => match url.rsplit_once('/') {
+            Some((dir, _)) => format!("{dir}/runc.sha256sum"),
+            None => "runc.sha256sum".into(),
+        },
+        "containerd" => format!("{url}.sha256sum"),
+        _ => format!("{url}.sha256"),
+    }
 }
 
 /// A fully resolved artifact (source, checksum source, install).
@@ -537,14 +580,23 @@ pub fn resolve(req: &ArtifactRequest, source: &ComponentSource) -> Result<Artifa
     } else if let Some(h) = known_sha256(&req.id, &arch, &v) {
         ChecksumSource::Value(h.to_owned())
     } else {
-        return Err(Error::InvalidInput {
-            field: field("checksum"),
-            message: format!(
-                "no SHA-256 known for {} {v} ({arch}); add spec.component.overrides[] with id {}, version {v} and \
-                 checksum.value (hex SHA-256) or checksum.path (a sha256sum file)",
-                req.id, req.id
-            ),
-        });
+        // The published file comes from where the artifact comes from; over plain HTTP only from the user's
+        // own mirror (component.host), never from an arbitrary http:// override URL.
+        let from_host = host.is_some_and(|h| url.starts_with(&format!("{}/", h.trim_end_matches('/'))));
+        if !url.starts_with("https://") && !from_host {
+            return Err(Error::InvalidInput {
+                field: field("checksum"),
+                message: format!(
+                    "{url} is plain HTTP outside spec.component.host, so its published checksum is not trusted; \
+                     set checksum.value (hex SHA-256) or checksum.path for {} {v} ({arch})",
+                    req.id
+                ),
+            });
+        }
+        ChecksumSource::Published {
+            url: published_checksum_url(&req.id, &url),
+            file_name: file_name.clone(),
+        }
     };
     Ok(Artifact {
         id: req.id.clone(),
@@ -668,14 +720,111 @@ mod tests {
     }
 
     #[test]
-    fn refuses_unknown_checksums_ids_and_bad_values() {
-        let e = resolve(&ArtifactRequest::new("kubeadm", "v1.99.0", "amd64"), &src())
+    fn unpinned_versions_use_upstreams_published_checksum_files() {
+        let cases = [
+            (
+                "kubeadm",
+                "v1.33.7",
+                "https://dl.k8s.io/release/v1.33.7/bin/linux/amd64/kubeadm.sha256",
+                "kubeadm",
+            ),
+            (
+                "cni",
+                "v1.4.1",
+                "https://github.com/containernetworking/plugins/releases/download/v1.4.1/cni-plugins-linux-amd64-v1.4.1.tgz.sha256",
+                "cni-plugins-linux-amd64-v1.4.1.tgz",
+            ),
+            // CAPKK's defaulted containerd and crictl.
+            (
+                "containerd",
+                "1.6.4",
+                "https://github.com/containerd/containerd/releases/download/v1.6.4/containerd-1.6.4-linux-amd64.tar.gz.sha256sum",
+                "containerd-1.6.4-linux-amd64.tar.gz",
+            ),
+            (
+                "crictl",
+                "v1.24.0",
+                "https://github.com/kubernetes-sigs/cri-tools/releases/download/v1.24.0/crictl-v1.24.0-linux-amd64.tar.gz.sha256",
+                "crictl-v1.24.0-linux-amd64.tar.gz",
+            ),
+            (
+                "runc",
+                "v1.1.1",
+                "https://github.com/opencontainers/runc/releases/download/v1.1.1/runc.sha256sum",
+                "runc.amd64",
+            ),
+        ];
+        for (id, v, url, file) in cases {
+            let a = resolve(&ArtifactRequest::new(id, v, "amd64"), &src()).unwrap();
+            assert_eq!(
+                a.checksum,
+                ChecksumSource::Published {
+                    url: url.into(),
+                    file_name: file.into()
+                },
+                "{id} {v}"
+            );
+        }
+        // With a mirror: the same file names on the mirror, next to the artifact (plain HTTP allowed there).
+        let mirror = ComponentSource {
+            host: Some("http://198.18.3.1:8080".into()),
+            ..src()
+        };
+        let a = resolve(&ArtifactRequest::new("containerd", "1.6.4", "arm64"), &mirror).unwrap();
+        assert_eq!(
+            a.checksum,
+            ChecksumSource::Published {
+                url: "http://198.18.3.1:8080/containerd/containerd/releases/download/v1.6.4/containerd-1.6.4-linux-arm64.tar.gz.sha256sum".into(),
+                file_name: "containerd-1.6.4-linux-arm64.tar.gz".into()
+            }
+        );
+        // Pins and overrides still win over the published file.
+        let pinned = resolve(&ArtifactRequest::new("kubelet", "v1.32.0", "amd64"), &mirror).unwrap();
+        assert!(matches!(pinned.checksum, ChecksumSource::Value(_)));
+        let ov = ComponentSource {
+            overrides: vec![ArtifactOverride {
+                id: "kubeadm".into(),
+                checksum_value: Some("cd".repeat(32)),
+                ..Default::default()
+            }],
+            ..mirror.clone()
+        };
+        let a = resolve(&ArtifactRequest::new("kubeadm", "v1.33.7", "amd64"), &ov).unwrap();
+        assert_eq!(a.checksum, ChecksumSource::Value("cd".repeat(32)));
+    }
+
+    #[test]
+    fn a_plain_http_artifact_outside_the_mirror_needs_an_explicit_checksum() {
+        let ov = ComponentSource {
+            host: Some("http://198.18.3.1:8080".into()),
+            overrides: vec![ArtifactOverride {
+                id: "kubeadm".into(),
+                url: Some("http://elsewhere.example/kubeadm".into()),
+                ..Default::default()
+            }],
+            ..src()
+        };
+        let e = resolve(&ArtifactRequest::new("kubeadm", "v1.33.7", "amd64"), &ov)
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("kubeadm v1.99.0") && e.contains("checksum.value"),
+            e.contains("plain HTTP outside spec.component.host") && e.contains("checksum.value"),
             "{e}"
         );
+        // A host that merely shares a prefix with the mirror is not the mirror.
+        let ov = ComponentSource {
+            overrides: vec![ArtifactOverride {
+                id: "kubeadm".into(),
+                url: Some("http://198.18.3.1:80800/kubeadm".into()),
+                ..Default::default()
+            }],
+            ..ov
+        };
+        assert!(resolve(&ArtifactRequest::new("kubeadm", "v1.33.7", "amd64"), &ov).is_err());
+    }
+
+    #[test]
+    fn refuses_unknown_ids_and_bad_values() {
         let e = resolve(&ArtifactRequest::new("helm", "v3", "amd64"), &src())
             .unwrap_err()
             .to_string();

@@ -285,6 +285,27 @@ pub async fn expected_sha256(a: &Artifact, cache: &ArtifactCache) -> Result<Stri
                 })?;
             check_sha256(&field, &sha)
         }
+        ChecksumSource::Published { url, file_name } => {
+            let pin = format!(
+                "pin it with spec.component.overrides[] (id {}, version {}, checksum.value)",
+                a.id, a.version
+            );
+            let text = cache.fetch_text(url).await.map_err(|e| match e {
+                Error::Download { url, message } => Error::Download {
+                    message: format!(
+                        "{message}: no published checksum for {} (a mirror must serve upstream's checksum files \
+                         next to the artifacts); {pin}",
+                        a.label()
+                    ),
+                    url,
+                },
+                other => other,
+            })?;
+            catalogue::parse_checksum_file(&text, file_name).ok_or_else(|| Error::InvalidInput {
+                field: format!("spec.component.overrides[id={}].checksum", a.id),
+                message: format!("published checksum file {url} has no SHA-256 for {file_name}; {pin}"),
+            })
+        }
     }
 }
 
