@@ -179,6 +179,12 @@ release() {
     --flavor kube-vip --list-variables >"$WORK/variables-kube-vip.txt"
   check "the kube-vip flavor asks for KUBEKEY_CONTROL_PLANE_VIP" grep -q -- "- KUBEKEY_CONTROL_PLANE_VIP" \
     "$WORK/variables-kube-vip.txt"
+  clusterctl generate cluster "$CLUSTER" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" \
+    --flavor capkk --list-variables >"$WORK/variables-capkk.txt"
+  local got want="CONTROL_PLANE_ENDPOINT_IP INSTANCES KKZONE PASSWORD USER_NAME VIP_NETWORK_INTERFACE"
+  got=$(grep -oE '^ *- [A-Z_0-9]+' "$WORK/variables-capkk.txt" | awk '{print $2}' |
+    grep -vxE 'CLUSTER_NAME|NAMESPACE|KUBERNETES_VERSION|CONTROL_PLANE_MACHINE_COUNT|WORKER_MACHINE_COUNT' | sort | xargs)
+  check "the capkk flavor takes exactly CAPKK's variables ($got)" test "$got" = "$want"
 }
 
 install_provider() {
@@ -289,6 +295,26 @@ mkdir -p /run/containerd; exec sleep 2147483647' >"$t/bin/containerd"
   mkdir -p "$m/opencontainers/runc/releases/download/v1.1.12"
   standin runc 'echo "runc version 1.1.12"' >"$m/opencontainers/runc/releases/download/v1.1.12/runc.$arch"
   chmod 755 "$k8s"/* "$m/opencontainers/runc/releases/download/v1.1.12/runc.$arch"
+  publish_checksums "$m"
+}
+
+# Upstream's checksum files next to every artifact, with upstream's names and formats (what a release mirror
+# serves and what the binary service fetches for versions it has no pin for; docs/host-paths.md):
+# dl.k8s.io `<binary>.sha256` (digest alone), CNI `.tgz.sha256` and containerd `.tar.gz.sha256sum`
+# (`digest  file`), crictl `.tar.gz.sha256` (digest alone), runc `runc.sha256sum` (one line per arch).
+publish_checksums() {
+  local m=$1 f d
+  while IFS= read -r f; do
+    case $f in
+      */kubernetes-release/release/*/bin/linux/*) sha "$f" >"$f.sha256" ;;
+      */cni-plugins-linux-*.tgz) (cd "$(dirname "$f")" && sha256sum "$(basename "$f")" >"$(basename "$f").sha256") ;;
+      */crictl-*.tar.gz) sha "$f" >"$f.sha256" ;;
+      */containerd-*.tar.gz) (cd "$(dirname "$f")" && sha256sum "$(basename "$f")" >"$(basename "$f").sha256sum") ;;
+    esac
+  done < <(find "$m" -type f ! -name '*.sha256' ! -name '*.sha256sum')
+  for d in "$m"/opencontainers/runc/releases/download/*/; do
+    (cd "$d" && sha256sum runc.* | grep -v sha256sum >runc.sha256sum)
+  done
 }
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
@@ -499,6 +525,72 @@ delete_cluster() {
   for i in $(seq "$HOSTS"); do check "$(host_name "$i") is clean" host_clean "$(host_name "$i")"; done
 }
 
+# A cluster from --flavor capkk, rendered from a CAPKK user's environment: hosts listed by address only (names
+# derived from the addresses), inline password auth of a non-root user whose sudo asks for the password. The
+# only addition to the rendered YAML is the site's download mirror (spec.component: this machine has no
+# Internet; CAPKK's variables have none for it): kubeadm/kubelet/kubectl come with no checksum override, so their
+# SHA-256 comes from the mirror's published `.sha256` files; the pinned ids (CNI, crictl, containerd, runc) are
+# stand-ins and need their checksums as overrides. CONTROL_PLANE_ENDPOINT_IP is the control-plane host's own
+# address: the sandbox runs no kube-vip (the static pod is written, not run), and with one control plane the
+# endpoint is then that host.
+capkk_flavor() {
+  stage "capkk flavor: 1 CP + 1 worker from CAPKK's variables"
+  local cc=$CLUSTER-capkk a1 a2 password
+  a1=$(host_addr 1)
+  a2=$(host_addr 2)
+  password=$(python3 -c "import json; print(json.load(open('$SB_DIR/state.json'))['credentials']['password'])")
+  INSTANCES="[{address: $a1}, {address: $a2}]" USER_NAME=kkuser PASSWORD="$password" KKZONE="" \
+    CONTROL_PLANE_ENDPOINT_IP="$a1" \
+    clusterctl generate cluster "$cc" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" \
+    --flavor capkk --kubernetes-version "$KUBE_VERSION" --control-plane-machine-count 1 \
+    --worker-machine-count 1 >"$WORK/cluster-capkk.yaml"
+  local overrides
+  overrides=$(python3 - "$COMPONENT" <<'PY'
+import re, sys
+# Keep only the overrides of the pinned ids: the Kubernetes binaries go through published checksums.
+items = re.findall(r"\{id: (\w+), checksum: \{value: (\w+)\}\}", sys.argv[1])
+print(", ".join(f"{{id: {i}, checksum: {{value: {v}}}}}" for i, v in items if i not in ("kubeadm", "kubelet", "kubectl")))
+PY
+)
+  python3 - "$WORK/cluster-capkk.yaml" "$MIRROR" "$overrides" <<'PY'
+import sys
+path, mirror, overrides = sys.argv[1:4]
+s = open(path).read()
+# clusterctl re-serializes the YAML: find the KKCluster's spec.component by its indentation.
+marker = "\n  component:\n"
+assert s.count(marker) == 1, "expected one KKCluster spec.component"
+s = s.replace(marker, marker + f"    host: {mirror}\n    overrides: [{overrides}]\n")
+open(path, "w").write(s)
+PY
+  check "the capkk flavor renders and passes a server dry-run" kubectl apply --dry-run=server -f "$WORK/cluster-capkk.yaml"
+  kubectl apply -f "$WORK/cluster-capkk.yaml" >/dev/null
+  local n1 n2
+  n1=$(echo "$a1" | tr -c 'a-z0-9\n' '-')
+  n2=$(echo "$a2" | tr -c 'a-z0-9\n' '-')
+  wait_for "capkk: control-plane Machine Running with a nodeRef" 600 \
+    machines_running "cluster.x-k8s.io/cluster-name=$cc,cluster.x-k8s.io/control-plane" 1
+  wait_for "capkk: worker Machine Running with a nodeRef" 600 \
+    machines_running "cluster.x-k8s.io/cluster-name=$cc,!cluster.x-k8s.io/control-plane" 1
+  local nodes
+  nodes=$(kubectl get machines -n "$NS" -l "cluster.x-k8s.io/cluster-name=$cc" \
+    -o jsonpath='{range .items[*]}{.status.nodeRef.name}{"\n"}{end}' | sort | xargs)
+  check "capkk: Node names are the names derived from the addresses ($nodes)" \
+    test "$nodes" = "$(printf '%s\n' "$n1" "$n2" | sort | xargs)"
+  check "capkk: the KKCluster's hosts still have no name (spec not rewritten)" \
+    test -z "$(kubectl get kkcluster -n "$NS" "$cc" -o jsonpath='{.spec.nodes.instances[*].name}')"
+  local out rc=0
+  out=$(kubectl diff -f "$WORK/cluster-capkk.yaml" 2>&1) || rc=$?
+  [ "$rc" = 0 ] || printf '%s\n' "$out" | head -40 | sed 's/^/    /'
+  check "capkk: kubectl diff of the rendered YAML is empty (exit $rc)" test "$rc" = 0
+  check "capkk: kubeadm came with no checksum override (its published .sha256 was fetched)" \
+    grep -q "kubernetes-release/release/$KUBE_VERSION/bin/linux/amd64/kubeadm.sha256" "$WORK/mirror.log"
+  kubectl delete -n "$NS" cluster "$cc" --wait=false >/dev/null
+  wait_for "capkk: the Cluster and its objects are gone" 600 bash -c \
+    "[ -z \"\$(kubectl get -n '$NS' clusters,machines,kkclusters,kkmachines,kkinstances -o name 2>/dev/null)\" ]"
+  local i
+  for i in 1 2; do check "$(host_name "$i") is clean" host_clean "$(host_name "$i")"; done
+}
+
 topology() {
   stage "ClusterClass kubekey: 1 CP + 1 worker"
   local cc=$CLUSTER-cc
@@ -564,13 +656,16 @@ case $MODE in
     release
     install_provider
     hosts_up
-    render_apply
-    control_plane
-    workers
-    gitops
-    scale
-    delete_cluster
-    [ "${E2E_TOPOLOGY:-1}" = 0 ] || topology
+    if [ "${E2E_ONLY:-}" != capkk ]; then
+      render_apply
+      control_plane
+      workers
+      gitops
+      scale
+      delete_cluster
+    fi
+    [ "${E2E_CAPKK:-1}" = 0 ] || capkk_flavor
+    [ "${E2E_TOPOLOGY:-1}" = 0 ] || [ "${E2E_ONLY:-}" = capkk ] || topology
     end_stage
     [ "$FAILED" = 0 ]
     ;;
