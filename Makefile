@@ -22,7 +22,8 @@ TEST_TIERS := test-build mgmt-bin test-unit test-integration e2e
 # The image tier (make image-test) joins TEST_TIERS once a cold release build of the image has been seen to pass
 # here: TEST_TIERS += image-test.
 # Tiers that start sandbox hosts (machine-global names): run under $(HOSTS_LOCK) when it is set, e.g.
-# HOSTS_LOCK="flock /tmp/capkk-hosts.lock" when several checkouts test on one machine.
+# HOSTS_LOCK="flock -o /tmp/capkk-hosts.lock" when several checkouts test on one machine (-o: daemons a tier
+# starts, e.g. the management plane, must not inherit the locked descriptor, or the lock outlives the tier).
 HOSTS_TIERS := test-unit test-integration e2e
 HOSTS_LOCK ?=
 # Tests that cannot run fail, naming what is missing; CAPKK_ALLOW_SKIP=1 makes them skip instead, and each
