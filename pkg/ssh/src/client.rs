@@ -26,7 +26,7 @@ use tracing::{debug, info, instrument, warn};
 use zeroize::Zeroizing;
 
 use crate::{
-    config::{Auth, HostKeyPolicy, HostTarget, KeySource, PoolConfig},
+    config::{Auth, HostKeyPolicy, HostTarget, KeySource, PoolConfig, Secret},
     error::SshError,
 };
 
@@ -315,6 +315,14 @@ impl PoolInner {
             seen: seen.clone(),
         };
 
+        // Decoding an encrypted key runs a deliberately slow KDF (bcrypt-pbkdf): do it before the clock of
+        // the connection starts and off the async runtime, so a busy machine neither times out the
+        // authentication step nor stalls other connections while it decodes.
+        let key = match &t.auth {
+            Auth::PrivateKey { key, passphrase } => Some(load_key(key, passphrase.as_ref(), t).await?),
+            Auth::Password(_) => None,
+        };
+
         let mut via = None;
         let connected = if let Some(bastion) = &t.bastion {
             let bslot = self.slot(bastion);
@@ -396,14 +404,13 @@ impl PoolInner {
             *f = Some(fp.clone());
         }
 
-        let authenticated =
-            timeout(limit, authenticate(&mut handle, t))
-                .await
-                .map_err(|_| SshError::ConnectTimeout {
-                    host: host.clone(),
-                    step: "authentication",
-                    after: limit,
-                })??;
+        let authenticated = timeout(limit, authenticate(&mut handle, t, key))
+            .await
+            .map_err(|_| SshError::ConnectTimeout {
+                host: host.clone(),
+                step: "authentication",
+                after: limit,
+            })??;
         if !authenticated {
             return Err(SshError::Authenticate {
                 host,
@@ -422,7 +429,12 @@ impl PoolInner {
     }
 }
 
-async fn authenticate(handle: &mut Handle<ClientHandler>, t: &HostTarget) -> Result<bool, SshError> {
+/// Authenticates as `t.user` with its password or with `key` (the target's private key, decoded beforehand).
+async fn authenticate(
+    handle: &mut Handle<ClientHandler>,
+    t: &HostTarget,
+    key: Option<PrivateKey>,
+) -> Result<bool, SshError> {
     let host = t.endpoint();
     let proto = |source| SshError::AuthenticateProtocol {
         host: host.clone(),
@@ -436,8 +448,14 @@ async fn authenticate(handle: &mut Handle<ClientHandler>, t: &HostTarget) -> Res
                 .await
                 .map_err(proto)?
         }
-        Auth::PrivateKey { key, passphrase } => {
-            let key = load_key(key, passphrase.as_ref().and_then(|p| p.expose_str()), t).await?;
+        Auth::PrivateKey { .. } => {
+            let Some(key) = key else {
+                return Err(SshError::LoadKey {
+                    host: t.endpoint(),
+                    user: t.user.clone(),
+                    message: "the key was not decoded before authentication".into(),
+                });
+            };
             let hash = if key.algorithm().is_rsa() {
                 handle
                     .best_supported_rsa_hash()
@@ -457,33 +475,55 @@ async fn authenticate(handle: &mut Handle<ClientHandler>, t: &HostTarget) -> Res
     Ok(matches!(result, AuthResult::Success))
 }
 
-async fn load_key(key: &KeySource, passphrase: Option<&str>, t: &HostTarget) -> Result<PrivateKey, SshError> {
+/// Reads (files: confined and size-capped, see [`crate::keyfile`]) and decodes the private key. The decoding
+/// runs on a blocking thread under the caller's tracing dispatcher and span, so whatever it logs is captured
+/// (and checked for secrets) like the rest of the connection's output.
+async fn load_key(
+    key: &KeySource,
+    passphrase: Option<&Secret>,
+    t: &HostTarget,
+) -> Result<PrivateKey, SshError> {
     let err = |message: String| SshError::LoadKey {
         host: t.endpoint(),
         user: t.user.clone(),
         message,
     };
-    match key {
-        KeySource::Bytes(b) => {
-            let text = b
-                .expose_str()
-                .ok_or_else(|| err("key is not UTF-8 text".into()))?;
-            russh::keys::decode_secret_key(text, passphrase).map_err(|e| err(format!("decoding failed: {e}")))
-        }
+    let (text, origin) = match key {
+        KeySource::Bytes(b) => (
+            Zeroizing::new(
+                b.expose_str()
+                    .ok_or_else(|| err("key is not UTF-8 text".into()))?
+                    .to_owned(),
+            ),
+            None,
+        ),
         KeySource::File(p) => {
             let bytes = crate::keyfile::read_key_file(p, crate::keyfile::MAX_KEY_BYTES)
                 .await
                 .map_err(err)?;
-            let text = Zeroizing::new(
-                bytes
-                    .expose_str()
-                    .ok_or_else(|| err(format!("{} is not UTF-8 text", p.display())))?
-                    .to_owned(),
-            );
-            russh::keys::decode_secret_key(&text, passphrase)
-                .map_err(|e| err(format!("decoding {} failed: {e}", p.display())))
+            let text = bytes
+                .expose_str()
+                .ok_or_else(|| err(format!("{} is not UTF-8 text", p.display())))?
+                .to_owned();
+            (Zeroizing::new(text), Some(p.display().to_string()))
         }
-    }
+    };
+    let passphrase = passphrase
+        .and_then(|p| p.expose_str())
+        .map(|p| Zeroizing::new(p.to_owned()));
+    let dispatch = tracing::dispatcher::get_default(|d| d.clone());
+    let span = tracing::Span::current();
+    let decoded = tokio::task::spawn_blocking(move || {
+        tracing::dispatcher::with_default(&dispatch, || {
+            span.in_scope(|| russh::keys::decode_secret_key(&text, passphrase.as_ref().map(|p| p.as_str())))
+        })
+    })
+    .await
+    .map_err(|e| err(format!("decoding task failed: {e}")))?;
+    decoded.map_err(|e| match origin {
+        Some(p) => err(format!("decoding {p} failed: {e}")),
+        None => err(format!("decoding failed: {e}")),
+    })
 }
 
 /// russh callbacks: host-key verification.

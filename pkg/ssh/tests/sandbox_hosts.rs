@@ -755,7 +755,13 @@ fn secrets_never_reach_trace_logs_or_debug_output() {
             .build()
             .unwrap();
         rt.block_on(async {
-            let pool = pool();
+            // TRACE formatting of every russh packet on one thread is slow on a loaded machine: a generous
+            // connect limit keeps this a test of what is logged, not of how fast (key decoding runs before
+            // the limit's clock starts, on a blocking thread under this subscriber).
+            let pool = SshPool::new(PoolConfig {
+                connect_timeout: Duration::from_secs(60),
+                ..Default::default()
+            });
             let by_password = target(&host, PASSWD_USER, Auth::password(c.password.as_str()))
                 .sudo_password(c.password.as_str());
             let by_key = target(
