@@ -122,10 +122,7 @@ pub async fn phase_input(
             user = get("username").or(user);
             pass = get("password").or(pass);
         }
-        if let Some(p) = pass.as_ref() {
-            redactor.add(p.clone());
-        }
-        registry_auth = Some(capkk_service::containermanager::RegistryAuth {
+        let auth = capkk_service::containermanager::RegistryAuth {
             username: user,
             password: pass,
             insecure_skip_verify: a.insecure_skip_verify.unwrap_or(false),
@@ -133,7 +130,12 @@ pub async fn phase_input(
             ca_file: a.ca_file.clone(),
             cert_file: a.cert_file.clone(),
             key_file: a.key_file.clone(),
-        });
+        };
+        // The password and its basic-auth token: any phase's command may print the registry's hosts.toml.
+        for t in auth.secret_texts() {
+            redactor.add(t);
+        }
+        registry_auth = Some(auth);
     }
     let hosts_entries = kkc
         .map(|k| {

@@ -65,6 +65,23 @@ pub struct RegistryAuth {
     pub key_file: Option<String>,
 }
 
+impl RegistryAuth {
+    /// Every form in which these credentials reach a host and may come back in output: the password and
+    /// the basic-auth token of the `Authorization` header (`base64(user:password)`). Redactors of every
+    /// phase register them (a later command may print the registry's `hosts.toml`).
+    pub fn secret_texts(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(p) = self.password.as_deref().filter(|p| !p.is_empty()) {
+            out.push(p.to_owned());
+            if let Some(u) = self.username.as_deref().filter(|u| !u.is_empty()) {
+                use base64::Engine as _;
+                out.push(base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}")));
+            }
+        }
+        out
+    }
+}
+
 impl std::fmt::Debug for RegistryAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RegistryAuth")
@@ -349,8 +366,8 @@ pub async fn ensure(
     facts.check_arch(&cfg.arch)?;
     facts.init.require_systemctl()?;
     let mut redactor = redactor.clone();
-    if let Some(p) = cfg.registry_auth.as_ref().and_then(|a| a.password.clone()) {
-        redactor.add(p);
+    for t in cfg.registry_auth.iter().flat_map(RegistryAuth::secret_texts) {
+        redactor.add(t);
     }
     let hosts = hosts_tomls(cfg)?;
     for (_, content, _) in &hosts {
@@ -584,6 +601,13 @@ mod tests {
         assert!(content.contains("ca = \"/etc/ssl/ca.pem\""));
         assert!(content.contains("Authorization = \"Basic dTpodW50ZXIyLWNhbmFyeQ==\""));
         assert!(!format!("{cfg:?}").contains("hunter2"));
+        // Both forms the credentials take on the host are known to every redactor.
+        let texts = cfg
+            .registry_auth
+            .as_ref()
+            .map(RegistryAuth::secret_texts)
+            .unwrap_or_default();
+        assert_eq!(texts, ["hunter2-canary", "dTpodW50ZXIyLWNhbmFyeQ=="]);
     }
 
     /// An executor that fails the test when called: the checks below must refuse before touching the host.
