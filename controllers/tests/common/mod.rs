@@ -286,6 +286,31 @@ pub async fn manager_kubeconfig_for(
     lease_ns: &str,
     dir: &Path,
 ) -> anyhow::Result<(PathBuf, String)> {
+    manager_kubeconfig_granted(admin, lease_ns, dir, &Grant::ClusterWide).await
+}
+
+/// How a test manager's ServiceAccount is given manager-role.
+pub enum Grant {
+    /// A ClusterRoleBinding of the ClusterRole in config/rbac/role.yaml (the default install).
+    ClusterWide,
+    /// A rendered namespaced RBAC variant: `role` is its manager ClusterRole, `bindings` are its RoleBindings
+    /// of that role (already in the test namespace). They are applied with the test's names: the role
+    /// renamed, each binding's subject replaced by the test's ServiceAccount and nothing else changed.
+    Namespaced {
+        /// The ClusterRole the bindings refer to.
+        role: Value,
+        /// The RoleBindings.
+        bindings: Vec<Value>,
+    },
+}
+
+/// [`manager_kubeconfig_for`] with the permissions of `grant`.
+pub async fn manager_kubeconfig_granted(
+    admin: &Client,
+    lease_ns: &str,
+    dir: &Path,
+    grant: &Grant,
+) -> anyhow::Result<(PathBuf, String)> {
     let sa_ns = SA_NAMESPACE;
     let ns_obj: Namespace = serde_json::from_value(json!({"metadata": {"name": sa_ns}}))?;
     let _ = Api::<Namespace>::all(admin.clone())
@@ -298,21 +323,39 @@ pub async fn manager_kubeconfig_for(
     sas.create(&PostParams::default(), &sa).await?;
 
     let rbac = capkk_mgmt::repo_root().join("config/rbac");
-    let mut role = capkk_mgmt::read_yaml_docs(&rbac.join("role.yaml"))?.remove(0);
-    let role_name = "capkk-test-manager-role";
-    role["metadata"]["name"] = json!(role_name);
-    apply(admin, "", role).await?;
-    apply(
-        admin,
-        "",
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": sa_name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
-            "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": sa_ns}]
-        }),
-    )
-    .await?;
+    match grant {
+        Grant::ClusterWide => {
+            let mut role = capkk_mgmt::read_yaml_docs(&rbac.join("role.yaml"))?.remove(0);
+            let role_name = "capkk-test-manager-role";
+            role["metadata"]["name"] = json!(role_name);
+            apply(admin, "", role).await?;
+            apply(
+                admin,
+                "",
+                json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                    "metadata": {"name": sa_name},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+                    "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": sa_ns}]
+                }),
+            )
+            .await?;
+        }
+        Grant::Namespaced { role, bindings } => {
+            let role_name = "capkk-test-namespaced-manager-role";
+            let mut role = role.clone();
+            role["metadata"] = json!({"name": role_name});
+            apply(admin, "", role).await?;
+            for (i, b) in bindings.iter().enumerate() {
+                let mut b = b.clone();
+                let ns = b["metadata"]["namespace"].as_str().unwrap_or_default().to_owned();
+                b["metadata"] = json!({"name": format!("{sa_name}-{i}"), "namespace": ns});
+                b["roleRef"]["name"] = json!(role_name);
+                b["subjects"] = json!([{"kind": "ServiceAccount", "name": sa_name, "namespace": sa_ns}]);
+                apply(admin, &ns, b).await?;
+            }
+        }
+    }
     let mut le = capkk_mgmt::read_yaml_docs(&rbac.join("leader_election_role.yaml"))?.remove(0);
     le["metadata"]["name"] = json!("capkk-test-leader-election");
     le["metadata"]["namespace"] = json!(lease_ns);
@@ -563,11 +606,20 @@ impl Hosts {
 impl TestEnv {
     /// Namespace `<prefix>-<unique>`, test directory, manager kubeconfig.
     pub async fn new(prefix: &str) -> anyhow::Result<TestEnv> {
+        Self::granted(prefix, |_| Ok(Grant::ClusterWide)).await
+    }
+
+    /// [`TestEnv::new`] with the manager's permissions from `grant` (given the test namespace).
+    pub async fn granted(
+        prefix: &str,
+        grant: impl FnOnce(&str) -> anyhow::Result<Grant>,
+    ) -> anyhow::Result<TestEnv> {
         let client = client().await?;
         let ns = namespace(&client, prefix).await?;
         let dir = test_dir(prefix)?;
         eprintln!("test {prefix}: namespace {ns}, manager logs in {}", dir.display());
-        let (kubeconfig, sa_name) = manager_kubeconfig_for(&client, &ns, &dir).await?;
+        let grant = grant(&ns)?;
+        let (kubeconfig, sa_name) = manager_kubeconfig_granted(&client, &ns, &dir, &grant).await?;
         let admin_kubeconfig = capkk_mgmt::ManagementPlane::shared()
             .await?
             .kubeconfig_path()
@@ -581,6 +633,11 @@ impl TestEnv {
             sa_name,
             cleaned: false,
         })
+    }
+
+    /// The kubeconfig the test's managers use (the ServiceAccount with the test's grant).
+    pub fn manager_kubeconfig(&self) -> &Path {
+        &self.kubeconfig
     }
 
     /// Start a manager scoped to the namespace (`--namespace`, an artifact cache in the test directory,
