@@ -1,7 +1,7 @@
 //! Reaching hosts: the SSH factory seam, credential resolution (Secrets or the KKCluster's inline auth, at
 //! use time, never copied) and [`HostTarget`] construction with the host-key policy.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use capkk_api::{Auth as ApiAuth, Bastion, InstanceInfo, KKCluster, KKInstance};
 use capkk_executor::Executor;
@@ -111,6 +111,23 @@ pub struct Resolved {
     pub auth: Auth,
     /// Password for sudo (non-root users).
     pub sudo_password: Option<Secret>,
+    /// The auth's `timeout` (connect bound); `None` when unset: the manager's `--ssh-connect-timeout`.
+    pub connect_timeout: Option<Duration>,
+}
+
+/// The connect bound `auth.timeout` asks for: `None` when unset (the manager's `--ssh-connect-timeout`
+/// applies), an error naming `{field}.timeout` when it is not a positive duration.
+pub fn connect_timeout(auth: &ApiAuth, field: &str) -> Result<Option<Duration>> {
+    if auth.timeout.is_none() {
+        return Ok(None);
+    }
+    match auth.timeout_seconds() {
+        Some(s) if s > 0 => Ok(Some(Duration::from_secs(s))),
+        _ => Err(Error::InvalidSpec {
+            field: format!("{field}.timeout"),
+            message: "not a positive duration (e.g. `30s`) or number of nanoseconds".into(),
+        }),
+    }
 }
 
 /// Resolve `auth` into credentials. Order: inline private key, inline password, `secretRef`, `secret`
@@ -125,6 +142,7 @@ pub async fn resolve_auth(client: &Client, ns: &str, auth: &ApiAuth, field: &str
             field: format!("{field}.port"),
             message: format!("{port} is not a TCP port"),
         })?;
+    let connect_timeout = connect_timeout(auth, field)?;
     let mut password: Option<Secret> = auth
         .password
         .as_deref()
@@ -187,6 +205,7 @@ pub async fn resolve_auth(client: &Client, ns: &str, auth: &ApiAuth, field: &str
         port,
         auth: creds,
         sudo_password: sudo,
+        connect_timeout,
     })
 }
 
@@ -221,6 +240,7 @@ pub async fn target(client: &Client, ns: &str, dial: &HostDial<'_>) -> Result<Ho
         .port(r.port)
         .host_key(policy);
     t.sudo_password = r.sudo_password;
+    t.connect_timeout = r.connect_timeout;
     if let Some(b) = dial.bastion {
         let auth = b.auth.clone().unwrap_or_default();
         let br = resolve_auth(client, ns, &auth, "spec.nodes.bastion.auth").await?;
@@ -229,9 +249,10 @@ pub async fn target(client: &Client, ns: &str, dial: &HostDial<'_>) -> Result<Ho
         } else {
             HostKeyPolicy::Pinned(b.host_keys.clone())
         };
-        let bt = HostTarget::new(b.address.clone(), br.user, br.auth)
+        let mut bt = HostTarget::new(b.address.clone(), br.user, br.auth)
             .port(br.port)
             .host_key(policy);
+        bt.connect_timeout = br.connect_timeout;
         t = t.via(bt);
     }
     Ok(t)
@@ -280,4 +301,89 @@ pub async fn instance_target(
         },
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A KKCluster with inline passwords (no Secret is read, so no apiserver is needed): `a` sets its own
+    /// timeout, `b` inherits the global one; the bastion sets none.
+    fn kkc(global_timeout: Option<serde_json::Value>) -> KKCluster {
+        let mut auth = serde_json::json!({"user": "root", "password": "pw"});
+        if let Some(t) = global_timeout {
+            auth["timeout"] = t;
+        }
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+            "kind": "KKCluster",
+            "metadata": {"name": "c", "namespace": "ns"},
+            "spec": {"nodes": {
+                "auth": auth,
+                "bastion": {"address": "198.18.0.1", "auth": {"password": "bpw"}},
+                "instances": [
+                    {"name": "a", "address": "198.18.0.11", "auth": {"timeout": "5s"}},
+                    {"name": "b", "address": "198.18.0.12"},
+                ],
+            }},
+        }))
+        .unwrap()
+    }
+
+    async fn dial(kkc: &KKCluster, host: usize) -> Result<HostTarget> {
+        let client = Client::try_from(kube::Config::new("http://198.18.0.1:9".parse().unwrap())).unwrap();
+        let h = &kkc.spec.nodes.instances[host];
+        let auth = host_auth(kkc, h);
+        let bastion = effective_bastion(kkc);
+        target(
+            &client,
+            "ns",
+            &HostDial {
+                name: "x",
+                address: &h.address,
+                auth: &auth,
+                pinned: &[],
+                recorded: None,
+                bastion: bastion.as_ref(),
+            },
+        )
+        .await
+    }
+
+    #[tokio::test]
+    async fn a_hosts_auth_timeout_bounds_its_connect_and_the_global_one_is_inherited() {
+        let c = kkc(Some(serde_json::json!("1m")));
+        let a = dial(&c, 0).await.unwrap();
+        assert_eq!(a.connect_timeout, Some(Duration::from_secs(5)), "per-host");
+        let b = dial(&c, 1).await.unwrap();
+        assert_eq!(b.connect_timeout, Some(Duration::from_secs(60)), "global");
+        let bastion = b.bastion.as_ref().expect("bastion");
+        assert_eq!(bastion.connect_timeout, Some(Duration::from_secs(60)));
+        // CAPKK's form: nanoseconds.
+        let c = kkc(Some(serde_json::json!(2_000_000_000_i64)));
+        let b = dial(&c, 1).await.unwrap();
+        assert_eq!(b.connect_timeout, Some(Duration::from_secs(2)));
+    }
+
+    #[tokio::test]
+    async fn an_unset_timeout_leaves_the_managers_connect_timeout_in_charge() {
+        let c = kkc(None);
+        let b = dial(&c, 1).await.unwrap();
+        assert_eq!(b.connect_timeout, None);
+        assert_eq!(b.bastion.as_ref().unwrap().connect_timeout, None);
+        assert_eq!(
+            dial(&c, 0).await.unwrap().connect_timeout,
+            Some(Duration::from_secs(5))
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unparsable_timeout_is_an_invalid_spec_naming_the_field() {
+        let c = kkc(Some(serde_json::json!("soon")));
+        match dial(&c, 1).await {
+            Err(Error::InvalidSpec { field, .. }) => assert_eq!(field, "auth of host x.timeout"),
+            Err(e) => panic!("unexpected error {e}"),
+            Ok(_) => panic!("an unparsable timeout was accepted"),
+        }
+    }
 }

@@ -228,6 +228,9 @@ impl PoolInner {
         }
         t.sudo_password.as_ref().map(|p| p.expose()).hash(&mut h);
         format!("{:?}", t.host_key).hash(&mut h);
+        // A changed connect timeout gets a new slot (the old one goes like rotated credentials): a pooled
+        // slot keeps the target it was created with and reconnects with its limit.
+        t.connect_timeout.hash(&mut h);
         let mut id = format!("{}@{}:{}#{:016x}", t.user, t.address, t.port, h.finish());
         if let Some(b) = &t.bastion {
             id.push_str(" via ");
@@ -294,7 +297,9 @@ impl PoolInner {
         let t = &slot.target;
         let host = t.endpoint();
         let cfg = &self.config;
-        let limit = cfg.connect_timeout;
+        // Each step (tunnel, TCP connect, handshake, authentication) is bounded by the target's own limit when it
+        // has one (a host's `auth.timeout`), else by the pool's.
+        let limit = t.connect_timeout.unwrap_or(cfg.connect_timeout);
         let ssh_config = Arc::new(client::Config {
             keepalive_interval: Some(cfg.keepalive_interval),
             keepalive_max: cfg.keepalive_max,
@@ -1185,6 +1190,62 @@ mod tests {
         assert!(ids.contains(&pool.inner.identity(&new)));
         pool.evict_address("198.18.0.12");
         assert_eq!(pool.stats().identities, 1);
+    }
+
+    /// A local listener that accepts connections and never says a word: every SSH handshake with it hangs.
+    async fn silent_listener() -> (u16, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((sock, _)) = listener.accept().await {
+                held.push(sock);
+            }
+        });
+        (port, task)
+    }
+
+    async fn connect_error(pool: &SshPool, target: &HostTarget) -> String {
+        match pool.executor(target).exec(ExecRequest::new("true")).await {
+            Err(ExecError::Connect { message, .. }) => message,
+            other => panic!("expected a connect error, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_target_connect_timeout_bounds_the_handshake_instead_of_the_pool_default() {
+        let (port, listener) = silent_listener().await;
+        let pool = SshPool::new(PoolConfig {
+            connect_timeout: Duration::from_secs(600),
+            ..Default::default()
+        });
+        let t = HostTarget::new("127.0.0.1", "root", Auth::password("pw"))
+            .port(port)
+            .connect_timeout(Duration::from_millis(300));
+        let message = connect_error(&pool, &t).await;
+        assert!(
+            message.contains("SSH handshake") && message.contains("timed out after 300ms"),
+            "{message}"
+        );
+
+        // Without its own limit the target gets the pool's.
+        let pool = SshPool::new(PoolConfig {
+            connect_timeout: Duration::from_millis(200),
+            ..Default::default()
+        });
+        let plain = HostTarget::new("127.0.0.1", "root", Auth::password("pw")).port(port);
+        let message = connect_error(&pool, &plain).await;
+        assert!(message.contains("timed out after 200ms"), "{message}");
+        listener.abort();
+    }
+
+    #[test]
+    fn a_changed_connect_timeout_is_a_new_identity_on_the_same_route() {
+        let pool = SshPool::default();
+        let a = HostTarget::new("198.18.0.11", "root", Auth::password("pw"));
+        let b = a.clone().connect_timeout(Duration::from_secs(5));
+        assert_ne!(pool.inner.identity(&a), pool.inner.identity(&b));
+        assert_eq!(PoolInner::route(&a), PoolInner::route(&b));
     }
 
     #[test]

@@ -176,6 +176,9 @@ pub struct HostTarget {
     pub sudo_password: Option<Secret>,
     /// Jump host: the connection to this target is tunnelled through an SSH connection to the bastion.
     pub bastion: Option<Box<HostTarget>>,
+    /// Bound on TCP connect + SSH handshake + authentication for this target (e.g. a KKCluster host's
+    /// `auth.timeout`); `None`: the pool's [`PoolConfig::connect_timeout`].
+    pub connect_timeout: Option<Duration>,
 }
 
 impl HostTarget {
@@ -189,6 +192,7 @@ impl HostTarget {
             host_key: HostKeyPolicy::TrustOnFirstUse,
             sudo_password: None,
             bastion: None,
+            connect_timeout: None,
         }
     }
 
@@ -207,6 +211,12 @@ impl HostTarget {
     /// Set the sudo password.
     pub fn sudo_password(mut self, password: impl Into<Secret>) -> Self {
         self.sudo_password = Some(password.into());
+        self
+    }
+
+    /// Bound connecting to this target by `limit` instead of the pool's connect timeout.
+    pub fn connect_timeout(mut self, limit: Duration) -> Self {
+        self.connect_timeout = Some(limit);
         self
     }
 
@@ -267,6 +277,7 @@ impl fmt::Debug for HostTarget {
                 &self.sudo_password.as_ref().map(|_| "<redacted>"),
             )
             .field("bastion", &self.bastion)
+            .field("connect_timeout", &self.connect_timeout)
             .finish()
     }
 }
