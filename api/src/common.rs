@@ -57,8 +57,6 @@ pub(crate) fn default_arch() -> Option<String> {
 pub const DEFAULT_SSH_USER: &str = "root";
 /// SSH port when neither the host nor the global auth names one.
 pub const DEFAULT_SSH_PORT: i32 = 22;
-/// Connect timeout in seconds when neither the host nor the global auth names one (CAPKK's default).
-pub const DEFAULT_SSH_TIMEOUT_SECONDS: u64 = 30;
 
 /// SSH connect timeout: a duration string (`30s`, `1m`) or, as CAPKK stores its `*time.Duration`, an integer
 /// number of nanoseconds. CAPKK's defaulted `30s` is `30000000000`, which does not fit the 32-bit integer of
@@ -94,8 +92,10 @@ impl SshTimeout {
 }
 
 /// Schema of the global `spec.nodes.auth`: [`Auth`]'s, plus the defaults CAPKK's webhook wrote into the global
-/// auth only (`user: root`, `port: 22`, `timeout: 30s`). Per-host auths get no defaults: a defaulted per-host
-/// `user` would override the global one (an exported CAPKK object carries `auth: {}` on every host).
+/// auth only (`user: root`, `port: 22`). Per-host auths get no defaults: a defaulted per-host `user` would
+/// override the global one (an exported CAPKK object carries `auth: {}` on every host). `timeout` gets no
+/// default either: unset on the host and globally, the manager's `--ssh-connect-timeout` applies (its default is
+/// CAPKK's 30 s); a schema default would put 30 s on every host and the flag would never apply.
 pub(crate) fn global_auth_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
     let mut schema = generator.subschema_for::<Auth>();
     if let Some(props) = schema
@@ -105,10 +105,6 @@ pub(crate) fn global_auth_schema(generator: &mut schemars::SchemaGenerator) -> s
         for (key, default) in [
             ("user", serde_json::json!(DEFAULT_SSH_USER)),
             ("port", serde_json::json!(DEFAULT_SSH_PORT)),
-            (
-                "timeout",
-                serde_json::json!(format!("{DEFAULT_SSH_TIMEOUT_SECONDS}s")),
-            ),
         ] {
             if let Some(p) = props.get_mut(key).and_then(serde_json::Value::as_object_mut) {
                 p.insert("default".into(), default);
@@ -151,8 +147,9 @@ pub struct Auth {
     /// Reference to a Secret in the same namespace holding the credentials (preferred form).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretRef>,
-    /// Connect timeout (global default `30s`): a duration string (`30s`, `1m`) or an integer number of
-    /// nanoseconds (CAPKK form).
+    /// Connect timeout (TCP connect, SSH handshake and authentication, each): a duration string (`30s`, `1m`)
+    /// or an integer number of nanoseconds (CAPKK form). A host's own value wins over the global one; unset on
+    /// both: the manager's `--ssh-connect-timeout` (default 30 s, CAPKK's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<SshTimeout>,
 }
@@ -242,13 +239,10 @@ impl Auth {
         self.password.is_some() || self.private_key.is_some()
     }
 
-    /// The connect timeout in seconds ([`DEFAULT_SSH_TIMEOUT_SECONDS`] when unset; CAPKK integers are
-    /// nanoseconds). `None` when unparsable.
+    /// The connect timeout in seconds (CAPKK integers are nanoseconds). `None` when unset (the manager's
+    /// `--ssh-connect-timeout` applies) or unparsable.
     pub fn timeout_seconds(&self) -> Option<u64> {
-        match &self.timeout {
-            None => Some(DEFAULT_SSH_TIMEOUT_SECONDS),
-            Some(t) => t.seconds(),
-        }
+        self.timeout.as_ref()?.seconds()
     }
 }
 

@@ -200,7 +200,10 @@ fn defaults_apply_only_when_neither_side_sets_a_field() {
     let merged = Auth::default().merged_over(&Auth::default());
     assert_eq!(merged.user_or_default(), "root");
     assert_eq!(merged.port_or_default(), 22);
-    assert_eq!(merged.timeout_seconds(), Some(30));
+    assert_eq!(
+        merged.timeout, None,
+        "no timeout default: the manager's --ssh-connect-timeout applies"
+    );
     assert!(!merged.has_credentials());
     let with_ns = Auth {
         timeout: Some(SshTimeout::Nanos(1_500_000_000)),

@@ -18,7 +18,10 @@ fn capkk_kkcluster_sample_deserializes_with_defaults_and_round_trips() {
         22,
         "port defaults like the apiserver does"
     );
-    assert_eq!(kkc.spec.nodes.auth.timeout_seconds(), Some(30));
+    assert_eq!(
+        kkc.spec.nodes.auth.timeout, None,
+        "no default: an unset timeout is the manager's --ssh-connect-timeout"
+    );
     assert_eq!(
         kkc.spec.nodes.instances[0].host_name(),
         "test1",
@@ -210,4 +213,60 @@ fn durations_parse_like_go() {
     assert_eq!(p("abc"), None);
     assert_eq!(p("10x"), None);
     assert_eq!(p(""), None);
+}
+
+/// Every `timeout` property (global, per-host and bastion `auth`) in `schema`, with its path.
+fn timeout_schemas<'a>(path: &str, schema: &'a Value, out: &mut Vec<(String, &'a Value)>) {
+    if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+        for (k, v) in props {
+            let p = format!("{path}.{k}");
+            if k == "timeout" && path.ends_with(".auth") {
+                out.push((p.clone(), v));
+            }
+            timeout_schemas(&p, v, out);
+        }
+    }
+    if let Some(items) = schema.get("items") {
+        timeout_schemas(&format!("{path}[]"), items, out);
+    }
+}
+
+#[test]
+fn no_auth_timeout_is_defaulted_so_the_managers_connect_timeout_applies_when_unset() {
+    let mut found = Vec::new();
+    let schemas: Vec<Value> = crds()
+        .iter()
+        .map(|crd| {
+            serde_json::to_value(
+                crd.spec.versions[0]
+                    .schema
+                    .as_ref()
+                    .unwrap()
+                    .open_api_v3_schema
+                    .as_ref()
+                    .unwrap(),
+            )
+            .unwrap()
+        })
+        .collect();
+    for (crd, schema) in crds().iter().zip(&schemas) {
+        timeout_schemas(crd.metadata.name.as_deref().unwrap(), schema, &mut found);
+    }
+    let paths: Vec<&str> = found.iter().map(|(p, _)| p.as_str()).collect();
+    assert!(
+        paths.iter().any(|p| p.ends_with("spec.nodes.auth.timeout"))
+            && paths
+                .iter()
+                .any(|p| p.ends_with("spec.nodes.instances[].auth.timeout"))
+            && paths
+                .iter()
+                .any(|p| p.ends_with("spec.nodes.bastion.auth.timeout")),
+        "{paths:?}"
+    );
+    for (path, schema) in &found {
+        assert!(
+            schema.get("default").is_none(),
+            "{path} has a schema default: every host would carry it and --ssh-connect-timeout would never apply"
+        );
+    }
 }
