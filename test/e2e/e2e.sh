@@ -396,7 +396,8 @@ PY
   kubectl delete -f "$WORK/clusterclass.yaml" --ignore-not-found --wait=false >/dev/null
   kubectl -n "$NS" create secret generic "$CLUSTER-ssh" \
     --from-file=privateKey="$(python3 -c "import json; print(json.load(open('$SB_DIR/state.json'))['credentials']['ed25519_key'])")" \
-    --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+    --dry-run=client -o yaml | kubectl label --local -f - clusterctl.cluster.x-k8s.io/move= -o yaml |
+    kubectl apply -f - >/dev/null # the move label: `clusterctl move` takes the Secret along (docs/clusterctl.md)
   kubectl apply -f "$WORK/cluster.yaml"
 }
 

@@ -144,9 +144,9 @@ impl ManagementPlane {
     #[instrument]
     pub async fn up() -> Result<ManagementPlane, Error> {
         let started = std::time::Instant::now();
-        let out = run_script("up", UP_TIMEOUT).await?;
+        let out = run_script("up", UP_TIMEOUT, &[]).await?;
         info!(elapsed = ?started.elapsed(), "management plane up: {}", out.trim());
-        let path = run_script("kubeconfig", Duration::from_secs(30)).await?;
+        let path = run_script("kubeconfig", Duration::from_secs(30), &[]).await?;
         Ok(ManagementPlane {
             kubeconfig: PathBuf::from(path.trim()),
         })
@@ -174,10 +174,92 @@ impl ManagementPlane {
     }
 }
 
+/// A second, independent management plane (its own state directory and ports; e.g. the target of
+/// `clusterctl move`), stopped and wiped by [`SecondPlane::down`] or on drop.
+#[derive(Debug)]
+pub struct SecondPlane {
+    plane: ManagementPlane,
+    env: Vec<(&'static str, String)>,
+    down: bool,
+}
+
+/// How far a second plane's ports are shifted from the plane of `CAPKK_MGMT_PORT_OFFSET`: past every offset
+/// the checkouts of one machine use (0..=100), and still below the ephemeral port range.
+pub const SECOND_PLANE_PORT_SHIFT: u32 = 1500;
+
+impl SecondPlane {
+    /// Starts (or reuses) the plane in `<shared plane dir>-<suffix>` with ports shifted by
+    /// [`SECOND_PLANE_PORT_SHIFT`] from the shared plane's.
+    pub async fn up(suffix: &str) -> Result<SecondPlane, Error> {
+        // The shared plane's directory, defaulted as scripts/common.sh does.
+        let base = std::env::var("CAPKK_MGMT_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| {
+                std::env::var("CAPKK_CACHE")
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|_| {
+                        PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
+                            .join(".cache/capkk-rs")
+                    })
+                    .join("mgmt")
+            });
+        let offset: u32 = std::env::var("CAPKK_MGMT_PORT_OFFSET")
+            .ok()
+            .and_then(|o| o.trim().parse().ok())
+            .unwrap_or(0);
+        let dir = format!("{}-{suffix}", base.display());
+        let env = vec![
+            ("CAPKK_MGMT_DIR", dir),
+            (
+                "CAPKK_MGMT_PORT_OFFSET",
+                (offset + SECOND_PLANE_PORT_SHIFT).to_string(),
+            ),
+        ];
+        let started = std::time::Instant::now();
+        let out = run_script("up", UP_TIMEOUT, &env).await?;
+        info!(elapsed = ?started.elapsed(), "second management plane up: {}", out.trim());
+        let path = run_script("kubeconfig", Duration::from_secs(30), &env).await?;
+        Ok(SecondPlane {
+            plane: ManagementPlane {
+                kubeconfig: PathBuf::from(path.trim()),
+            },
+            env,
+            down: false,
+        })
+    }
+
+    /// The running plane.
+    pub fn plane(&self) -> &ManagementPlane {
+        &self.plane
+    }
+
+    /// Stops the plane's processes and wipes its state.
+    pub async fn down(mut self) -> Result<(), Error> {
+        self.down = true;
+        run_script("down", Duration::from_secs(120), &self.env)
+            .await
+            .map(|_| ())
+    }
+}
+
+impl Drop for SecondPlane {
+    fn drop(&mut self) {
+        if !self.down {
+            // Synchronous: a test that panicked must not leave a plane running.
+            let _ = std::process::Command::new("bash")
+                .arg(script_path())
+                .arg("down")
+                .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())))
+                .stdin(std::process::Stdio::null())
+                .status();
+        }
+    }
+}
+
 /// Directory of the pinned binaries (`kubectl`, `clusterctl`, ...), as `mgmt.sh bin-dir` prints it. The
 /// binaries exist once the plane is up (`ManagementPlane::up` refuses to start without them).
 pub async fn bin_dir() -> Result<PathBuf, Error> {
-    let out = run_script("bin-dir", Duration::from_secs(30)).await?;
+    let out = run_script("bin-dir", Duration::from_secs(30), &[]).await?;
     Ok(PathBuf::from(out.trim()))
 }
 
@@ -199,11 +281,12 @@ pub fn repo_root() -> PathBuf {
         })
 }
 
-async fn run_script(command: &str, timeout: Duration) -> Result<String, Error> {
+async fn run_script(command: &str, timeout: Duration, env: &[(&str, String)]) -> Result<String, Error> {
     let script = script_path();
     let child = Command::new("bash")
         .arg(&script)
         .arg(command)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
         .output();
