@@ -371,6 +371,8 @@ pub struct Triggers {
     pub instances: UnboundedSender<ObjectRef<KKInstance>>,
     /// KKCluster reconciles (probes finished).
     pub clusters: UnboundedSender<ObjectRef<KKCluster>>,
+    /// KKMachine reconciles (a workload Node registered).
+    pub machines: UnboundedSender<ObjectRef<KKMachine>>,
 }
 
 /// Consecutive reconcile failures per object (`"{KIND}/{uid}"`), for [`crate::reconcile::error_policy`].
@@ -458,6 +460,8 @@ pub struct Context {
     pub triggers: Triggers,
     /// The controllers' caches.
     pub stores: Stores,
+    /// Workload cluster clients and their Node watches.
+    pub workloads: crate::workload::WorkloadClients,
     /// When the manager started (for logs).
     pub started: Instant,
     throttles: Mutex<HashMap<String, Instant>>,
@@ -493,6 +497,7 @@ impl Context {
             probes: ProbeRegistry::default(),
             triggers,
             stores,
+            workloads: Default::default(),
             started: Instant::now(),
             throttles: Mutex::new(HashMap::new()),
         }

@@ -554,6 +554,13 @@ async fn cleanup(kkc: Arc<KKCluster>, ctx: &Context, status: &mut KKClusterStatu
         info!("No KKMachine or claimed KKInstance left; removing the finalizer");
         ctx.metrics.set_hosts(&ns, &name, 0, 0, 0);
         ctx.probes.forget(&kkc.uid().unwrap_or_default());
+        // The workload cluster's cached client and Node watch go with it.
+        if let Some(cluster) = crate::capi::capi_owner(&kkc.metadata, "Cluster")
+            .map(|o| o.name.clone())
+            .or_else(|| kkc.labels().get(capkk_api::consts::CLUSTER_NAME_LABEL).cloned())
+        {
+            ctx.workloads.forget(&ns, &cluster);
+        }
         return Ok(Action::await_change());
     }
     let msg = format!("waiting for KKMachines {ms:?} and KKInstances {is:?} to be deleted");

@@ -2,7 +2,7 @@
 //! `<kkcluster>.<host>` (AlreadyExists means taken), refuses an address another KKCluster holds, records the
 //! claim in the spec, mirrors the KKInstance's progress and patches the workload Node's providerID.
 
-use std::{collections::BTreeMap, net::IpAddr, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, net::IpAddr, sync::Arc};
 
 use async_trait::async_trait;
 use capkk_api::{
@@ -14,13 +14,12 @@ use capkk_api::{
     },
 };
 use k8s_openapi::{
-    api::core::v1::{Node, ObjectReference, Secret},
+    api::core::v1::{Node, ObjectReference},
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
 };
 use kube::{
-    Api, Client, ResourceExt,
+    Api, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
-    config::{KubeConfigOptions, Kubeconfig},
     runtime::controller::Action,
 };
 use serde_json::json;
@@ -38,11 +37,6 @@ use crate::{
 
 /// The field manager of `KKInstance.status.nodeRef` (written by the KKMachine reconciler).
 pub const NODE_REF_FIELD_MANAGER: &str = "capkk-manager/noderef";
-
-/// Bound on connecting to a workload cluster's API server.
-const WORKLOAD_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Bound on one read from a workload cluster's API server.
-const WORKLOAD_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Label on a KKInstance: a hash of its address, so claims of one address are found with one selector
 /// (two KKClusters listing the same address must never both provision it).
@@ -308,16 +302,12 @@ async fn apply(
             .and_then(|s| s.node_ref.as_ref())
             .is_none()
     {
-        if !ctx.throttle(
-            &format!("node/{}", km.uid().unwrap_or_default()),
-            requeue::NODE_THROTTLE,
-        ) {
-            return Ok(Action::requeue(requeue::NODE_THROTTLE));
-        }
+        // The workload cluster's client is cached and its Node watch wakes this KKMachine when its Node
+        // registers (workload::WorkloadClients); the requeue below is only a safety net.
         let cluster_name = cluster.name_any();
         match tokio::time::timeout(
             ctx.settings.workload_timeout,
-            patch_node_provider_id(&ctx.client, &ns, &cluster_name, &inst),
+            patch_node_provider_id(ctx, &ns, &cluster_name, &inst),
         )
         .await
         {
@@ -848,9 +838,9 @@ async fn record_node_ref(ctx: &Context, inst: &KKInstance, node: &Node) -> Resul
 }
 
 /// Patch `spec.providerID` of the workload Node of `inst` (matched by name, then by address) through the
-/// `<cluster>-kubeconfig` Secret. Returns the Node once it carries the ID.
+/// cached client of the `<cluster>-kubeconfig` Secret. Returns the Node once it carries the ID.
 pub async fn patch_node_provider_id(
-    client: &Client,
+    ctx: &Context,
     ns: &str,
     cluster: &str,
     inst: &KKInstance,
@@ -862,28 +852,17 @@ pub async fn patch_node_provider_id(
     let Some(pid) = inst.spec.provider_id.clone() else {
         return Ok(None);
     };
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let name = format!("{cluster}-kubeconfig");
-    let Some(secret) = secrets
-        .get_opt(&name)
-        .await
-        .map_err(Error::kube(format!("get Secret {ns}/{name}")))?
-    else {
+    let (machines, tx) = (ctx.stores.machines.clone(), ctx.triggers.machines.clone());
+    let (wns, wcluster) = (ns.to_owned(), cluster.to_owned());
+    let wake: crate::workload::Wake = Arc::new(move |node: &Node| {
+        for r in crate::workload::node_to_kkmachines(&machines.state(), &wns, &wcluster, node) {
+            debug!(node = %node.name_any(), kkmachine = %r.name, "Workload Node registered: waking its KKMachine");
+            let _ = tx.unbounded_send(r);
+        }
+    });
+    let Some(wc) = ctx.workloads.client(&ctx.client, ns, cluster, wake).await? else {
         return Ok(None);
     };
-    let Some(value) = secret.data.as_ref().and_then(|d| d.get("value")) else {
-        return Err(werr(format!("Secret {name} has no key `value`")));
-    };
-    let text = String::from_utf8(value.0.clone())
-        .map_err(|_| werr(format!("Secret {name} `value` is not UTF-8")))?;
-    let kubeconfig = Kubeconfig::from_yaml(&text).map_err(|e| werr(format!("parsing kubeconfig: {e}")))?;
-    crate::workload_kubeconfig::check(&kubeconfig).map_err(|e| werr(format!("Secret {name}: {e}")))?;
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| werr(format!("kubeconfig: {e}")))?;
-    config.connect_timeout = Some(WORKLOAD_CONNECT_TIMEOUT);
-    config.read_timeout = Some(WORKLOAD_READ_TIMEOUT);
-    let wc = Client::try_from(config).map_err(|e| werr(format!("client: {e}")))?;
     let nodes: Api<Node> = Api::all(wc);
     let node = match nodes
         .get_opt(&inst.spec.name)

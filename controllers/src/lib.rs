@@ -23,6 +23,7 @@ pub mod manager;
 pub mod metrics;
 pub mod reconcile;
 pub mod services;
+pub mod workload;
 pub mod workload_kubeconfig;
 
 pub use error::{Error, Result};

@@ -344,6 +344,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     });
     let (instance_tx, instance_rx) = futures::channel::mpsc::unbounded::<ObjectRef<KKInstance>>();
     let (cluster_tx, cluster_rx) = futures::channel::mpsc::unbounded::<ObjectRef<KKCluster>>();
+    let (machine_tx, machine_rx) = futures::channel::mpsc::unbounded::<ObjectRef<KKMachine>>();
     let wc = match &settings.watch_filter {
         Some(v) => watcher::Config::default().labels(&format!("{WATCH_FILTER_LABEL}={v}")),
         None => watcher::Config::default(),
@@ -367,6 +368,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Triggers {
             instances: instance_tx,
             clusters: cluster_tx,
+            machines: machine_tx,
         },
         stores.clone(),
     ));
@@ -402,6 +404,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .watches(api::<KKCluster>(&client, &ns), wc.clone(), move |k: KKCluster| {
             kkmachine::of_kkcluster(&km_by_kkcluster.state(), &k)
         })
+        // A workload Node registering (the workload clusters' Node watches) wakes its KKMachine.
+        .reconcile_on(machine_rx)
         .shutdown_on_signal()
         .run(reconcile::<KKMachine>, error_policy::<KKMachine>, ctx.clone())
         .for_each(|_| futures::future::ready(()));

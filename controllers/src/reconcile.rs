@@ -77,10 +77,9 @@ pub mod requeue {
     pub const INFRA_NOT_READY: Duration = Duration::from_secs(60);
     /// `Cluster.spec.infrastructureRef` does not point at a KKCluster.
     pub const NOT_KKCLUSTER: Duration = Duration::from_secs(30);
-    /// Waiting for the workload Node to register (providerID patch).
-    pub const NODE_POLL: Duration = Duration::from_secs(20);
-    /// Rate limit of workload-cluster calls per KKMachine.
-    pub const NODE_THROTTLE: Duration = Duration::from_secs(15);
+    /// Waiting for the workload Node to register (providerID patch): a safety net, the workload cluster's
+    /// Node watch wakes the KKMachine when its Node appears.
+    pub const NODE_POLL: Duration = Duration::from_secs(60);
     /// A provisioned KKMachine re-checks its KKInstance.
     pub const PROVISIONED_RESYNC: Duration = Duration::from_secs(600);
     /// A claimed KKMachine waits for host work (progress arrives through the KKInstance watch).

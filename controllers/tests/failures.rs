@@ -161,7 +161,9 @@ async fn host_key_mismatch_and_terminal_command_failure_with_retry() -> anyhow::
         "retry annotation consumed"
     );
     // The workload Node gets spec.providerID through the <cluster>-kubeconfig Secret (the management plane
-    // stands in for the workload cluster: a Node object named after the host, no providerID yet).
+    // stands in for the workload cluster: a Node object named after the host, no providerID yet). The
+    // kubeconfig comes first: the manager builds one client for the workload cluster and watches its Nodes;
+    // the Node registering later wakes the KKMachine through that watch.
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(env.client.clone());
     let node_name = h2.info.name.clone();
     let _ = nodes.delete(&node_name, &Default::default()).await;
@@ -169,12 +171,23 @@ async fn host_key_mismatch_and_terminal_command_failure_with_retry() -> anyhow::
         Ok(nodes.get_opt(&node_name).await?.is_none().then_some(()))
     })
     .await?;
-    let node: k8s_openapi::api::core::v1::Node =
-        serde_json::from_value(json!({"metadata": {"name": node_name}}))?;
-    nodes.create(&Default::default(), &node).await?;
     let plane = capkk_mgmt::ManagementPlane::shared().await?;
     let admin_kc = std::fs::read_to_string(plane.kubeconfig_path())?;
     env.secret("f-kubeconfig", &[("value", &admin_kc)]).await?;
+    eventually(
+        "the manager watches the workload cluster's Nodes",
+        Duration::from_secs(90),
+        || async {
+            Ok(mgr
+                .logs()
+                .contains("Watching the workload cluster's Nodes")
+                .then_some(()))
+        },
+    )
+    .await?;
+    let node: k8s_openapi::api::core::v1::Node =
+        serde_json::from_value(json!({"metadata": {"name": node_name}}))?;
+    nodes.create(&Default::default(), &node).await?;
     let pid = eventually("Node providerID patched", Duration::from_secs(90), || async {
         let n = nodes.get(&node_name).await?;
         Ok(n.spec.and_then(|s| s.provider_id))
@@ -194,8 +207,17 @@ async fn host_key_mismatch_and_terminal_command_failure_with_retry() -> anyhow::
     })
     .await?;
     let _ = nodes.delete(&node_name, &Default::default()).await;
+    let log = mgr.logs();
+    ensure!(
+        log.contains("Workload Node registered: waking its KKMachine"),
+        "the Node watch woke the KKMachine"
+    );
+    ensure!(
+        log.matches("Watching the workload cluster's Nodes").count() == 1,
+        "one cached client (and watch) for the workload cluster, not one per reconcile"
+    );
 
-    let logs = vec![mgr.logs()];
+    let logs = vec![log];
     mgr.terminate();
     env.assert_no_canary(&[&hosts.key_canary()], &logs).await?;
     env.finish().await;
