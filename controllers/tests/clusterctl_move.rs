@@ -16,7 +16,9 @@ use std::{path::Path, time::Duration};
 
 use anyhow::{Context, ensure};
 use common::{sandbox::*, *};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::{
+    api::core::v1::Node, apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
 use kube::{
     Api, Client, ResourceExt,
     api::{ListParams, Patch, PatchParams},
@@ -105,7 +107,36 @@ async fn a_provisioned_cluster_moves_to_another_plane_and_nothing_runs_again_on_
         json!({"component": sandbox.component}),
     )
     .await?;
-    env.machine("mv", "m", "worker", Some("bootstrap-data")).await?;
+    // clusterctl moves only a cluster whose control plane is initialized and whose Machines have a nodeRef:
+    // the management plane stands in for the workload cluster (`mv-kubeconfig` is its admin kubeconfig, the
+    // Node is named after the host); the KKMachine patches the Node's providerID, CAPI then sets the nodeRef
+    // and, the Machine being a control-plane one, ControlPlaneInitialized.
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    let node_name = host.info.name.clone();
+    let _ = nodes.delete(&node_name, &Default::default()).await;
+    eventually("no stale Node", Duration::from_secs(30), || async {
+        Ok(nodes.get_opt(&node_name).await?.is_none().then_some(()))
+    })
+    .await?;
+    nodes
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({"metadata": {"name": node_name}}))?,
+        )
+        .await?;
+    let plane = capkk_mgmt::ManagementPlane::shared().await?;
+    let admin_kc = std::fs::read_to_string(plane.kubeconfig_path())?;
+    env.secret("mv-kubeconfig", &[("value", &admin_kc)]).await?;
+    // CAPI's managers see only Secrets with the cluster-name label (their cache is filtered by it).
+    env.merge(
+        "v1",
+        "Secret",
+        "mv-kubeconfig",
+        json!({"metadata": {"labels": {"cluster.x-k8s.io/cluster-name": "mv"}}}),
+    )
+    .await?;
+    env.machine("mv", "m", "control-plane", Some("bootstrap-data"))
+        .await?;
     let inst_name = format!("mv.{}", host.info.name);
     let mut source = env.manager("source", &["--ssh-connect-timeout=5s"])?;
 
@@ -145,6 +176,18 @@ async fn a_provisioned_cluster_moves_to_another_plane_and_nothing_runs_again_on_
         "the bootstrap commands ran once"
     );
     let kernel_log_before = inside(&host, "cat /var/log/capkk-fake-kernel.log 2>/dev/null");
+    eventually(
+        "Machine nodeRef and Cluster ControlPlaneInitialized (what clusterctl move requires)",
+        Duration::from_secs(120),
+        || async {
+            let m = env.get(CAPI_V, "Machine", "m").await?.unwrap_or_default();
+            let c = env.get(CAPI_V, "Cluster", "mv").await?.unwrap_or_default();
+            Ok((m["status"]["nodeRef"]["name"] == node_name.as_str()
+                && cond_state(&c, "ControlPlaneInitialized").0 == "True")
+                .then_some(()))
+        },
+    )
+    .await?;
 
     // The target plane, with our CRDs and a manager of its own.
     let target = capkk_mgmt::SecondPlane::up("move-target").await?;
@@ -180,6 +223,7 @@ async fn a_provisioned_cluster_moves_to_another_plane_and_nothing_runs_again_on_
         (INFRA_V, "KKMachine", "m"),
         (INFRA_V, "KKInstance", inst_name.as_str()),
         ("v1", "Secret", "ssh-auth"),
+        ("v1", "Secret", "mv-kubeconfig"),
     ] {
         ensure!(
             env.get(v, k, n).await?.is_none(),
@@ -276,6 +320,7 @@ async fn a_provisioned_cluster_moves_to_another_plane_and_nothing_runs_again_on_
     }
     source.terminate();
     dest.terminate();
+    let _ = nodes.delete(&node_name, &Default::default()).await;
     env.assert_no_canary(&[&sandbox.key_canary()], &[source_logs, dest_logs])
         .await?;
     drop(target_client);
