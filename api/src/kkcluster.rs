@@ -68,8 +68,9 @@ pub struct KKClusterSpec {
     }
 ]))]
 pub struct Nodes {
-    /// SSH auth shared by every host (defaults `user: root`, `port: 22`, `timeout: 30s`). A per-instance
-    /// `auth` overrides it field by field, as CAPKK: fields the host sets win, unset or empty ones are inherited.
+    /// SSH auth shared by every host (defaults `user: root`, `port: 22`; an unset `timeout` is the manager's
+    /// `--ssh-connect-timeout`). A per-instance `auth` overrides it field by field, as CAPKK: fields the host
+    /// sets win, unset or empty ones are inherited.
     #[serde(default)]
     #[schemars(schema_with = "crate::common::global_auth_schema")]
     pub auth: Auth,

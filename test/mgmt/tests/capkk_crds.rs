@@ -758,7 +758,10 @@ async fn capkk_v3_cluster_template_rendered_with_the_capi_book_environment_is_ac
     let auth = &kkc.spec.nodes.auth;
     assert_eq!(auth.user.as_deref(), Some("ubuntu"));
     assert_eq!(auth.port, Some(22), "schema default on the global auth");
-    assert_eq!(auth.timeout_seconds(), Some(30));
+    assert_eq!(
+        auth.timeout, None,
+        "no timeout default: the manager's --ssh-connect-timeout (30 s, CAPKK's default) applies"
+    );
     assert_eq!(
         kkc.spec.component.as_ref().and_then(|c| c.zone.as_deref()),
         Some("")
