@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Add what a real-node test cluster on TCG VMs needs to a `clusterctl generate cluster` rendering.
+
+    tcg-knobs.py IN OUT --registry IP:PORT --registry-secret NAME --containerd V --runc V --crictl V
+                 --pause IMAGE --pod-cidr CIDR [--worker-pod-cidr CIDR]
+
+Everything here is a setting a user would make in their own cluster YAML; nothing reaches into the product:
+- KKCluster spec.registry: the local OCI registry as privateRegistry (plain HTTP, Basic auth from a Secret);
+- KKMachineTemplates: the containerd/runc/crictl versions the mirror carries and the pause image; OS packages
+  with real apt from the host's configured sources;
+- KubeadmControlPlane: imageRepository = the registry; ECDSA-P256 keys (RSA keygen takes a minute under TCG);
+  leader-election leases long enough for a slow apiserver (else kube-controller-manager and kube-scheduler
+  crash-loop on renew timeouts and the bootstrap signer never runs); node CIDR mask for the small pod network;
+  kubeadm timeouts and static-pod probe thresholds raised (kubeadm patches) because a TCG control plane answers
+  in seconds, not milliseconds; a static bridge CNI config per node (enough for Ready and pod traffic on a node).
+See ../shared/reference/real-nodes.md for the measurements behind the numbers.
+"""
+
+import argparse
+import json
+import sys
+
+import yaml
+
+p = argparse.ArgumentParser()
+p.add_argument("src")
+p.add_argument("dst")
+p.add_argument("--registry", required=True)
+p.add_argument("--registry-secret", required=True)
+p.add_argument("--containerd", required=True)
+p.add_argument("--runc", required=True)
+p.add_argument("--crictl", required=True)
+p.add_argument("--pause", required=True)
+p.add_argument("--pod-cidr", required=True, help="the control-plane node's pod subnet")
+p.add_argument("--worker-pod-cidr", help="the worker node's pod subnet")
+p.add_argument("--cp-routes", default="", help="CIDR=VIA,... on the control-plane node: other nodes' pod subnets")
+p.add_argument("--worker-routes", default="", help="CIDR=VIA,... on worker nodes: other nodes' pod subnets")
+a = p.parse_args()
+
+docs = [d for d in yaml.safe_load_all(open(a.src)) if d]
+
+
+def args(d):
+    return [{"name": k, "value": str(v)} for k, v in d.items()]
+
+
+LEADER = {
+    "leader-elect-lease-duration": "120s",
+    "leader-elect-renew-deadline": "100s",
+    "leader-elect-retry-period": "20s",
+}
+# Seconds. kubeadm's defaults (4 min health checks, 1 min API calls) assume a fast machine.
+INIT_TIMEOUTS = {
+    "controlPlaneComponentHealthCheckSeconds": 1200,
+    "kubeletHealthCheckSeconds": 1200,
+    "kubernetesAPICallSeconds": 1200,
+    "etcdAPICallSeconds": 600,
+    "tlsBootstrapSeconds": 1200,
+    "discoverySeconds": 1200,
+}
+PATCH_DIR = "/etc/capkk-test/kubeadm-patches"
+
+
+def probe_patch(name):
+    # A strategic-merge patch kubeadm applies to the static pod manifest (containers merge by name).
+    probe = {"timeoutSeconds": 60, "periodSeconds": 20}
+    return {
+        "path": f"{PATCH_DIR}/{name}+strategic.yaml",
+        "permissions": "0644",
+        "content": yaml.safe_dump(
+            {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": name,
+                            "startupProbe": dict(probe, failureThreshold=90),
+                            "livenessProbe": dict(probe, failureThreshold=30),
+                            "readinessProbe": dict(probe, failureThreshold=30),
+                        }
+                    ]
+                }
+            }
+        ),
+    }
+
+
+def cni_file(cidr):
+    conf = {
+        "cniVersion": "1.0.0",
+        "name": "capkk-test",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": "cni0",
+                "isGateway": True,
+                "ipMasq": True,
+                "hairpinMode": True,
+                "ipam": {"type": "host-local", "ranges": [[{"subnet": cidr}]], "routes": [{"dst": "0.0.0.0/0"}]},
+            },
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+        ],
+    }
+    return {"path": "/etc/cni/net.d/10-capkk-test.conflist", "permissions": "0644", "content": json.dumps(conf, indent=1)}
+
+
+def route_commands(routes):
+    cmds = []
+    for r in filter(None, routes.split(",")):
+        cidr, via = r.split("=")
+        cmds.append(f"ip route replace {cidr} via {via}")
+    return cmds
+
+
+seen = set()
+for d in docs:
+    kind = d.get("kind")
+    spec = d.setdefault("spec", {})
+    if kind == "KKCluster":
+        spec["registry"] = {
+            "privateRegistry": a.registry,
+            "auth": {"secretRef": {"name": a.registry_secret}, "plainHTTP": True},
+        }
+        seen.add(kind)
+    elif kind == "KKMachineTemplate":
+        spec["template"]["spec"]["containerManager"] = {
+            "type": "containerd",
+            "version": a.containerd,
+            "runcVersion": a.runc,
+            "crictlVersion": a.crictl,
+            "sandboxImage": a.pause,
+        }
+        # Real apt from the host's configured sources (the local Debian package mirror), indexes refreshed.
+        spec["template"]["spec"]["repository"] = {"iso": "none", "update": True}
+        seen.add(kind)
+    elif kind == "KubeadmControlPlane":
+        k = spec["kubeadmConfigSpec"]
+        cc = k.setdefault("clusterConfiguration", {})
+        cc["imageRepository"] = a.registry
+        cc["encryptionAlgorithm"] = "ECDSA-P256"
+        cc.setdefault("controllerManager", {})["extraArgs"] = args(dict(LEADER, **{"node-cidr-mask-size": "26"}))
+        cc.setdefault("scheduler", {})["extraArgs"] = args(LEADER)
+        ic = k.setdefault("initConfiguration", {})
+        ic["timeouts"] = INIT_TIMEOUTS
+        ic["patches"] = {"directory": PATCH_DIR}
+        jc = k.setdefault("joinConfiguration", {})
+        jc["timeouts"] = INIT_TIMEOUTS
+        jc["patches"] = {"directory": PATCH_DIR}
+        k["files"] = k.get("files", []) + [
+            probe_patch(n) for n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd")
+        ] + [cni_file(a.pod_cidr)]
+        cmds = route_commands(a.cp_routes)
+        if cmds:
+            k["postKubeadmCommands"] = k.get("postKubeadmCommands", []) + cmds
+        seen.add(kind)
+    elif kind == "KubeadmConfigTemplate":
+        t = spec["template"].setdefault("spec", {})
+        jc = t.setdefault("joinConfiguration", {})
+        jc["timeouts"] = INIT_TIMEOUTS
+        if a.worker_pod_cidr:
+            t["files"] = t.get("files", []) + [cni_file(a.worker_pod_cidr)]
+        cmds = route_commands(a.worker_routes)
+        if cmds:
+            t["postKubeadmCommands"] = t.get("postKubeadmCommands", []) + cmds
+        seen.add(kind)
+
+missing = {"KKCluster", "KKMachineTemplate", "KubeadmControlPlane"} - seen
+if missing:
+    sys.exit(f"tcg-knobs.py: the rendering lacks {sorted(missing)}")
+with open(a.dst, "w") as f:
+    yaml.safe_dump_all(docs, f, sort_keys=False)
