@@ -49,6 +49,8 @@ LEADER = {
     "leader-elect-renew-deadline": "100s",
     "leader-elect-retry-period": "20s",
 }
+# kubeadm validates the pod subnet against the node mask it reads from node-cidr-mask-size-ipv4 (run 1 used
+# node-cidr-mask-size and kubeadm init refused the /25 pod subnet against the default /24 node mask).
 # Seconds. kubeadm's defaults (4 min health checks, 1 min API calls) assume a fast machine.
 INIT_TIMEOUTS = {
     "controlPlaneComponentHealthCheckSeconds": 1200,
@@ -137,7 +139,7 @@ for d in docs:
         cc = k.setdefault("clusterConfiguration", {})
         cc["imageRepository"] = a.registry
         cc["encryptionAlgorithm"] = "ECDSA-P256"
-        cc.setdefault("controllerManager", {})["extraArgs"] = args(dict(LEADER, **{"node-cidr-mask-size": "26"}))
+        cc.setdefault("controllerManager", {})["extraArgs"] = args(dict(LEADER, **{"node-cidr-mask-size-ipv4": "26"}))
         cc.setdefault("scheduler", {})["extraArgs"] = args(LEADER)
         ic = k.setdefault("initConfiguration", {})
         ic["timeouts"] = INIT_TIMEOUTS
