@@ -32,7 +32,7 @@ CAPKK_CACHE=${CAPKK_CACHE:-$HOME/.cache/capkk-rs}
 export CAPKK_CACHE CLUSTERCTL_DISABLE_VERSIONCHECK=true
 CARGO=${CARGO:-cargo}
 # Budgets under TCG on a shared 2-core machine (see ../shared/reference/real-nodes.md): minutes, not seconds.
-CP_TIMEOUT=${REAL_CP_TIMEOUT:-2400}
+CP_TIMEOUT=${REAL_CP_TIMEOUT:-3600}
 WORKER_TIMEOUT=${REAL_WORKER_TIMEOUT:-1500}
 
 T_START=$(date +%s)
@@ -276,7 +276,7 @@ render_apply() {
     instances+="${instances:+, }{name: $(vm_name "$i"), address: $(vm_addr "$i"), roles: [$role], hostKeys: [\"$fp\"]}"
   done
   local m=$NODE_MIRROR_URL kv=$KUBE_VERSION
-  local component="{host: \"$m\", overrides: [
+  local component="{host: \"$m\", downloadOn: host, overrides: [
  {id: kubeadm, checksum: {path: /kubernetes-release/release/$kv/bin/linux/amd64/kubeadm.sha256}},
  {id: kubelet, checksum: {path: /kubernetes-release/release/$kv/bin/linux/amd64/kubelet.sha256}},
  {id: kubectl, checksum: {path: /kubernetes-release/release/$kv/bin/linux/amd64/kubectl.sha256}},
@@ -296,7 +296,7 @@ render_apply() {
     --registry "$NODE_REGISTRY" --registry-secret "$CLUSTER-registry" \
     --containerd "$CONTAINERD_VERSION" --runc "$RUNC_VERSION" --crictl "$CRICTL_VERSION" \
     --pause "$NODE_REGISTRY/pause:$PAUSE_VERSION" --pod-cidr "$base.0/25"
-  check "the rendered cluster passes a server dry-run" kubectl apply --dry-run=server -f "$WORK/cluster.yaml" >/dev/null
+  check "the rendered cluster passes a server dry-run" bash -c "kubectl apply --dry-run=server -f '$WORK/cluster.yaml' >/dev/null"
   kubectl -n "$NS" create secret generic "$CLUSTER-ssh" \
     --from-file=privateKey="$(fleet_json "d['private_key']")" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   kubectl -n "$NS" create secret generic "$CLUSTER-registry" --from-literal=username="$REGISTRY_USER" \

@@ -73,6 +73,25 @@ WantedBy=multi-user.target
 UNIT
 ln -sf /etc/systemd/system/capkk-ready.service "$TREE/etc/systemd/system/multi-user.target.wants/capkk-ready.service"
 
+# A resolver configuration, as every real host has: the kubelet refuses to create pod sandboxes without
+# /etc/resolv.conf. It names the gateway from ip= (the machine side of the bridge, which runs no DNS server,
+# so lookups fail fast: enough for the kubelet and CoreDNS to start). Identity stays out of the image.
+cat > "$TREE/etc/systemd/system/capkk-resolv.service" <<'UNIT'
+[Unit]
+Description=capkk test VM: /etc/resolv.conf naming the gateway of the kernel command line's ip=
+ConditionPathExists=!/etc/resolv.conf
+After=local-fs.target
+Before=network.target
+
+[Service]
+Type=oneshot
+ExecStart=/bin/sh -c 'gw=; for a in $(cat /proc/cmdline); do case $a in ip=*) gw=$(echo "$a" | cut -d: -f3);; esac; done; echo "nameserver ${gw:-127.0.0.1}" > /etc/resolv.conf'
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+ln -sf /etc/systemd/system/capkk-resolv.service "$TREE/etc/systemd/system/multi-user.target.wants/capkk-resolv.service"
+
 # Network from the kernel command line's ip=: systemd-network-generator (not enabled by the package in a
 # chroot) writes the networkd config that systemd-networkd applies.
 mkdir -p "$TREE/etc/systemd/system/sysinit.target.wants"
@@ -89,7 +108,10 @@ for u in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.
 done
 mkdir -p "$TREE/etc/systemd/journald.conf.d"
 printf '[Journal]\nStorage=volatile\nRuntimeMaxUse=32M\n' > "$TREE/etc/systemd/journald.conf.d/capkk-vm.conf"
-rm -rf "$TREE"/var/cache/apt/*.bin "$TREE"/var/lib/apt/lists/* "$TREE"/tmp/* "$TREE"/boot/*
+# The kernel and initrd boot from outside the disk (direct kernel boot); /boot keeps what a Debian host has
+# besides them: config-<version> (kubeadm's SystemVerification preflight reads it; without it kubeadm tries
+# `modprobe configs`, which Debian does not build, and refuses to init) and System.map.
+rm -rf "$TREE"/var/cache/apt/*.bin "$TREE"/var/lib/apt/lists/* "$TREE"/tmp/* "$TREE"/boot/vmlinuz-* "$TREE"/boot/initrd.img-*
 
 mkfs.ext4 -q -L capkk-root -E root_owner=0:0 -d "$TREE" "$OUT/root.raw" 8G
 qemu-img convert -q -f raw -O qcow2 "$OUT/root.raw" "$OUT/base.qcow2"

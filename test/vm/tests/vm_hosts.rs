@@ -89,7 +89,9 @@ fn the_guest_runs_systemd_and_has_what_a_kubernetes_node_needs_from_its_kernel()
             "systemctl is-system-running --wait; systemctl --failed --no-legend; \
              modprobe overlay && modprobe br_netfilter && echo modules-ok; \
              sysctl -w net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1 >/dev/null && echo sysctl-ok; \
-             cat /sys/fs/cgroup/cgroup.controllers; swapon --show --noheadings | wc -l",
+             cat /sys/fs/cgroup/cgroup.controllers; swapon --show --noheadings | wc -l; \
+             test -s /boot/config-$(uname -r) && echo kernel-config-ok; \
+             grep -q '^nameserver ' /etc/resolv.conf && echo resolv-ok",
         )
         .expect("ssh");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -99,6 +101,13 @@ fn the_guest_runs_systemd_and_has_what_a_kubernetes_node_needs_from_its_kernel()
         text.contains("modules-ok") && text.contains("sysctl-ok"),
         "{text}"
     );
+    // kubeadm's SystemVerification preflight reads the kernel config; without it `kubeadm init` refuses.
+    assert!(
+        text.contains("kernel-config-ok"),
+        "/boot/config-$(uname -r): {text}"
+    );
+    // The kubelet creates no pod sandbox without /etc/resolv.conf.
+    assert!(text.contains("resolv-ok"), "/etc/resolv.conf: {text}");
     let controllers = lines.iter().find(|l| l.contains("memory")).copied().unwrap_or("");
     for c in ["cpu", "memory", "pids"] {
         assert!(controllers.split(' ').any(|x| x == c), "cgroup v2 {c}: {text}");
