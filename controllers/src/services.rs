@@ -100,6 +100,9 @@ pub struct PhaseInput {
     pub hosts_entries: Vec<(String, Vec<String>)>,
     /// Host facts, gathered by the first phase that needs them.
     pub facts: std::sync::Mutex<Option<HostFacts>>,
+    /// The run answers the retry annotation: provisioning runs again the bootstrap commands that failed on
+    /// the host (a fixed host must not be told its old failure again).
+    pub rerun_failed: bool,
 }
 
 /// Carries out phases on a host.
@@ -305,7 +308,11 @@ impl HostServices for ServiceLayer {
                     vars = vars.provider_id(p);
                 }
                 let plan = capkk_cloudinit::parse(data.value.expose(), &data.format, &vars)?;
-                match capkk_service::provisioning::run(exec, &plan, progress, r).await? {
+                let opts = capkk_service::provisioning::RunOptions {
+                    rerun_failed: input.rerun_failed,
+                    ..Default::default()
+                };
+                match capkk_service::provisioning::run_with(exec, &plan, progress, r, &opts).await? {
                     Outcome::Provisioned { .. } => Ok(()),
                     Outcome::Failed { first_failure, .. } => Err(match first_failure {
                         Some(f) => ServiceError::CommandFailed {

@@ -1,6 +1,7 @@
 //! Failure handling on sandbox hosts: a host whose key does not match the pinned fingerprint is refused
 //! (HostKeyMismatch, nothing sent); a failing bootstrap command is a terminal condition naming the command,
-//! exit code and output tail, that stays until the documented retry annotation is set.
+//! exit code and output tail, that stays until the documented retry annotation is set; the retry runs the
+//! failed command again on the fixed host.
 
 mod common;
 
@@ -12,6 +13,8 @@ use serde_json::json;
 
 /// Appended on host 2 each time the failing bootstrap command runs.
 const RUNS: &str = "/root/capkk-fail-runs";
+/// The host fix the failing bootstrap command needs (like a kernel config kubeadm's preflight reads).
+const FIXED: &str = "/root/capkk-fixed";
 const WRONG_KEY: &str = "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -21,10 +24,13 @@ async fn host_key_mismatch_and_terminal_command_failure_with_retry() -> anyhow::
     };
     let ns = env.ns.clone();
     let (h1, h2) = (hosts.sb.hosts().remove(0), hosts.sb.hosts().remove(1));
-    h2.sh_inside(&format!("rm -f {RUNS}"))?;
+    h2.sh_inside(&format!("rm -f {RUNS} {FIXED}"))?;
+    // CABPK's shape: the sentinel is written only when the command succeeds.
     env.bootstrap_data(
         "bad-data",
-        &format!("#cloud-config\nruncmd:\n- echo run >> {RUNS}; echo boom-output; exit 3\n"),
+        &format!(
+            "#cloud-config\nruncmd:\n- echo run >> {RUNS}; test -e {FIXED} || {{ echo boom-output; exit 3; }}; mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\n"
+        ),
     )
     .await?;
     let mut kkc = kkcluster(
@@ -134,10 +140,9 @@ async fn host_key_mismatch_and_terminal_command_failure_with_retry() -> anyhow::
         "no sentinel"
     );
 
-    // Fix the data, set the retry annotation: it provisions.
-    let good = "#cloud-config\nruncmd:\n- mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\n";
-    env.merge("v1", "Secret", "bad-data", json!({"stringData": {"value": good}}))
-        .await?;
+    // Fix the host (the bootstrap data stays the same), set the retry annotation: the failed command runs
+    // again and provisions.
+    inside(&h2, &format!("touch {FIXED}"));
     env.merge(
         INFRA_V,
         "KKInstance",
@@ -159,6 +164,11 @@ async fn host_key_mismatch_and_terminal_command_failure_with_retry() -> anyhow::
             .get("kkinstance.infrastructure.cluster.x-k8s.io/retry")
             .is_none(),
         "retry annotation consumed"
+    );
+    let runs = inside(&h2, &format!("cat {RUNS}"));
+    ensure!(
+        runs == "run\nrun\n",
+        "the retry ran the failed command again: {runs:?}"
     );
     // The workload Node gets spec.providerID through the <cluster>-kubeconfig Secret (the management plane
     // stands in for the workload cluster: a Node object named after the host, no providerID yet). The

@@ -155,5 +155,6 @@ pub async fn phase_input(
         registry_auth,
         hosts_entries,
         facts: Default::default(),
+        rerun_failed: false,
     })
 }

@@ -206,7 +206,7 @@ impl Reconciler for KKInstance {
                 )
                 .await?;
                 ctx.tasks.succeeded(&uid);
-                start_provisioning(&inst, ctx, status).await
+                start_provisioning(&inst, ctx, status, true).await
             }
             HostState::Provisionable => {
                 if let Some(wait) = release::retry_wait(ctx, &uid) {
@@ -218,7 +218,7 @@ impl Reconciler for KKInstance {
                     );
                     return Ok(Action::requeue(wait));
                 }
-                start_provisioning(&inst, ctx, status).await
+                start_provisioning(&inst, ctx, status, false).await
             }
         }
     }
@@ -323,10 +323,13 @@ fn failure_message(inst: &KKInstance, reason: &str) -> String {
         .unwrap_or_else(|| format!("host work failed ({reason}); set the retry annotation to try again"))
 }
 
+/// Start host work. `retry`: the run answers the retry annotation, so bootstrap commands that failed on the
+/// host run again.
 async fn start_provisioning(
     inst: &KKInstance,
     ctx: &Arc<Context>,
     status: &mut KKInstanceStatus,
+    retry: bool,
 ) -> Result<Action> {
     let generation = inst.metadata.generation;
     let api: Api<KKInstance> = Api::namespaced(ctx.client.clone(), &inst.namespace().unwrap_or_default());
@@ -364,7 +367,7 @@ async fn start_provisioning(
     let task_ctx = ctx.clone();
     let task_inst = inst.clone();
     if ctx.tasks.spawn(&uid, TaskKind::Provision, move |stop| {
-        task::provision_task(task_ctx, task_inst, stop)
+        task::provision_task(task_ctx, task_inst, stop, retry)
     }) {
         info!("Starting host work");
     }

@@ -175,7 +175,7 @@ impl Task {
 }
 
 /// Provision the host, phase by phase, skipping phases recorded as completed.
-pub async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<AtomicBool>) {
+pub async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<AtomicBool>, retry: bool) {
     let permit = ctx.tasks.permits.clone().acquire_owned().await;
     let mut t = Task::new(ctx.clone(), &inst);
     ctx.metrics.set_tasks_running(ctx.tasks.len() as i64);
@@ -231,6 +231,7 @@ pub async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<Atomi
         }
         let mut done = completed(&inst);
         let mut input = phase_input(&ctx, &inst, kkc.as_ref()).await?;
+        input.rerun_failed = retry;
         target
             .secret_texts()
             .into_iter()

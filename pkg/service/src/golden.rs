@@ -199,7 +199,7 @@ pub(crate) fn renderings() -> Vec<(String, Kind, String)> {
     add(
         "provisioning-all-modules.sh",
         Kind::Script,
-        prov::segment(&plan.hash, 300, &steps, Some(&ids)),
+        prov::segment(&plan.hash, 300, &steps, Some(&ids), false),
     );
     out
 }

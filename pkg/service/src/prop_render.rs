@@ -193,7 +193,7 @@ proptest! {
         };
         let steps: Vec<_> = plan.steps.iter().collect();
         let ids: Vec<&str> = plan.steps.iter().map(|s| s.id.as_str()).collect();
-        sh_n(&prov::segment(&plan.hash, 60, &steps, Some(&ids)))?;
+        sh_n(&prov::segment(&plan.hash, 60, &steps, Some(&ids), true))?;
         for st in &plan.steps {
             sh_n(&prov::body(&st.action))?;
         }

@@ -29,13 +29,14 @@ const SUDO: usize = 4;
 const CABPK: usize = 5;
 const DROPPED_BATCH: usize = 6;
 const USERS_NTP: usize = 7;
+const RETRY: usize = 8;
 
 fn sandbox() -> Option<&'static Sandbox> {
     static SB: OnceLock<Sandbox> = OnceLock::new();
     if skip_unless_supported() {
         return None;
     }
-    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("prov-tests", 8)).expect("sandbox up")))
+    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("prov-tests", 9)).expect("sandbox up")))
 }
 
 fn target(sb: &Sandbox, idx: usize, user: &str) -> HostTarget {
@@ -264,6 +265,75 @@ async fn without_the_sentinel_the_first_failing_item_is_named_and_reruns_change_
         "the host kept the failed item's output tail"
     );
     assert_eq!(counter(host), ["a", "c"]);
+}
+
+#[tokio::test]
+async fn a_retry_runs_the_failed_items_again_once_the_host_is_fixed_and_nothing_that_succeeded() {
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[RETRY];
+    inside(
+        host,
+        "rm -f /root/counter /root/fixed /run/cluster-api/bootstrap-success.complete",
+    );
+    // Like CABPK's init item: the sentinel only after the command succeeded, which needs a host fix.
+    let p = plan(
+        "runcmd:\n- echo a >> /root/counter\n- \"echo b >> /root/counter; test -e /root/fixed || { echo not-fixed; exit 4; }; mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\"\n",
+    );
+    let pool = pool();
+    let exec = pool.executor(&target(sb, RETRY, "root"));
+    let run = |rerun_failed: bool| {
+        let opts = RunOptions {
+            rerun_failed,
+            ..Default::default()
+        };
+        let (exec, p) = (exec.clone(), p.clone());
+        async move {
+            provisioning::run_with(
+                exec.as_ref(),
+                &p,
+                &RecordingProgress::default(),
+                &Redactor::default(),
+                &opts,
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let first = run(false).await;
+    assert_eq!(
+        first.first_failure().map(|f| (f.name.clone(), f.exit_code)),
+        Some(("runcmd[1]".into(), Some(4)))
+    );
+    assert_eq!(counter(host), ["a", "b"]);
+    inside(host, "touch /root/fixed");
+    // A resumed run (no retry asked) reports the recorded failure and runs nothing.
+    let resumed = run(false).await;
+    assert_eq!(
+        resumed
+            .first_failure()
+            .map(|f| (f.exit_code, f.output_tail.clone())),
+        Some((Some(4), "not-fixed\n".into()))
+    );
+    assert_eq!(counter(host), ["a", "b"]);
+    // The retry runs the failed item again, and only it.
+    let retried = run(true).await;
+    assert_eq!(
+        retried,
+        Outcome::Provisioned {
+            already: false,
+            failed_items: vec![]
+        }
+    );
+    assert_eq!(counter(host), ["a", "b", "b"]);
+    assert_eq!(
+        inside(host, &format!("ls {STATE_DIR} | grep -c '\\.tail$'; true")).trim(),
+        "0",
+        "the failed item's kept output tail is gone with its journal lines"
+    );
+    // Retrying a provisioned host changes nothing.
+    let again = run(true).await;
+    assert!(again.is_provisioned(), "{again:?}");
+    assert_eq!(counter(host), ["a", "b", "b"]);
 }
 
 /// Items count their runs in /root/counter; item 1 sleeps long enough to be interrupted.

@@ -37,6 +37,9 @@
 //!   kill) is run again on resume (its journal then shows `<id> start` without an exit code). A host-wide
 //!   `flock` (`STATE_DIR/lock`) keeps two runs from interleaving and makes a resumed run wait for a step
 //!   still running from an earlier connection ([`Error::HostBusy`] after [`RunOptions::lock_wait`]).
+//! - **Retry**: [`RunOptions::rerun_failed`] (set for a run started by the retry annotation) makes the first
+//!   exec drop from the journal the command items whose last run failed, under the lock, so a fixed host
+//!   runs them again (e.g. `kubeadm init` after a failed preflight); everything that succeeded stays done.
 //! - **Secrets**: steps travel base64-encoded in scripts on stdin, never on a command line; scripts and step
 //!   output live in the 0700 state directory only while they run. Command text and output are redacted with
 //!   the caller's [`Redactor`] before they reach progress records or the outcome. Nothing is logged.
@@ -99,6 +102,11 @@ pub struct RunOptions {
     /// whole CABPK payload in one exec) instead of one exec per item (progress after each item). Journal,
     /// resume and failure semantics are the same; only progress granularity differs.
     pub batch_commands: bool,
+    /// Run again the command items this plan's host journal shows as failed (their last exit non-zero): what
+    /// a retry after a terminal failure asks for, once the host or the bootstrap data was fixed. Without it a
+    /// failed item counts as run (cloud-init semantics), so a resumed run reports the recorded failure and
+    /// never repeats a `kubeadm init` on its own. Items that succeeded never run again either way.
+    pub rerun_failed: bool,
 }
 
 impl Default for RunOptions {
@@ -108,6 +116,7 @@ impl Default for RunOptions {
             batch_timeout: Duration::from_secs(10 * 60),
             lock_wait: Duration::from_secs(5 * 60),
             batch_commands: false,
+            rerun_failed: false,
         }
     }
 }
@@ -216,7 +225,7 @@ pub async fn run_with(
             .count() as u32;
         let timeout = opts.batch_timeout + opts.command_timeout * commands + opts.lock_wait;
         let probe = journal.is_none().then_some(all_ids.as_slice());
-        let script = script::segment(&plan.hash, lock_wait, &steps, probe);
+        let script = script::segment(&plan.hash, lock_wait, &steps, probe, opts.rerun_failed);
         let first_name = steps
             .first()
             .map_or_else(|| "provisioning".to_owned(), |s| display_name(s, redactor));

@@ -30,7 +30,8 @@ pub(crate) fn launcher(script_len: usize) -> String {
 ///
 /// - Probe (`probe_ids` = every step id of the plan; first exec of a run only): print the journal and the kept
 ///   output tails; when the sentinel exists (or the journal says `provisioned`) and this plan's journal is
-///   empty or complete, print `skipall` and stop.
+///   empty or complete, print `skipall` and stop. With `rerun_failed` (a retry) the probe first removes from the
+///   journal the command items whose last run failed, so they run again.
 /// - A step already in the journal is not run again (`already <id> <rc>`); this check runs on the host,
 ///   under the host-wide provisioning lock.
 /// - Steps run with the lock's descriptor closed, so a daemon they start (`systemctl` without systemd,
@@ -47,6 +48,7 @@ pub(crate) fn segment(
     lock_wait_secs: u64,
     steps: &[&Step],
     probe_ids: Option<&[&str]>,
+    rerun_failed: bool,
 ) -> String {
     let mut s = Vars::new()
         .var("D", STATE_DIR)
@@ -57,7 +59,12 @@ pub(crate) fn segment(
         .render(tpl::PROV_PRELUDE);
     if let Some(ids) = probe_ids {
         s.push_str("# capkk probe\n");
-        s.push_str(&Vars::new().args(ids).render(tpl::PROV_PROBE));
+        s.push_str(
+            &Vars::new()
+                .flag("RERUN_FAILED", rerun_failed)
+                .args(ids)
+                .render(tpl::PROV_PROBE),
+        );
     }
     for step in steps {
         let id = &step.id;

@@ -20,9 +20,19 @@ if command -v flock >/dev/null 2>&1; then exec 9>>"$D/lock"; flock -w "$LOCK_WAI
 JD="$NL$(cat "$J" 2>/dev/null)$NL"
 T=$(now_ms)
 # capkk probe
+RERUN_FAILED=0
 set -- ac214bd03ab2688c 863a1655667d68c5 a69e78759a98992e ee033a4deef804aa 4d8a268a51bbff27 99d3868a6cc185dc 371215cd7eca2395 99533c44f86467f9 831baafac329e610 73dc1cd82a5e8ddc c0b1ea3001c2d13e 5d1d2321f17f8b4e f21a58b34dfa22ea
-# First exec of a run. Arguments: every step id of the plan. Prints the journal and the kept output tails; when
-# the sentinel exists (or the journal says provisioned) and this plan's journal is empty or complete, stops.
+# First exec of a run. Variables: RERUN_FAILED (1: a retry). Arguments: every step id of the plan. Prints the
+# journal and the kept output tails; when the sentinel exists (or the journal says provisioned) and this plan's
+# journal is empty or complete, stops.
+# A retry after a terminal failure forgets the command items whose last run failed (and their kept tails), so
+# they run again once the host or its data was fixed; what succeeded stays done. Under the lock, before anything
+# reads the journal.
+if [ "$RERUN_FAILED" = 1 ] && [ -s "$J" ]; then
+awk '$2 ~ /^[0-9]+$/ { rc[$1] = $2 } { id[NR] = $1; l[NR] = $0 } END { for (i = 1; i <= NR; i++) if (!(id[i] in rc) || rc[id[i]] == 0) print l[i] }' "$J" > "$J.new" && mv -f "$J.new" "$J"
+JD="$NL$(cat "$J" 2>/dev/null)$NL"
+for f in "$D/$PLAN".*.tail; do [ -e "$f" ] || continue; i=${f##*/}; i=${i#"$PLAN".}; case "$JD" in *"$NL${i%.tail} "[0-9]*) ;; *) rm -f "$f";; esac; done
+fi
 echo '@@capkk journal'; cat "$J" 2>/dev/null; echo '@@capkk journal-end'
 for f in "$D/$PLAN".*.tail; do [ -e "$f" ] || continue; i=${f##*/}; i=${i#"$PLAN".}; echo "@@capkk tail ${i%.tail} $(cat "$f")"; done
 if provisioned; then
