@@ -147,6 +147,10 @@ for d in docs:
         cc["encryptionAlgorithm"] = "ECDSA-P256"
         cc.setdefault("controllerManager", {})["extraArgs"] = args(dict(LEADER, **{"node-cidr-mask-size-ipv4": "26"}))
         cc.setdefault("scheduler", {})["extraArgs"] = args(LEADER)
+        # A single-member etcd on an emulated disk: fsync latency made the apiserver time out against etcd
+        # and crash-loop (run 2: kubeadm init gave up after 34 min). A throwaway test cluster needs no
+        # durability across power loss.
+        cc.setdefault("etcd", {}).setdefault("local", {})["extraArgs"] = args({"unsafe-no-fsync": "true"})
         ic = k.setdefault("initConfiguration", {})
         ic["timeouts"] = INIT_TIMEOUTS
         ic["patches"] = {"directory": PATCH_DIR}
