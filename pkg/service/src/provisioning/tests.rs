@@ -51,9 +51,9 @@ impl FakeHost {
         let mut out = String::new();
         let mut lines = script.lines().skip_while(|l| *l != "# capkk probe");
         if lines.next().is_some() {
+            // The probe's variables (RERUN_FAILED) come before its arguments.
             let ids: Vec<&str> = lines
-                .next()
-                .and_then(|l| l.strip_prefix("set --"))
+                .find_map(|l| l.strip_prefix("set --"))
                 .unwrap()
                 .split_whitespace()
                 .collect();
