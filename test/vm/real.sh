@@ -179,6 +179,7 @@ PY
   kubectl wait --for condition=established --timeout=60s crd/kkclusters.infrastructure.cluster.x-k8s.io \
     crd/kkmachines.infrastructure.cluster.x-k8s.io crd/kkinstances.infrastructure.cluster.x-k8s.io >/dev/null
   if [ "$(kubectl get ns "$NS" -o jsonpath='{.status.phase}' 2>/dev/null)" = Terminating ]; then
+    strip_finalizers
     wait_for "namespace $NS of an earlier run finished terminating" 600 \
       bash -c "[ \"\$(kubectl get ns '$NS' -o jsonpath='{.status.phase}' 2>/dev/null)\" != Terminating ]"
   fi
@@ -359,15 +360,25 @@ delete_cluster() {
   for i in $(seq "$VMS"); do check "$(vm_name "$i") was reset for real" host_reset "$i"; done
 }
 
+# The test's objects lose their finalizers (the manager is gone; CAPI controllers may still create a Machine
+# between a pass and the namespace deletion, so this runs again until the namespace is gone or 60 s passed).
+strip_finalizers() {
+  local o i
+  for i in $(seq 12); do
+    for o in $(kubectl get -n "$NS" clusters,machines,machinesets,machinedeployments,kubeadmcontrolplanes,kubeadmconfigs,kkclusters,kkmachines,kkinstances -o name 2>/dev/null); do
+      kubectl patch -n "$NS" "$o" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
+    done
+    kubectl get ns "$NS" >/dev/null 2>&1 || return 0
+    [ "$i" = 1 ] && kubectl delete ns "$NS" --wait=false >/dev/null 2>&1
+    sleep 5
+  done
+}
+
 teardown() {
   stop_manager
   serve_down
   if [ -n "${KUBECONFIG:-}" ] && kubectl get ns "$NS" >/dev/null 2>&1; then
-    local o
-    for o in $(kubectl get -n "$NS" clusters,machines,machinesets,machinedeployments,kubeadmcontrolplanes,kubeadmconfigs,kkclusters,kkmachines,kkinstances -o name 2>/dev/null); do
-      kubectl patch -n "$NS" "$o" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
-    done
-    kubectl delete ns "$NS" --wait=false >/dev/null 2>&1 || true
+    strip_finalizers
   fi
   [ -x "${VMCTL:-}" ] && "$VMCTL" down --name "$NAME" >/dev/null 2>&1 || true
 }
