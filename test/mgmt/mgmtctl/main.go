@@ -435,11 +435,24 @@ func managerArgs(o *options, m manager) []string {
 	}
 }
 
+// stillRunning is running, confirmed: a single negative reading is checked again over a second before the
+// component counts as gone. CI once saw etcd reported "exited during startup" while it was alive and
+// listening (a transient /proc reading under load); one bad read must not fail a plane that is starting.
+func stillRunning(stateDir, name string) bool {
+	for i := 0; i < 4; i++ {
+		if running(stateDir, name) {
+			return true
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	return false
+}
+
 // waitFor polls check until it succeeds, the context ends, or the process dies.
 func waitFor(ctx context.Context, stateDir, name string, check func(context.Context) error) error {
 	var last error
 	for {
-		if !running(stateDir, name) {
+		if !stillRunning(stateDir, name) {
 			return fmt.Errorf("%s exited during startup; last log lines of %s:\n%s", name,
 				logPath(stateDir, name), tail(logPath(stateDir, name), 40))
 		}
