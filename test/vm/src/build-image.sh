@@ -113,6 +113,9 @@ printf '[Journal]\nStorage=volatile\nRuntimeMaxUse=32M\n' > "$TREE/etc/systemd/j
 # `modprobe configs`, which Debian does not build, and refuses to init) and System.map.
 rm -rf "$TREE"/var/cache/apt/*.bin "$TREE"/var/lib/apt/lists/* "$TREE"/tmp/* "$TREE"/boot/vmlinuz-* "$TREE"/boot/initrd.img-*
 
-mkfs.ext4 -q -L capkk-root -E root_owner=0:0 -d "$TREE" "$OUT/root.raw" 8G
+# Inode tables and journal initialised now, not by the guest's ext4lazyinit thread after every fresh overlay's
+# first mount: under TCG that thread once held a vCPU for minutes (soft lockups on both vCPUs, boot never
+# reached SSH). qemu-img convert keeps the zeroed tables out of the qcow2.
+mkfs.ext4 -q -L capkk-root -E root_owner=0:0,lazy_itable_init=0,lazy_journal_init=0 -d "$TREE" "$OUT/root.raw" 8G
 qemu-img convert -q -f raw -O qcow2 "$OUT/root.raw" "$OUT/base.qcow2"
 rm -f "$OUT/root.raw"
