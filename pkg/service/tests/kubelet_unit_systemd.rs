@@ -61,8 +61,9 @@ fn kubelet_argv(node_ip: Option<&str>, node_name: Option<&str>, env: &HostEnv<'_
         std::fs::write(w.join("kubeadm-flags.env"), c).unwrap();
     }
     std::fs::write(w.join("kubelet-argv.sh"), SCRIPT).unwrap();
+    // A backstop against a hang, not a timing check: the script's own waits are bounded at 30 s each.
     let out = Command::new("timeout")
-        .args(["60", "unshare", "--mount", "--propagation", "private", "sh"])
+        .args(["180", "unshare", "--mount", "--propagation", "private", "sh"])
         .arg(w.join("kubelet-argv.sh"))
         .arg(w)
         .output()

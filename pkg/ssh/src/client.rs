@@ -520,7 +520,15 @@ async fn load_key(
     let span = tracing::Span::current();
     let decoded = tokio::task::spawn_blocking(move || {
         tracing::dispatcher::with_default(&dispatch, || {
-            span.in_scope(|| russh::keys::decode_secret_key(&text, passphrase.as_ref().map(|p| p.as_str())))
+            span.in_scope(|| {
+                let passphrase = passphrase.as_ref().map(|p| p.as_str());
+                russh::keys::decode_secret_key(&text, passphrase).or_else(|e| {
+                    match crate::short_scalar::pad_short_p256_scalar(&text, passphrase) {
+                        Some(padded) => russh::keys::decode_secret_key(&padded, None),
+                        None => Err(e),
+                    }
+                })
+            })
         })
     })
     .await

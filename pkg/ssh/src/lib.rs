@@ -35,6 +35,7 @@ mod client;
 mod config;
 mod error;
 pub mod keyfile;
+mod short_scalar;
 
 pub use client::{PoolStats, Probe, SshExecutor, SshPool};
 pub use config::{Auth, HostKeyPolicy, HostTarget, KeySource, PoolConfig, Secret};

@@ -441,6 +441,46 @@ async fn every_auth_kind_works_and_bad_credentials_fail_with_auth() {
     }
 }
 
+/// About one `ssh-keygen` P-256 key in 256 has a private scalar that encodes in 31 bytes; the pinned decoder
+/// refuses those on its own (see `short_scalar` in the crate), so this test uses such a key from the fixtures.
+#[tokio::test]
+async fn an_ecdsa_key_whose_private_scalar_has_a_leading_zero_byte_logs_in() {
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[GENERAL];
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let public = std::fs::read_to_string(fixtures.join("ecdsa-p256-short-scalar.pub")).unwrap();
+    let authorized = "/etc/ssh/capkk_authorized_keys";
+    host.sh_inside(&format!(
+        "cp -p {authorized} {authorized}.orig && printf '%s\\n' '{}' >> {authorized}",
+        public.trim()
+    ))
+    .unwrap();
+    let pool = pool();
+    let unencrypted = pool
+        .executor(&target(
+            host,
+            "root",
+            Auth::key_file(fixtures.join("ecdsa-p256-short-scalar")),
+        ))
+        .exec(ExecRequest::new("id -u"))
+        .await;
+    let encrypted = pool
+        .executor(&target(
+            host,
+            "root",
+            Auth::key_bytes(
+                std::fs::read_to_string(fixtures.join("ecdsa-p256-short-scalar-encrypted")).unwrap(),
+            )
+            .with_passphrase("capkk-test-passphrase"),
+        ))
+        .exec(ExecRequest::new("id -u"))
+        .await;
+    host.sh_inside(&format!("mv {authorized}.orig {authorized}"))
+        .unwrap();
+    assert_eq!(unencrypted.unwrap().stdout_str(), "0\n");
+    assert_eq!(encrypted.unwrap().stdout_str(), "0\n");
+}
+
 #[tokio::test]
 async fn host_key_mismatch_is_refused_before_anything_runs() {
     let Some(sb) = sandbox() else { return };

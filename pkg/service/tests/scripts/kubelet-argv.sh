@@ -18,6 +18,7 @@ mkdir -p /var/lib/kubelet
 cat > /usr/local/bin/kubelet <<REC
 #!/bin/sh
 for a in "\$@"; do printf '%s\n' "\$a"; done > "$W/argv.tmp"
+echo \$\$ > "$W/kubelet.pid"
 mv "$W/argv.tmp" "$W/argv"
 exec sleep 120
 REC
@@ -28,7 +29,16 @@ cp "$W/10-kubeadm.conf" "$W/config/systemd/user/kubelet.service.d/10-kubeadm.con
 export XDG_RUNTIME_DIR="$W/run" XDG_CONFIG_HOME="$W/config"
 /lib/systemd/systemd --user > "$W/systemd.log" 2>&1 &
 manager=$!
-trap 'kill "$manager" 2>/dev/null; wait "$manager" 2>/dev/null || true' EXIT
+# SIGKILL, not SIGTERM: a user manager answers SIGTERM by starting exit.target and stopping every unit first,
+# which under load outlasted the test's time limit (CI saw the argv printed, then a timeout in this trap).
+# The recorder (its pid is the `sleep` it execs) is killed first so it does not outlive the manager; not with
+# `systemctl --user kill`, which itself hung for seconds now and then.
+cleanup() {
+  [ -f "$W/kubelet.pid" ] && kill -KILL "$(cat "$W/kubelet.pid")" 2>/dev/null || true
+  kill -KILL "$manager" 2>/dev/null || true
+  wait "$manager" 2>/dev/null || true
+}
+trap cleanup EXIT
 i=0
 until [ -S "$W/run/systemd/private" ]; do
   i=$((i + 1)); [ "$i" -le 150 ] || { echo "systemd --user did not come up" >&2; cat "$W/systemd.log" >&2; exit 1; }
