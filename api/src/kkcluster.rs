@@ -370,7 +370,8 @@ pub struct HostProbe {
     pub message: Option<String>,
 }
 
-/// KKClusterTemplate: a KKCluster blueprint for ClusterClass. The spec is immutable.
+/// KKClusterTemplate: a KKCluster blueprint for ClusterClass. The spec is immutable, enforced by the
+/// ValidatingAdmissionPolicy in `config/admission` (it lets CAPI's topology dry-run through).
 #[derive(CustomResource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
 #[kube(
     group = "infrastructure.cluster.x-k8s.io",
@@ -384,10 +385,6 @@ pub struct HostProbe {
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "self == oldSelf",
-    "message": "spec.template is immutable: create a new KKClusterTemplate and reference it instead"
-}]))]
 pub struct KKClusterTemplateSpec {
     /// The KKCluster to stamp out.
     pub template: KKClusterTemplateResource,

@@ -99,7 +99,9 @@ pub enum MachinePhase {
     Failed,
 }
 
-/// KKMachineTemplate: referenced by KubeadmControlPlane and MachineDeployments. The spec is immutable.
+/// KKMachineTemplate: referenced by KubeadmControlPlane and MachineDeployments. The spec is immutable,
+/// enforced by the ValidatingAdmissionPolicy in `config/admission` (it lets CAPI's topology dry-run through,
+/// which a CRD rule cannot).
 #[derive(CustomResource, Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
 #[kube(
     group = "infrastructure.cluster.x-k8s.io",
@@ -114,10 +116,6 @@ pub enum MachinePhase {
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "self == oldSelf",
-    "message": "spec.template is immutable: create a new KKMachineTemplate and point the KubeadmControlPlane or MachineDeployment at it"
-}]))]
 pub struct KKMachineTemplateSpec {
     /// The KKMachine to stamp out.
     pub template: KKMachineTemplateResource,

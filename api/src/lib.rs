@@ -4,7 +4,9 @@
 //! The field names follow KubeKey's CAPKK v3 so existing YAML applies unchanged; the status follows the
 //! Cluster API v1beta2 contract (`status.initialization.provisioned`, `metav1.Condition` conditions,
 //! `status.addresses`, `status.failureDomains` as a list). Defaults and validation are in the OpenAPI
-//! schema (defaults, CEL `x-kubernetes-validations`), so no webhook server is needed.
+//! schema (defaults, CEL `x-kubernetes-validations`), so no webhook server is needed. Template immutability
+//! needs the request (CAPI's topology dry-run may change a template's spec): it is a ValidatingAdmissionPolicy
+//! in `config/admission`, installed with the provider components.
 
 pub mod common;
 pub mod consts;

@@ -341,12 +341,6 @@ fn cases() -> Vec<Case> {
     }
     cases.extend([
         Case {
-            kind: "KKClusterTemplate",
-            message: "spec.template is immutable: create a new KKClusterTemplate and reference it instead".into(),
-            when: When::Update(|_| {}),
-            bad: |s| s["nodes"]["instances"][1]["name"] = json!("worker-2"),
-        },
-        Case {
             kind: "KKInstance",
             message: "spec.name and spec.address are immutable".into(),
             when: When::Update(|_| {}),
@@ -354,12 +348,15 @@ fn cases() -> Vec<Case> {
         },
         Case {
             kind: "KKInstance",
-            message: "spec.hostKey is immutable once recorded; delete the KKInstance to re-trust a host".into(),
+            message: "spec.hostKey is immutable once recorded; delete the KKInstance to re-trust a host"
+                .into(),
             when: When::Update(|s| {
-                s["hostKey"] = json!("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl")
+                s["hostKey"] =
+                    json!("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl")
             }),
             bad: |s| {
-                s["hostKey"] = json!("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHc2t0N0lFvDu4fZp0Fq6m0g8aZl6u3D4b7s8q9w0e1r")
+                s["hostKey"] =
+                    json!("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHc2t0N0lFvDu4fZp0Fq6m0g8aZl6u3D4b7s8q9w0e1r")
             },
         },
         Case {
@@ -379,12 +376,6 @@ fn cases() -> Vec<Case> {
             message: "spec.instanceID is immutable once set".into(),
             when: When::Update(|s| s["instanceID"] = json!("cp-1")),
             bad: |s| s["instanceID"] = json!("cp-2"),
-        },
-        Case {
-            kind: "KKMachineTemplate",
-            message: "spec.template is immutable: create a new KKMachineTemplate and point the KubeadmControlPlane or MachineDeployment at it".into(),
-            when: When::Update(|_| {}),
-            bad: |s| s["roles"] = json!(["control-plane"]),
         },
         Case {
             kind: "KKMachineTemplate",
