@@ -126,6 +126,25 @@ pub fn ensure_image(spec: &ImageSpec) -> Result<Image> {
             build_secs: 0.0,
         });
     }
+    let io = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| VmError::Io { path, source }
+    };
+    // One build at a time per image, across threads and processes: fleets started at once (the tests of one
+    // binary run in parallel) used to build into the same directory and clobber each other on a cold cache.
+    // The lock is released when the file is closed, also when this function returns early.
+    fs::create_dir_all(&root).map_err(io(&root))?;
+    let lock_path = root.join(format!("image-{hash}.lock"));
+    let lock = fs::File::create(&lock_path).map_err(io(&lock_path))?;
+    lock.lock().map_err(io(&lock_path))?;
+    if dir.join("done").exists() {
+        // Built by whoever held the lock before us.
+        return Ok(Image {
+            hash,
+            dir,
+            build_secs: 0.0,
+        });
+    }
     require_tools(&[
         ("mmdebstrap", "mmdebstrap"),
         ("mkfs.ext4", "e2fsprogs"),
@@ -133,10 +152,6 @@ pub fn ensure_image(spec: &ImageSpec) -> Result<Image> {
         ("ssh-keygen", "openssh-client"),
     ])?;
     let tmp = root.join(format!("image-{hash}.tmp-{}", std::process::id()));
-    let io = |path: &Path| {
-        let path = path.display().to_string();
-        move |source| VmError::Io { path, source }
-    };
     let _ = fs::remove_dir_all(&tmp);
     fs::create_dir_all(&tmp).map_err(io(&tmp))?;
     let script = tmp.join("build-image.sh");
@@ -161,19 +176,7 @@ pub fn ensure_image(spec: &ImageSpec) -> Result<Image> {
     let build_secs = start.elapsed().as_secs_f64();
     let done = tmp.join("done");
     fs::write(&done, format!("build_secs={build_secs:.0}\n")).map_err(io(&done))?;
-    match fs::rename(&tmp, &dir) {
-        Ok(()) => {}
-        // Another builder finished first: use its image, drop ours.
-        Err(_) if dir.join("done").exists() => {
-            let _ = fs::remove_dir_all(&tmp);
-        }
-        Err(e) => {
-            return Err(VmError::Io {
-                path: dir.display().to_string(),
-                source: e,
-            });
-        }
-    }
+    fs::rename(&tmp, &dir).map_err(io(&dir))?;
     Ok(Image {
         hash,
         dir,
