@@ -356,9 +356,9 @@ stop_mirror() {
 # ---------------------------------------------------------------------------------------------------------
 # the cluster
 
-render_apply() {
-  stage "render (clusterctl generate cluster) + apply"
-  local i instances="" fp
+# INSTANCES (the hosts, host 1 control-plane, keys pinned) and the SSH Secret "$CLUSTER-ssh" the clusters use.
+inventory() {
+  local i instances="" fp role
   for i in $(seq "$HOSTS"); do
     fp=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['hosts'][int(sys.argv[2])-1]['host_key_fingerprint'])" "$SB_DIR/state.json" "$i")
     role=worker
@@ -366,7 +366,16 @@ render_apply() {
     instances+="${instances:+, }{name: $(host_name "$i"), address: $(host_addr "$i"), roles: [$role], hostKeys: [\"$fp\"]}"
   done
   INSTANCES="[$instances]"
-  KUBEKEY_INSTANCES="[$instances]" KUBEKEY_COMPONENT="$COMPONENT" KUBEKEY_SSH_SECRET="$CLUSTER-ssh" \
+  kubectl -n "$NS" create secret generic "$CLUSTER-ssh" \
+    --from-file=privateKey="$(python3 -c "import json; print(json.load(open('$SB_DIR/state.json'))['credentials']['ed25519_key'])")" \
+    --dry-run=client -o yaml | kubectl label --local -f - clusterctl.cluster.x-k8s.io/move= -o yaml |
+    kubectl apply -f - >/dev/null # the move label: `clusterctl move` takes the Secret along (docs/clusterctl.md)
+}
+
+render_apply() {
+  stage "render (clusterctl generate cluster) + apply"
+  inventory
+  KUBEKEY_INSTANCES="$INSTANCES" KUBEKEY_COMPONENT="$COMPONENT" KUBEKEY_SSH_SECRET="$CLUSTER-ssh" \
     clusterctl generate cluster "$CLUSTER" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" \
     --kubernetes-version "$KUBE_VERSION" --control-plane-machine-count 1 --worker-machine-count 2 \
     >"$WORK/cluster.yaml"
@@ -374,7 +383,7 @@ render_apply() {
     kubectl apply --dry-run=server -f "$WORK/cluster.yaml"
   local flavor
   for flavor in kube-vip topology; do
-    KUBEKEY_INSTANCES="[$instances]" KUBEKEY_CONTROL_PLANE_VIP=198.18.0.100 \
+    KUBEKEY_INSTANCES="$INSTANCES" KUBEKEY_CONTROL_PLANE_VIP=198.18.0.100 \
       clusterctl generate cluster "$CLUSTER-$flavor" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" \
       --kubernetes-version "$KUBE_VERSION" --flavor "$flavor" >"$WORK/cluster-$flavor.yaml"
     check "the $flavor flavor renders and passes a server dry-run" \
@@ -394,10 +403,6 @@ PY
   check "the topology Cluster passes validation against the ClusterClass (variables, patches)" \
     kubectl apply --dry-run=server -f "$WORK/cluster-topology.yaml"
   kubectl delete -f "$WORK/clusterclass.yaml" --ignore-not-found --wait=false >/dev/null
-  kubectl -n "$NS" create secret generic "$CLUSTER-ssh" \
-    --from-file=privateKey="$(python3 -c "import json; print(json.load(open('$SB_DIR/state.json'))['credentials']['ed25519_key'])")" \
-    --dry-run=client -o yaml | kubectl label --local -f - clusterctl.cluster.x-k8s.io/move= -o yaml |
-    kubectl apply -f - >/dev/null # the move label: `clusterctl move` takes the Secret along (docs/clusterctl.md)
   kubectl apply -f "$WORK/cluster.yaml"
 }
 
@@ -595,6 +600,7 @@ PY
 topology() {
   stage "ClusterClass kubekey: 1 CP + 1 worker"
   local cc=$CLUSTER-cc
+  [ -n "${INSTANCES:-}" ] || inventory # E2E_ONLY=topology: render_apply did not run
   KUBEKEY_INSTANCES="$INSTANCES" KUBEKEY_COMPONENT="$COMPONENT" KUBEKEY_SSH_SECRET="$CLUSTER-ssh" \
     clusterctl generate cluster "$cc" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" \
     --flavor topology --kubernetes-version "$KUBE_VERSION" --control-plane-machine-count 1 \
@@ -617,6 +623,7 @@ PY
     machines_running "cluster.x-k8s.io/cluster-name=$cc,cluster.x-k8s.io/control-plane" 1
   wait_for "topology: worker Machine Running with a nodeRef" 600 \
     machines_running "cluster.x-k8s.io/cluster-name=$cc,!cluster.x-k8s.io/control-plane" 1
+  rotate_worker_template "$cc"
   kubectl delete -n "$NS" cluster "$cc" --wait=false >/dev/null
   wait_for "topology: the Cluster and its objects are gone" 600 bash -c \
     "[ -z \"\$(kubectl get -n '$NS' clusters,machines,kkclusters,kkmachines,kkinstances -o name 2>/dev/null)\" ]"
@@ -629,6 +636,46 @@ keep = [d for d in docs if "\nkind: Cluster\n" not in "\n" + d + "\n"]
 open(sys.argv[2], "w").write("\n---\n".join(keep) + "\n")
 PY
   kubectl delete -f "$WORK/clusterclass-cc.yaml" --ignore-not-found --wait=false >/dev/null
+  kubectl delete -n "$NS" kkmachinetemplate kubekey-default-worker-v2 --ignore-not-found --wait=false >/dev/null
+}
+
+# Template rotation of a ClusterClass-based Cluster: a new worker KKMachineTemplate (templates are immutable),
+# the class pointed at it. CAPI's topology controller dry-runs the new spec against the Cluster's template
+# (config/admission lets exactly that dry-run through), copies the new one and re-points the MachineDeployment,
+# which rolls the worker out: a new Machine on a free host, the old one deleted and its host reset.
+rotate_worker_template() {
+  local cc=$1 sel="cluster.x-k8s.io/cluster-name=$1,!cluster.x-k8s.io/control-plane" old out
+  old=$(kubectl get machines -n "$NS" -l "$sel" -o jsonpath='{.items[0].metadata.name}')
+  out=$(kubectl patch -n "$NS" kkmachinetemplate kubekey-default-worker --type=merge \
+    -p '{"spec":{"template":{"spec":{"roles":["worker","control-plane"]}}}}' 2>&1) && out="accepted: $out"
+  check "topology: an ordinary edit of a KKMachineTemplate is refused (${out//$'\n'/ })" \
+    grep -q "spec.template is immutable" <<<"$out"
+  kubectl get -n "$NS" kkmachinetemplate kubekey-default-worker -o json | python3 -c '
+import json, sys
+t = json.load(sys.stdin)
+new = {"apiVersion": t["apiVersion"], "kind": t["kind"],
+       "metadata": {"name": "kubekey-default-worker-v2", "namespace": t["metadata"]["namespace"]},
+       "spec": t["spec"]}
+new["spec"]["template"].setdefault("metadata", {}).setdefault("labels", {})["capkk.rs/e2e-rotation"] = "v2"
+print(json.dumps(new))' | kubectl apply -f - >/dev/null
+  kubectl patch -n "$NS" clusterclass kubekey --type=json -p \
+    '[{"op":"replace","path":"/spec/workers/machineDeployments/0/infrastructure/templateRef/name","value":"kubekey-default-worker-v2"}]' \
+    >/dev/null
+  wait_for "topology: the MachineDeployment references a copy of the new template" 120 md_on_rotated_template "$cc"
+  wait_for "topology: the worker rolled out (one Running worker from the new template, $old gone)" 600 \
+    worker_rolled_out "$sel" "$old"
+}
+
+md_on_rotated_template() { # md_on_rotated_template CLUSTER
+  local t
+  t=$(kubectl get md -n "$NS" -l "cluster.x-k8s.io/cluster-name=$1" -o jsonpath='{.items[0].spec.template.spec.infrastructureRef.name}')
+  [ -n "$t" ] && [ "$(kubectl get kkmachinetemplate -n "$NS" "$t" \
+    -o jsonpath='{.spec.template.metadata.labels.capkk\.rs/e2e-rotation}')" = v2 ]
+}
+
+worker_rolled_out() { # worker_rolled_out SELECTOR OLD_MACHINE
+  machines_running "$1" 1 && ! kubectl get machine -n "$NS" "$2" >/dev/null 2>&1 &&
+    [ "$(kubectl get kkmachines -n "$NS" -l capkk.rs/e2e-rotation=v2 -o name | grep -c .)" = 1 ]
 }
 
 teardown() {
@@ -657,7 +704,7 @@ case $MODE in
     release
     install_provider
     hosts_up
-    if [ "${E2E_ONLY:-}" != capkk ]; then
+    if [ -z "${E2E_ONLY:-}" ]; then
       render_apply
       control_plane
       workers
@@ -665,8 +712,8 @@ case $MODE in
       scale
       delete_cluster
     fi
-    [ "${E2E_CAPKK:-1}" = 0 ] || capkk_flavor
-    [ "${E2E_TOPOLOGY:-1}" = 0 ] || [ "${E2E_ONLY:-}" = capkk ] || topology
+    [ "${E2E_CAPKK:-1}" = 0 ] || [ "${E2E_ONLY:-capkk}" != capkk ] || capkk_flavor
+    [ "${E2E_TOPOLOGY:-1}" = 0 ] || [ "${E2E_ONLY:-topology}" != topology ] || topology
     end_stage
     [ "$FAILED" = 0 ]
     ;;
