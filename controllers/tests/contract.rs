@@ -187,6 +187,10 @@ async fn pause_stops_work_and_externally_managed_is_skipped() -> anyhow::Result<
 
     let logs = vec![mgr.logs()];
     mgr.terminate();
+    ensure!(
+        logs[0].contains("INFO") && !logs[0].contains('\u{1b}'),
+        "the manager logs to a file without terminal colour codes"
+    );
     env.assert_no_canary(&["canary-pw-contract-77", INLINE_CANARY], &logs)
         .await?;
     env.finish().await;
