@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Makes the two base images of the Dockerfile locally, from Debian packages (mmdebstrap -> podman import),
-# for machines without an image registry. Prints the build arguments that select them:
+# Makes the base images of the Dockerfile locally, from Debian packages (mmdebstrap -> podman import), for
+# machines without an image registry. Prints the build arguments that select them:
 #
 #   BUILD_IMAGE=localhost/capkk-build-base:<tag>      Debian minbase + build-essential + this machine's Rust
 #                                                     toolchain (Debian's rustc is too old for edition 2024)
@@ -10,7 +10,12 @@
 # Each image is made once per <tag> (a hash of its recipe number, the suite, the mirror and, for the build
 # base, the toolchain) and reused.
 # Users with Docker and public registries need none of this: the Dockerfile's defaults are public images.
+#
+# Usage: hack/image-bases.sh [runtime|all]   runtime: only the runtime base (`make image` builds the manager
+#                                            on the host); all (default): the build base too (IMAGE_BUILD=container)
 set -euo pipefail
+which=${1:-all}
+case $which in runtime | all) ;; *) echo "usage: $0 [runtime|all]" >&2; exit 2 ;; esac
 SUITE=${CAPKK_IMAGE_SUITE:-bookworm}
 MIRROR=${CAPKK_IMAGE_MIRROR:-http://deb.debian.org/debian}
 read -ra PODMAN_CMD <<<"${PODMAN:-podman}" # may carry options, e.g. "podman --root DIR"
@@ -98,7 +103,8 @@ make_runtime_base() {
   say "$runtime_image made in $((SECONDS - t0))s"
 }
 
-"${PODMAN_CMD[@]}" image exists "$build_image" || make_build_base
 "${PODMAN_CMD[@]}" image exists "$runtime_image" || make_runtime_base
-echo "BUILD_IMAGE=$build_image"
 echo "RUNTIME_IMAGE=$runtime_image"
+[ "$which" = all ] || exit 0
+"${PODMAN_CMD[@]}" image exists "$build_image" || make_build_base
+echo "BUILD_IMAGE=$build_image"
