@@ -19,6 +19,10 @@ read -ra PODMAN_CMD <<<"${PODMAN:-podman}" # may carry options, e.g. "podman --r
 CARGO=${CARGO:-cargo}
 MODE=${IMAGE_BUILD:-host}
 say() { echo "image: $*" >&2; }
+build_args() { # NAME=VALUE lines of hack/image-bases.sh -> --build-arg NAME=VALUE ...
+  local line
+  while read -r line; do printf -- '--build-arg\n%s\n' "$line"; done <<<"$1"
+}
 BUILD=("${PODMAN_CMD[@]}" build --runtime runc --network host --ulimit nproc=4096:4096 --ulimit nofile=4096:4096
   -f "$ROOT/Dockerfile" -t "$IMG")
 t0=$SECONDS
@@ -40,7 +44,8 @@ host)
   install -m 0755 "$target/image/manager" "$ctx/manager"
   exec {lock}>&-
   say "manager compiled in $((SECONDS - t1))s ($(($(stat -c %s "$ctx/manager") / 1000000)) MB)"
-  "${BUILD[@]}" --target prebuilt $(sed 's/^/--build-arg /' <<<"$bases") "$ctx"
+  mapfile -t args < <(build_args "$bases")
+  "${BUILD[@]}" --target prebuilt "${args[@]}" "$ctx"
   # The binary comes from this machine, the libraries from the runtime base: a newer glibc here than in the
   # base would only show when the image runs.
   if ! out=$("${PODMAN_CMD[@]}" --runtime runc run --rm --ulimit nproc=4096:4096 --ulimit nofile=4096:4096 \
@@ -52,7 +57,8 @@ host)
   ;;
 container)
   bases=$(hack/image-bases.sh all)
-  "${BUILD[@]}" $(sed 's/^/--build-arg /' <<<"$bases") .
+  mapfile -t args < <(build_args "$bases")
+  "${BUILD[@]}" "${args[@]}" .
   ;;
 *)
   say "IMAGE_BUILD must be host or container, got '$MODE'"
