@@ -25,70 +25,13 @@ export CAPKK_CACHE CLUSTERCTL_DISABLE_VERSIONCHECK=true
 CARGO=${CARGO:-cargo}
 HOSTS=4
 
-T_START=$(date +%s)
-declare -a STAGES=() STAGE_SECS=() STAGE_RESULT=()
-PASSED=0
-FAILED=0
-CUR_STAGE=""
-CUR_T0=0
-
-log() { printf '\033[1m[%s %s]\033[0m %s\n' "$NAME" "$(date +%H:%M:%S)" "$*"; }
-die() { log "FATAL: $*"; exit 1; }
-
-STAGE_FAILED0=0
-stage() { # begin a timed stage
-  end_stage
-  CUR_STAGE=$1
-  CUR_T0=$(date +%s.%N)
-  STAGE_FAILED0=$FAILED
-  log "== $1"
-}
-# shellcheck disable=SC2120 # the EXIT trap passes "failed"
-end_stage() {
-  [ -n "$CUR_STAGE" ] || return 0
-  local dt
-  dt=$(awk -v a="$CUR_T0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
-  STAGES+=("$CUR_STAGE")
-  STAGE_SECS+=("$dt")
-  local result=${1:-ok}
-  [ "$FAILED" = "$STAGE_FAILED0" ] || result="FAILED ($((FAILED - STAGE_FAILED0)))"
-  STAGE_RESULT+=("$result")
-  CUR_STAGE=""
-}
-
-check() { # check DESCRIPTION COMMAND...: an assertion, counted
-  local desc=$1
-  shift
-  if "$@"; then
-    PASSED=$((PASSED + 1))
-    log "  ok   $desc"
-  else
-    FAILED=$((FAILED + 1))
-    log "  FAIL $desc"
-    [ "$MODE" = run ] || return 1
-  fi
-}
-
-wait_for() { # wait_for DESCRIPTION TIMEOUT_SECONDS COMMAND...: poll until COMMAND succeeds (counted)
-  local desc=$1 timeout=$2
-  shift 2
-  local deadline=$(($(date +%s) + timeout)) next_progress=$(($(date +%s) + 30))
-  while ! "$@" >/dev/null 2>&1; do
-    if [ "$(date +%s)" -ge "$deadline" ]; then
-      FAILED=$((FAILED + 1))
-      log "  FAIL $desc (not within ${timeout}s)"
-      diagnostics
-      return 1
-    fi
-    if [ "$(date +%s)" -ge "$next_progress" ]; then
-      progress
-      next_progress=$(($(date +%s) + 30))
-    fi
-    sleep 2
-  done
-  PASSED=$((PASSED + 1))
-  log "  ok   $desc"
-}
+# In `run`, a failed check is counted and the run goes on: one run reports every failed assertion. The quickstart
+# stops at the first: it is to leave a working cluster, and its exit trap shows the diagnostics.
+HARNESS_KEEP_GOING=$([ "$MODE" = run ] && echo 1 || echo 0)
+# shellcheck source=SCRIPTDIR/../lib/harness.sh
+source "$ROOT/test/lib/harness.sh"
+# shellcheck source=SCRIPTDIR/../lib/provider.sh
+source "$ROOT/test/lib/provider.sh"
 
 progress() {
   if [ "$MODE" = quickstart ]; then
@@ -101,22 +44,7 @@ progress() {
 }
 
 diagnostics() {
-  log "-- diagnostics"
-  clusterctl describe cluster "$CLUSTER" -n "$NS" --show-conditions all 2>&1 | sed 's/^/    /' || true
-  kubectl get kkinstances,kkmachines -n "$NS" -o wide 2>&1 | sed 's/^/    /' || true
-  log "-- last manager log lines ($WORK/manager.log)"
-  tail -n 40 "$WORK/manager.log" 2>/dev/null | sed 's/^/    /' || true
-}
-
-timing_table() {
-  end_stage
-  local total=$(($(date +%s) - T_START)) i
-  printf '\n%-46s %8s  %s\n' "stage" "seconds" "result"
-  printf '%-46s %8s  %s\n' "----------------------------------------------" "--------" "------"
-  for i in "${!STAGES[@]}"; do
-    printf '%-46s %8s  %s\n' "${STAGES[$i]}" "${STAGE_SECS[$i]}" "${STAGE_RESULT[$i]}"
-  done
-  printf '%-46s %8s\n' "total" "$total"
+  provider_diagnostics 40
 }
 
 # ---------------------------------------------------------------------------------------------------------
@@ -161,9 +89,7 @@ mgmt_up() {
 
 release() {
   stage "release-manifests + clusterctl"
-  "$ROOT/test/release/release-manifests.sh" "$WORK/repo" "$VERSION" "ghcr.io/capkk-rs/capkk-manager:$VERSION" >/dev/null
-  CCONF=$WORK/repo/clusterctl.yaml
-  clusterctl generate provider --infrastructure "kubekey:$VERSION" --config "$CCONF" >"$WORK/components.yaml"
+  provider_release
   check "clusterctl generate provider renders the components" \
     grep -q "image: ghcr.io/capkk-rs/capkk-manager:$VERSION" "$WORK/components.yaml"
   clusterctl generate cluster "$CLUSTER" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" \
@@ -189,59 +115,14 @@ release() {
 
 install_provider() {
   stage "provider CRDs + RBAC, manager process"
-  # Everything of the components but the Deployment: the manager runs as a local process instead.
-  python3 - "$WORK/components.yaml" "$WORK/components-no-deployment.yaml" <<'PY'
-import sys
-docs = open(sys.argv[1]).read().split("\n---\n")
-keep = [d for d in docs if "\nkind: Deployment\n" not in "\n" + d + "\n"]
-open(sys.argv[2], "w").write("\n---\n".join(keep) + "\n")
-PY
-  kubectl apply --server-side --force-conflicts -f "$WORK/components-no-deployment.yaml" >/dev/null
-  kubectl wait --for condition=established --timeout=60s crd/kkclusters.infrastructure.cluster.x-k8s.io \
-    crd/kkmachines.infrastructure.cluster.x-k8s.io crd/kkinstances.infrastructure.cluster.x-k8s.io >/dev/null
-  if [ "$(kubectl get ns "$NS" -o jsonpath='{.status.phase}' 2>/dev/null)" = Terminating ]; then
-    wait_for "namespace $NS of an earlier run finished terminating" 600 \
-      bash -c "[ \"\$(kubectl get ns '$NS' -o jsonpath='{.status.phase}' 2>/dev/null)\" != Terminating ]"
-  fi
-  kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-
-  # A kubeconfig for the ServiceAccount the Deployment would run as (config/rbac's permissions only).
-  local sa_ns=capkk-system sa=capkk-controller-manager server ca token
-  server=$(kubectl config view --minify --raw -o jsonpath='{.clusters[0].cluster.server}')
-  ca=$(kubectl config view --minify --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
-  token=$(kubectl -n "$sa_ns" create token "$sa" --duration=24h)
-  umask 077
-  cat >"$WORK/manager.kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters: [{name: mgmt, cluster: {server: "$server", certificate-authority-data: "$ca"}}]
-users: [{name: $sa, user: {token: "$token"}}]
-contexts: [{name: manager, context: {cluster: mgmt, user: $sa, namespace: $sa_ns}}]
-current-context: manager
-EOF
-  umask 022
+  # shellcheck disable=SC2119 # nothing to run first on a Terminating namespace: teardown already dropped the finalizers
+  provider_install
   check "the ServiceAccount may list KKMachines cluster-wide (config/rbac)" \
     kubectl auth can-i list kkmachines.infrastructure.cluster.x-k8s.io --all-namespaces \
-    --as "system:serviceaccount:$sa_ns:$sa"
-  stop_manager
-  local port=$((20000 + RANDOM % 20000))
-  KUBECONFIG=$WORK/manager.kubeconfig POD_NAME=$NAME-manager POD_NAMESPACE=$sa_ns RUST_LOG=${RUST_LOG:-info} \
-    setsid "$MANAGER" --namespace "$NS" --leader-elect --leader-election-namespace "$sa_ns" \
-    --leader-election-id "capkk-$NAME" --health-probe-bind-address "127.0.0.1:$port" \
-    --metrics-bind-address "127.0.0.1:$((port + 1))" --max-concurrent-hosts 10 --log-format text \
-    </dev/null >>"$WORK/manager.log" 2>&1 &
-  echo $! >"$WORK/manager.pid"
-  wait_for "manager is ready (127.0.0.1:$port/readyz)" 60 http_ok "http://127.0.0.1:$port/readyz"
-}
-
-stop_manager() {
-  local pid
-  pid=$(cat "$WORK/manager.pid" 2>/dev/null || true)
-  if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = manager ]; then
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
-  fi
-  rm -f "$WORK/manager.pid"
+    --as "system:serviceaccount:$MANAGER_SA_NS:$MANAGER_SA"
+  # The default of --max-concurrent-hosts, pinned: a CAPKK_MAX_CONCURRENT_HOSTS in the caller's environment
+  # would change how many of the hosts provision at once.
+  start_manager 60 --max-concurrent-hosts 10
 }
 
 # ---------------------------------------------------------------------------------------------------------
@@ -406,19 +287,10 @@ PY
   kubectl apply -f "$WORK/cluster.yaml"
 }
 
-machines_running() { # machines_running SELECTOR COUNT: COUNT Machines, all Running with a nodeRef
-  local sel=$1 want=$2 out
-  out=$(kubectl get machines -n "$NS" -l "$sel" -o jsonpath='{range .items[*]}{.status.phase}/{.status.nodeRef.name}{"\n"}{end}')
-  [ "$(grep -c . <<<"$out")" = "$want" ] && ! grep -qv '^Running/.\+' <<<"$out"
-}
 machine_count() { [ "$(kubectl get machines -n "$NS" -l "$1" -o name | grep -c .)" = "$2" ]; }
 
-CP_SEL="cluster.x-k8s.io/control-plane"
 MD_SEL() { echo "cluster.x-k8s.io/deployment-name=$CLUSTER-md-0"; }
 
-workload_kubeconfig() {
-  kubectl get secret -n "$NS" "$CLUSTER-kubeconfig" -o jsonpath='{.data.value}' | base64 -d >"$WORK/workload.kubeconfig"
-}
 wl() { kubectl --kubeconfig "$WORK/workload.kubeconfig" "$@"; }
 
 control_plane() {
@@ -683,11 +555,7 @@ teardown() {
   stop_mirror
   if [ -x "${SANDBOX:-}" ]; then sb down --name "$NAME" >/dev/null 2>&1 || true; fi
   if [ -n "${KUBECONFIG:-}" ] && kubectl get ns "$NS" >/dev/null 2>&1; then
-    # Objects left by a failed run: drop finalizers so the namespace can go.
-    local o
-    for o in $(kubectl get -n "$NS" clusters,machines,machinesets,machinedeployments,kubeadmcontrolplanes,kubeadmconfigs,kkclusters,kkmachines,kkinstances -o name 2>/dev/null); do
-      kubectl patch -n "$NS" "$o" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
-    done
+    drop_finalizers
     kubectl delete ns "$NS" --wait=false >/dev/null 2>&1 || true
     # Give the namespace controller a moment, so that a following run finds a clean slate (it waits otherwise).
     kubectl wait --for=delete "ns/$NS" --timeout=60s >/dev/null 2>&1 || log "namespace $NS still terminating"

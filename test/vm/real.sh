@@ -35,70 +35,15 @@ CARGO=${CARGO:-cargo}
 CP_TIMEOUT=${REAL_CP_TIMEOUT:-3600}
 WORKER_TIMEOUT=${REAL_WORKER_TIMEOUT:-1500}
 
-T_START=$(date +%s)
-declare -a STAGES=() STAGE_SECS=() STAGE_RESULT=()
-PASSED=0
-FAILED=0
-CUR_STAGE=""
-CUR_T0=0
-
-log() { printf '[%s %s] %s\n' "$NAME" "$(date +%H:%M:%S)" "$*"; }
-die() { log "FATAL: $*"; exit 1; }
-
-STAGE_FAILED0=0
-stage() {
-  end_stage
-  CUR_STAGE=$1
-  CUR_T0=$(date +%s)
-  STAGE_FAILED0=$FAILED
-  log "== $1 (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
-}
-end_stage() {
-  [ -n "$CUR_STAGE" ] || return 0
-  STAGES+=("$CUR_STAGE")
-  STAGE_SECS+=("$(($(date +%s) - CUR_T0))")
-  local result=${1:-ok}
-  [ "$FAILED" = "$STAGE_FAILED0" ] || result="FAILED ($((FAILED - STAGE_FAILED0)))"
-  STAGE_RESULT+=("$result")
-  CUR_STAGE=""
-}
-
-check() {
-  local desc=$1
-  shift
-  if "$@"; then
-    PASSED=$((PASSED + 1))
-    log "  ok   $desc"
-  else
-    FAILED=$((FAILED + 1))
-    log "  FAIL $desc"
-    return 1
-  fi
-}
-
-wait_for() { # wait_for DESCRIPTION TIMEOUT_SECONDS COMMAND...
-  local desc=$1 timeout=$2
-  shift 2
-  local t0 deadline next
-  t0=$(date +%s)
-  deadline=$((t0 + timeout))
-  next=$((t0 + 60))
-  while ! "$@" >/dev/null 2>&1; do
-    if [ "$(date +%s)" -ge "$deadline" ]; then
-      FAILED=$((FAILED + 1))
-      log "  FAIL $desc (not within ${timeout}s)"
-      diagnostics
-      return 1
-    fi
-    if [ "$(date +%s)" -ge "$next" ]; then
-      progress
-      next=$(($(date +%s) + 60))
-    fi
-    sleep 5
-  done
-  PASSED=$((PASSED + 1))
-  log "  ok   $desc ($(($(date +%s) - t0))s)"
-}
+# Stages take minutes under TCG, and their times depend on the machine's load: whole seconds, the load average
+# with every stage, polls and progress lines less often, the time each wait took. A failed check ends the run
+# (set -e): every stage builds on the one before, and waiting on a broken VM costs minutes.
+HARNESS_POLL_SECS=5 HARNESS_PROGRESS_SECS=60 HARNESS_WAIT_SECS=1 HARNESS_LOAD=1
+HARNESS_STAGE_DECIMALS=0 HARNESS_STAGE_WIDTH=58
+# shellcheck source=SCRIPTDIR/../lib/harness.sh
+source "$ROOT/test/lib/harness.sh"
+# shellcheck source=SCRIPTDIR/../lib/provider.sh
+source "$ROOT/test/lib/provider.sh"
 
 progress() {
   log "   .. $(kubectl get kkmachines -n "$NS" --no-headers \
@@ -107,29 +52,13 @@ load $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 
 diagnostics() {
-  log "-- diagnostics"
-  clusterctl describe cluster "$CLUSTER" -n "$NS" --show-conditions all 2>&1 | sed 's/^/    /' || true
-  kubectl get kkinstances,kkmachines -n "$NS" -o wide 2>&1 | sed 's/^/    /' || true
-  log "-- last manager log lines ($WORK/manager.log)"
-  tail -n 30 "$WORK/manager.log" 2>/dev/null | sed 's/^/    /' || true
+  provider_diagnostics 30
   local i
   for i in $(seq "${VMS:-0}"); do
     log "-- VM $i: kubelet and containers"
     vmsh "$i" 'systemctl is-active containerd kubelet; journalctl -u kubelet --no-pager -n 15; crictl ps -a 2>/dev/null | head -20' 2>&1 |
       sed 's/^/    /' || true
   done
-}
-
-timing_table() {
-  end_stage
-  local total=$(($(date +%s) - T_START)) i
-  printf '\n%-58s %8s  %s\n' "stage" "seconds" "result"
-  printf '%-58s %8s  %s\n' "----------------------------------------------------------" "--------" "------"
-  for i in "${!STAGES[@]}"; do
-    printf '%-58s %8s  %s\n' "${STAGES[$i]}" "${STAGE_SECS[$i]}" "${STAGE_RESULT[$i]}"
-  done
-  printf '%-58s %8s\n' "total" "$total"
-  echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 
 # ---------------------------------------------------------------------------------------------------------
@@ -166,58 +95,11 @@ http_ok() { curl -fsS -o /dev/null --max-time 10 "$1"; }
 
 release() {
   stage "release-manifests + provider CRDs/RBAC + manager process"
-  "$ROOT/test/release/release-manifests.sh" "$WORK/repo" "$VERSION" "ghcr.io/capkk-rs/capkk-manager:$VERSION" >/dev/null
-  CCONF=$WORK/repo/clusterctl.yaml
-  clusterctl generate provider --infrastructure "kubekey:$VERSION" --config "$CCONF" >"$WORK/components.yaml"
-  python3 - "$WORK/components.yaml" "$WORK/components-no-deployment.yaml" <<'PY'
-import sys
-docs = open(sys.argv[1]).read().split("\n---\n")
-keep = [d for d in docs if "\nkind: Deployment\n" not in "\n" + d + "\n"]
-open(sys.argv[2], "w").write("\n---\n".join(keep) + "\n")
-PY
-  kubectl apply --server-side --force-conflicts -f "$WORK/components-no-deployment.yaml" >/dev/null
-  kubectl wait --for condition=established --timeout=60s crd/kkclusters.infrastructure.cluster.x-k8s.io \
-    crd/kkmachines.infrastructure.cluster.x-k8s.io crd/kkinstances.infrastructure.cluster.x-k8s.io >/dev/null
-  if [ "$(kubectl get ns "$NS" -o jsonpath='{.status.phase}' 2>/dev/null)" = Terminating ]; then
-    strip_finalizers
-    wait_for "namespace $NS of an earlier run finished terminating" 600 \
-      bash -c "[ \"\$(kubectl get ns '$NS' -o jsonpath='{.status.phase}' 2>/dev/null)\" != Terminating ]"
-  fi
-  kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-  # The manager runs as a local process with its ServiceAccount's token (config/rbac's permissions only).
-  local sa_ns=capkk-system sa=capkk-controller-manager server ca token
-  server=$(kubectl config view --minify --raw -o jsonpath='{.clusters[0].cluster.server}')
-  ca=$(kubectl config view --minify --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
-  token=$(kubectl -n "$sa_ns" create token "$sa" --duration=24h)
-  umask 077
-  cat >"$WORK/manager.kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters: [{name: mgmt, cluster: {server: "$server", certificate-authority-data: "$ca"}}]
-users: [{name: $sa, user: {token: "$token"}}]
-contexts: [{name: manager, context: {cluster: mgmt, user: $sa, namespace: $sa_ns}}]
-current-context: manager
-EOF
-  umask 022
-  stop_manager
-  local port=$((20000 + RANDOM % 20000))
-  KUBECONFIG=$WORK/manager.kubeconfig POD_NAME=$NAME-manager POD_NAMESPACE=$sa_ns RUST_LOG=${RUST_LOG:-info} \
-    setsid "$MANAGER" --namespace "$NS" --leader-elect --leader-election-namespace "$sa_ns" \
-    --leader-election-id "capkk-$NAME" --health-probe-bind-address "127.0.0.1:$port" \
-    --metrics-bind-address "127.0.0.1:$((port + 1))" --log-format text \
-    </dev/null >>"$WORK/manager.log" 2>&1 &
-  echo $! >"$WORK/manager.pid"
-  wait_for "manager is ready (127.0.0.1:$port/readyz)" 120 http_ok "http://127.0.0.1:$port/readyz"
-}
-
-stop_manager() {
-  local pid
-  pid=$(cat "$WORK/manager.pid" 2>/dev/null || true)
-  if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = manager ]; then
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
-  fi
-  rm -f "$WORK/manager.pid"
+  provider_release
+  # A namespace of a crashed run may still hold objects whose finalizers no manager removes any more.
+  provider_install strip_finalizers
+  # 120 s, not the e2e's 60: this test is for a machine that QEMU and other runs keep busy.
+  start_manager 120
 }
 
 # ---------------------------------------------------------------------------------------------------------
@@ -305,17 +187,8 @@ render_apply() {
   kubectl apply -f "$WORK/cluster.yaml" >/dev/null
 }
 
-machines_running() {
-  local sel=$1 want=$2 out
-  out=$(kubectl get machines -n "$NS" -l "$sel" -o jsonpath='{range .items[*]}{.status.phase}/{.status.nodeRef.name}{"\n"}{end}')
-  [ "$(grep -c . <<<"$out")" = "$want" ] && ! grep -qv '^Running/.\+' <<<"$out"
-}
-CP_SEL="cluster.x-k8s.io/control-plane"
 MD_SEL="cluster.x-k8s.io/deployment-name=$CLUSTER-md-0"
 
-workload_kubeconfig() {
-  kubectl get secret -n "$NS" "$CLUSTER-kubeconfig" -o jsonpath='{.data.value}' | base64 -d >"$WORK/workload.kubeconfig"
-}
 wl() { kubectl --kubeconfig "$WORK/workload.kubeconfig" --request-timeout=60s "$@"; }
 node_ready() { [ "$(wl get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
 node_provider_id_is_ours() { wl get node "$1" -o jsonpath='{.spec.providerID}' | grep -q "^kk:///$CLUSTER/$1\$"; }
@@ -363,11 +236,9 @@ delete_cluster() {
 # The test's objects lose their finalizers (the manager is gone; CAPI controllers may still create a Machine
 # between a pass and the namespace deletion, so this runs again until the namespace is gone or 60 s passed).
 strip_finalizers() {
-  local o i
+  local i
   for i in $(seq 12); do
-    for o in $(kubectl get -n "$NS" clusters,machines,machinesets,machinedeployments,kubeadmcontrolplanes,kubeadmconfigs,kkclusters,kkmachines,kkinstances -o name 2>/dev/null); do
-      kubectl patch -n "$NS" "$o" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
-    done
+    drop_finalizers
     kubectl get ns "$NS" >/dev/null 2>&1 || return 0
     [ "$i" = 1 ] && kubectl delete ns "$NS" --wait=false >/dev/null 2>&1
     sleep 5
@@ -387,6 +258,7 @@ main() {
   case $MODE in
     smoke)
       VMS=1
+      # shellcheck disable=SC2154 # rc is assigned in the trap's own first command
       trap 'rc=$?; end_stage failed; timing_table; echo; echo "real $MODE: $PASSED passed, $FAILED failed"; teardown; exit $rc' EXIT
       build
       mgmt_up
