@@ -11,6 +11,9 @@
 # exactly config/rbac's permissions), a test mirror on the sandbox bridge serving stand-in release artifacts
 # (kubeadm = test/kubeadm-sim), and the cluster rendered by the real `clusterctl generate cluster`.
 # Why not `clusterctl init`: see docs/clusterctl.md.
+#
+# shellcheck disable=SC2016,SC2317 # single-quoted scripts are for the hosts' shells; most functions run only
+# through check, wait_for and the traps, where shellcheck does not see them called.
 set -euo pipefail
 
 MODE=${1:-run}

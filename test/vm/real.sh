@@ -16,6 +16,9 @@
 # the registry and the mirror are set in the rendered KubeadmControlPlane/KubeadmConfigTemplate/KKCluster like
 # a user would. The hosts are "pre-made machines" whose only preparation is their apt source (the local Debian
 # package mirror), as a user's hosts come with their package mirror configured.
+#
+# shellcheck disable=SC2016,SC2317 # single-quoted scripts are for the VMs' shells; most functions run only
+# through check, wait_for and the traps, where shellcheck does not see them called.
 set -euo pipefail
 
 MODE=${1:-smoke}
@@ -33,6 +36,7 @@ export CAPKK_CACHE CLUSTERCTL_DISABLE_VERSIONCHECK=true
 CARGO=${CARGO:-cargo}
 # Budgets under TCG on a shared 2-core machine (see ../shared/reference/real-nodes.md): minutes, not seconds.
 CP_TIMEOUT=${REAL_CP_TIMEOUT:-3600}
+# shellcheck disable=SC2034 # for the worker stage still to come ("Not yet here" above)
 WORKER_TIMEOUT=${REAL_WORKER_TIMEOUT:-1500}
 
 # Stages take minutes under TCG, and their times depend on the machine's load: whole seconds, the load average
@@ -143,6 +147,7 @@ serve_up() {
 }
 
 serve_down() {
+  # shellcheck disable=SC2015 # `|| true` is meant for both: nothing to stop, or stopping failed
   [ -d "$WORK/serve" ] && "$ROOT/test/vm/artifacts/serve.sh" stop "$WORK/serve" >/dev/null 2>&1 || true
 }
 
@@ -187,6 +192,7 @@ render_apply() {
   kubectl apply -f "$WORK/cluster.yaml" >/dev/null
 }
 
+# shellcheck disable=SC2034 # for the worker stage still to come ("Not yet here" above)
 MD_SEL="cluster.x-k8s.io/deployment-name=$CLUSTER-md-0"
 
 wl() { kubectl --kubeconfig "$WORK/workload.kubeconfig" --request-timeout=60s "$@"; }
@@ -251,6 +257,7 @@ teardown() {
   if [ -n "${KUBECONFIG:-}" ] && kubectl get ns "$NS" >/dev/null 2>&1; then
     strip_finalizers
   fi
+  # shellcheck disable=SC2015 # `|| true` is meant for both: no vm binary, or nothing to take down
   [ -x "${VMCTL:-}" ] && "$VMCTL" down --name "$NAME" >/dev/null 2>&1 || true
 }
 
