@@ -60,13 +60,12 @@ EOF
 }
 
 # start_manager READY_TIMEOUT [ARG...]: the manager as a local process (ARGs added to its command line) with leader
-# election, as in the Deployment, until its /readyz answers. Random health/metrics ports: other test runs on the
-# machine start managers of their own.
+# election, as in the Deployment, until its /readyz answers.
 start_manager() {
   local timeout=$1 port
   shift
   stop_manager
-  port=$((20000 + RANDOM % 20000))
+  port=$(free_port_pair)
   KUBECONFIG=$WORK/manager.kubeconfig POD_NAME=$NAME-manager POD_NAMESPACE=$MANAGER_SA_NS RUST_LOG=${RUST_LOG:-info} \
     setsid "$MANAGER" --namespace "$NS" --leader-elect --leader-election-namespace "$MANAGER_SA_NS" \
     --leader-election-id "capkk-$NAME" --health-probe-bind-address "127.0.0.1:$port" \
@@ -74,6 +73,23 @@ start_manager() {
     </dev/null >>"$WORK/manager.log" 2>&1 &
   echo $! >"$WORK/manager.pid"
   wait_for "manager is ready (127.0.0.1:$port/readyz)" "$timeout" http_ok "http://127.0.0.1:$port/readyz"
+}
+
+# free_port_pair: a port P with P and P+1 unused, for the manager's health and metrics endpoints. Random, as other
+# test runs on the machine start managers of their own; from 10000-19999, below the kernel's ephemeral ports
+# (32768 and up: an outgoing connection's local port there once made the metrics bind fail, "Address already in
+# use") and below the management planes' ports (22379 and up).
+free_port_pair() {
+  local port
+  for _ in $(seq 100); do
+    port=$((10000 + RANDOM % 9999))
+    if [ -z "$(ss -Htan "( sport = :$port or sport = :$((port + 1)) )")" ]; then
+      echo "$port"
+      return 0
+    fi
+  done
+  log "FATAL: no two free adjacent ports in 10000-19999" >&2 # stderr: stdout is the caller's port
+  return 1
 }
 
 stop_manager() { # the manager this test started (its pid file, and only while that pid is still a manager)
