@@ -13,5 +13,7 @@ pub const RESET_DONE: &str = "kkinstance.infrastructure.cluster.x-k8s.io/reset-d
 /// RFC 3339 time since which a release has failed to reach the host.
 pub const UNREACHABLE_SINCE: &str = "kkinstance.infrastructure.cluster.x-k8s.io/unreachable-since";
 /// The condition reason of a terminal host-work failure. Host work does not start again until the retry
-/// annotation is set (`kkinstance.infrastructure.cluster.x-k8s.io/retry`), whatever else changes.
+/// annotation is set (`kkinstance.infrastructure.cluster.x-k8s.io/retry`), whatever else changes; for
+/// `CredentialsUnavailable` the Secret watch sets it when a Secret the KKInstance reads changes
+/// ([`crate::secrets`]).
 pub const FAILED: &str = "kkinstance.infrastructure.cluster.x-k8s.io/failed";

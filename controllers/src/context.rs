@@ -216,6 +216,16 @@ impl TaskRegistry {
         }
     }
 
+    /// Make a pending retry of `uid` due now (its input changed); the failure count stays, so a failure
+    /// that persists keeps backing off.
+    pub fn retry_now(&self, uid: &str) {
+        if let Ok(mut f) = self.failures.lock()
+            && let Some((_, r)) = f.get_mut(uid)
+        {
+            r.not_before = Instant::now();
+        }
+    }
+
     /// The pending retry of `uid` after a transient failure, if any.
     pub fn retry(&self, uid: &str) -> Option<Retry> {
         self.failures

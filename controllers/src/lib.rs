@@ -7,6 +7,7 @@
 //!   AlreadyExists makes a claim atomic across managers), mirrors progress, patches the Node's providerID.
 //! - [`kkinstance`]: the host state machine (`classify`), host work as background tasks keyed by UID;
 //!   release, reset and quarantine.
+//! - [`secrets`]: the metadata-only Secret watch that wakes the KKInstances reading a changed Secret.
 //! - [`manager`]: flags, logging, metrics/health endpoints, leader election, graceful shutdown.
 
 pub mod annotations;
@@ -22,6 +23,7 @@ pub mod leader;
 pub mod manager;
 pub mod metrics;
 pub mod reconcile;
+pub mod secrets;
 pub mod services;
 pub mod workload;
 pub mod workload_kubeconfig;

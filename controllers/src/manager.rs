@@ -427,7 +427,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .shutdown_on_signal()
         .run(reconcile::<KKInstance>, error_policy::<KKInstance>, ctx.clone())
         .for_each(|_| futures::future::ready(()));
-    let controllers = futures::future::join3(clusters, machines, instances);
+    // A changed Secret wakes the KKInstances that read it (metadata only; see secrets.rs). It ends with the
+    // controllers (shutdown or lost leadership drop this future).
+    let secret_watch = crate::secrets::watch(client.clone(), ns.clone(), ctx.clone());
+    let controllers = async {
+        tokio::select! {
+            _ = futures::future::join3(clusters, machines, instances) => {}
+            _ = secret_watch => {}
+        }
+    };
 
     let lost = async {
         match &elector {
