@@ -250,6 +250,9 @@ where
     }
 }
 
+/// How long in-flight reconciles may run after SIGTERM before the manager stops anyway.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
 /// Run the manager until SIGTERM/SIGINT (or until leadership is lost, which is an error).
 pub async fn run(args: Args) -> anyhow::Result<()> {
     init_tracing(args.log_format);
@@ -430,10 +433,20 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // A changed Secret wakes the KKInstances that read it (metadata only; see secrets.rs). It ends with the
     // controllers (shutdown or lost leadership drop this future).
     let secret_watch = crate::secrets::watch(client.clone(), ns.clone(), ctx.clone());
+    // After SIGTERM the controllers drain their in-flight reconciles, but only for SHUTDOWN_GRACE: a container
+    // runtime kills after 10 s (podman) or 30 s (a Pod's default). With objects to reconcile (a cluster-wide
+    // manager on a plane full of test namespaces) the drain took from 2 s to 16 s here, and the image test's
+    // SIGTERM ran into podman's kill. Stopping mid-reconcile is safe: status is applied whole, host work
+    // resumes from the host's journal.
+    let mut drain = shutdown_rx.clone();
     let controllers = async {
         tokio::select! {
             _ = futures::future::join3(clusters, machines, instances) => {}
             _ = secret_watch => {}
+            _ = async {
+                let _ = drain.wait_for(|v| *v).await;
+                tokio::time::sleep(SHUTDOWN_GRACE).await;
+            } => { warn!(grace = ?SHUTDOWN_GRACE, "in-flight reconciles did not finish in time; stopping anyway"); }
         }
     };
 
