@@ -258,14 +258,13 @@ pub async fn target(client: &Client, ns: &str, dial: &HostDial<'_>) -> Result<Ho
     Ok(t)
 }
 
-/// The target of a KKInstance. Credentials come from its KKCluster (inline or Secret refs) when the
-/// KKCluster still exists, else from the Secret references in the KKInstance.
-pub async fn instance_target(
-    client: &Client,
+/// The SSH auth and bastion of a KKInstance: from its KKCluster (the host's entry merged over the cluster-wide
+/// auth) when the KKCluster still lists the host, else what the KKInstance carries itself. `None` auth: the
+/// KKInstance carries none.
+pub fn instance_auth_and_bastion(
     inst: &KKInstance,
     cluster: Option<&KKCluster>,
-) -> Result<HostTarget> {
-    let ns = inst.metadata.namespace.clone().unwrap_or_default();
+) -> (Option<ApiAuth>, Option<Bastion>) {
     let host = cluster.and_then(|c| {
         c.spec
             .nodes
@@ -274,13 +273,26 @@ pub async fn instance_target(
             .find(|h| h.host_name() == inst.spec.name)
     });
     let auth = match (cluster, host) {
-        (Some(c), Some(h)) => host_auth(c, h),
-        _ => inst.spec.auth.clone().unwrap_or_default(),
+        (Some(c), Some(h)) => Some(host_auth(c, h)),
+        _ => inst.spec.auth.clone(),
     };
-    let mut bastion = match cluster {
+    let bastion = match cluster {
         Some(c) => effective_bastion(c),
         None => inst.spec.bastion.clone(),
     };
+    (auth, bastion)
+}
+
+/// The target of a KKInstance. Credentials come from its KKCluster (inline or Secret refs) when the
+/// KKCluster still exists, else from the Secret references in the KKInstance.
+pub async fn instance_target(
+    client: &Client,
+    inst: &KKInstance,
+    cluster: Option<&KKCluster>,
+) -> Result<HostTarget> {
+    let ns = inst.metadata.namespace.clone().unwrap_or_default();
+    let (auth, mut bastion) = instance_auth_and_bastion(inst, cluster);
+    let auth = auth.unwrap_or_default();
     // A bastion key trusted on first use is recorded in the KKInstance: pin it from then on.
     if let (Some(b), Some(recorded)) = (bastion.as_mut(), inst.spec.bastion.as_ref())
         && b.host_keys.is_empty()

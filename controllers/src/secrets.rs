@@ -41,25 +41,11 @@ fn auth_refs<'a>(auth: Option<&'a Auth>, out: &mut BTreeSet<&'a str>) {
     }
 }
 
-/// The names of the Secrets (in its namespace) `inst` reads: its SSH credentials and its bastion's (from its
-/// KKCluster when that exists, as [`hosts::instance_target`] resolves them, else from its own references), the
-/// KKCluster's registry credentials and the bootstrap data.
+/// The names of the Secrets (in its namespace) `inst` reads: its SSH credentials and its bastion's, resolved as
+/// the host work resolves them ([`hosts::instance_auth_and_bastion`]), the KKCluster's registry credentials
+/// and the bootstrap data.
 pub fn referenced(inst: &KKInstance, kkc: Option<&KKCluster>) -> BTreeSet<String> {
-    let host = kkc.and_then(|c| {
-        c.spec
-            .nodes
-            .instances
-            .iter()
-            .find(|h| h.host_name() == inst.spec.name)
-    });
-    let auth = match (kkc, host) {
-        (Some(c), Some(h)) => Some(hosts::host_auth(c, h)),
-        _ => inst.spec.auth.clone(),
-    };
-    let bastion = match kkc {
-        Some(c) => hosts::effective_bastion(c),
-        None => inst.spec.bastion.clone(),
-    };
+    let (auth, bastion) = hosts::instance_auth_and_bastion(inst, kkc);
     let mut names = BTreeSet::new();
     auth_refs(auth.as_ref(), &mut names);
     auth_refs(bastion.as_ref().and_then(|b| b.auth.as_ref()), &mut names);
