@@ -6,10 +6,19 @@
 #   test/vm/real.sh smoke        1 VM: KubeadmControlPlane (1 replica) inits it through our controllers, the
 #                                Node goes Ready with our providerID, deleting the Cluster resets the VM
 #                                (make test-real-smoke; not yet part of make test, see test/vm/README.md)
-#   test/vm/real.sh down         tear down what a failed or interrupted smoke left (VMs, mirror, manager, namespace)
+#   test/vm/real.sh e2e          2 VMs: the control plane and a MachineDeployment worker, both Nodes Ready, kube-proxy
+#                                and CoreDNS Running, the workload image answering over the pod network on the
+#                                worker, scale 1 -> 0 (the worker VM reset for real) -> 1 (the same VM joins
+#                                again), delete the Cluster (every VM reset)            (make e2e-real)
+#   test/vm/real.sh quickstart   e2e's cluster up to the pod network, left running; prints how to explore it
+#                                (make quickstart-real)
+#   test/vm/real.sh down | e2e-down | quickstart-down
+#                                tear down what that mode left (VMs, mirror, registry, manager, namespace)
 #
-# Not yet here: the e2e-real lifecycle (a worker VM joining, scale down/up, a pod over the pod network) and the
-# quickstart-real cluster left running; see test/vm/README.md for where that stands.
+# REAL_NAME names the run (default real-smoke, real-e2e, real-quickstart: VMs, namespace, work dir); use one of
+# your own when others run on the machine. REAL_KEEP=1 leaves everything running at the end, passed or failed
+# (the VMs then have no watchdog: the matching down mode removes them). REAL_FROM=STAGE, with REAL_KEEP=1 runs
+# of the same REAL_NAME: start at that stage of e2e (after a kept run reached it; e.g. scale-down).
 #
 # Nothing here reaches into the product: the cluster is rendered by the real `clusterctl generate cluster` from
 # our default template; the TCG knobs (ECDSA keys, leader-election leases, kubeadm timeouts, probe thresholds),
@@ -25,8 +34,12 @@ MODE=${1:-smoke}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 case $MODE in
   smoke | down) NAME=${REAL_NAME:-real-smoke} ;;
-  *) echo "usage: $0 smoke|down" >&2; exit 2 ;;
+  e2e | e2e-down) NAME=${REAL_NAME:-real-e2e} ;;
+  quickstart | quickstart-down) NAME=${REAL_NAME:-real-quickstart} ;;
+  *) echo "usage: $0 smoke|e2e|quickstart|down|e2e-down|quickstart-down" >&2; exit 2 ;;
 esac
+KEEP=${REAL_KEEP:-0}
+FROM=${REAL_FROM:-}
 CLUSTER=$NAME
 NS=capkk-$NAME
 WORK=${REAL_WORK:-$ROOT/target/real/$NAME}
@@ -36,7 +49,6 @@ export CAPKK_CACHE CLUSTERCTL_DISABLE_VERSIONCHECK=true
 CARGO=${CARGO:-cargo}
 # Budgets under TCG on a shared 2-core machine (see ../shared/reference/real-nodes.md): minutes, not seconds.
 CP_TIMEOUT=${REAL_CP_TIMEOUT:-3600}
-# shellcheck disable=SC2034 # for the worker stage still to come ("Not yet here" above)
 WORKER_TIMEOUT=${REAL_WORKER_TIMEOUT:-1500}
 
 # Stages take minutes under TCG, and their times depend on the machine's load: whole seconds, the load average
@@ -63,6 +75,11 @@ diagnostics() {
     vmsh "$i" 'systemctl is-active containerd kubelet; journalctl -u kubelet --no-pager -n 15; crictl ps -a 2>/dev/null | head -20' 2>&1 |
       sed 's/^/    /' || true
   done
+  if [ -s "$WORK/workload.kubeconfig" ]; then
+    log "-- workload cluster: nodes, pods, recent events"
+    { wl get nodes -o wide; wl get pods -A -o wide; wl get events -A --sort-by=.lastTimestamp | tail -n 20; } 2>&1 |
+      sed 's/^/    /' || true
+  fi
 }
 
 # ---------------------------------------------------------------------------------------------------------
@@ -116,9 +133,11 @@ vmsh() { local i=$1; shift; "$VMCTL" ssh --name "$NAME" --vm "$i" -- "$@"; }
 
 vms_up() {
   stage "VMs boot to SSH ($VMS VM(s), image from cache or built)"
-  local specs=(--vm 2x3072) guard=$$
+  local specs=(--vm 2x3072)
   [ "$VMS" = 2 ] && specs+=(--vm 1x2048)
-  "$VMCTL" up --name "$NAME" "${specs[@]}" --guard-pid "$guard" >/dev/null
+  # A watchdog tears the VMs down when this script exits; a kept run's VMs live until the down mode.
+  [ "$KEEP" = 1 ] || specs+=(--guard-pid $$)
+  "$VMCTL" up --name "$NAME" "${specs[@]}" >/dev/null
   BRIDGE=$(fleet_json "d['bridge_address']")
   INNER=$(fleet_json "d['inner_cidr']")
   local i
@@ -154,6 +173,8 @@ serve_down() {
 # ---------------------------------------------------------------------------------------------------------
 # the cluster
 
+pod_subnets() { CP_PODS=${INNER%.0/24}.0/26 WORKER_PODS=${INNER%.0/24}.64/26; }
+
 render_apply() {
   stage "render (clusterctl generate cluster + TCG knobs) + apply"
   local i instances="" fp role
@@ -174,7 +195,18 @@ render_apply() {
  {id: runc, checksum: {path: /opencontainers/runc/releases/download/$RUNC_VERSION/runc.sha256sum}}]}"
   component=$(echo "$component" | tr -d '\n')
   # Pods get 198.19.N.0/25, Services 198.19.N.128/25: inside the fleet's slot, never routed on the machine.
-  local base=${INNER%.0/24}
+  # With a worker, each node's bridge CNI takes a /26 of the pod network (the control plane .0/26, the worker
+  # .64/26: what kube-controller-manager assigns with node-cidr-mask-size 26) and a static route on each node
+  # leads to the other's pods over the fleet's bridge (test-environment config in the rendered YAML).
+  local base=${INNER%.0/24} net=()
+  rm -f "$WORK/nodes.txt" "$WORK/workload.kubeconfig"
+  if [ "$VMS" = 1 ]; then
+    net=(--pod-cidr "$base.0/25")
+  else
+    pod_subnets
+    net=(--pod-cidr "$CP_PODS" --worker-pod-cidr "$WORKER_PODS"
+      --cp-routes "$WORKER_PODS=$(vm_addr 2)" --worker-routes "$CP_PODS=$(vm_addr 1)")
+  fi
   KUBEKEY_INSTANCES="[$instances]" KUBEKEY_COMPONENT="$component" KUBEKEY_SSH_SECRET="$CLUSTER-ssh" \
     POD_CIDR="$base.0/25" SERVICE_CIDR="$base.128/25" \
     clusterctl generate cluster "$CLUSTER" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" \
@@ -183,7 +215,7 @@ render_apply() {
   python3 "$ROOT/test/vm/tcg-knobs.py" "$WORK/cluster-generated.yaml" "$WORK/cluster.yaml" \
     --registry "$NODE_REGISTRY" --registry-secret "$CLUSTER-registry" \
     --containerd "$CONTAINERD_VERSION" --runc "$RUNC_VERSION" --crictl "$CRICTL_VERSION" \
-    --pause "$NODE_REGISTRY/pause:$PAUSE_VERSION" --pod-cidr "$base.0/25"
+    --pause "$NODE_REGISTRY/pause:$PAUSE_VERSION" "${net[@]}"
   check "the rendered cluster passes a server dry-run" bash -c "kubectl apply --dry-run=server -f '$WORK/cluster.yaml' >/dev/null"
   kubectl -n "$NS" create secret generic "$CLUSTER-ssh" \
     --from-file=privateKey="$(fleet_json "d['private_key']")" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
@@ -192,13 +224,20 @@ render_apply() {
   kubectl apply -f "$WORK/cluster.yaml" >/dev/null
 }
 
-# shellcheck disable=SC2034 # for the worker stage still to come ("Not yet here" above)
-MD_SEL="cluster.x-k8s.io/deployment-name=$CLUSTER-md-0"
+MD=$CLUSTER-md-0
+MD_SEL="cluster.x-k8s.io/deployment-name=$MD"
 
 wl() { kubectl --kubeconfig "$WORK/workload.kubeconfig" --request-timeout=60s "$@"; }
 node_ready() { [ "$(wl get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
 node_provider_id_is_ours() { wl get node "$1" -o jsonpath='{.spec.providerID}' | grep -q "^kk:///$CLUSTER/$1\$"; }
 node_untainted() { ! wl get node "$1" -o jsonpath='{.spec.taints[*].key}' | grep -q node.cluster.x-k8s.io/uninitialized; }
+
+node_joined() { # node_joined NODE: Ready, with our providerID, without CAPI's uninitialized taint
+  wait_for "$1 Ready" 900 node_ready "$1"
+  wait_for "$1 carries providerID kk:///$CLUSTER/$1" 300 node_provider_id_is_ours "$1"
+  wait_for "$1 lost node.cluster.x-k8s.io/uninitialized" 300 node_untainted "$1"
+}
+nodes_wide() { wl get nodes -o wide | tee "$WORK/nodes.txt" | sed 's/^/    /'; }
 
 control_plane() {
   stage "control plane: host phases + kubeadm init + Machine Running"
@@ -208,22 +247,145 @@ control_plane() {
   phase_times
   workload_kubeconfig
   stage "control plane Node Ready"
-  wait_for "$cp Ready" 900 node_ready "$cp"
-  wait_for "$cp carries providerID kk:///$CLUSTER/$cp" 300 node_provider_id_is_ours "$cp"
-  wait_for "$cp lost node.cluster.x-k8s.io/uninitialized" 300 node_untainted "$cp"
-  wl get nodes -o wide | tee "$WORK/nodes.txt" | sed 's/^/    /'
+  node_joined "$cp"
+  nodes_wide
 }
 
-phase_times() { # the host phases as the manager logged them (timestamps of phase completion)
-  grep -E 'phase|step' "$WORK/manager.log" 2>/dev/null | grep -iE 'finished|done|completed' | tail -n 20 | sed 's/^/    /' || true
+machine_count() { [ "$(kubectl get machines -n "$NS" -l "$1" -o name | grep -c .)" = "$2" ]; }
+worker_machine_is() { # worker_machine_is NODE: the one worker Machine's nodeRef names NODE
+  [ "$(kubectl get machines -n "$NS" -l "$MD_SEL" -o jsonpath='{.items[*].status.nodeRef.name}')" = "$1" ]
+}
+cluster_provisioned() { [ "$(kubectl get cluster -n "$NS" "$CLUSTER" -o jsonpath='{.status.phase}')" = Provisioned ]; }
+node_absent() { ! wl get node "$1" >/dev/null 2>&1 && wl get nodes >/dev/null; }
+
+workers() {
+  local w
+  w=$(vm_name 2)
+  stage "worker: host phases + kubeadm join + Machine Running"
+  wait_for "worker Machine Running with a nodeRef" "$WORKER_TIMEOUT" machines_running "$MD_SEL" 1
+  phase_times 6
+  check "the worker Machine's Node is $w" worker_machine_is "$w"
+  stage "worker Node Ready"
+  node_joined "$w"
+  wait_for "Cluster $CLUSTER is Provisioned" 300 cluster_provisioned
+  check "every Machine of the Cluster Running (control plane + worker)" \
+    machines_running "cluster.x-k8s.io/cluster-name=$CLUSTER" 2
+  nodes_wide
 }
 
-host_reset() { # host_reset I: the VM no longer carries a node
+pods_ready() { # pods_ready NAMESPACE SELECTOR COUNT: COUNT pods, every one Running and Ready
   local out
-  out=$(vmsh "$1" 'ls -d /etc/kubernetes/admin.conf /etc/kubernetes/kubelet.conf /etc/kubernetes/pki /var/lib/etcd/member /var/lib/kubelet/config.yaml /run/cluster-api/bootstrap-success.complete 2>/dev/null
+  out=$(wl get pods -n "$1" -l "$2" -o jsonpath='{range .items[*]}{.status.phase}/{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}')
+  [ "$(grep -c . <<<"$out")" = "$3" ] && ! grep -qv '^Running/True$' <<<"$out"
+}
+coredns_from_local_registry() {
+  wl get deployment -n kube-system coredns -o jsonpath='{.spec.template.spec.containers[*].image}' | grep -q "^$NODE_REGISTRY/"
+}
+
+addons() {
+  stage "kubeadm's addons: kube-proxy on both nodes, CoreDNS"
+  wait_for "kube-proxy Running and Ready on both nodes" 900 pods_ready kube-system k8s-app=kube-proxy 2
+  check "CoreDNS's image comes from the local registry ($NODE_REGISTRY)" coredns_from_local_registry
+  # CoreDNS turns Ready once its kubernetes plugin has synced: through the apiserver's Service IP, i.e. kube-proxy.
+  wait_for "CoreDNS Running and Ready (2 replicas)" 900 pods_ready kube-system k8s-app=kube-dns 2
+}
+
+hello_apply() { # the workload image as a Deployment pinned to the worker, and a Service in front of it
+  wl apply -f - >/dev/null <<EOF
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: hello, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: hello}}
+  template:
+    metadata: {labels: {app: hello}}
+    spec:
+      nodeSelector: {kubernetes.io/hostname: $(vm_name 2)}
+      containers:
+      - name: hello
+        image: $NODE_REGISTRY/$WORKLOAD_IMAGE
+        ports: [{containerPort: 8080}]
+        readinessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 5, timeoutSeconds: 10}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: hello, namespace: default}
+spec:
+  selector: {app: hello}
+  ports: [{port: 80, targetPort: 8080}]
+EOF
+}
+hello_ready() { # one hello pod, Running and Ready on the worker; sets HELLO_POD and HELLO_IP
+  local out node phase ready
+  out=$(wl get pods -n default -l app=hello -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName} {.status.phase} {.status.conditions[?(@.type=="Ready")].status} {.status.podIP}{"\n"}{end}')
+  [ "$(grep -c . <<<"$out")" = 1 ] || return 1
+  read -r HELLO_POD node phase ready HELLO_IP <<<"$out"
+  [ "$node $phase $ready" = "$(vm_name 2) Running True" ]
+}
+in_cidr() { python3 -c 'import ipaddress, sys; sys.exit(ipaddress.ip_address(sys.argv[1]) not in ipaddress.ip_network(sys.argv[2]))' "$1" "$2"; }
+answers() { # answers URL: the control-plane VM gets the hello pod's answer from URL
+  [ "$(vmsh 1 "curl -fsS --max-time 10 $1")" = "hello from $HELLO_POD" ]
+}
+hello_answers() { # over the pod network (the pod IP, routed to the worker) and through the Service (kube-proxy)
+  local svc
+  check "the pod's IP $HELLO_IP is in the worker's pod subnet $WORKER_PODS" in_cidr "$HELLO_IP" "$WORKER_PODS"
+  wait_for "the control-plane VM reaches the pod on the worker at $HELLO_IP:8080" 120 answers "http://$HELLO_IP:8080/"
+  svc=$(wl get service -n default hello -o jsonpath='{.spec.clusterIP}')
+  wait_for "the control-plane VM reaches it through its Service $svc:80 (kube-proxy)" 120 answers "http://$svc/"
+}
+
+pod_network() {
+  stage "workload pod on the worker, answering over the pod network"
+  hello_apply
+  wait_for "a $WORKLOAD_IMAGE pod Running and Ready on $(vm_name 2)" 900 hello_ready
+  hello_answers
+}
+
+scale_down() {
+  local w
+  w=$(vm_name 2)
+  stage "scale the MachineDeployment 1 -> 0 (drain, delete, real reset)"
+  kubectl scale machinedeployment -n "$NS" "$MD" --replicas 0 >/dev/null
+  wait_for "the worker Machine is gone" 900 machine_count "$MD_SEL" 0
+  wait_for "$w was reset for real (no kubeadm state, kubelet, containerd, KUBE- rules, CNI links, owned paths)" \
+    600 host_reset 2
+  check "$w's Node is gone from the workload cluster" node_absent "$w"
+  check "the control plane is still Ready" node_ready "$(vm_name 1)"
+}
+
+scale_up() {
+  local w
+  w=$(vm_name 2)
+  stage "scale the MachineDeployment 0 -> 1: the same VM joins again"
+  kubectl scale machinedeployment -n "$NS" "$MD" --replicas 1 >/dev/null
+  wait_for "worker Machine Running with a nodeRef" "$WORKER_TIMEOUT" machines_running "$MD_SEL" 1
+  check "the new worker Machine's Node is $w (the same VM, claimed again)" worker_machine_is "$w"
+  stage "rejoined worker Node Ready, the pod back and answering"
+  node_joined "$w"
+  wait_for "the $WORKLOAD_IMAGE pod Running and Ready on $w again" 900 hello_ready
+  hello_answers
+  nodes_wide
+}
+
+phase_times() { # the host phases as the manager logged them: when each began, and the bootstrap data's commands
+  grep -E 'Running step|Host provisioned|Host reset|step=runcmd' "$WORK/manager.log" 2>/dev/null |
+    sed -E 's/^[0-9-]+T([0-9:]{8})[^ ]* +[A-Z]+ .*(Running step|Host provisioned|Host reset|step=runcmd)/\1 \2/' |
+    tail -n "${1:-12}" | sed 's/^/    /' || true
+}
+
+# The paths the product owns on a host (pkg/service/src/bootstrap.rs OWNED_PATHS): a reset host has none of them.
+OWNED_PATHS=$(sed -n '/^pub const OWNED_PATHS: &\[&str\] = &\[/,/^\];/s/^ *"\([^"]*\)",$/\1/p' "$ROOT/pkg/service/src/bootstrap.rs" | tr '\n' ' ')
+[ -n "$OWNED_PATHS" ] || { echo "real.sh: cannot read OWNED_PATHS from pkg/service/src/bootstrap.rs" >&2; exit 1; }
+
+host_reset() { # host_reset I: the VM no longer carries a node (kubeadm state, services, processes, network, paths)
+  local out
+  out=$(vmsh "$1" "for p in $OWNED_PATHS; do [ -e \$p ] && echo \"left \$p\"; done"'
+    ls -d /var/lib/etcd/member 2>/dev/null
     systemctl is-active -q kubelet && echo kubelet-active
-    for p in /proc/[0-9]*; do case $(cat $p/comm 2>/dev/null) in etcd|kube-apiserver|kube-controller|kube-scheduler|kubelet) echo "running $(cat $p/comm)";; esac; done
-    ip -o link show | grep -E "cni0|flannel|kube-ipvs0" | cut -d: -f2
+    systemctl is-active -q containerd && echo containerd-active
+    for p in /proc/[0-9]*; do case $(cat $p/comm 2>/dev/null) in etcd|kube-apiserver|kube-controller|kube-scheduler|kube-proxy|kubelet|containerd|containerd-shim*|coredns|pause) echo "running $(cat $p/comm)";; esac; done
+    ip -o link show | grep -E "cni0|flannel|kube-ipvs0|veth" | cut -d: -f2
     iptables-save 2>/dev/null | grep -cE "^-A KUBE-" | grep -v "^0$" | sed "s/^/kube-iptables-rules:/"
     true')
   [ -z "$out" ] || { log "    VM $1 not reset: $(tr '\n' ' ' <<<"$out")"; return 1; }
@@ -261,28 +423,97 @@ teardown() {
   [ -x "${VMCTL:-}" ] && "$VMCTL" down --name "$NAME" >/dev/null 2>&1 || true
 }
 
+# attach: what the stages before REAL_FROM would have set, from a kept run of the same REAL_NAME.
+attach() {
+  mgmt_env
+  # shellcheck disable=SC1091
+  source "$CAPKK_CACHE/node-artifacts/current.env"
+  if [ ! -s "$WORK/serve/serve.env" ] || [ ! -s "/tmp/capkk-sandbox/$NAME/state.json" ]; then
+    die "REAL_FROM=$FROM: no kept run of $NAME (run it with REAL_KEEP=1 first)"
+  fi
+  # shellcheck disable=SC1091
+  source "$WORK/serve/serve.env"
+  BRIDGE=$(fleet_json "d['bridge_address']")
+  INNER=$(fleet_json "d['inner_cidr']")
+  pod_subnets
+  [ -s "$WORK/workload.kubeconfig" ] || workload_kubeconfig
+  local pid
+  pid=$(cat "$WORK/manager.pid" 2>/dev/null || true)
+  if [ -z "$pid" ] || [ "$(cat "/proc/$pid/comm" 2>/dev/null)" != manager ]; then start_manager 120; fi
+}
+
+explore() { # what a person can do with a cluster left running
+  local down=down
+  [ "$MODE" = smoke ] || down=$MODE-down
+  cat <<EOF
+
+The cluster $CLUSTER is left running: its VMs (/tmp/capkk-sandbox/$NAME), the mirror and registry on
+${BRIDGE:-the fleet bridge}, the manager (pid $(cat "$WORK/manager.pid" 2>/dev/null)). Explore it:
+
+  export PATH=$BIN_DIR:\$PATH KUBECONFIG=$KUBECONFIG
+  clusterctl describe cluster $CLUSTER -n $NS --show-conditions all
+  kubectl get cluster,kkcluster,machines,kkmachines,kkinstances -n $NS
+  kubectl --kubeconfig $WORK/workload.kubeconfig get nodes -o wide
+  kubectl --kubeconfig $WORK/workload.kubeconfig get pods -A -o wide
+  kubectl scale machinedeployment $MD -n $NS --replicas 0   # resets the worker VM; --replicas 1 claims it again
+  $VMCTL ssh --name $NAME --vm 1 -- crictl ps
+
+Logs: $WORK/manager.log (the provider), /tmp/capkk-sandbox/$NAME/*.log (serial consoles).
+Tear down: REAL_NAME=$NAME test/vm/real.sh $down$([ "$MODE" = quickstart ] && echo "   (make quickstart-real-down)")
+EOF
+}
+
+finish() { # finish RC: the EXIT trap of smoke, e2e and quickstart
+  local rc=$1
+  end_stage failed
+  timing_table
+  if [ -s "$WORK/nodes.txt" ]; then
+    echo
+    echo "workload cluster, kubectl get nodes -o wide:"
+    cat "$WORK/nodes.txt"
+  fi
+  echo
+  echo "real $MODE: $PASSED passed, $FAILED failed"
+  if [ "$KEEP" = 1 ] || { [ "$MODE" = quickstart ] && [ "$rc" = 0 ]; }; then
+    explore
+  else
+    teardown
+  fi
+  exit "$rc"
+}
+
 main() {
+  local steps=() step started=1
   case $MODE in
     smoke)
       VMS=1
-      # shellcheck disable=SC2154 # rc is assigned in the trap's own first command
-      trap 'rc=$?; end_stage failed; timing_table; echo; echo "real $MODE: $PASSED passed, $FAILED failed"; teardown; exit $rc' EXIT
-      build
-      mgmt_up
-      release
-      vms_up
-      serve_up
-      render_apply
-      control_plane
-      delete_cluster
-      end_stage
-      [ "$FAILED" = 0 ]
+      steps=(build mgmt_up release vms_up serve_up render_apply control_plane delete_cluster)
       ;;
-    down)
+    e2e | quickstart)
+      VMS=2
+      steps=(build mgmt_up release vms_up serve_up render_apply control_plane workers addons pod_network)
+      [ "$MODE" = quickstart ] || steps+=(scale_down scale_up delete_cluster)
+      ;;
+    *-down | down)
       mgmt_env
       teardown
+      return 0
       ;;
   esac
+  trap 'finish $?' EXIT
+  if [ -n "$FROM" ]; then
+    FROM=${FROM//-/_}
+    [[ " ${steps[*]} " == *" $FROM "* ]] || die "REAL_FROM=$FROM: not a stage of $MODE (${steps[*]})"
+    started=0
+    attach
+  fi
+  for step in "${steps[@]}"; do
+    [ "$step" = "$FROM" ] && started=1
+    [ "$started" = 1 ] || continue
+    "$step"
+  done
+  end_stage
+  [ "$FAILED" = 0 ]
 }
 
 # Everything runs from main, parsed in full before it starts: editing this file during a run is harmless.

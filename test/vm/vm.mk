@@ -3,6 +3,9 @@
 #   make vm-image             build (or find in $CAPKK_CACHE/vm) the Debian VM image
 #   make test-vm              VM tier tests: boot, identity, SSH with pinned ed25519 host key, watchdog
 #   make test-real-smoke      1 VM through our controllers to a Ready Node and back (not yet in TEST_TIERS)
+#   make e2e-real             2 VMs: control plane + worker Ready, CoreDNS, a pod over the pod network, scale the
+#                             worker 1 -> 0 -> 1, delete the Cluster (the full real lifecycle; not in TEST_TIERS)
+#   make quickstart-real      e2e-real's cluster left running to explore; make quickstart-real-down removes it
 # VMs run under QEMU TCG unless CAPKK_VM_ACCEL=kvm. They need root and qemu-system-x86, qemu-utils, mmdebstrap
 # (hack/deps.list).
 
@@ -24,3 +27,17 @@ test-real-smoke: ## real-node smoke: 1 VM, kubeadm init through our controllers,
 
 real-smoke-down: ## tear down what an interrupted real-node smoke left
 	test/vm/real.sh down
+
+.PHONY: e2e-real e2e-real-down quickstart-real quickstart-real-down
+
+e2e-real: ## real nodes end to end: 2 VMs join Ready, CoreDNS, pod network, scale 1->0->1, delete (long: 20-40 min)
+	test/vm/real.sh e2e
+
+e2e-real-down: ## tear down what an interrupted (or REAL_KEEP=1) e2e-real left
+	test/vm/real.sh e2e-down
+
+quickstart-real: ## e2e-real's cluster on 2 VMs, left running, with the commands to explore it
+	test/vm/real.sh quickstart
+
+quickstart-real-down: ## tear down the quickstart-real cluster (VMs, mirror, registry, manager, namespace)
+	test/vm/real.sh quickstart-down
