@@ -336,7 +336,7 @@ hello_answers() { # over the pod network (the pod IP, routed to the worker) and 
 }
 
 pod_network() {
-  stage "workload pod on the worker, answering over the pod network"
+  stage "workload pod on the worker answers over the pod network"
   hello_apply
   wait_for "a $WORKLOAD_IMAGE pod Running and Ready on $(vm_name 2)" 900 hello_ready
   hello_answers
@@ -345,7 +345,7 @@ pod_network() {
 scale_down() {
   local w
   w=$(vm_name 2)
-  stage "scale the MachineDeployment 1 -> 0 (drain, delete, real reset)"
+  stage "scale 1 -> 0: drain, delete, the worker VM reset"
   kubectl scale machinedeployment -n "$NS" "$MD" --replicas 0 >/dev/null
   wait_for "the worker Machine is gone" 900 machine_count "$MD_SEL" 0
   wait_for "$w was reset for real (no kubeadm state, kubelet, containerd, KUBE- rules, CNI links, owned paths)" \
@@ -357,7 +357,7 @@ scale_down() {
 scale_up() {
   local w
   w=$(vm_name 2)
-  stage "scale the MachineDeployment 0 -> 1: the same VM joins again"
+  stage "scale 0 -> 1: the same VM claimed, Machine Running"
   kubectl scale machinedeployment -n "$NS" "$MD" --replicas 1 >/dev/null
   wait_for "worker Machine Running with a nodeRef" "$WORKER_TIMEOUT" machines_running "$MD_SEL" 1
   check "the new worker Machine's Node is $w (the same VM, claimed again)" worker_machine_is "$w"
