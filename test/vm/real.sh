@@ -61,10 +61,19 @@ source "$ROOT/test/lib/harness.sh"
 # shellcheck source=SCRIPTDIR/../lib/provider.sh
 source "$ROOT/test/lib/provider.sh"
 
+# A KKMachine in phase Failed has failed terminally (e.g. `kubeadm init` exited non-zero): nothing will change
+# it, so the run ends there instead of waiting out the stage's budget (an hour for the control plane).
 progress() {
-  log "   .. $(kubectl get kkmachines -n "$NS" --no-headers \
-    -o custom-columns=M:.metadata.name,PHASE:.status.phase,STEP:.status.step 2>/dev/null | tr -s ' ' | tr '\n' ';') \
-load $(cut -d' ' -f1-3 /proc/loadavg)"
+  local machines
+  machines=$(kubectl get kkmachines -n "$NS" --no-headers \
+    -o custom-columns=M:.metadata.name,PHASE:.status.phase,STEP:.status.step 2>/dev/null | tr -s ' ')
+  log "   .. $(tr '\n' ';' <<<"$machines") load $(cut -d' ' -f1-3 /proc/loadavg)"
+  if grep -q '^[^ ]* Failed ' <<<"$machines"; then
+    FAILED=$((FAILED + 1))
+    log "  FAIL a KKMachine failed terminally: $(grep '^[^ ]* Failed ' <<<"$machines" | tr '\n' ' ')"
+    diagnostics
+    exit 1
+  fi
 }
 
 diagnostics() {
@@ -204,7 +213,7 @@ render_apply() {
     net=(--pod-cidr "$base.0/25")
   else
     pod_subnets
-    net=(--pod-cidr "$CP_PODS" --worker-pod-cidr "$WORKER_PODS"
+    net=(--pod-cidr "$CP_PODS" --worker-pod-cidr "$WORKER_PODS" --addons-after-init
       --cp-routes "$WORKER_PODS=$(vm_addr 2)" --worker-routes "$CP_PODS=$(vm_addr 1)")
   fi
   KUBEKEY_INSTANCES="[$instances]" KUBEKEY_COMPONENT="$component" KUBEKEY_SSH_SECRET="$CLUSTER-ssh" \

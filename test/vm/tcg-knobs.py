@@ -2,7 +2,8 @@
 """Add what a real-node test cluster on TCG VMs needs to a `clusterctl generate cluster` rendering.
 
     tcg-knobs.py IN OUT --registry IP:PORT --registry-secret NAME --containerd V --runc V --crictl V
-                 --pause IMAGE --pod-cidr CIDR [--worker-pod-cidr CIDR]
+                 --pause IMAGE --pod-cidr CIDR [--worker-pod-cidr CIDR] [--cp-routes CIDR=VIA,...]
+                 [--worker-routes CIDR=VIA,...] [--addons-after-init]
 
 Everything here is a setting a user would make in their own cluster YAML; nothing reaches into the product:
 - KKCluster spec.registry: the local OCI registry as privateRegistry (plain HTTP, Basic auth from a Secret);
@@ -12,7 +13,10 @@ Everything here is a setting a user would make in their own cluster YAML; nothin
   leader-election leases long enough for a slow apiserver (else kube-controller-manager and kube-scheduler
   crash-loop on renew timeouts and the bootstrap signer never runs); node CIDR mask for the small pod network;
   kubeadm timeouts and static-pod probe thresholds raised (kubeadm patches) because a TCG control plane answers
-  in seconds, not milliseconds; a static bridge CNI config per node (enough for Ready and pod traffic on a node).
+  in seconds, not milliseconds; a static bridge CNI config per node (enough for Ready and pod traffic on a node);
+  with --addons-after-init, kubeadm's addon phase (CoreDNS, kube-proxy) moved out of `kubeadm init` into a
+  retried `kubeadm init phase addon all` (see ADDONS below);
+- workers: the join timeouts, the worker's CNI config, static routes between the nodes' pod subnets.
 See ../shared/reference/real-nodes.md for the measurements behind the numbers.
 """
 
@@ -35,6 +39,7 @@ p.add_argument("--pod-cidr", required=True, help="the control-plane node's pod s
 p.add_argument("--worker-pod-cidr", help="the worker node's pod subnet")
 p.add_argument("--cp-routes", default="", help="CIDR=VIA,... on the control-plane node: other nodes' pod subnets")
 p.add_argument("--worker-routes", default="", help="CIDR=VIA,... on worker nodes: other nodes' pod subnets")
+p.add_argument("--addons-after-init", action="store_true", help="kubeadm's addons in a retried phase after init")
 a = p.parse_args()
 
 docs = [d for d in yaml.safe_load_all(open(a.src)) if d]
@@ -107,6 +112,21 @@ def cni_file(cidr):
     return {"path": "/etc/cni/net.d/10-capkk-test.conflist", "permissions": "0644", "content": json.dumps(conf, indent=1)}
 
 
+# kubeadm's own API client has a fixed 10 s request timeout, and its addon phase lists the DNS Deployments once,
+# without a retry: at load 7-9 the TCG apiserver took longer and `kubeadm init` failed there after the control
+# plane was up (e2e-real run 2: "addon/coredns: couldn't retrieve DNS addon deployments ... Client.Timeout
+# exceeded"), which fails the Machine for good. So `kubeadm init` skips the addon phases and a post-kubeadm
+# command runs the same phases of the same kubeadm with the same configuration until they pass (the addons are
+# create-or-update: a retry is harmless). The copy of the configuration drops skipPhases: `kubeadm init phase`
+# would honour it too. The commands fail the bootstrap if that does not work within the retries.
+ADDONS_CONFIG = "/run/kubeadm/capkk-test-addons.yaml"
+ADDONS = [
+    "sed -e '/^skipPhases:$/d' -e '/^- addon\\/coredns$/d' -e '/^- addon\\/kube-proxy$/d' /run/kubeadm/kubeadm.yaml"
+    f" > {ADDONS_CONFIG} && ! grep -q 'addon/' {ADDONS_CONFIG}",
+    f"for i in 1 2 3 4 5 6 7 8 9 10; do kubeadm init phase addon all --config {ADDONS_CONFIG} && exit 0; sleep 15; done; exit 1",
+]
+
+
 def route_commands(routes):
     cmds = []
     for r in filter(None, routes.split(",")):
@@ -162,7 +182,9 @@ for d in docs:
         k["files"] = k.get("files", []) + [
             probe_patch(n) for n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd")
         ] + [cni_file(a.pod_cidr)]
-        cmds = route_commands(a.cp_routes)
+        if a.addons_after_init:
+            ic["skipPhases"] = ["addon/coredns", "addon/kube-proxy"]
+        cmds = (ADDONS if a.addons_after_init else []) + route_commands(a.cp_routes)
         if cmds:
             k["postKubeadmCommands"] = k.get("postKubeadmCommands", []) + cmds
         seen.add(kind)
