@@ -2,7 +2,7 @@
 #
 #   make vm-image             build (or find in $CAPKK_CACHE/vm) the Debian VM image
 #   make test-vm              VM tier tests: boot, identity, SSH with pinned ed25519 host key, watchdog
-#   make test-real-smoke      1 VM through our controllers to a Ready Node and back (not yet in TEST_TIERS)
+#   make test-real-smoke      1 VM through our controllers to a Ready Node and back (in TEST_TIERS, after test-vm)
 #   make e2e-real             2 VMs: control plane + worker Ready, CoreDNS, a pod over the pod network, scale the
 #                             worker 1 -> 0 -> 1, delete the Cluster (the full real lifecycle; not in TEST_TIERS)
 #   make quickstart-real      e2e-real's cluster left running to explore; make quickstart-real-down removes it
@@ -21,6 +21,11 @@ test-vm: ## VM test hosts: boot, identity, SSH, watchdog (needs root, qemu; boot
 	@sel=$$(hack/test-targets.sh vm) && set -x && $(CARGO) test --workspace --no-fail-fast $$sel
 
 .PHONY: test-real-smoke real-smoke-down
+
+# Every landing proves a real node: kubeadm init on a real VM through the production path. Warm it costs about
+# 6 min at a low load (kubeadm init under TCG most of it); cold it also builds the node artifacts
+# (test/vm/artifacts, sharing Go's build cache with mgmt-bin).
+TEST_TIERS += test-real-smoke
 
 test-real-smoke: ## real-node smoke: 1 VM, kubeadm init through our controllers, Node Ready, delete resets it (long)
 	test/vm/real.sh smoke
