@@ -5,7 +5,7 @@
 #
 #   test/vm/real.sh smoke        1 VM: KubeadmControlPlane (1 replica) inits it through our controllers, the
 #                                Node goes Ready with our providerID, deleting the Cluster resets the VM
-#                                (make test-real-smoke; not yet part of make test, see test/vm/README.md)
+#                                (make test-real-smoke, a tier of make test)
 #   test/vm/real.sh e2e          2 VMs: the control plane and a MachineDeployment worker, both Nodes Ready, kube-proxy
 #                                and CoreDNS Running, the workload image answering over the pod network on the
 #                                worker, scale 1 -> 0 (the worker VM reset for real) -> 1 (the same VM joins
