@@ -339,9 +339,11 @@ answers() { # answers URL: the control-plane VM gets the hello pod's answer from
 hello_answers() { # over the pod network (the pod IP, routed to the worker) and through the Service (kube-proxy)
   local svc
   check "the pod's IP $HELLO_IP is in the worker's pod subnet $WORKER_PODS" in_cidr "$HELLO_IP" "$WORKER_PODS"
-  wait_for "the control-plane VM reaches the pod on the worker at $HELLO_IP:8080" 120 answers "http://$HELLO_IP:8080/"
+  wait_for "the control-plane VM reaches the pod on the worker at $HELLO_IP:8080" 300 answers "http://$HELLO_IP:8080/"
   svc=$(wl get service -n default hello -o jsonpath='{.spec.clusterIP}')
-  wait_for "the control-plane VM reaches it through its Service $svc:80 (kube-proxy)" 120 answers "http://$svc/"
+  # The Service follows a new pod through kube-controller-manager's EndpointSlices and kube-proxy's sync: at load
+  # 9-10 kube-controller-manager lost its lease and restarted right then, and 120 s were not enough (run 3).
+  wait_for "the control-plane VM reaches it through its Service $svc:80 (kube-proxy)" 600 answers "http://$svc/"
 }
 
 pod_network() {
