@@ -511,6 +511,10 @@ main() {
       return 0
       ;;
   esac
+  # A signal is a failure: without these the EXIT trap could see the status of the last command (0) and take an
+  # interrupted quickstart for a finished one (left running instead of torn down).
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
   trap 'finish $?' EXIT
   if [ -n "$FROM" ]; then
     FROM=${FROM//-/_}
