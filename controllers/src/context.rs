@@ -80,6 +80,21 @@ pub struct Retry {
     pub not_before: Instant,
     /// What failed (for the `Ready` condition).
     pub message: String,
+    /// The backoff chosen after the failure.
+    pub delay: Duration,
+}
+
+impl Retry {
+    /// The `Ready` message while the retry waits. It names the backoff, not the time left: a countdown
+    /// changed the status on every reconcile, every status write woke the KKInstance (and its KKMachine, and
+    /// CAPI's Machine controller) again, and so each waiting host rewrote its status about once a second.
+    pub fn ready_message(&self) -> String {
+        format!(
+            "{} (retrying {}s after the failure)",
+            self.message,
+            self.delay.as_secs().max(1)
+        )
+    }
 }
 
 /// Background host tasks keyed by KKInstance UID, bounded by a semaphore.
@@ -203,6 +218,7 @@ impl TaskRegistry {
                 Retry {
                     not_before: Instant::now() + d,
                     message: message.to_owned(),
+                    delay: d,
                 },
             ),
         );
@@ -638,6 +654,18 @@ mod tests {
         let err = crate::Error::ResolveCredentials("x".into());
         crate::reconcile::settle(&b, key, &Err(err));
         assert_eq!(b.attempts(key), 1);
+    }
+
+    #[test]
+    fn the_message_of_a_waiting_retry_does_not_change_while_it_waits() {
+        let r = TaskRegistry::new(1);
+        r.transient_failure("u", "connecting to 10.0.0.1:22 failed");
+        let mut retry = r.retry("u").expect("recorded");
+        let first = retry.ready_message();
+        // Later reconciles see less time left; the status they write must stay the same.
+        retry.not_before -= Duration::from_secs(3);
+        assert_eq!(retry.ready_message(), first);
+        assert!(first.starts_with("connecting to 10.0.0.1:22 failed"), "{first}");
     }
 
     #[tokio::test]

@@ -210,12 +210,12 @@ impl Reconciler for KKInstance {
             }
             HostState::Provisionable => {
                 if let Some(wait) = release::retry_wait(ctx, &uid) {
-                    let msg = ctx.tasks.retry(&uid).map(|r| r.message).unwrap_or_default();
-                    ready(
-                        false,
-                        reasons::UNREACHABLE,
-                        format!("{msg} (retrying in {}s)", wait.as_secs().max(1)),
-                    );
+                    let msg = ctx
+                        .tasks
+                        .retry(&uid)
+                        .map(|r| r.ready_message())
+                        .unwrap_or_default();
+                    ready(false, reasons::UNREACHABLE, msg);
                     return Ok(Action::requeue(wait));
                 }
                 start_provisioning(&inst, ctx, status, false).await
