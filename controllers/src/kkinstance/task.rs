@@ -106,23 +106,30 @@ impl TaskProgress {
 struct Task {
     ctx: Arc<Context>,
     api: Api<KKInstance>,
+    /// The object the task started from (for events: they need its reference, not its latest state).
+    inst: KKInstance,
     name: String,
     ns: String,
     uid: String,
     status: KKInstanceStatus,
+    /// The status as last written (or read): a flush that would not change it is skipped.
+    written: KKInstanceStatus,
     generation: Option<i64>,
 }
 
 impl Task {
     fn new(ctx: Arc<Context>, inst: &KKInstance) -> Self {
         let ns = inst.namespace().unwrap_or_default();
+        let status = hostwork_status(&inst.status.clone().unwrap_or_default());
         Self {
             api: Api::namespaced(ctx.client.clone(), &ns),
             ctx,
+            inst: inst.clone(),
             name: inst.name_any(),
             ns,
             uid: inst.uid().unwrap_or_default(),
-            status: hostwork_status(&inst.status.clone().unwrap_or_default()),
+            written: status.clone(),
+            status,
             generation: inst.metadata.generation,
         }
     }
@@ -146,9 +153,16 @@ impl Task {
         }
     }
 
+    /// Write the task's part of the status, unless it is what was last written: a host retried after a
+    /// transient failure starts each attempt with the same "connecting" step, and every write wakes both the
+    /// KKInstance and the KKMachine reconciler.
     async fn flush(&mut self) {
-        if let Err(e) = apply_status(&self.api, &self.name, &self.status, HOSTWORK_FIELD_MANAGER).await {
-            warn!(kkinstance = %self.name, error = %e, "Writing progress failed");
+        if self.status == self.written {
+            return;
+        }
+        match apply_status(&self.api, &self.name, &self.status, HOSTWORK_FIELD_MANAGER).await {
+            Ok(()) => self.written = self.status.clone(),
+            Err(e) => warn!(kkinstance = %self.name, error = %e, "Writing progress failed"),
         }
     }
 
@@ -158,12 +172,12 @@ impl Task {
         }
     }
 
+    /// An event about the KKInstance. It refers to the object by kind, namespace, name and UID: the object
+    /// the task started from does (no read of the latest version for every event).
     async fn event(&self, warning: bool, reason: &str, note: String) {
-        match self.api.get_opt(&self.name).await {
-            Ok(Some(obj)) => self.ctx.event(&obj, warning, reason, "HostWork", note).await,
-            Ok(None) => {}
-            Err(e) => warn!(error = %e, "Reading KKInstance for an event failed"),
-        }
+        self.ctx
+            .event(&self.inst, warning, reason, "HostWork", note)
+            .await;
     }
 
     /// The task's last act: the next reconcile reads the object fresh and runs now.
