@@ -48,11 +48,7 @@ impl Reconciler for KKCluster {
             });
         };
         let ns = self.namespace().unwrap_or_default();
-        match Api::<Cluster>::namespaced(ctx.client.clone(), &ns)
-            .get_opt(&owner.name)
-            .await
-            .map_err(Error::kube(format!("get Cluster {ns}/{}", owner.name)))?
-        {
+        match crate::capi::cluster(ctx, &ns, &owner.name).await? {
             Some(c) => Ok(Owner::Found(ClusterOwner(c))),
             None => Ok(Owner::Missing {
                 what: format!("Cluster {}", owner.name),
@@ -394,7 +390,7 @@ async fn apply(
     }
 
     // Host pool accounting.
-    let all: Vec<KKInstance> = ctx
+    let all: Vec<Arc<KKInstance>> = ctx
         .stores
         .instances_in(&ns)
         .await
@@ -482,7 +478,7 @@ async fn apply(
 
 /// Probe every host of `kkc` in a tracked background task; the result is kept in the probe registry and
 /// the KKCluster is reconciled again to report it.
-fn start_probes(ctx: &Arc<Context>, kkc: &KKCluster, claims: &[KKInstance]) {
+fn start_probes(ctx: &Arc<Context>, kkc: &KKCluster, claims: &[Arc<KKInstance>]) {
     let uid = kkc.uid().unwrap_or_default();
     let recorded: Vec<Option<String>> = kkc
         .spec

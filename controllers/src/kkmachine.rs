@@ -2,7 +2,7 @@
 //! `<kkcluster>.<host>` (AlreadyExists means taken), refuses an address another KKCluster holds, records the
 //! claim in the spec, mirrors the KKInstance's progress and patches the workload Node's providerID.
 
-use std::{collections::BTreeMap, net::IpAddr, sync::Arc};
+use std::{borrow::Borrow, collections::BTreeMap, net::IpAddr, sync::Arc};
 
 use async_trait::async_trait;
 use capkk_api::{
@@ -101,12 +101,15 @@ impl Reconciler for KKMachine {
                 retry: None,
             });
         };
-        let machines: Api<Machine> = Api::namespaced(ctx.client.clone(), &ns);
-        let Some(machine) = machines
-            .get_opt(&owner.name)
-            .await
-            .map_err(Error::kube(format!("get Machine {ns}/{}", owner.name)))?
-        else {
+        // From the caches; an object the cache does not show yet (just created) is read from the API.
+        let machine = match ctx.stores.capi_machine(&ns, &owner.name).await {
+            Some(m) => Some((*m).clone()),
+            None => Api::<Machine>::namespaced(ctx.client.clone(), &ns)
+                .get_opt(&owner.name)
+                .await
+                .map_err(Error::kube(format!("get Machine {ns}/{}", owner.name)))?,
+        };
+        let Some(machine) = machine else {
             return Ok(Owner::Missing {
                 what: format!("Machine {}", owner.name),
                 retry: Some(requeue::OWNER_MISSING),
@@ -121,11 +124,7 @@ impl Reconciler for KKMachine {
         } else {
             machine.spec.cluster_name.clone()
         };
-        let Some(cluster) = Api::<Cluster>::namespaced(ctx.client.clone(), &ns)
-            .get_opt(&cluster_name)
-            .await
-            .map_err(Error::kube(format!("get Cluster {ns}/{cluster_name}")))?
-        else {
+        let Some(cluster) = crate::capi::cluster(ctx, &ns, &cluster_name).await? else {
             return Ok(Owner::Missing {
                 what: format!("Cluster {cluster_name}"),
                 retry: Some(requeue::OWNER_MISSING),
@@ -549,18 +548,22 @@ fn claims_host(i: &KKInstance, kkc: &str, host: &str) -> bool {
 
 /// The KKInstance of another KKCluster that holds `address`, if any. Deleted ones still hold it (their
 /// host is being reset), quarantined ones too.
-pub fn address_holder<'a>(all: &'a [KKInstance], kkc: &str, address: &str) -> Option<&'a KKInstance> {
-    all.iter().find(|i| {
+pub fn address_holder<'a, I: Borrow<KKInstance>>(
+    all: &'a [I],
+    kkc: &str,
+    address: &str,
+) -> Option<&'a KKInstance> {
+    all.iter().map(Borrow::borrow).find(|i: &&KKInstance| {
         i.spec.address.eq_ignore_ascii_case(address.trim()) && i.spec.cluster_name.as_deref() != Some(kkc)
     })
 }
 
 /// The hosts of `kkc` a KKMachine with `roles` may try, in inventory order, and the free ones refused because
 /// another KKCluster holds their address. A host is taken when any KKInstance claims it.
-pub fn choose_hosts<'a>(
+pub fn choose_hosts<'a, I: Borrow<KKInstance>>(
     kkc: &'a KKCluster,
     roles: &[Role],
-    all: &[KKInstance],
+    all: &[I],
 ) -> (Vec<&'a capkk_api::InstanceInfo>, Vec<String>) {
     let kkc_name = kkc.name_any();
     let mut candidates = Vec::new();
@@ -571,7 +574,10 @@ pub fn choose_hosts<'a>(
         .instances
         .iter()
         .filter(|h| roles.iter().any(|r| r.served_by(&h.roles())))
-        .filter(|h| !all.iter().any(|i| claims_host(i, &kkc_name, &h.host_name())))
+        .filter(|h| {
+            !all.iter()
+                .any(|i| claims_host(i.borrow(), &kkc_name, &h.host_name()))
+        })
     {
         match address_holder(all, &kkc_name, &h.address) {
             Some(holder) => refused.push(format!(
@@ -620,7 +626,11 @@ async fn claim(
     let instances: Api<KKInstance> = Api::namespaced(ctx.client.clone(), &ns);
     // From the cache: a claim decided on a stale view is still safe (the create is the lock).
     let all = ctx.stores.instances_in(&ns).await;
-    let owned: Vec<&KKInstance> = all.iter().filter(|i| controlled_by(i, &uid)).collect();
+    let owned: Vec<&KKInstance> = all
+        .iter()
+        .map(|i| &**i)
+        .filter(|i| controlled_by(i, &uid))
+        .collect();
 
     if let Some(id) = km.spec.instance_id.clone() {
         for stray in owned
@@ -698,9 +708,17 @@ async fn claim(
 
     let roles = wanted_roles(km, machine);
     let (candidates, mut refused) = choose_hosts(kkc, &roles, &all);
+    let mut in_flight = 0;
     for host in candidates {
         let host_name = host.host_name();
         let name = instance_name(&kkc_name, &host_name);
+        let reservation = format!("{ns}/{name}");
+        if !ctx.reservations.reserve(&reservation) {
+            // Another reconcile of this manager is claiming it (or just did, and the cache does not show it
+            // yet): try the next host instead of a create that would only conflict.
+            in_flight += 1;
+            continue;
+        }
         let inst = new_instance(km, machine, kkc, host, &name, secret);
         match instances.create(&PostParams::default(), &inst).await {
             Ok(created) => {
@@ -729,14 +747,30 @@ async fn claim(
                 .await;
                 return Ok(Claim::Held(Box::new(created)));
             }
+            // Taken (by another manager, or the cache is behind): the reservation stays, the host is not free.
             Err(e) if is_conflict(&e) => {
                 debug!(host = %host_name, "Host already claimed, trying the next");
                 continue;
             }
-            Err(e) => return Err(Error::kube(format!("create claim KKInstance {ns}/{name}"))(e)),
+            Err(e) => {
+                ctx.reservations.release(&reservation);
+                return Err(Error::kube(format!("create claim KKInstance {ns}/{name}"))(e));
+            }
         }
     }
     let roles_s: Vec<String> = roles.iter().map(|r| r.to_string()).collect();
+    if in_flight > 0 {
+        // Not "no free host": claims of this manager are in flight for the remaining hosts, and one of them
+        // may yet fail and free its host.
+        return Ok(Claim::Waiting {
+            reason: reasons::NO_HOST_AVAILABLE.into(),
+            message: format!(
+                "no free host with role {} in KKCluster {kkc_name} right now: the {in_flight} left are being claimed by other KKMachines",
+                roles_s.join("|"),
+            ),
+            retry: requeue::CLAIMS_IN_FLIGHT,
+        });
+    }
     if !refused.is_empty() {
         let message = format!(
             "no free host with role {} in KKCluster {kkc_name}; refused because another KKCluster holds the address: {}",
@@ -765,7 +799,7 @@ async fn cleanup(km: Arc<KKMachine>, ctx: &Context, status: &mut KKMachineStatus
     let ns = km.namespace().unwrap_or_default();
     let uid = km.uid().unwrap_or_default();
     let instances: Api<KKInstance> = Api::namespaced(ctx.client.clone(), &ns);
-    let owned: Vec<KKInstance> = ctx
+    let owned: Vec<Arc<KKInstance>> = ctx
         .stores
         .instances_in(&ns)
         .await
@@ -936,6 +970,20 @@ pub fn of_kkcluster(
         .collect()
 }
 
+/// What of a KKCluster its KKMachines wait for: its spec (inventory) and whether it is provisioned (the
+/// KKCluster watch's predicate; probe results and other status changes wake no KKMachine).
+pub fn kkcluster_wakes_machines(k: &KKCluster) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let provisioned = k
+        .status
+        .as_ref()
+        .and_then(|s| s.initialization.as_ref())
+        .and_then(|i| i.provisioned);
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (k.metadata.generation, provisioned).hash(&mut h);
+    Some(h.finish())
+}
+
 /// The KKMachine a Machine points at (for the Machine watch).
 pub fn machine_to_kkmachine(m: Machine) -> Option<kube::runtime::reflector::ObjectRef<KKMachine>> {
     let r = m.spec.infrastructure_ref.as_ref().filter(|r| r.is("KKMachine"))?;
@@ -1010,7 +1058,7 @@ mod tests {
     #[test]
     fn a_host_without_a_name_is_claimed_under_the_name_derived_from_its_address() {
         let a = kkc("a", vec![host("", "192.168.100.3")]);
-        let (candidates, _) = choose_hosts(&a, &[Role::Worker], &[]);
+        let (candidates, _) = choose_hosts::<KKInstance>(&a, &[Role::Worker], &[]);
         assert_eq!(candidates.len(), 1);
         let h = candidates[0];
         let name = instance_name("a", &h.host_name());
@@ -1071,6 +1119,36 @@ mod tests {
         let (candidates, _) = choose_hosts(&a, &[Role::Worker], &[legacy]);
         // `cp` defaults to no worker role here; `w` is taken by the legacy claim.
         assert!(candidates.iter().all(|h| h.host_name() != "w"));
+    }
+
+    #[test]
+    fn a_kkcluster_wakes_its_machines_for_its_spec_and_provisioning_not_for_probe_results() {
+        let mut k = kkc("a", vec![host("node1", "10.0.0.1")]);
+        k.metadata.generation = Some(1);
+        let before = kkcluster_wakes_machines(&k);
+        let mut status = capkk_api::KKClusterStatus::default();
+        status.hosts.push(capkk_api::HostProbe {
+            name: "node1".into(),
+            reachable: true,
+            ..Default::default()
+        });
+        k.status = Some(status);
+        assert_eq!(
+            kkcluster_wakes_machines(&k),
+            before,
+            "a probe result wakes nobody"
+        );
+        k.status.get_or_insert_default().initialization = Some(capkk_api::Initialization {
+            provisioned: Some(true),
+        });
+        let provisioned = kkcluster_wakes_machines(&k);
+        assert_ne!(provisioned, before, "becoming provisioned wakes the KKMachines");
+        k.metadata.generation = Some(2);
+        assert_ne!(
+            kkcluster_wakes_machines(&k),
+            provisioned,
+            "an inventory change wakes them"
+        );
     }
 
     #[test]

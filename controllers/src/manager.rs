@@ -23,7 +23,11 @@ use futures::StreamExt;
 use kube::{
     Api, Client, Config, ResourceExt,
     config::{KubeConfigOptions, Kubeconfig},
-    runtime::{Controller, reflector::ObjectRef, watcher},
+    runtime::{
+        Controller, WatchStreamExt, predicates,
+        reflector::{self, ObjectRef, reflector},
+        watcher,
+    },
 };
 use tokio::sync::watch;
 use tracing::{error, info, warn};
@@ -356,13 +360,29 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     let ns = args.namespace.clone();
     // The controllers come first: their caches go into the context the reconcilers share.
-    let kc_controller = Controller::new(api::<KKCluster>(&client, &ns), wc.clone());
-    let km_controller = Controller::new(api::<KKMachine>(&client, &ns), wc.clone());
-    let ki_controller = Controller::new(api::<KKInstance>(&client, &ns), wc.clone());
+    let kc_controller = controller(api::<KKCluster>(&client, &ns), wc.clone());
+    let km_controller = controller(api::<KKMachine>(&client, &ns), wc.clone());
+    let ki_controller = controller(api::<KKInstance>(&client, &ns), wc.clone());
+    // The KKMachine controller's Machine and Cluster watches keep caches: owner lookups (every KKMachine and
+    // KKInstance reconcile) read them instead of two GETs per reconcile.
+    let (capi_machines, machine_cache) = reflector::store::<Machine>();
+    let (capi_clusters, cluster_cache) = reflector::store::<Cluster>();
+    let machine_events = reflector(
+        machine_cache,
+        watcher(api::<Machine>(&client, &ns), watcher::Config::default()).modify(strip_managed_fields),
+    )
+    .applied_objects();
+    let cluster_events = reflector(
+        cluster_cache,
+        watcher(api::<Cluster>(&client, &ns), watcher::Config::default()).modify(strip_managed_fields),
+    )
+    .applied_objects();
     let stores = Stores {
         instances: ki_controller.store(),
         machines: km_controller.store(),
         clusters: kc_controller.store(),
+        capi_machines,
+        capi_clusters,
     };
     let ctx = Arc::new(Context::new(
         client.clone(),
@@ -379,15 +399,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     ));
     info!(namespace = ?args.namespace, watch_filter = %args.watch_filter, %identity, "Starting controllers");
 
+    // Cluster changes matter to the three kinds only through the spec (pause, infrastructureRef, endpoint):
+    // CAPI rewrites a Cluster's status whenever one of its Machines changes, and waking every object of the
+    // cluster for each of those was most of the reconciles (and owner GETs) with 200 Machines.
+    let cluster_spec_changes = || {
+        watcher(api::<Cluster>(&client, &ns), watcher::Config::default())
+            .applied_objects()
+            .predicate_filter(predicates::generation, Default::default())
+    };
     let clusters = kc_controller
-        .watches(
-            api::<Cluster>(&client, &ns),
-            watcher::Config::default(),
-            |c: Cluster| {
-                let r = c.spec.infrastructure_ref.as_ref().filter(|r| r.is("KKCluster"))?;
-                Some(ObjectRef::<KKCluster>::new(&r.name).within(&c.namespace()?))
-            },
-        )
+        .watches_stream(cluster_spec_changes(), |c: Cluster| {
+            let r = c.spec.infrastructure_ref.as_ref().filter(|r| r.is("KKCluster"))?;
+            Some(ObjectRef::<KKCluster>::new(&r.name).within(&c.namespace()?))
+        })
         .reconcile_on(cluster_rx)
         .shutdown_on_signal()
         .run(reconcile::<KKCluster>, error_policy::<KKCluster>, ctx.clone())
@@ -395,20 +419,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (km_by_cluster, km_by_kkcluster) = (stores.machines.clone(), stores.machines.clone());
     let machines = km_controller
         .owns(api::<KKInstance>(&client, &ns), wc.clone())
-        .watches(
-            api::<Machine>(&client, &ns),
-            watcher::Config::default(),
-            kkmachine::machine_to_kkmachine,
-        )
-        .watches(
-            api::<Cluster>(&client, &ns),
-            watcher::Config::default(),
+        .watches_stream(machine_events, kkmachine::machine_to_kkmachine)
+        .watches_stream(
+            cluster_events.predicate_filter(predicates::generation, Default::default()),
             move |c: Cluster| of_cluster(&km_by_cluster.state(), &c),
         )
-        // A KKCluster becoming provisioned (or changing its inventory) wakes its KKMachines: no polling.
-        .watches(api::<KKCluster>(&client, &ns), wc.clone(), move |k: KKCluster| {
-            kkmachine::of_kkcluster(&km_by_kkcluster.state(), &k)
-        })
+        // A KKCluster becoming provisioned (or changing its inventory) wakes its KKMachines: no polling. Its
+        // other status changes (probe results) do not.
+        .watches_stream(
+            watcher(api::<KKCluster>(&client, &ns), wc.clone())
+                .applied_objects()
+                .predicate_filter(kkmachine::kkcluster_wakes_machines, Default::default()),
+            move |k: KKCluster| kkmachine::of_kkcluster(&km_by_kkcluster.state(), &k),
+        )
         // A workload Node registering (the workload clusters' Node watches) wakes its KKMachine.
         .reconcile_on(machine_rx)
         .shutdown_on_signal()
@@ -416,16 +439,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .for_each(|_| futures::future::ready(()));
     let ki_store = stores.instances.clone();
     let instances = ki_controller
-        .watches(
-            api::<KKMachine>(&client, &ns),
-            wc.clone(),
+        // A KKMachine's spec (the claim record, spec.instanceID) and its deletion matter to its KKInstance, not
+        // its status (which mirrors the KKInstance: waking the KKInstance for it only fed a loop).
+        .watches_stream(
+            watcher(api::<KKMachine>(&client, &ns), wc.clone())
+                .applied_objects()
+                .predicate_filter(predicates::generation, Default::default()),
             kkinstance::kkmachine_to_instance,
         )
-        .watches(
-            api::<Cluster>(&client, &ns),
-            watcher::Config::default(),
-            move |c: Cluster| of_cluster(&ki_store.state(), &c),
-        )
+        .watches_stream(cluster_spec_changes(), move |c: Cluster| {
+            of_cluster(&ki_store.state(), &c)
+        })
         .reconcile_on(instance_rx)
         .shutdown_on_signal()
         .run(reconcile::<KKInstance>, error_policy::<KKInstance>, ctx.clone())
@@ -470,6 +494,28 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Err(e) => warn!(error = %e, "manager stopping"),
     }
     result
+}
+
+/// A controller of `K` whose cache keeps objects without their managed fields.
+fn controller<K>(api: Api<K>, wc: watcher::Config) -> Controller<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let events = reflector(writer, watcher(api, wc).modify(strip_managed_fields)).applied_objects();
+    Controller::for_stream(events, reader)
+}
+
+/// Drop `metadata.managedFields` from a cached object: the manager never reads them, and they are a large
+/// part of every object (one entry per field manager).
+fn strip_managed_fields<K: kube::Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
 }
 
 /// The objects of `cluster` (by CAPI's cluster-name label) among `objs`: a Cluster change (pause, unpause,

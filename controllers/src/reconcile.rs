@@ -69,6 +69,8 @@ pub mod requeue {
     pub const RESET_POLL: Duration = Duration::from_secs(10);
     /// No free host matches a KKMachine.
     pub const NO_HOST: Duration = Duration::from_secs(15);
+    /// Every free host matching a KKMachine is being claimed by another reconcile of this manager.
+    pub const CLAIMS_IN_FLIGHT: Duration = Duration::from_secs(2);
     /// The host recorded in `spec.instanceID` is held by another object.
     pub const HOST_HELD_ELSEWHERE: Duration = Duration::from_secs(30);
     /// `spec.instanceID` names a host that is not in the inventory.

@@ -85,10 +85,7 @@ impl Reconciler for KKInstance {
         // the Cluster is only needed for pause.
         let ns = self.namespace().unwrap_or_default();
         let cluster = match self.labels().get(CLUSTER_NAME_LABEL) {
-            Some(c) => Api::<Cluster>::namespaced(ctx.client.clone(), &ns)
-                .get_opt(c)
-                .await
-                .map_err(Error::kube(format!("get Cluster {ns}/{c}")))?,
+            Some(c) => crate::capi::cluster(ctx, &ns, c).await?,
             None => None,
         };
         Ok(Owner::Found(cluster))
