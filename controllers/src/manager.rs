@@ -193,6 +193,8 @@ async fn client(args: &Args) -> anyhow::Result<Client> {
 struct Http {
     metrics: Arc<Metrics>,
     ready: Arc<AtomicBool>,
+    /// The controllers' caches, once they exist (the host pool gauges are computed from them per scrape).
+    stores: Arc<std::sync::OnceLock<Stores>>,
 }
 
 async fn healthz() -> &'static str {
@@ -208,6 +210,9 @@ async fn readyz(State(h): State<Http>) -> impl IntoResponse {
 }
 
 async fn metrics_handler(State(h): State<Http>) -> impl IntoResponse {
+    if let Some(stores) = h.stores.get() {
+        crate::kkcluster::record_pools(&h.metrics, stores);
+    }
     (
         [(
             axum::http::header::CONTENT_TYPE,
@@ -277,6 +282,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let http = Http {
         metrics: metrics.clone(),
         ready: ready.clone(),
+        stores: Arc::default(),
     };
     if let Some(addr) = metrics_addr {
         serve(
@@ -384,6 +390,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         capi_machines,
         capi_clusters,
     };
+    let _ = http.stores.set(stores.clone());
     let ctx = Arc::new(Context::new(
         client.clone(),
         settings,
