@@ -2,7 +2,7 @@
 //! (they drop every field they do not name).
 
 use capkk_api::ApiEndpoint;
-use kube::{Api, CustomResource};
+use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
 /// CAPI core group.
@@ -160,11 +160,5 @@ pub fn capi_owner<'a>(
 
 /// The Cluster `ns/name`: from the manager's cache, else (not cached yet) from the API.
 pub async fn cluster(ctx: &crate::context::Context, ns: &str, name: &str) -> crate::Result<Option<Cluster>> {
-    if let Some(c) = ctx.stores.capi_cluster(ns, name).await {
-        return Ok(Some((*c).clone()));
-    }
-    Api::<Cluster>::namespaced(ctx.client.clone(), ns)
-        .get_opt(name)
-        .await
-        .map_err(crate::Error::kube(format!("get Cluster {ns}/{name}")))
+    crate::context::cached_or_get(ctx.stores.capi_cluster(ns, name).await, &ctx.client, ns, name).await
 }

@@ -389,27 +389,53 @@ impl Stores {
 
     /// The KKMachine `ns/name`, if cached.
     pub async fn machine(&self, ns: &str, name: &str) -> Option<Arc<KKMachine>> {
-        Self::ready(&self.machines).await;
-        self.machines.get(&ObjectRef::new(name).within(ns))
+        Self::get(&self.machines, ns, name).await
     }
 
     /// The KKCluster `ns/name`, if cached.
     pub async fn cluster(&self, ns: &str, name: &str) -> Option<Arc<KKCluster>> {
-        Self::ready(&self.clusters).await;
-        self.clusters.get(&ObjectRef::new(name).within(ns))
+        Self::get(&self.clusters, ns, name).await
     }
 
     /// The CAPI Machine `ns/name`, if cached.
     pub async fn capi_machine(&self, ns: &str, name: &str) -> Option<Arc<Machine>> {
-        Self::ready(&self.capi_machines).await;
-        self.capi_machines.get(&ObjectRef::new(name).within(ns))
+        Self::get(&self.capi_machines, ns, name).await
     }
 
     /// The CAPI Cluster `ns/name`, if cached.
     pub async fn capi_cluster(&self, ns: &str, name: &str) -> Option<Arc<Cluster>> {
-        Self::ready(&self.capi_clusters).await;
-        self.capi_clusters.get(&ObjectRef::new(name).within(ns))
+        Self::get(&self.capi_clusters, ns, name).await
     }
+
+    async fn get<K>(store: &Store<K>, ns: &str, name: &str) -> Option<Arc<K>>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + 'static,
+    {
+        Self::ready(store).await;
+        store.get(&ObjectRef::new(name).within(ns))
+    }
+}
+
+/// `ns/name` from the cache when it has it (`cached`), else from the API (just created, not cached yet).
+pub async fn cached_or_get<K>(
+    cached: Option<Arc<K>>,
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> crate::Result<Option<K>>
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    if let Some(o) = cached {
+        return Ok(Some((*o).clone()));
+    }
+    kube::Api::<K>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(crate::Error::kube(format!("get {} {ns}/{name}", K::kind(&()))))
 }
 
 /// How long a claim reservation steers the host choice: long enough for the KKInstance cache to show the

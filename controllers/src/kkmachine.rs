@@ -29,7 +29,7 @@ use crate::{
     annotations,
     capi::{CONTROL_PLANE_LABEL, Cluster, Machine, capi_owner},
     conditions,
-    context::Context,
+    context::{Context, cached_or_get},
     error::{Error, Result, is_conflict},
     hosts,
     reconcile::{Owner, Reconciler, apply_status, requeue},
@@ -102,13 +102,13 @@ impl Reconciler for KKMachine {
             });
         };
         // From the caches; an object the cache does not show yet (just created) is read from the API.
-        let machine = match ctx.stores.capi_machine(&ns, &owner.name).await {
-            Some(m) => Some((*m).clone()),
-            None => Api::<Machine>::namespaced(ctx.client.clone(), &ns)
-                .get_opt(&owner.name)
-                .await
-                .map_err(Error::kube(format!("get Machine {ns}/{}", owner.name)))?,
-        };
+        let machine = cached_or_get(
+            ctx.stores.capi_machine(&ns, &owner.name).await,
+            &ctx.client,
+            &ns,
+            &owner.name,
+        )
+        .await?;
         let Some(machine) = machine else {
             return Ok(Owner::Missing {
                 what: format!("Machine {}", owner.name),
@@ -205,13 +205,13 @@ async fn apply(
         );
         return Ok(Action::requeue(requeue::NOT_KKCLUSTER));
     };
-    let kkc = match ctx.stores.cluster(&ns, &infra.name).await {
-        Some(k) => Some((*k).clone()),
-        None => Api::<KKCluster>::namespaced(ctx.client.clone(), &ns)
-            .get_opt(&infra.name)
-            .await
-            .map_err(Error::kube(format!("get KKCluster {ns}/{}", infra.name)))?,
-    };
+    let kkc = cached_or_get(
+        ctx.stores.cluster(&ns, &infra.name).await,
+        &ctx.client,
+        &ns,
+        &infra.name,
+    )
+    .await?;
     let provisioned = kkc
         .as_ref()
         .and_then(|k| k.status.as_ref())

@@ -386,13 +386,7 @@ pub async fn get_kkcluster(ctx: &Context, inst: &KKInstance) -> Result<Option<KK
     let Some(name) = inst.spec.cluster_name.as_deref() else {
         return Ok(None);
     };
-    if let Some(k) = ctx.stores.cluster(&ns, name).await {
-        return Ok(Some((*k).clone()));
-    }
-    Api::<KKCluster>::namespaced(ctx.client.clone(), &ns)
-        .get_opt(name)
-        .await
-        .map_err(Error::kube(format!("get KKCluster {ns}/{name}")))
+    crate::context::cached_or_get(ctx.stores.cluster(&ns, name).await, &ctx.client, &ns, name).await
 }
 
 /// Merge-patch annotations (`None` removes one).
