@@ -144,8 +144,9 @@ vms_up() {
   stage "VMs boot to SSH ($VMS VM(s), image from cache or built)"
   local specs=(--vm 2x3072)
   [ "$VMS" = 2 ] && specs+=(--vm 1x2048)
-  # A watchdog tears the VMs down when this script exits; a kept run's VMs live until the down mode.
-  [ "$KEEP" = 1 ] || specs+=(--guard-pid $$)
+  # A watchdog tears the VMs down when this script exits; a kept run's and the quickstart's VMs live until the
+  # down mode (a failed quickstart is torn down by its EXIT trap).
+  [ "$KEEP" = 1 ] || [ "$MODE" = quickstart ] || specs+=(--guard-pid $$)
   "$VMCTL" up --name "$NAME" "${specs[@]}" >/dev/null
   BRIDGE=$(fleet_json "d['bridge_address']")
   INNER=$(fleet_json "d['inner_cidr']")
