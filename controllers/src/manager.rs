@@ -525,8 +525,8 @@ fn strip_managed_fields<K: kube::Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
 }
 
-/// The objects of `cluster` (by CAPI's cluster-name label) among `objs`: a Cluster change (pause, unpause,
-/// infrastructure provisioned) re-queues them.
+/// The objects of `cluster` (by CAPI's cluster-name label) among `objs`: a Cluster spec change (pause,
+/// unpause; the watches filter on generation, so status changes wake nobody) re-queues them.
 fn of_cluster<K>(objs: &[Arc<K>], cluster: &Cluster) -> Vec<ObjectRef<K>>
 where
     K: kube::Resource<DynamicType = ()> + Clone,
