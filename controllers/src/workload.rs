@@ -23,9 +23,16 @@ use crate::error::{Error, Result};
 
 /// Bound on connecting to a workload cluster's API server.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Bound on one read from a workload cluster's API server (a watch's long poll is bounded by its own
-/// server-side timeout, below this).
-const READ_TIMEOUT: Duration = Duration::from_secs(295);
+/// Bound on one read or write of a plain request (GET, LIST, PATCH) to a workload cluster's API server.
+/// A stuck request fails after this and the reconcile retries, instead of holding a KKMachine's
+/// providerID step for the Node watch's ~5 min. Why 30 s: CAPI's own workload clients give up after 10 s,
+/// and kubeadm's fixed 10 s failed against a loaded control plane on emulated (TCG) VMs that still served
+/// everything within seconds to tens of seconds; 30 s keeps such a slow but working API server usable.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Server-side bound on the Node watch's long poll, in seconds.
+const WATCH_TIMEOUT_SECS: u32 = 290;
+/// Bound on one read of the Node watch: longer than its long poll, so a quiet watch is not cut short.
+const WATCH_READ_TIMEOUT: Duration = Duration::from_secs(WATCH_TIMEOUT_SECS as u64 + 5);
 
 /// Wakes the KKMachines a Node event concerns.
 pub type Wake = Arc<dyn Fn(&Node) + Send + Sync>;
@@ -73,9 +80,12 @@ impl WorkloadClients {
         }) {
             return Ok(Some(e));
         }
-        let client = build_client(cluster, &secret).await?;
+        let Clients {
+            requests: client,
+            watch,
+        } = build_clients(cluster, &secret).await?;
         info!(%ns, %cluster, "Watching the workload cluster's Nodes");
-        let watch = tokio::spawn(watch_nodes(client.clone(), cluster.to_owned(), wake));
+        let watch = tokio::spawn(watch_nodes(watch, cluster.to_owned(), wake));
         if let Ok(mut m) = self.entries.lock() {
             m.insert(
                 key,
@@ -109,7 +119,16 @@ impl WorkloadClients {
     }
 }
 
-async fn build_client(cluster: &str, secret: &Secret) -> Result<Client> {
+/// The two clients of one workload cluster, from the same kubeconfig: they differ only in how long a read
+/// may wait.
+struct Clients {
+    /// For plain requests: bounded by [`REQUEST_TIMEOUT`].
+    requests: Client,
+    /// For the Node watch: its long poll is answered only when a Node changes or the poll ends.
+    watch: Client,
+}
+
+async fn build_clients(cluster: &str, secret: &Secret) -> Result<Clients> {
     let werr = |m: String| Error::WorkloadCluster {
         cluster: cluster.to_owned(),
         message: m,
@@ -126,15 +145,25 @@ async fn build_client(cluster: &str, secret: &Secret) -> Result<Client> {
         .await
         .map_err(|e| werr(format!("kubeconfig: {e}")))?;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
-    config.read_timeout = Some(READ_TIMEOUT);
-    Client::try_from(config).map_err(|e| werr(format!("client: {e}")))
+    let mut watch_config = config.clone();
+    watch_config.read_timeout = Some(WATCH_READ_TIMEOUT);
+    config.read_timeout = Some(REQUEST_TIMEOUT);
+    config.write_timeout = Some(REQUEST_TIMEOUT);
+    // Count the read timeout from when the request is sent, not from when its pooled connection went idle
+    // (which would fail a request handed a connection that sat idle for almost 30 s).
+    config.reset_reader_on_write = true;
+    let build = |c: kube::Config| Client::try_from(c).map_err(|e| werr(format!("client: {e}")));
+    Ok(Clients {
+        requests: build(config)?,
+        watch: build(watch_config)?,
+    })
 }
 
 /// Watch the Nodes (until aborted; an unreachable cluster is retried with backoff) and call `wake` for each
 /// Node that appears or changes.
 async fn watch_nodes(client: Client, cluster: String, wake: Wake) {
     let nodes: Api<Node> = Api::all(client);
-    let mut events = watcher(nodes, watcher::Config::default().timeout(290))
+    let mut events = watcher(nodes, watcher::Config::default().timeout(WATCH_TIMEOUT_SECS))
         .default_backoff()
         .boxed();
     while let Some(ev) = events.next().await {
@@ -237,7 +266,7 @@ mod tests {
     #[tokio::test]
     async fn a_kubeconfig_with_an_exec_plugin_is_refused_and_a_plain_one_builds_a_client() {
         assert!(
-            build_client("w", &kubeconfig_secret("1", "https://198.18.0.1:6443"))
+            build_clients("w", &kubeconfig_secret("1", "https://198.18.0.1:6443"))
                 .await
                 .is_ok()
         );
@@ -252,8 +281,70 @@ mod tests {
             .unwrap()
             .insert("value".into(), k8s_openapi::ByteString(exec.into_bytes()));
         assert!(matches!(
-            build_client("w", &s).await,
+            build_clients("w", &s).await,
             Err(Error::WorkloadCluster { .. })
         ));
+    }
+
+    /// GETs a Node through `client` from an API server that accepts the connection and never answers;
+    /// returns the error and the time it took on tokio's paused clock (which jumps to the next timer
+    /// whenever nothing can run: the timeouts decide the result, never the machine's speed).
+    async fn get_from_a_silent_server(
+        client: Client,
+        listener: &tokio::net::TcpListener,
+    ) -> (kube::Error, Duration) {
+        let start = tokio::time::Instant::now();
+        let get = tokio::spawn(async move { Api::<Node>::all(client).get("n").await });
+        // Keep the runtime busy until the connection is up: a paused clock must not jump over the connect
+        // timeout while the kernel completes the handshake.
+        let (_conn, _) = loop {
+            tokio::select! {
+                biased;
+                accepted = listener.accept() => break accepted.unwrap(),
+                () = tokio::task::yield_now() => {}
+            }
+        };
+        let err = get
+            .await
+            .unwrap()
+            .expect_err("a server that never answers yields no Node");
+        (err, start.elapsed())
+    }
+
+    fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+        let mut cause = Some(e);
+        while let Some(c) = cause {
+            if c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+            {
+                return true;
+            }
+            cause = c.source();
+        }
+        false
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_the_workload_api_server_never_answers_fails_before_a_quiet_node_watch_would_end() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = format!("http://{}", listener.local_addr().unwrap());
+        let Clients { requests, watch } = build_clients("w", &kubeconfig_secret("1", &server))
+            .await
+            .unwrap();
+        let long_poll = Duration::from_secs(WATCH_TIMEOUT_SECS.into());
+
+        let (err, waited) = get_from_a_silent_server(requests, &listener).await;
+        assert!(timed_out(&err), "expected a read timeout, got {err:?}");
+        assert!(
+            waited < long_poll,
+            "a plain request waited {waited:?}, as long as the Node watch's long poll ({long_poll:?})"
+        );
+
+        let (err, waited) = get_from_a_silent_server(watch, &listener).await;
+        assert!(timed_out(&err), "expected a read timeout, got {err:?}");
+        assert!(
+            waited > long_poll,
+            "the Node watch's client gave up after {waited:?}, before its long poll ({long_poll:?}) ends"
+        );
     }
 }
