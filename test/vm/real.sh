@@ -47,6 +47,10 @@ VERSION=${VERSION:-v0.1.0}
 CAPKK_CACHE=${CAPKK_CACHE:-$HOME/.cache/capkk-rs}
 export CAPKK_CACHE CLUSTERCTL_DISABLE_VERSIONCHECK=true
 CARGO=${CARGO:-cargo}
+# Where `make build` puts the binaries (cargo's own rule: a relative CARGO_TARGET_DIR is taken from make's
+# directory, the repository root).
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+[[ $TARGET_DIR == /* ]] || TARGET_DIR=$ROOT/$TARGET_DIR
 # Budgets under TCG on a shared 2-core machine (see ../shared/reference/real-nodes.md): minutes, not seconds.
 CP_TIMEOUT=${REAL_CP_TIMEOUT:-3600}
 WORKER_TIMEOUT=${REAL_WORKER_TIMEOUT:-1500}
@@ -98,8 +102,8 @@ mgmt_env() {
   BIN_DIR=$(bash -c 'source "$1/test/mgmt/scripts/common.sh" && echo "$BIN_DIR"' _ "$ROOT")
   export PATH=$BIN_DIR:$PATH
   export KUBECONFIG=${CAPKK_MGMT_DIR:-$CAPKK_CACHE/mgmt}/kubeconfig
-  VMCTL=$ROOT/target/debug/vm
-  MANAGER=$ROOT/target/debug/manager
+  VMCTL=$TARGET_DIR/debug/vm
+  MANAGER=$TARGET_DIR/debug/manager
 }
 
 build() {
@@ -113,6 +117,7 @@ build() {
   # shellcheck disable=SC1091
   source "$CAPKK_CACHE/node-artifacts/current.env"
   [ -n "${KUBE_VERSION:-}" ] || die "node artifacts: KUBE_VERSION missing in current.env"
+  owned_paths
 }
 
 mgmt_up() {
@@ -128,6 +133,9 @@ release() {
   provider_release
   # A namespace of a crashed run may still hold objects whose finalizers no manager removes any more.
   provider_install strip_finalizers
+  # This run's manager log starts empty (start_manager appends, for a REAL_FROM run of a kept one); the last
+  # run's stays beside it.
+  [ ! -e "$WORK/manager.log" ] || mv -f "$WORK/manager.log" "$WORK/manager.prev.log"
   # 120 s, not the e2e's 60: this test is for a machine that QEMU and other runs keep busy.
   start_manager 120
 }
@@ -388,13 +396,18 @@ phase_times() { # the host phases as the manager logged them: when each began, a
     tail -n "${1:-12}" | sed 's/^/    /' || true
 }
 
-# The paths the product owns on a host (pkg/service/src/bootstrap.rs OWNED_PATHS): a reset host has none of them.
-OWNED_PATHS=$(sed -n '/^pub const OWNED_PATHS: &\[&str\] = &\[/,/^\];/s/^ *"\([^"]*\)",$/\1/p' "$ROOT/pkg/service/src/bootstrap.rs" | tr '\n' ' ')
-[ -n "$OWNED_PATHS" ] || { echo "real.sh: cannot read OWNED_PATHS from pkg/service/src/bootstrap.rs" >&2; exit 1; }
+# The paths the product owns on a host, quoted for the VM's shell: capkk_service::bootstrap::OWNED_PATHS as the
+# vm binary prints it. A reset host has none of them.
+owned_paths() {
+  local p
+  OWNED_PATHS=
+  while read -r p; do OWNED_PATHS+=" $(printf '%q' "$p")"; done < <("$VMCTL" owned-paths)
+  [ -n "$OWNED_PATHS" ] || die "$VMCTL owned-paths printed no path"
+}
 
 host_reset() { # host_reset I: the VM no longer carries a node (kubeadm state, services, processes, network, paths)
   local out
-  out=$(vmsh "$1" "for p in $OWNED_PATHS; do [ -e \$p ] && echo \"left \$p\"; done"'
+  out=$(vmsh "$1" "for p in $OWNED_PATHS; do [ -e \"\$p\" ] && echo \"left \$p\"; done"'
     ls -d /var/lib/etcd/member 2>/dev/null
     systemctl is-active -q kubelet && echo kubelet-active
     systemctl is-active -q containerd && echo containerd-active
@@ -440,6 +453,7 @@ teardown() {
 # attach: what the stages before REAL_FROM would have set, from a kept run of the same REAL_NAME.
 attach() {
   mgmt_env
+  owned_paths
   # shellcheck disable=SC1091
   source "$CAPKK_CACHE/node-artifacts/current.env"
   if [ ! -s "$WORK/serve/serve.env" ] || [ ! -s "/tmp/capkk-sandbox/$NAME/state.json" ]; then

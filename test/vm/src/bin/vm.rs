@@ -7,6 +7,7 @@
 //! cargo run -p capkk-vm --bin vm -- status --name real
 //! cargo run -p capkk-vm --bin vm -- ssh --name real --vm 1 -- systemctl is-system-running
 //! cargo run -p capkk-vm --bin vm -- down --name real
+//! cargo run -p capkk-vm --bin vm -- owned-paths               # what a reset host must no longer have
 //! ```
 //! `up` prints the state dir; its `state.json` describes bridge, addresses, host keys and the client key.
 //! With `--guard-pid` a watchdog tears the fleet down once that process exits (scripts pass their own `$$`).
@@ -73,6 +74,9 @@ enum Cmd {
         #[arg(long)]
         name: String,
     },
+    /// Print the paths the provider owns on a host, one a line (`capkk_service::bootstrap::OWNED_PATHS`,
+    /// which its reset removes): scripts check a reset VM against the product's own list.
+    OwnedPaths,
 }
 
 fn main() -> Result<()> {
@@ -128,6 +132,11 @@ fn main() -> Result<()> {
             return Err(err).context("exec ssh");
         }
         Cmd::Down { name } => capkk_vm::down(&name)?,
+        Cmd::OwnedPaths => {
+            for p in capkk_service::bootstrap::OWNED_PATHS {
+                println!("{p}");
+            }
+        }
     }
     Ok(())
 }
