@@ -24,7 +24,7 @@ export CARGO_TERM_COLOR ?= never
 # Tiers of `make test`, in this order; each is a make target. All run even when one fails, and `make test`
 # ends with a table of their results and times. A new tier is one line: TEST_TIERS += my-tier (in its .mk).
 TEST_TIERS := test-build mgmt-bin test-unit test-integration e2e
-# The image: manager compiled on the host into $(IMAGE_TARGET_DIR) (cold on 2 cores at load ~9: 24.6 min, once
+# The image: manager compiled on the host into $(IMAGE_TARGET_DIR) (cold on 2 cores: 6.2 min at load ~4, 24.6 at ~9; once
 # per machine; a fresh clone afterwards: 108 s), the runtime base, the image test against the plane.
 TEST_TIERS += image-test
 # Tiers that start sandbox hosts (machine-global names): run under $(HOSTS_LOCK) when it is set, e.g.
