@@ -158,10 +158,8 @@ pub fn capi_owner<'a>(
         .find(|o| o.kind == kind && o.api_version.split('/').next() == Some(CAPI_GROUP))
 }
 
-/// The Cluster `ns/name` from the API. For the KKCluster and KKInstance reconcilers: their Cluster watches are
-/// not the one that feeds the manager's Cluster cache, so a reconcile woken by a Cluster change (pause) could
-/// read the cache before it has that change and never be woken again. (The KKMachine reconciler reads the
-/// cache: its Cluster watch is the cache's own.)
+/// The Cluster `ns/name`, from the cache (from the API when the cache does not show it yet). Every kind's
+/// Cluster watch is the cache's own (shared.rs): a reconcile woken by a Cluster change (pause) reads it.
 pub async fn cluster(ctx: &crate::context::Context, ns: &str, name: &str) -> crate::Result<Option<Cluster>> {
-    crate::context::cached_or_get(None, &ctx.client, ns, name).await
+    crate::context::cached_or_get(ctx.stores.capi_cluster(ns, name).await, &ctx.client, ns, name).await
 }

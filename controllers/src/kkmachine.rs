@@ -124,14 +124,7 @@ impl Reconciler for KKMachine {
         } else {
             machine.spec.cluster_name.clone()
         };
-        let Some(cluster) = cached_or_get(
-            ctx.stores.capi_cluster(&ns, &cluster_name).await,
-            &ctx.client,
-            &ns,
-            &cluster_name,
-        )
-        .await?
-        else {
+        let Some(cluster) = crate::capi::cluster(ctx, &ns, &cluster_name).await? else {
             return Ok(Owner::Missing {
                 what: format!("Cluster {cluster_name}"),
                 retry: Some(requeue::OWNER_MISSING),

@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod reconcile;
 pub mod secrets;
 pub mod services;
+pub mod shared;
 pub mod workload;
 pub mod workload_kubeconfig;
 

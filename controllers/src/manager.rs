@@ -23,11 +23,7 @@ use futures::StreamExt;
 use kube::{
     Api, Client, Config, ResourceExt,
     config::{KubeConfigOptions, Kubeconfig},
-    runtime::{
-        Controller, WatchStreamExt, predicates,
-        reflector::{self, ObjectRef, reflector},
-        watcher,
-    },
+    runtime::{Controller, WatchStreamExt, predicates, reflector::ObjectRef, watcher},
 };
 use tokio::sync::watch;
 use tracing::{error, info, warn};
@@ -40,6 +36,7 @@ use crate::{
     metrics::Metrics,
     reconcile::{error_policy, reconcile},
     services::ServiceLayer,
+    shared::{Shared, strip_managed_fields},
 };
 
 /// Log output format.
@@ -365,30 +362,23 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         None => watcher::Config::default(),
     };
     let ns = args.namespace.clone();
-    // The controllers come first: their caches go into the context the reconcilers share.
-    let kc_controller = controller(api::<KKCluster>(&client, &ns), wc.clone());
-    let km_controller = controller(api::<KKMachine>(&client, &ns), wc.clone());
-    let ki_controller = controller(api::<KKInstance>(&client, &ns), wc.clone());
-    // The KKMachine controller's Machine and Cluster watches keep caches: owner lookups (every KKMachine and
-    // KKInstance reconcile) read them instead of two GETs per reconcile.
-    let (capi_machines, machine_cache) = reflector::store::<Machine>();
-    let (capi_clusters, cluster_cache) = reflector::store::<Cluster>();
-    let machine_events = reflector(
-        machine_cache,
-        watcher(api::<Machine>(&client, &ns), watcher::Config::default()).modify(strip_managed_fields),
-    )
-    .applied_objects();
-    let cluster_events = reflector(
-        cluster_cache,
-        watcher(api::<Cluster>(&client, &ns), watcher::Config::default()).modify(strip_managed_fields),
-    )
-    .applied_objects();
+    // Each kind is watched once; the controllers subscribe to the watches they are woken by, and read the
+    // same caches (see shared.rs). CAPI's objects carry no watch-filter label.
+    let (mut kkclusters, mut kkmachines, mut kkinstances) = (
+        Shared::<KKCluster>::default(),
+        Shared::<KKMachine>::default(),
+        Shared::<KKInstance>::default(),
+    );
+    let (mut capi_machines, mut capi_clusters) = (Shared::<Machine>::default(), Shared::<Cluster>::default());
+    let kc_controller = Controller::for_stream(kkclusters.subscribe(), kkclusters.store());
+    let km_controller = Controller::for_stream(kkmachines.subscribe(), kkmachines.store());
+    let ki_controller = Controller::for_stream(kkinstances.subscribe(), kkinstances.store());
     let stores = Stores {
-        instances: ki_controller.store(),
-        machines: km_controller.store(),
-        clusters: kc_controller.store(),
-        capi_machines,
-        capi_clusters,
+        instances: kkinstances.store(),
+        machines: kkmachines.store(),
+        clusters: kkclusters.store(),
+        capi_machines: capi_machines.store(),
+        capi_clusters: capi_clusters.store(),
     };
     let _ = http.stores.set(stores.clone());
     let ctx = Arc::new(Context::new(
@@ -408,10 +398,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     // Cluster changes matter to the three kinds only through the spec (pause, infrastructureRef, endpoint):
     // CAPI rewrites a Cluster's status whenever one of its Machines changes, and waking every object of the
-    // cluster for each of those was most of the reconciles (and owner GETs) with 200 Machines.
-    let cluster_spec_changes = || {
-        watcher(api::<Cluster>(&client, &ns), watcher::Config::default())
-            .applied_objects()
+    // cluster for each of those was most of the reconciles with 200 Machines.
+    let mut cluster_spec_changes = || {
+        capi_clusters
+            .subscribe()
             .predicate_filter(predicates::generation, Default::default())
     };
     let clusters = kc_controller
@@ -425,17 +415,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .for_each(|_| futures::future::ready(()));
     let (km_by_cluster, km_by_kkcluster) = (stores.machines.clone(), stores.machines.clone());
     let machines = km_controller
-        .owns(api::<KKInstance>(&client, &ns), wc.clone())
-        .watches_stream(machine_events, kkmachine::machine_to_kkmachine)
-        .watches_stream(
-            cluster_events.predicate_filter(predicates::generation, Default::default()),
-            move |c: Cluster| of_cluster(&km_by_cluster.state(), &c),
-        )
+        .owns_stream(kkinstances.subscribe())
+        .watches_stream(capi_machines.subscribe(), kkmachine::machine_to_kkmachine)
+        .watches_stream(cluster_spec_changes(), move |c: Cluster| {
+            of_cluster(&km_by_cluster.state(), &c)
+        })
         // A KKCluster becoming provisioned (or changing its inventory) wakes its KKMachines: no polling. Its
         // other status changes (probe results) do not.
         .watches_stream(
-            watcher(api::<KKCluster>(&client, &ns), wc.clone())
-                .applied_objects()
+            kkclusters
+                .subscribe()
                 .predicate_filter(kkmachine::kkcluster_wakes_machines, Default::default()),
             move |k: KKCluster| kkmachine::of_kkcluster(&km_by_kkcluster.state(), &k),
         )
@@ -449,8 +438,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         // A KKMachine's spec (the claim record, spec.instanceID) and its deletion matter to its KKInstance, not
         // its status (which mirrors the KKInstance: waking the KKInstance for it only fed a loop).
         .watches_stream(
-            watcher(api::<KKMachine>(&client, &ns), wc.clone())
-                .applied_objects()
+            kkmachines
+                .subscribe()
                 .predicate_filter(predicates::generation, Default::default()),
             kkinstance::kkmachine_to_instance,
         )
@@ -461,6 +450,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .shutdown_on_signal()
         .run(reconcile::<KKInstance>, error_policy::<KKInstance>, ctx.clone())
         .for_each(|_| futures::future::ready(()));
+    // The watches; they run until the controllers stop.
+    let watches = futures::future::join5(
+        kkclusters.run(watch(api::<KKCluster>(&client, &ns), wc.clone())),
+        kkmachines.run(watch(api::<KKMachine>(&client, &ns), wc.clone())),
+        kkinstances.run(watch(api::<KKInstance>(&client, &ns), wc.clone())),
+        capi_machines.run(watch(api::<Machine>(&client, &ns), watcher::Config::default())),
+        capi_clusters.run(watch(api::<Cluster>(&client, &ns), watcher::Config::default())),
+    );
     // A changed Secret wakes the KKInstances that read it (metadata only; see secrets.rs). It ends with the
     // controllers (shutdown or lost leadership drop this future).
     let secret_watch = crate::secrets::watch(client.clone(), ns.clone(), ctx.clone());
@@ -474,6 +471,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         tokio::select! {
             _ = futures::future::join3(clusters, machines, instances) => {}
             _ = secret_watch => {}
+            _ = watches => { error!("the watches ended"); }
             _ = async {
                 let _ = drain.wait_for(|v| *v).await;
                 tokio::time::sleep(SHUTDOWN_GRACE).await;
@@ -503,26 +501,20 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     result
 }
 
-/// A controller of `K` whose cache keeps objects without their managed fields.
-fn controller<K>(api: Api<K>, wc: watcher::Config) -> Controller<K>
+/// The watch of `api`, its objects without their managed fields, retried with backoff after errors.
+fn watch<K>(
+    api: Api<K>,
+    wc: watcher::Config,
+) -> impl futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug
         + Send
-        + Sync
         + 'static,
 {
-    let (reader, writer) = reflector::store();
-    let events = reflector(writer, watcher(api, wc).modify(strip_managed_fields)).applied_objects();
-    Controller::for_stream(events, reader)
-}
-
-/// Drop `metadata.managedFields` from a cached object: the manager never reads them, and they are a large
-/// part of every object (one entry per field manager).
-fn strip_managed_fields<K: kube::Resource>(obj: &mut K) {
-    obj.meta_mut().managed_fields = None;
+    watcher(api, wc).modify(strip_managed_fields).default_backoff()
 }
 
 /// The objects of `cluster` (by CAPI's cluster-name label) among `objs`: a Cluster spec change (pause,

@@ -1,0 +1,190 @@
+//! One watch per kind, shared by every controller that needs the kind.
+//!
+//! Each kind is watched once; the watch feeds one cache, and every controller that is woken by the kind
+//! (as its main object, its children or a related object) subscribes to the same events. A subscriber
+//! receives an object only after the cache has it, so a reconcile woken by a change always reads that change
+//! (or a newer one) from the cache.
+//!
+//! With a watch per controller, a reconcile woken by one watch could read a cache fed by another watch before
+//! that one had the change, and nothing woke it again: a KKCluster woken by its Cluster's pause read the
+//! Cluster unpaused and never reported `Paused` (the contract test caught it), so the KKCluster and KKInstance
+//! reconcilers had to GET the Cluster on every reconcile instead.
+//!
+//! kube's own shared stores (`store_shared` and `Writer::subscribe`) are not used: their subscriber reads the
+//! object from the cache when it is polled and, when the object was deleted meanwhile, returns `Pending`
+//! without being woken again; that subscriber then stops, and once the buffer is full the watch stops too.
+
+use std::{fmt::Debug, future::Future};
+
+use futures::{
+    Stream, StreamExt,
+    channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded},
+};
+use kube::{
+    Resource,
+    runtime::{
+        reflector::{self, Store, store::Writer},
+        watcher::{self, Event},
+    },
+};
+use tracing::warn;
+
+/// A watched kind: its cache and the subscribers of its events.
+pub struct Shared<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    store: Store<K>,
+    writer: Writer<K>,
+    subscribers: Vec<UnboundedSender<watcher::Result<K>>>,
+}
+
+impl<K> Default for Shared<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    fn default() -> Self {
+        let (store, writer) = reflector::store();
+        Self {
+            store,
+            writer,
+            subscribers: Vec::new(),
+        }
+    }
+}
+
+impl<K> Shared<K>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
+{
+    /// The cache (filled once [`Shared::run`] runs).
+    pub fn store(&self) -> Store<K> {
+        self.store.clone()
+    }
+
+    /// A stream of the objects that changed, each sent after the cache has it: for
+    /// `Controller::for_stream`, `owns_stream` or `watches_stream`.
+    pub fn subscribe(&mut self) -> UnboundedReceiver<watcher::Result<K>> {
+        let (tx, rx) = unbounded();
+        self.subscribers.push(tx);
+        rx
+    }
+
+    /// Feed the cache from `events` (a watch) and pass every change on to the subscribers. Runs as long as
+    /// the watch does.
+    pub fn run<S>(self, events: S) -> impl Future<Output = ()> + Send + 'static
+    where
+        S: Stream<Item = watcher::Result<Event<K>>> + Send + 'static,
+    {
+        let Shared {
+            store,
+            writer,
+            subscribers,
+        } = self;
+        reflector::reflector(writer, events).for_each(move |ev| {
+            match ev {
+                Ok(ev) => {
+                    for obj in changed(&ev, &store) {
+                        for tx in &subscribers {
+                            // A subscriber that is gone (its controller stopped) just misses the event.
+                            let _ = tx.unbounded_send(Ok(obj.clone()));
+                        }
+                    }
+                }
+                Err(e) => warn!(kind = %K::kind(&()), error = %e, "Watch failed; it is retried"),
+            }
+            futures::future::ready(())
+        })
+    }
+}
+
+/// The objects to pass on for `ev`, read from the cache after it applied `ev`: the object of an `Apply`; the
+/// whole cache once a (re)list is complete (its objects enter the cache only then, all at once). Deletions
+/// are not passed on (a controller learns of them through its finalizer's update events).
+pub fn changed<K>(ev: &Event<K>, cache: &Store<K>) -> Vec<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    match ev {
+        Event::Apply(o) => cache
+            .get(&reflector::ObjectRef::from_obj(o))
+            .map(|c| (*c).clone())
+            .into_iter()
+            .collect(),
+        Event::InitDone => cache.state().iter().map(|o| (**o).clone()).collect(),
+        Event::Init | Event::InitApply(_) | Event::Delete(_) => Vec::new(),
+    }
+}
+
+/// Drop `metadata.managedFields` from a watched object before it is cached: the manager never reads them,
+/// and they are a large part of every object (one entry per field manager).
+pub fn strip_managed_fields<K: Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn cm(name: &str, rv: &str) -> ConfigMap {
+        let mut c = ConfigMap::default();
+        c.metadata.name = Some(name.into());
+        c.metadata.namespace = Some("ns".into());
+        c.metadata.resource_version = Some(rv.into());
+        c
+    }
+
+    fn name_rv(c: ConfigMap) -> String {
+        format!(
+            "{}@{}",
+            c.metadata.name.unwrap_or_default(),
+            c.metadata.resource_version.unwrap_or_default()
+        )
+    }
+
+    #[test]
+    fn what_is_passed_on_is_what_the_cache_holds_and_a_relist_only_once_complete() {
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let mut seen = |ev: Event<ConfigMap>| {
+            writer.apply_watcher_event(&ev);
+            let mut out: Vec<String> = changed(&ev, &store).into_iter().map(name_rv).collect();
+            out.sort();
+            out
+        };
+        assert!(seen(Event::Init).is_empty());
+        assert!(
+            seen(Event::InitApply(cm("a", "1"))).is_empty(),
+            "not in the cache before the list is complete"
+        );
+        assert!(seen(Event::InitApply(cm("b", "1"))).is_empty());
+        assert_eq!(seen(Event::InitDone), ["a@1", "b@1"]);
+        assert_eq!(seen(Event::Apply(cm("a", "2"))), ["a@2"]);
+        assert!(seen(Event::Delete(cm("b", "1"))).is_empty());
+    }
+
+    #[tokio::test]
+    async fn every_subscriber_receives_every_change_in_order() {
+        let mut shared = Shared::<ConfigMap>::default();
+        let (mut first, mut second) = (shared.subscribe(), shared.subscribe());
+        let store = shared.store();
+        let (events, rx) = unbounded::<watcher::Result<Event<ConfigMap>>>();
+        let feed = tokio::spawn(shared.run(rx));
+        for ev in [
+            Event::Init,
+            Event::InitApply(cm("a", "1")),
+            Event::InitDone,
+            Event::Apply(cm("a", "2")),
+            Event::Apply(cm("a", "3")),
+        ] {
+            events.unbounded_send(Ok(ev)).unwrap();
+        }
+        drop(events);
+        feed.await.unwrap();
+        for sub in [&mut first, &mut second] {
+            let got: Vec<String> = sub.map(|r| name_rv(r.unwrap())).collect().await;
+            assert_eq!(got, ["a@1", "a@2", "a@3"]);
+        }
+        assert_eq!(store.state().len(), 1);
+    }
+}
