@@ -389,7 +389,7 @@ async fn apply(
         }
     }
 
-    // Host pool accounting.
+    // This KKCluster's claims (the probes keep the host keys they pinned).
     let all: Vec<Arc<KKInstance>> = ctx
         .stores
         .instances_in(&ns)
@@ -397,8 +397,6 @@ async fn apply(
         .into_iter()
         .filter(|i| i.spec.cluster_name.as_deref() == Some(name.as_str()))
         .collect();
-    let (free, claimed, quarantined) = pool_counts(&kkc, &all);
-    ctx.metrics.set_hosts(&ns, &name, free, claimed, quarantined);
 
     // Probes run in the background (100 unreachable hosts must not hold a reconcile for minutes) and
     // report here through the registry.
@@ -478,20 +476,27 @@ pub fn pool_counts(kkc: &KKCluster, claims: &[Arc<KKInstance>]) -> (i64, i64, i6
     ((total - claimed - quarantined).max(0), claimed, quarantined)
 }
 
-/// Set the `capkk_hosts` gauge of every cached KKCluster from the caches (when metrics are scraped: the
-/// counts change with KKInstances, and a KKInstance change does not wake its KKCluster).
+/// Set the `capkk_hosts` gauge of every cached KKCluster from the caches, when metrics are scraped (the
+/// only place it is computed: the counts change with KKInstances, and a KKInstance change does not wake its
+/// KKCluster). A deleted KKCluster's series go with it.
 pub fn record_pools(metrics: &crate::metrics::Metrics, stores: &crate::context::Stores) {
     let instances = stores.instances.state();
-    for kkc in stores.clusters.state() {
-        let (ns, name) = (kkc.namespace(), kkc.name_any());
-        let claims: Vec<Arc<KKInstance>> = instances
-            .iter()
-            .filter(|i| i.namespace() == ns && i.spec.cluster_name.as_deref() == Some(name.as_str()))
-            .cloned()
-            .collect();
-        let (free, claimed, quarantined) = pool_counts(&kkc, &claims);
-        metrics.set_hosts(&ns.unwrap_or_default(), &name, free, claimed, quarantined);
-    }
+    let pools: Vec<_> = stores
+        .clusters
+        .state()
+        .iter()
+        .map(|kkc| {
+            let (ns, name) = (kkc.namespace(), kkc.name_any());
+            let claims: Vec<Arc<KKInstance>> = instances
+                .iter()
+                .filter(|i| i.namespace() == ns && i.spec.cluster_name.as_deref() == Some(name.as_str()))
+                .cloned()
+                .collect();
+            let (free, claimed, quarantined) = pool_counts(kkc, &claims);
+            (ns.unwrap_or_default(), name, free, claimed, quarantined)
+        })
+        .collect();
+    metrics.set_pools(&pools);
 }
 
 fn start_probes(ctx: &Arc<Context>, kkc: &KKCluster, claims: &[Arc<KKInstance>]) {
@@ -564,7 +569,6 @@ async fn cleanup(kkc: Arc<KKCluster>, ctx: &Context, status: &mut KKClusterStatu
         .collect();
     if ms.is_empty() && is.is_empty() {
         info!("No KKMachine or claimed KKInstance left; removing the finalizer");
-        ctx.metrics.set_hosts(&ns, &name, 0, 0, 0);
         ctx.probes.forget(&kkc.uid().unwrap_or_default());
         // The workload cluster's cached client and Node watch go with it.
         if let Some(cluster) = crate::capi::capi_owner(&kkc.metadata, "Cluster")
@@ -669,6 +673,11 @@ mod tests {
         iw.apply_watcher_event(&Event::Apply(claim("b", true)));
         record_pools(&m, &stores);
         assert!(gauge(&m, "free", 1) && gauge(&m, "claimed", 1) && gauge(&m, "quarantined", 1));
+        // The KKCluster deleted: its series are gone at the next scrape, not frozen at their last values.
+        let gone = stores.clusters.state()[0].as_ref().clone();
+        cw.apply_watcher_event(&Event::Delete(gone));
+        record_pools(&m, &stores);
+        assert!(!m.encode().contains("kkcluster=\"c\""), "{}", m.encode());
     }
 
     #[test]

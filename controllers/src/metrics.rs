@@ -51,6 +51,8 @@ pub struct Metrics {
     ssh_latency: Histogram,
     hosts: Family<HostLabels, Gauge>,
     tasks_running: Gauge,
+    /// Held while the pool series are replaced or the registry is encoded.
+    scrape: std::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -115,6 +117,7 @@ impl Metrics {
             ssh_latency,
             hosts,
             tasks_running,
+            scrape: std::sync::Mutex::new(()),
         }
     }
 
@@ -142,16 +145,21 @@ impl Metrics {
         self.ssh_latency.observe(took.as_secs_f64());
     }
 
-    /// Set the host pool sizes of one KKCluster.
-    pub fn set_hosts(&self, namespace: &str, kkcluster: &str, free: i64, claimed: i64, quarantined: i64) {
-        for (state, v) in [("free", free), ("claimed", claimed), ("quarantined", quarantined)] {
-            self.hosts
-                .get_or_create(&HostLabels {
-                    namespace: namespace.to_owned(),
-                    kkcluster: kkcluster.to_owned(),
-                    state: state.to_owned(),
-                })
-                .set(v);
+    /// Replace the host pool sizes with `pools` (one entry per KKCluster: namespace, name, free, claimed,
+    /// quarantined); a KKCluster that is not listed any more loses its series.
+    pub fn set_pools(&self, pools: &[(String, String, i64, i64, i64)]) {
+        let _scrape = self.scrape.lock();
+        self.hosts.clear();
+        for (namespace, kkcluster, free, claimed, quarantined) in pools {
+            for (state, v) in [("free", free), ("claimed", claimed), ("quarantined", quarantined)] {
+                self.hosts
+                    .get_or_create(&HostLabels {
+                        namespace: namespace.clone(),
+                        kkcluster: kkcluster.clone(),
+                        state: state.to_owned(),
+                    })
+                    .set(*v);
+            }
         }
     }
 
@@ -162,6 +170,8 @@ impl Metrics {
 
     /// OpenMetrics text.
     pub fn encode(&self) -> String {
+        // Not while another scrape replaces the pool series (it would see them half written).
+        let _scrape = self.scrape.lock();
         let mut out = String::new();
         // Encoding into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
@@ -214,7 +224,7 @@ mod tests {
         m.reconciled("KKMachine", Duration::from_millis(3));
         m.failed("KKMachine", "kube");
         m.ssh_command(Duration::from_millis(12));
-        m.set_hosts("ns", "c", 3, 2, 1);
+        m.set_pools(&[("ns".into(), "c".into(), 3, 2, 1)]);
         let text = m.encode();
         for needle in [
             "capkk_reconcile_total{kind=\"KKMachine\"} 1",
