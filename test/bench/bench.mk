@@ -10,6 +10,8 @@
 #                       test/bench/capkk-v3/go.mod) into $(CAPKK_CACHE)/bin/capkk-v3-<hash>/ (done by bench-ssh)
 #   make bench-controller  the manager on the local management plane (mgmt-up) with $(BENCH_MACHINES)
 #                       KKMachines: RSS idle and under load, reconcile latency
+#   make bench-provision  the manager with $(BENCH_PROVISION) KKMachines whose sandbox hosts really get provisioned
+#                       (artifact mirror, CABPK bootstrap data): bootstrap data → provisioned minus the hosts' own work
 #   make bench-quick    SSH benchmark with N=1,2, one run, no warm-up (smoke check, ~2 min)
 #   make bench-venv     ansible-core from PyPI into $(BENCH_VENV) (done by `bench` when missing)
 #
@@ -26,9 +28,10 @@ BENCH_METHODS ?= ours,capkk-v3,ansible,openssh,local
 BENCH_ARGS ?=
 BENCH_MACHINES ?= 200
 BENCH_CONTROLLER ?= 1
+BENCH_PROVISION ?= 10
 BENCH_BIN := target/release/capkk-bench
 
-.PHONY: bench bench-ssh bench-controller bench-quick bench-venv bench-build bench-v3-driver
+.PHONY: bench bench-ssh bench-controller bench-provision bench-quick bench-venv bench-build bench-v3-driver
 
 bench-venv: $(BENCH_VENV)/bin/ansible-playbook
 
@@ -50,6 +53,10 @@ bench: ## benchmarks: controller (manager RSS/latency), then capkk-rs vs CAPKK v
 bench-controller: mgmt-up bench-build
 	$(CARGO) build --release -p capkk-controllers --bin manager
 	$(BENCH_BIN) controller --machines $(BENCH_MACHINES) --manager target/release/manager
+
+bench-provision: mgmt-up bench-build
+	$(CARGO) build --release -p capkk-controllers --bin manager
+	$(BENCH_BIN) controller --provision --machines $(BENCH_PROVISION) --manager target/release/manager
 
 bench-ssh: bench-venv bench-build
 	CAPKK_BENCH_V3_DRIVER=$$(test/bench/capkk-v3/build.sh) && export CAPKK_BENCH_V3_DRIVER && \

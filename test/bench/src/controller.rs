@@ -12,8 +12,8 @@
 //! A watch on the KKMachines records when each one changed: polling with LISTs loaded the API server the
 //! manager shares.
 //!
-//! Not measured here: time from bootstrap data to `provisioned` minus the host's own work, which needs M
-//! provisionable hosts (sandbox hosts + an artifact mirror); see docs/benchmarks.md.
+//! Time from bootstrap data to `provisioned` minus the host's own work needs hosts that can be provisioned:
+//! `--provision` (provision.rs).
 
 use std::{
     collections::BTreeMap,
@@ -36,10 +36,10 @@ use serde_json::{Value, json};
 
 use crate::measure::median;
 
-const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
-const CAPI: &str = "cluster.x-k8s.io/v1beta2";
+pub(crate) const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
+pub(crate) const CAPI: &str = "cluster.x-k8s.io/v1beta2";
 /// Inventory hosts per KKCluster (the CRD allows at most 100).
-const PER_CLUSTER: usize = 100;
+pub(crate) const PER_CLUSTER: usize = 100;
 
 /// Options of the controller benchmark.
 #[derive(clap::Args, Clone, Debug)]
@@ -60,9 +60,20 @@ pub struct ControllerArgs {
     /// Where the table and the manager log go.
     #[arg(long, default_value = "target/bench")]
     pub out: PathBuf,
+    /// Provision for real: `--machines` sandbox hosts (keep it small: 10 to 20 on two cores) that the
+    /// KKMachines' hosts are, an artifact mirror and CABPK bootstrap data; measures bootstrap data →
+    /// provisioned and the hosts' own work (see provision.rs).
+    #[arg(long)]
+    pub provision: bool,
+    /// With --provision: size of the stand-in release artifacts together, MiB.
+    #[arg(long, default_value_t = 8.0)]
+    pub artifact_mib: f64,
+    /// With --provision: the bootstrap data [default: the captured CABPK init data, see `capkk-bench ssh`].
+    #[arg(long)]
+    pub fixture: Option<PathBuf>,
 }
 
-fn rss_kib(pid: u32) -> u64 {
+pub(crate) fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
@@ -74,11 +85,11 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-fn cpu_s(pid: u32) -> f64 {
+pub(crate) fn cpu_s(pid: u32) -> f64 {
     crate::measure::tree_cpu_s(pid)
 }
 
-struct ManagerProc(Child);
+pub(crate) struct ManagerProc(pub(crate) Child);
 
 impl Drop for ManagerProc {
     fn drop(&mut self) {
@@ -87,7 +98,7 @@ impl Drop for ManagerProc {
     }
 }
 
-fn unique(prefix: &str) -> String {
+pub(crate) fn unique(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -95,13 +106,18 @@ fn unique(prefix: &str) -> String {
     format!("{prefix}-{:x}", nanos & 0xff_ffff)
 }
 
-async fn apply(client: &Client, ns: &str, obj: Value) -> anyhow::Result<()> {
+pub(crate) async fn apply(client: &Client, ns: &str, obj: Value) -> anyhow::Result<()> {
     // Server-side apply (with discovery) for the few setup objects; the load loop uses plain creates.
     capkk_mgmt::apply(client, ns, &obj).await?;
     Ok(())
 }
 
-async fn secret(client: &Client, ns: &str, name: &str, data: &[(&str, &str)]) -> anyhow::Result<()> {
+pub(crate) async fn secret(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    data: &[(&str, &str)],
+) -> anyhow::Result<()> {
     let sd: serde_json::Map<String, Value> = data.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect();
     let s: Secret =
         serde_json::from_value(json!({"metadata": {"name": name, "namespace": ns}, "stringData": sd}))?;
@@ -111,7 +127,12 @@ async fn secret(client: &Client, ns: &str, name: &str, data: &[(&str, &str)]) ->
     Ok(())
 }
 
-async fn list(client: &Client, ns: &str, api_version: &str, kind: &str) -> anyhow::Result<Vec<Value>> {
+pub(crate) async fn list(
+    client: &Client,
+    ns: &str,
+    api_version: &str,
+    kind: &str,
+) -> anyhow::Result<Vec<Value>> {
     let (api, _) = capkk_mgmt::dynamic_api(client, api_version, kind, ns).await?;
     let l = api.list(&ListParams::default()).await?;
     Ok(l.items
@@ -134,6 +155,9 @@ pub async fn run(a: &ControllerArgs) -> anyhow::Result<String> {
             a.manager.display()
         );
     }
+    if a.provision {
+        return crate::provision::run(a).await;
+    }
     let m = a.machines;
     if m == 0 || m > 250 * 250 {
         bail!("--machines must be 1..=62500");
@@ -155,7 +179,7 @@ pub async fn run(a: &ControllerArgs) -> anyhow::Result<String> {
     result
 }
 
-async fn cleanup(client: &Client, ns: &str) -> anyhow::Result<()> {
+pub(crate) async fn cleanup(client: &Client, ns: &str) -> anyhow::Result<()> {
     for (av, kind) in [
         (INFRA, "KKMachine"),
         (INFRA, "KKCluster"),
@@ -224,49 +248,24 @@ async fn measure(a: &ControllerArgs, client: &Client, ns: &str, kubeconfig: &Pat
     }
 
     let log_path = a.out.join("controller-manager.log");
-    let log = std::fs::File::create(&log_path)?;
     let start = Instant::now();
-    let child = Command::new(&a.manager)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args([
-            "--namespace",
-            ns,
-            "--leader-elect=false",
-            "--ssh-connect-timeout=2s",
-        ])
-        .args([
-            "--metrics-bind-address=127.0.0.1:0",
-            "--health-probe-bind-address=127.0.0.1:0",
-        ])
-        .env("RUST_LOG", "info,kube=warn")
-        .env_remove("KUBECONFIG")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("starting {}", a.manager.display()))?;
-    let mgr = ManagerProc(child);
+    let mgr = start_manager(
+        &a.manager,
+        kubeconfig,
+        ns,
+        &log_path,
+        &["--ssh-connect-timeout=2s"],
+    )?;
     let pid = mgr.0.id();
-
-    // Wait for the KKCluster to be provisioned (the manager is up and reconciling).
-    let deadline = Instant::now() + Duration::from_secs(a.timeout_s);
-    loop {
-        let k = list(client, ns, INFRA, "KKCluster").await?;
-        if k.iter()
-            .any(|k| k["status"]["initialization"]["provisioned"] == true)
-        {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "KKCluster not provisioned within {}s; see {}",
-                a.timeout_s,
-                log_path.display()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    wait_kkclusters(
+        client,
+        ns,
+        clusters,
+        Duration::from_secs(a.timeout_s),
+        &log_path,
+        provisioned,
+    )
+    .await?;
     let ready_s = start.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_secs(a.idle_s)).await;
     let idle_rss = rss_kib(pid);
@@ -278,40 +277,14 @@ async fn measure(a: &ControllerArgs, client: &Client, ns: &str, kubeconfig: &Pat
     // bootstrap data from its creation), while a watch on the KKMachines records when each one got its owner
     // reference (CAPI's Machine controller), its first status write (`HostClaimed`) and its claim.
     let cpu_before = cpu_s(pid);
+    let load_avg_start = crate::load_average();
     let seen = Arc::new(Mutex::new(Seen::default()));
     let load_start = Instant::now();
     let mut peak_rss = idle_rss;
     let (km_api, _) = capkk_mgmt::dynamic_api(client, INFRA, "KKMachine", ns).await?;
     let (m_api, _) = capkk_mgmt::dynamic_api(client, CAPI, "Machine", ns).await?;
     let watch = tokio::spawn(watch_kkmachines(km_api.clone(), seen.clone()));
-    let creator = {
-        let (seen, ns) = (seen.clone(), ns.to_owned());
-        tokio::spawn(async move {
-            for i in 0..m {
-                let name = format!("m{i:05}");
-                let cname = format!("bench-{}", i / PER_CLUSTER);
-                let km: kube::api::DynamicObject = serde_json::from_value(
-                    json!({"apiVersion": INFRA, "kind": "KKMachine",
-                       "metadata": {"name": name, "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": cname}},
-                       "spec": {"roles": ["worker"]}}),
-                )?;
-                let mach: kube::api::DynamicObject = serde_json::from_value(
-                    json!({"apiVersion": CAPI, "kind": "Machine",
-                       "metadata": {"name": name, "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": cname}},
-                       "spec": {"clusterName": cname, "version": "v1.34.4", "bootstrap": {"dataSecretName": "bootstrap-data"},
-                                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KKMachine", "name": name}}}),
-                )?;
-                km_api.create(&PostParams::default(), &km).await?;
-                // The Machine has bootstrap data from the moment it exists; the instant before its create is
-                // sent is the (conservative) start of the claim latency.
-                if let Ok(mut s) = seen.lock() {
-                    s.bootstrap.insert(name.clone(), Instant::now());
-                }
-                m_api.create(&PostParams::default(), &mach).await?;
-            }
-            anyhow::Ok(Instant::now())
-        })
-    };
+    let creator = spawn_creator(km_api.clone(), m_api.clone(), ns, m, "v1.34.4", seen.clone());
     let wait = Duration::from_secs(a.timeout_s);
     let mut creator = Some(creator);
     let mut last_create: Option<Instant> = None;
@@ -350,6 +323,7 @@ async fn measure(a: &ControllerArgs, client: &Client, ns: &str, kubeconfig: &Pat
         settled_rss.push(r as f64);
     }
     let load_cpu = cpu_s(pid) - cpu_before;
+    let load_avg_end = crate::load_average();
     drop(mgr);
     watch.abort();
     let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
@@ -359,14 +333,6 @@ async fn measure(a: &ControllerArgs, client: &Client, ns: &str, kubeconfig: &Pat
     let owned = lat(&seen.owned, &seen.bootstrap);
     let ours = lat(&seen.claimed, &seen.owned);
 
-    let pct = |v: &BTreeMap<String, f64>, p: f64| {
-        let mut x: Vec<f64> = v.values().copied().collect();
-        x.sort_by(f64::total_cmp);
-        if x.is_empty() {
-            return f64::NAN;
-        }
-        x[((x.len() - 1) as f64 * p).round() as usize]
-    };
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -375,6 +341,10 @@ async fn measure(a: &ControllerArgs, client: &Client, ns: &str, kubeconfig: &Pat
     let _ = writeln!(s);
     let _ = writeln!(s, "| measure | value |");
     let _ = writeln!(s, "|---|---:|");
+    let _ = writeln!(
+        s,
+        "| load average (1, 5, 15 min) at first create → at the end | {load_avg_start} → {load_avg_end} |"
+    );
     let _ = writeln!(
         s,
         "| manager start → {clusters} KKClusters provisioned | {ready_s:.2} s |"
@@ -444,21 +414,128 @@ async fn measure(a: &ControllerArgs, client: &Client, ns: &str, kubeconfig: &Pat
     Ok(s)
 }
 
+/// Start the manager on namespace `ns` (log in `log_path`), with `extra` flags.
+pub(crate) fn start_manager(
+    manager: &Path,
+    kubeconfig: &Path,
+    ns: &str,
+    log_path: &Path,
+    extra: &[&str],
+) -> anyhow::Result<ManagerProc> {
+    let log = std::fs::File::create(log_path)?;
+    let child = Command::new(manager)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--namespace", ns, "--leader-elect=false"])
+        .args([
+            "--metrics-bind-address=127.0.0.1:0",
+            "--health-probe-bind-address=127.0.0.1:0",
+        ])
+        .args(extra)
+        .env("RUST_LOG", "info,kube=warn")
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("starting {}", manager.display()))?;
+    Ok(ManagerProc(child))
+}
+
+/// True when a KKCluster reports `status.initialization.provisioned`.
+pub(crate) fn provisioned(k: &Value) -> bool {
+    k["status"]["initialization"]["provisioned"] == true
+}
+
+/// Wait until `count` KKClusters of `ns` are `ready` (the manager is up and reconciling).
+pub(crate) async fn wait_kkclusters(
+    client: &Client,
+    ns: &str,
+    count: usize,
+    timeout: Duration,
+    log_path: &Path,
+    ready: impl Fn(&Value) -> bool,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let k = list(client, ns, INFRA, "KKCluster").await?;
+        if k.iter().filter(|k| ready(k)).count() >= count {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{count} KKClusters not ready within {}s; see {}",
+                timeout.as_secs(),
+                log_path.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Create `m` KKMachine + Machine pairs (`m<i>`, KKCluster `bench-<i / PER_CLUSTER>`, worker role,
+/// Kubernetes `version`, bootstrap data Secret `bootstrap-data`) as fast as the API allows, in one task.
+/// The Machine carries its bootstrap data from its creation: the instant before its create is sent is the
+/// (conservative) start of every latency, recorded in `seen`. Returns when the last create returned.
+pub(crate) fn spawn_creator(
+    km_api: Api<DynamicObject>,
+    m_api: Api<DynamicObject>,
+    ns: &str,
+    m: usize,
+    version: &str,
+    seen: Arc<Mutex<Seen>>,
+) -> tokio::task::JoinHandle<anyhow::Result<Instant>> {
+    let (ns, version) = (ns.to_owned(), version.to_owned());
+    tokio::spawn(async move {
+        for i in 0..m {
+            let name = format!("m{i:05}");
+            let cname = format!("bench-{}", i / PER_CLUSTER);
+            let km: DynamicObject = serde_json::from_value(json!({"apiVersion": INFRA, "kind": "KKMachine",
+                   "metadata": {"name": name, "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": cname}},
+                   "spec": {"roles": ["worker"]}}))?;
+            let mach: DynamicObject = serde_json::from_value(json!({"apiVersion": CAPI, "kind": "Machine",
+                   "metadata": {"name": name, "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": cname}},
+                   "spec": {"clusterName": cname, "version": version, "bootstrap": {"dataSecretName": "bootstrap-data"},
+                            "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KKMachine", "name": name}}}))?;
+            km_api.create(&PostParams::default(), &km).await?;
+            if let Ok(mut s) = seen.lock() {
+                s.bootstrap.insert(name.clone(), Instant::now());
+            }
+            m_api.create(&PostParams::default(), &mach).await?;
+        }
+        anyhow::Ok(Instant::now())
+    })
+}
+
+/// The `q` quantile (nearest rank) of the values, NaN when there are none.
+pub(crate) fn pct(v: &BTreeMap<String, f64>, q: f64) -> f64 {
+    let mut x: Vec<f64> = v.values().copied().collect();
+    x.sort_by(f64::total_cmp);
+    if x.is_empty() {
+        return f64::NAN;
+    }
+    x[((x.len() - 1) as f64 * q).round() as usize]
+}
+
 /// Whether the claim wait is over: `wait` counted from the last create. While creates still run it is never
 /// over (under load, creating M pairs alone may take longer than the wait, and a wait counted from the first
 /// create left the late machines no time to be claimed).
-fn claim_wait_over(last_create: Option<Instant>, wait: Duration, now: Instant) -> bool {
+pub(crate) fn claim_wait_over(last_create: Option<Instant>, wait: Duration, now: Instant) -> bool {
     last_create.is_some_and(|t| now.saturating_duration_since(t) >= wait)
 }
 
 /// When the bench gave each Machine its bootstrap data, and when the watch saw each KKMachine get its
 /// Machine owner reference, its `HostClaimed` condition and its claim (by name; first time only).
 #[derive(Clone, Default)]
-struct Seen {
-    bootstrap: BTreeMap<String, Instant>,
-    owned: BTreeMap<String, Instant>,
-    host_claimed: BTreeMap<String, Instant>,
-    claimed: BTreeMap<String, Instant>,
+pub(crate) struct Seen {
+    pub(crate) bootstrap: BTreeMap<String, Instant>,
+    pub(crate) owned: BTreeMap<String, Instant>,
+    pub(crate) host_claimed: BTreeMap<String, Instant>,
+    pub(crate) claimed: BTreeMap<String, Instant>,
+    /// `status.initialization.provisioned` first true.
+    pub(crate) provisioned: BTreeMap<String, Instant>,
+    /// `spec.providerID` (`kk:///<kkcluster>/<host>`) once claimed.
+    pub(crate) provider_id: BTreeMap<String, String>,
 }
 
 impl Seen {
@@ -473,6 +550,14 @@ impl Seen {
         if has_condition(k, "HostClaimed") {
             self.host_claimed.entry(name.clone()).or_insert(now);
         }
+        if let Some(pid) = k["spec"]["providerID"].as_str() {
+            self.provider_id
+                .entry(name.clone())
+                .or_insert_with(|| pid.to_owned());
+        }
+        if k["status"]["initialization"]["provisioned"] == true {
+            self.provisioned.entry(name.clone()).or_insert(now);
+        }
         if k["spec"]["instanceID"].is_string() {
             self.claimed.entry(name).or_insert(now);
         }
@@ -481,7 +566,7 @@ impl Seen {
 
 /// Watch the KKMachines of the namespace and record into `seen` (a watch, not polling: a LIST of M
 /// KKMachines every few hundred milliseconds would load the API server the manager shares).
-async fn watch_kkmachines(api: Api<DynamicObject>, seen: Arc<Mutex<Seen>>) -> anyhow::Result<()> {
+pub(crate) async fn watch_kkmachines(api: Api<DynamicObject>, seen: Arc<Mutex<Seen>>) -> anyhow::Result<()> {
     let mut events = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
     while let Some(ev) = events.next().await {
         let now = Instant::now();
@@ -503,7 +588,10 @@ async fn watch_kkmachines(api: Api<DynamicObject>, seen: Arc<Mutex<Seen>>) -> an
 }
 
 /// Per name present in both: `end - start` in seconds (an end before its start counts as 0).
-fn latencies(starts: &BTreeMap<String, Instant>, ends: &BTreeMap<String, Instant>) -> BTreeMap<String, f64> {
+pub(crate) fn latencies(
+    starts: &BTreeMap<String, Instant>,
+    ends: &BTreeMap<String, Instant>,
+) -> BTreeMap<String, f64> {
     ends.iter()
         .filter_map(|(n, e)| {
             let s = starts.get(n)?;

@@ -14,6 +14,7 @@ mod measure;
 mod methods;
 mod ours;
 mod plan;
+mod provision;
 mod workload;
 
 use std::{
@@ -172,7 +173,7 @@ struct RunRecord {
     downloads: usize,
 }
 
-fn load_average() -> String {
+pub(crate) fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()
@@ -227,15 +228,7 @@ fn ssh_bench(a: &SshArgs) -> anyhow::Result<()> {
              (`make bench-ssh` does), or leave capkk-v3 out of --methods",
         )?;
     }
-    let fixture = a.fixture.clone().unwrap_or_else(|| {
-        [CAPTURED_FIXTURE, HANDMADE_FIXTURE]
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| p.is_file())
-            .unwrap_or_else(|| PathBuf::from(HANDMADE_FIXTURE))
-    });
-    let fixture =
-        std::fs::canonicalize(&fixture).with_context(|| format!("fixture {}", fixture.display()))?;
+    let fixture = fixture_path(a.fixture.as_deref())?;
     let fixture_text = std::fs::read_to_string(&fixture)
         .with_context(|| format!("reading fixture {}", fixture.display()))?;
     let fixture_name = fixture.display().to_string();
@@ -543,7 +536,7 @@ fn serve_artifacts(
     Option<methods::V3Services>,
     Vec<artifacts::Artifact>,
 )> {
-    use capkk_service::binary::{ArtifactRequest, ComponentSource, catalogue, resolve};
+    use capkk_service::binary::catalogue;
     let arts = artifacts::build(&a.scratch.join("artifacts"), a.artifact_mib)?;
     let by_id = |id: &str| {
         arts.iter()
@@ -551,42 +544,7 @@ fn serve_artifacts(
             .with_context(|| format!("no stand-in artifact {id}"))
     };
     let mirror = artifacts::Mirror::start(&format!("198.18.{}.1", sandbox.state().index))?;
-    let versions = [
-        ("kubeadm", artifacts::KUBERNETES_VERSION),
-        ("kubelet", artifacts::KUBERNETES_VERSION),
-        ("kubectl", artifacts::KUBERNETES_VERSION),
-        ("cni", catalogue::DEFAULT_CNI_VERSION),
-        ("containerd", catalogue::DEFAULT_CONTAINERD_VERSION),
-        ("runc", catalogue::DEFAULT_RUNC_VERSION),
-        ("crictl", catalogue::DEFAULT_CRICTL_VERSION),
-    ];
-    let mut components = ours::Components {
-        mirror: mirror.base.clone(),
-        pins: Vec::new(),
-    };
-    for (id, v) in versions {
-        components
-            .pins
-            .push((id.to_owned(), v.to_owned(), by_id(id)?.sha256()));
-    }
-    let source = ComponentSource {
-        host: Some(mirror.base.clone()),
-        ..Default::default()
-    };
-    for (id, v) in versions {
-        let mut src = source.clone();
-        src.overrides.push(capkk_service::binary::ArtifactOverride {
-            id: id.to_owned(),
-            checksum_value: Some(by_id(id)?.sha256()),
-            ..Default::default()
-        });
-        let art = resolve(&ArtifactRequest::new(id, v, "amd64"), &src)?;
-        let path = art
-            .url
-            .strip_prefix(&mirror.base)
-            .with_context(|| format!("{} is not on the mirror", art.url))?;
-        mirror.put(path, by_id(id)?.bytes.clone());
-    }
+    let components = serve_ours(&arts, &mirror)?;
     let mut v3 = None;
     if a.methods.contains(&Method::CapkkV3) {
         let mut services = methods::V3Services {
@@ -621,6 +579,66 @@ fn serve_artifacts(
         arts.iter().map(|x| x.bytes.len()).sum::<usize>() as f64 / (1024.0 * 1024.0)
     );
     Ok((mirror, components, v3, arts))
+}
+
+/// Serve each artifact where capkk-rs's catalogue looks for it (`spec.component.host` = the mirror) and return
+/// the `spec.component` that pins their SHA-256.
+pub(crate) fn serve_ours(
+    arts: &[artifacts::Artifact],
+    mirror: &artifacts::Mirror,
+) -> anyhow::Result<ours::Components> {
+    use capkk_service::binary::{ArtifactRequest, ComponentSource, catalogue, resolve};
+    let by_id = |id: &str| {
+        arts.iter()
+            .find(|x| x.id == id)
+            .with_context(|| format!("no stand-in artifact {id}"))
+    };
+    let versions = [
+        ("kubeadm", artifacts::KUBERNETES_VERSION),
+        ("kubelet", artifacts::KUBERNETES_VERSION),
+        ("kubectl", artifacts::KUBERNETES_VERSION),
+        ("cni", catalogue::DEFAULT_CNI_VERSION),
+        ("containerd", catalogue::DEFAULT_CONTAINERD_VERSION),
+        ("runc", catalogue::DEFAULT_RUNC_VERSION),
+        ("crictl", catalogue::DEFAULT_CRICTL_VERSION),
+    ];
+    let mut components = ours::Components {
+        mirror: mirror.base.clone(),
+        pins: Vec::new(),
+    };
+    let source = ComponentSource {
+        host: Some(mirror.base.clone()),
+        ..Default::default()
+    };
+    for (id, v) in versions {
+        let sha = by_id(id)?.sha256();
+        components.pins.push((id.to_owned(), v.to_owned(), sha.clone()));
+        let mut src = source.clone();
+        src.overrides.push(capkk_service::binary::ArtifactOverride {
+            id: id.to_owned(),
+            checksum_value: Some(sha),
+            ..Default::default()
+        });
+        let art = resolve(&ArtifactRequest::new(id, v, "amd64"), &src)?;
+        let path = art
+            .url
+            .strip_prefix(&mirror.base)
+            .with_context(|| format!("{} is not on the mirror", art.url))?;
+        mirror.put(path, by_id(id)?.bytes.clone());
+    }
+    Ok(components)
+}
+
+/// The bootstrap data to provision: `fixture`, else the captured CABPK data, else the hand-made one.
+pub(crate) fn fixture_path(fixture: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let path = fixture.map(Path::to_path_buf).unwrap_or_else(|| {
+        [CAPTURED_FIXTURE, HANDMADE_FIXTURE]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| PathBuf::from(HANDMADE_FIXTURE))
+    });
+    std::fs::canonicalize(&path).with_context(|| format!("fixture {}", path.display()))
 }
 
 fn verify_problems(hosts: &[HostSpec], w: &Workload, m: Method) -> anyhow::Result<Vec<String>> {
