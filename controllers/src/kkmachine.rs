@@ -638,10 +638,11 @@ pub fn address_listed_elsewhere<I: Borrow<KKCluster>>(
 /// sees the other gives up — at most one claim of an address is ever recorded.
 ///
 /// The look is a LIST from the API (a cache could miss the other side's create), but only when another
-/// KKCluster lists the address: a competing claim needs one, and that KKCluster was in this manager's cache
-/// before its machine could claim (a KKMachine claims only from a provisioned KKCluster, which its own
-/// reconcile read from the same cache). Every other claim skips the LIST. A manager with a watch filter
-/// always LISTs: its cache does not show the KKClusters of the managers beside it.
+/// KKCluster lists the address: a competing claim needs one, and with one active manager (leader election)
+/// that KKCluster was in the manager's cache before its machine could claim (a KKMachine claims only from a
+/// provisioned KKCluster, which its own reconcile read from the same cache). Every other claim skips the LIST.
+/// A manager with a watch filter always LISTs: its cache does not show the KKClusters of the managers beside
+/// it.
 async fn competing_claim(
     ctx: &Context,
     instances: &Api<KKInstance>,
