@@ -9,8 +9,9 @@
 //!    deletion of its infrastructure);
 //! 3. pause (`Cluster.spec.paused` or the paused annotation): the `Paused` condition, nothing else (CAPI's
 //!    `EnsurePausedCondition`);
-//! 4. `kube::runtime::finalizer`: [`Reconciler::apply`] while the object lives, [`Reconciler::cleanup`] once
-//!    it is deleted. Unfinished cleanup ([`Error::CleanupPending`]) keeps the finalizer and is not a failure.
+//! 4. the finalizer: added (when missing) by the reconcile that then applies; `kube::runtime::finalizer` runs
+//!    [`Reconciler::apply`] while the object lives, [`Reconciler::cleanup`] once it is deleted. Unfinished
+//!    cleanup ([`Error::CleanupPending`]) keeps the finalizer and is not a failure.
 //!
 //! The status is written once, at the end, by server-side apply with the field manager [`FIELD_MANAGER`] and
 //! only when the part this reconciler owns ([`Reconciler::owned_status`]) changed. Server-side apply removes
@@ -263,6 +264,22 @@ async fn run<K: Reconciler>(obj: Arc<K>, ctx: &Arc<Context>) -> Result<Action> {
         K::paused(obj.clone(), ctx, &mut status).await
     } else {
         let api: Api<K> = Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default());
+        // kube's helper adds a missing finalizer and returns, so the first real work of every new object
+        // waited for a second reconcile, queued behind all others once the watch brought the change back.
+        // Adding it here and going on with the object the API returned saves that round.
+        let obj = if deleting || obj.finalizers().iter().any(|f| f == K::FINALIZER) {
+            obj.clone()
+        } else {
+            Arc::new(
+                api.patch(
+                    &obj.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&finalizer_patch(&*obj, K::FINALIZER)),
+                )
+                .await
+                .map_err(Error::kube(format!("add finalizer {}", K::FINALIZER)))?,
+            )
+        };
         let st = &mut status;
         let res = finalizer(&api, K::FINALIZER, obj.clone(), move |ev| async move {
             match ev {
@@ -295,6 +312,15 @@ async fn run<K: Reconciler>(obj: Arc<K>, ctx: &Arc<Context>) -> Result<Action> {
         }
     }
     res
+}
+
+/// The merge patch adding `finalizer` to `obj`'s finalizers. It names the whole list, guarded by the
+/// object's resourceVersion: a finalizer another writer added meanwhile makes it conflict (and the reconcile
+/// retry almost at once) instead of being dropped.
+pub fn finalizer_patch<K: Resource>(obj: &K, finalizer: &str) -> serde_json::Value {
+    let mut finalizers = obj.finalizers().to_vec();
+    finalizers.push(finalizer.to_owned());
+    json!({ "metadata": { "finalizers": finalizers, "resourceVersion": obj.resource_version() } })
 }
 
 /// Server-side apply of the reconciler's part of the status, when it changed.
@@ -332,5 +358,29 @@ where
         // Deleted meanwhile: nothing left to report on.
         Err(e) if is_not_found(&e) => Ok(()),
         Err(e) => Err(Error::kube(format!("apply {} {name} status", K::kind(&())))(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capkk_api::KKMachine;
+
+    #[test]
+    fn the_finalizer_patch_keeps_other_finalizers_and_is_guarded_by_the_resource_version() {
+        let mut km = KKMachine::new("m", Default::default());
+        km.metadata.resource_version = Some("7".into());
+        km.metadata.finalizers = Some(vec!["other.example/keep".into()]);
+        let p = finalizer_patch(&km, "ours.example/f");
+        assert_eq!(
+            p["metadata"]["finalizers"],
+            json!(["other.example/keep", "ours.example/f"])
+        );
+        assert_eq!(p["metadata"]["resourceVersion"], "7");
+        km.metadata.finalizers = None;
+        assert_eq!(
+            finalizer_patch(&km, "ours.example/f")["metadata"]["finalizers"],
+            json!(["ours.example/f"])
+        );
     }
 }
