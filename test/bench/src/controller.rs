@@ -106,7 +106,7 @@ pub(crate) fn unique(prefix: &str) -> String {
     format!("{prefix}-{:x}", nanos & 0xff_ffff)
 }
 
-pub(crate) async fn apply(client: &Client, ns: &str, obj: Value) -> anyhow::Result<()> {
+async fn apply(client: &Client, ns: &str, obj: Value) -> anyhow::Result<()> {
     // Server-side apply (with discovery) for the few setup objects; the load loop uses plain creates.
     capkk_mgmt::apply(client, ns, &obj).await?;
     Ok(())
@@ -210,6 +210,31 @@ pub(crate) async fn cleanup(client: &Client, ns: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A CAPI Cluster `name` and its KKCluster with `hosts` (SSH as root with the Secret `ssh-auth`) and
+/// `component` (where artifacts come from), if any.
+pub(crate) async fn cluster(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    hosts: Vec<Value>,
+    component: Option<Value>,
+) -> anyhow::Result<()> {
+    apply(
+        client,
+        ns,
+        json!({"apiVersion": CAPI, "kind": "Cluster", "metadata": {"name": name, "namespace": ns},
+               "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KKCluster", "name": name}}}),
+    )
+    .await?;
+    let mut kkc = json!({"apiVersion": INFRA, "kind": "KKCluster",
+           "metadata": {"name": name, "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": name}},
+           "spec": {"nodes": {"auth": {"user": "root", "secretRef": {"name": "ssh-auth"}}, "instances": hosts}}});
+    if let Some(c) = component {
+        kkc["spec"]["component"] = c;
+    }
+    apply(client, ns, kkc).await
+}
+
 async fn measure(a: &ControllerArgs, client: &Client, ns: &str, kubeconfig: &Path) -> anyhow::Result<String> {
     let m = a.machines;
     secret(client, ns, "ssh-auth", &[("password", &unique("pw"))]).await?;
@@ -230,21 +255,7 @@ async fn measure(a: &ControllerArgs, client: &Client, ns: &str, kubeconfig: &Pat
                        "auth": {"port": 1}})
             })
             .collect();
-        apply(
-            client,
-            ns,
-            json!({"apiVersion": CAPI, "kind": "Cluster", "metadata": {"name": cname, "namespace": ns},
-                   "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KKCluster", "name": cname}}}),
-        )
-        .await?;
-        apply(
-            client,
-            ns,
-            json!({"apiVersion": INFRA, "kind": "KKCluster",
-                   "metadata": {"name": cname, "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": cname}},
-                   "spec": {"nodes": {"auth": {"user": "root", "secretRef": {"name": "ssh-auth"}}, "instances": hosts}}}),
-        )
-        .await?;
+        cluster(client, ns, &cname, hosts, None).await?;
     }
 
     let log_path = a.out.join("controller-manager.log");

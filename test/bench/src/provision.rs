@@ -34,7 +34,7 @@ use serde_json::json;
 use crate::{
     artifacts,
     controller::{
-        CAPI, ControllerArgs, INFRA, PER_CLUSTER, Seen, apply, cleanup, cpu_s, pct, provisioned, rss_kib,
+        CAPI, ControllerArgs, INFRA, PER_CLUSTER, Seen, cleanup, cluster, cpu_s, pct, provisioned, rss_kib,
         secret, spawn_creator, start_manager, unique, wait_kkclusters, watch_kkmachines,
     },
     hosts::HostSpec,
@@ -256,20 +256,12 @@ async fn measure(
         .iter()
         .map(|h| json!({"name": h.name, "address": h.address, "auth": {"port": 22}}))
         .collect();
-    apply(
+    cluster(
         client,
         ns,
-        json!({"apiVersion": CAPI, "kind": "Cluster", "metadata": {"name": cname, "namespace": ns},
-               "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KKCluster", "name": cname}}}),
-    )
-    .await?;
-    apply(
-        client,
-        ns,
-        json!({"apiVersion": INFRA, "kind": "KKCluster",
-               "metadata": {"name": cname, "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": cname}},
-               "spec": {"nodes": {"auth": {"user": "root", "secretRef": {"name": "ssh-auth"}}, "instances": instances},
-                        "component": {"host": components.mirror, "overrides": overrides}}}),
+        cname,
+        instances,
+        Some(json!({"host": components.mirror, "overrides": overrides})),
     )
     .await?;
 
