@@ -155,7 +155,7 @@ pub fn parse_sessions(text: &str) -> Vec<(f64, f64)> {
 }
 
 /// Where one machine's time went, in seconds.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Split {
     /// Bootstrap data → KKMachine provisioned.
     pub total: f64,
@@ -341,6 +341,8 @@ async fn measure(
         }
     }
     let mut splits = BTreeMap::new();
+    // Everything the table is computed from, for a closer look (which gaps are which).
+    let mut raw = serde_json::Map::new();
     for (m, t) in &seen.provisioned {
         let host = seen
             .provider_id
@@ -354,8 +356,18 @@ async fn measure(
         let s = sessions
             .get(host)
             .with_context(|| format!("KKMachine {m} claimed {host:?}, not a sandbox host"))?;
-        splits.insert(m.clone(), split(at(*d), at(*o), at(*c), at(*t), s));
+        let parts = split(at(*d), at(*o), at(*c), at(*t), s);
+        raw.insert(
+            m.clone(),
+            json!({"host": host, "data": at(*d), "owned": at(*o), "claimed": at(*c), "provisioned": at(*t),
+                   "split": parts, "sessions": s}),
+        );
+        splits.insert(m.clone(), parts);
     }
+    std::fs::write(
+        out.join("provision-results.json"),
+        serde_json::to_vec_pretty(&raw)?,
+    )?;
     Ok(report(
         a,
         &splits,
