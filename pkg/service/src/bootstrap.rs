@@ -273,7 +273,12 @@ pub fn reset_script(opts: &ResetOptions) -> Script {
         "kubeadm-reset",
         Vars::new().var("SOCK", sock).render(tpl::KUBEADM_RESET),
     );
-    s.step("stop-services", tpl::STOP_SERVICES);
+    // The same socket reaches the pod removal before containerd stops: with a non-default socket, a default
+    // one would not exist and the pods kubeadm reset left would outlive containerd.
+    s.step(
+        "stop-services",
+        Vars::new().var("SOCK", sock).render(tpl::STOP_SERVICES),
+    );
     s.step(
         "network-cleanup",
         Vars::new().args(OWNED_LINKS).render(tpl::NETWORK_CLEANUP),
@@ -347,6 +352,30 @@ mod tests {
                 .iter()
                 .any(|p| crate::binary::catalogue::STAMP_DIR.starts_with(&format!("{p}/")))
         );
+    }
+
+    #[test]
+    fn the_reset_removes_leftover_pods_through_the_configured_cri_socket() {
+        let text = reset_script(&ResetOptions {
+            cri_socket: Some("unix:///run/k3s/containerd/containerd.sock".into()),
+        })
+        .render();
+        let stop = text
+            .split("STEP=stop-services")
+            .nth(1)
+            .and_then(|t| t.split("STEP=").next())
+            .expect("the reset has a stop-services step");
+        assert!(
+            stop.contains("SOCK=unix:///run/k3s/containerd/containerd.sock\n"),
+            "{stop}"
+        );
+        assert!(stop.contains("crictl --runtime-endpoint \"$_ep\" rmp -f"));
+        // A value that is not a socket path never reaches the host, in either step.
+        let bad = reset_script(&ResetOptions {
+            cri_socket: Some("/run/x.sock; reboot".into()),
+        })
+        .render();
+        assert!(!bad.contains("reboot"));
     }
 
     #[test]
