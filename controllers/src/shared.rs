@@ -99,8 +99,10 @@ where
 }
 
 /// The objects to pass on for `ev`, read from the cache after it applied `ev`: the object of an `Apply`; the
-/// whole cache once a (re)list is complete (its objects enter the cache only then, all at once). Deletions
-/// are not passed on (a controller learns of them through its finalizer's update events).
+/// whole cache once a (re)list is complete (its objects enter the cache only then, all at once); and a deleted
+/// object as its last state (the cache no longer has it), as kube's own `owns` and `watches` do: a KKMachine
+/// must wake when its KKInstance or its Machine is finally gone, not at its next requeue. The deleted object's
+/// own controller looks it up, finds nothing and does not reconcile it.
 pub fn changed<K>(ev: &Event<K>, cache: &Store<K>) -> Vec<K>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
@@ -112,7 +114,8 @@ where
             .into_iter()
             .collect(),
         Event::InitDone => cache.state().iter().map(|o| (**o).clone()).collect(),
-        Event::Init | Event::InitApply(_) | Event::Delete(_) => Vec::new(),
+        Event::Delete(o) => vec![o.clone()],
+        Event::Init | Event::InitApply(_) => Vec::new(),
     }
 }
 
@@ -144,7 +147,7 @@ mod tests {
     }
 
     #[test]
-    fn what_is_passed_on_is_what_the_cache_holds_and_a_relist_only_once_complete() {
+    fn what_is_passed_on_is_what_the_cache_holds_a_relist_only_once_complete_and_a_deletion_as_last_seen() {
         let (store, mut writer) = reflector::store::<ConfigMap>();
         let mut seen = |ev: Event<ConfigMap>| {
             writer.apply_watcher_event(&ev);
@@ -160,7 +163,12 @@ mod tests {
         assert!(seen(Event::InitApply(cm("b", "1"))).is_empty());
         assert_eq!(seen(Event::InitDone), ["a@1", "b@1"]);
         assert_eq!(seen(Event::Apply(cm("a", "2"))), ["a@2"]);
-        assert!(seen(Event::Delete(cm("b", "1"))).is_empty());
+        assert_eq!(
+            seen(Event::Delete(cm("b", "1"))),
+            ["b@1"],
+            "a deletion is passed on with the object's last state"
+        );
+        assert!(store.state().iter().all(|c| c.metadata.name.as_deref() != Some("b")));
     }
 
     #[tokio::test]
@@ -176,6 +184,7 @@ mod tests {
             Event::InitDone,
             Event::Apply(cm("a", "2")),
             Event::Apply(cm("a", "3")),
+            Event::Delete(cm("a", "3")),
         ] {
             events.unbounded_send(Ok(ev)).unwrap();
         }
@@ -183,8 +192,8 @@ mod tests {
         feed.await.unwrap();
         for sub in [&mut first, &mut second] {
             let got: Vec<String> = sub.map(|r| name_rv(r.unwrap())).collect().await;
-            assert_eq!(got, ["a@1", "a@2", "a@3"]);
+            assert_eq!(got, ["a@1", "a@2", "a@3", "a@3"]);
         }
-        assert_eq!(store.state().len(), 1);
+        assert!(store.state().is_empty());
     }
 }
