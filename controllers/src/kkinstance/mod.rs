@@ -167,13 +167,20 @@ impl Reconciler for KKInstance {
                 debug!("Waiting for the KKMachine to record this claim");
                 Ok(Action::requeue(requeue::CLAIM_RECORD))
             }
-            HostState::Busy(_) => {
-                let step = inst
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.step.clone())
-                    .unwrap_or_else(|| "host work started".into());
-                ready(false, reasons::IN_PROGRESS, step);
+            HostState::Busy(kind) => {
+                let step = inst.status.as_ref().and_then(|s| s.step.clone());
+                if kind == TaskKind::Provision
+                    && let Some(msg) = quiet_retry(ctx, &uid, step.as_deref())
+                {
+                    status.state = Some(capkk_api::InstanceState::Pending);
+                    ready(false, reasons::UNREACHABLE, msg);
+                    return Ok(Action::requeue(requeue::HOST_WORK));
+                }
+                ready(
+                    false,
+                    reasons::IN_PROGRESS,
+                    step.unwrap_or_else(|| "host work started".into()),
+                );
                 Ok(Action::requeue(requeue::HOST_WORK))
             }
             HostState::Provisioned => {
@@ -368,6 +375,19 @@ async fn start_provisioning(
     }) {
         info!("Starting host work");
     }
+    let step = inst.status.as_ref().and_then(|s| s.step.as_deref());
+    if let Some(msg) = quiet_retry(ctx, &uid, step) {
+        status.state = Some(capkk_api::InstanceState::Pending);
+        conditions::set(
+            &mut status.conditions,
+            cond::READY,
+            false,
+            reasons::UNREACHABLE,
+            msg,
+            generation,
+        );
+        return Ok(Action::requeue(requeue::HOST_WORK));
+    }
     status.state = Some(capkk_api::InstanceState::Bootstrapping);
     conditions::set(
         &mut status.conditions,
@@ -378,6 +398,22 @@ async fn start_provisioning(
         generation,
     );
     Ok(Action::requeue(requeue::HOST_WORK))
+}
+
+/// The `Ready` message to keep while an attempt to reach a host that failed transiently has not got past
+/// connecting: the attempt is reported as the wait it most likely returns to (state `Pending`, the failure),
+/// not as host work. Reported as host work, an unreachable host changed its status (and its KKMachine's,
+/// and so CAPI's Machine's) twice per attempt; with 200 such hosts CAPI's Machine controller fell tens of
+/// seconds behind on every Machine. Progress past the connect is reported as usual. `None`: no failure
+/// to keep (first attempt, or after a success or the retry annotation, which clear the record).
+fn quiet_retry(ctx: &Context, uid: &str, step: Option<&str>) -> Option<String> {
+    retry_report(step, ctx.tasks.retry(uid).as_ref())
+}
+
+/// [`quiet_retry`]'s decision (pure).
+fn retry_report(step: Option<&str>, retry: Option<&crate::context::Retry>) -> Option<String> {
+    let connecting = step.is_none_or(|s| s == task::CONNECTING_STEP);
+    retry.filter(|_| connecting).map(|r| r.ready_message())
 }
 
 /// The KKCluster the host comes from, if it still exists.
@@ -409,4 +445,41 @@ pub async fn annotate(api: &Api<KKInstance>, name: &str, set: &[(&str, Option<St
 pub fn kkmachine_to_instance(m: KKMachine) -> Option<kube::runtime::reflector::ObjectRef<KKInstance>> {
     let id = m.spec.instance_id.clone()?;
     Some(kube::runtime::reflector::ObjectRef::new(&id).within(&m.namespace()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::TaskRegistry;
+
+    #[test]
+    fn an_attempt_at_a_host_that_failed_to_connect_reports_the_failure_until_it_gets_past_connecting() {
+        let r = TaskRegistry::new(1);
+        assert_eq!(
+            retry_report(Some(task::CONNECTING_STEP), r.retry("u").as_ref()),
+            None,
+            "the first attempt is reported as host work"
+        );
+        r.transient_failure("u", "connecting to 10.0.0.1:22 failed: Connection refused");
+        let kept = retry_report(Some(task::CONNECTING_STEP), r.retry("u").as_ref())
+            .expect("a retried attempt that is still connecting keeps the failure");
+        assert!(kept.starts_with("connecting to 10.0.0.1:22 failed"), "{kept}");
+        assert_eq!(
+            retry_report(None, r.retry("u").as_ref()),
+            Some(kept.clone())
+        );
+        // The same failure again: the status it leads to is the one already written.
+        r.transient_failure("u", "connecting to 10.0.0.1:22 failed: Connection refused");
+        assert_eq!(
+            retry_report(Some(task::CONNECTING_STEP), r.retry("u").as_ref()),
+            Some(kept)
+        );
+        assert_eq!(
+            retry_report(Some("step 2/5: repository"), r.retry("u").as_ref()),
+            None,
+            "progress past the connect is reported as host work"
+        );
+        r.succeeded("u");
+        assert_eq!(retry_report(Some(task::CONNECTING_STEP), r.retry("u").as_ref()), None);
+    }
 }

@@ -189,6 +189,9 @@ impl Task {
 }
 
 /// Provision the host, phase by phase, skipping phases recorded as completed.
+/// The step an attempt reports until it is connected to the host (see [`super::quiet_retry`]).
+pub const CONNECTING_STEP: &str = "connecting";
+
 pub async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<AtomicBool>, retry: bool) {
     let permit = ctx.tasks.permits.clone().acquire_owned().await;
     let mut t = Task::new(ctx.clone(), &inst);
@@ -200,7 +203,7 @@ pub async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<Atomi
         let kkc = super::get_kkcluster(&ctx, &inst)
             .await
             .map_err(|e| Failure::Transient(e.to_string()))?;
-        t.status.step = Some("connecting".into());
+        t.status.step = Some(CONNECTING_STEP.into());
         t.flush().await;
         let (exec, target) = connect(&ctx, &inst, kkc.as_ref()).await?;
         if inst.spec.host_key.is_none()
