@@ -182,6 +182,9 @@ pub async fn run(a: &ControllerArgs) -> anyhow::Result<String> {
 pub(crate) async fn cleanup(client: &Client, ns: &str) -> anyhow::Result<()> {
     for (av, kind) in [
         (INFRA, "KKMachine"),
+        // The claimed hosts' KKInstances carry the manager's finalizer too: left out, every run left its
+        // namespace terminating with all its KKInstances on the plane.
+        (INFRA, "KKInstance"),
         (INFRA, "KKCluster"),
         (CAPI, "Machine"),
         (CAPI, "Cluster"),
