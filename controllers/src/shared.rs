@@ -168,7 +168,12 @@ mod tests {
             ["b@1"],
             "a deletion is passed on with the object's last state"
         );
-        assert!(store.state().iter().all(|c| c.metadata.name.as_deref() != Some("b")));
+        assert!(
+            store
+                .state()
+                .iter()
+                .all(|c| c.metadata.name.as_deref() != Some("b"))
+        );
     }
 
     #[tokio::test]

@@ -464,10 +464,7 @@ mod tests {
         let kept = retry_report(Some(task::CONNECTING_STEP), r.retry("u").as_ref())
             .expect("a retried attempt that is still connecting keeps the failure");
         assert!(kept.starts_with("connecting to 10.0.0.1:22 failed"), "{kept}");
-        assert_eq!(
-            retry_report(None, r.retry("u").as_ref()),
-            Some(kept.clone())
-        );
+        assert_eq!(retry_report(None, r.retry("u").as_ref()), Some(kept.clone()));
         // The same failure again: the status it leads to is the one already written.
         r.transient_failure("u", "connecting to 10.0.0.1:22 failed: Connection refused");
         assert_eq!(
@@ -480,6 +477,9 @@ mod tests {
             "progress past the connect is reported as host work"
         );
         r.succeeded("u");
-        assert_eq!(retry_report(Some(task::CONNECTING_STEP), r.retry("u").as_ref()), None);
+        assert_eq!(
+            retry_report(Some(task::CONNECTING_STEP), r.retry("u").as_ref()),
+            None
+        );
     }
 }

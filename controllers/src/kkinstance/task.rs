@@ -188,10 +188,11 @@ impl Task {
     }
 }
 
-/// Provision the host, phase by phase, skipping phases recorded as completed.
-/// The step an attempt reports until it is connected to the host (see [`super::quiet_retry`]).
+/// The step an attempt reports until it is connected to the host: while a host is retried after a
+/// transient failure, an attempt at this step keeps reporting that failure (see `quiet_retry`).
 pub const CONNECTING_STEP: &str = "connecting";
 
+/// Provision the host, phase by phase, skipping phases recorded as completed.
 pub async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<AtomicBool>, retry: bool) {
     let permit = ctx.tasks.permits.clone().acquire_owned().await;
     let mut t = Task::new(ctx.clone(), &inst);
