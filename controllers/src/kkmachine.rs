@@ -260,8 +260,14 @@ async fn apply(
 
     let claimed = claim(&km, &mut label, machine, &kkc, &secret_name, ctx).await?;
     label_kkmachine(&api, &name, label).await?;
-    let inst = match claimed {
-        Claim::Held(i) => i,
+    let (inst, gen_) = match claimed {
+        // The status reports the generation that holds the claim: reporting the one before it made the next
+        // reconcile write the status again for observedGeneration alone (one more wake of CAPI's Machine).
+        Claim::Held(i, recorded) => {
+            let gen_ = recorded.or(gen_);
+            status.observed_generation = gen_;
+            (i, gen_)
+        }
         Claim::Waiting {
             reason,
             message,
@@ -424,8 +430,9 @@ pub fn mirror(status: &mut KKMachineStatus, inst: &KKInstance, gen_: Option<i64>
 
 /// The result of trying to claim a host.
 pub enum Claim {
-    /// This KKMachine holds the KKInstance.
-    Held(Box<KKInstance>),
+    /// This KKMachine holds the KKInstance; with the KKMachine's generation after the claim record when this
+    /// reconcile wrote it (the status then reports that generation at once, not one write later).
+    Held(Box<KKInstance>, Option<i64>),
     /// No host (yet).
     Waiting {
         /// Condition reason.
@@ -532,15 +539,16 @@ pub fn claim_record(inst: &KKInstance, rv: Option<&str>, label: Option<&str>) ->
 }
 
 /// Record the claim of `inst` in `km`; the pending KKCluster label rides along (taken from `label` once
-/// written).
+/// written). Returns the KKMachine's generation after the record.
 async fn record_claim(
     api: &Api<KKMachine>,
     km: &KKMachine,
     label: &mut Option<String>,
     inst: &KKInstance,
-) -> Result<()> {
+) -> Result<Option<i64>> {
     let patch = claim_record(inst, km.metadata.resource_version.as_deref(), label.as_deref());
-    api.patch(&km.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+    let recorded = api
+        .patch(&km.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(Error::kube(format!(
             "record claim of KKInstance {} in KKMachine {}",
@@ -548,7 +556,7 @@ async fn record_claim(
             km.name_any()
         )))?;
     *label = None;
-    Ok(())
+    Ok(recorded.metadata.generation)
 }
 
 async fn release_stray(instances: &Api<KKInstance>, i: &KKInstance) {
@@ -699,7 +707,7 @@ async fn claim(
             }
         }
         if let Some(i) = owned.iter().find(|i| i.name_any() == id) {
-            return Ok(Claim::Held(Box::new((*i).clone())));
+            return Ok(Claim::Held(Box::new((*i).clone()), None));
         }
         if all.iter().any(|i| i.name_any() == id) {
             return Ok(Claim::Waiting {
@@ -738,14 +746,14 @@ async fn claim(
         }
         let inst = new_instance(km, machine, kkc, host, &id, secret);
         return match instances.create(&PostParams::default(), &inst).await {
-            Ok(i) => Ok(Claim::Held(Box::new(i))),
+            Ok(i) => Ok(Claim::Held(Box::new(i), None)),
             Err(e) if is_conflict(&e) => match instances
                 .get_opt(&id)
                 .await
                 .map_err(Error::kube(format!("get KKInstance {ns}/{id}")))?
             {
                 // The cache had not seen this KKMachine's own claim yet.
-                Some(i) if controlled_by(&i, &uid) => Ok(Claim::Held(Box::new(i))),
+                Some(i) if controlled_by(&i, &uid) => Ok(Claim::Held(Box::new(i), None)),
                 _ => Ok(Claim::Waiting {
                     reason: reasons::NO_HOST_AVAILABLE.into(),
                     message: format!("KKInstance {id} was taken by another claim"),
@@ -758,9 +766,9 @@ async fn claim(
 
     // A claim made by an earlier reconcile that did not get recorded (crash between the two writes).
     if let Some(i) = owned.iter().find(|i| i.metadata.deletion_timestamp.is_none()) {
-        record_claim(&api, km, label, i).await?;
+        let recorded = record_claim(&api, km, label, i).await?;
         info!(instance = %i.name_any(), "Adopting an unrecorded claim");
-        return Ok(Claim::Held(Box::new((*i).clone())));
+        return Ok(Claim::Held(Box::new((*i).clone()), recorded));
     }
 
     let roles = wanted_roles(km, machine);
@@ -792,7 +800,7 @@ async fn claim(
                 // claim) the created KKInstance stays: the next reconcile either adopts it or, once
                 // spec.instanceID (immutable) names another host, deletes it as a stray. It is never worked
                 // on unless the KKMachine records it.
-                record_claim(&api, km, label, &created).await?;
+                let recorded = record_claim(&api, km, label, &created).await?;
                 info!(host = %host_name, instance = %name, "Claimed a host");
                 ctx.event(
                     km,
@@ -802,7 +810,7 @@ async fn claim(
                     format!("claimed host {host_name} ({})", host.address),
                 )
                 .await;
-                return Ok(Claim::Held(Box::new(created)));
+                return Ok(Claim::Held(Box::new(created), recorded));
             }
             // Taken (by another manager, or the cache is behind): the reservation stays, the host is not free.
             Err(e) if is_conflict(&e) => {
