@@ -71,6 +71,14 @@ pub struct ControllerArgs {
     /// With --provision: the bootstrap data [default: the captured CABPK init data, see `capkk-bench ssh`].
     #[arg(long)]
     pub fixture: Option<PathBuf>,
+    /// With --provision: how the Machines get their bootstrap data: `config-ref` (the real order: a bootstrap
+    /// config the bench completes once CAPI made it the Machine's; CAPI copies the data to the Machine) or
+    /// `at-create` (the Machine carries `dataSecretName` from its create; the method until 2026-11-26).
+    #[arg(long, default_value = "config-ref", value_parser = ["config-ref", "at-create"])]
+    pub data_order: String,
+    /// The manager's `RUST_LOG` (e.g. `info,capkk_ssh=debug,kube=warn` to see every command it sends).
+    #[arg(long, default_value = "info,kube=warn")]
+    pub manager_log: String,
 }
 
 pub(crate) fn rss_kib(pid: u32) -> u64 {
@@ -268,6 +276,7 @@ async fn measure(a: &ControllerArgs, client: &Client, ns: &str, kubeconfig: &Pat
         kubeconfig,
         ns,
         &log_path,
+        &a.manager_log,
         &["--ssh-connect-timeout=2s"],
     )?;
     let pid = mgr.0.id();
@@ -298,7 +307,15 @@ async fn measure(a: &ControllerArgs, client: &Client, ns: &str, kubeconfig: &Pat
     let (km_api, _) = capkk_mgmt::dynamic_api(client, INFRA, "KKMachine", ns).await?;
     let (m_api, _) = capkk_mgmt::dynamic_api(client, CAPI, "Machine", ns).await?;
     let watch = tokio::spawn(watch_kkmachines(km_api.clone(), seen.clone()));
-    let creator = spawn_creator(km_api.clone(), m_api.clone(), ns, m, "v1.34.4", seen.clone());
+    let creator = spawn_creator(
+        km_api.clone(),
+        m_api.clone(),
+        None,
+        ns,
+        m,
+        "v1.34.4",
+        seen.clone(),
+    );
     let wait = Duration::from_secs(a.timeout_s);
     let mut creator = Some(creator);
     let mut last_create: Option<Instant> = None;
@@ -434,6 +451,7 @@ pub(crate) fn start_manager(
     kubeconfig: &Path,
     ns: &str,
     log_path: &Path,
+    log_filter: &str,
     extra: &[&str],
 ) -> anyhow::Result<ManagerProc> {
     let log = std::fs::File::create(log_path)?;
@@ -446,7 +464,7 @@ pub(crate) fn start_manager(
             "--health-probe-bind-address=127.0.0.1:0",
         ])
         .args(extra)
-        .env("RUST_LOG", "info,kube=warn")
+        .env("RUST_LOG", log_filter)
         .env_remove("KUBECONFIG")
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
@@ -487,13 +505,34 @@ pub(crate) async fn wait_kkclusters(
     }
 }
 
+/// How the Machines get their bootstrap data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DataOrder {
+    /// The Machine is created with `spec.bootstrap.dataSecretName` set: its create is the moment it has
+    /// bootstrap data (the claim benchmark; the provisioning benchmark until 2026-11-26).
+    AtCreate,
+    /// The order of KubeadmControlPlane / MachineDeployment with a bootstrap provider: the Machine is created
+    /// with a bootstrap `configRef` (a `BenchBootstrapConfig`, test/bench/crd) and no data; CAPI's Machine
+    /// controller makes it the owner of the KKMachine and of the config; the bench, as bootstrap provider,
+    /// completes the config once it is owned ([`provide_bootstrap_data`]); CAPI copies the data secret's name
+    /// into the Machine, and that is the moment the Machine has bootstrap data (seen by [`watch_machines`]).
+    ConfigRef,
+}
+
+/// The bench's bootstrap config kind (test/bench/crd).
+pub(crate) const BOOTSTRAP_CONFIG: (&str, &str) =
+    ("bootstrap.bench.capkk.io/v1alpha1", "BenchBootstrapConfig");
+
 /// Create `m` KKMachine + Machine pairs (`m<i>`, KKCluster `bench-<i / PER_CLUSTER>`, worker role,
 /// Kubernetes `version`, bootstrap data Secret `bootstrap-data`) as fast as the API allows, in one task.
-/// The Machine carries its bootstrap data from its creation: the instant before its create is sent is the
-/// (conservative) start of every latency, recorded in `seen`. Returns when the last create returned.
+/// With `configs` (the bootstrap config API) the Machines follow [`DataOrder::ConfigRef`]: a config is
+/// created with each pair and the Machine points at it; otherwise [`DataOrder::AtCreate`], and the instant
+/// before the Machine's create is sent is the (conservative) start of every latency. Both record that
+/// instant as the Machine's creation in `seen`. Returns when the last create returned.
 pub(crate) fn spawn_creator(
     km_api: Api<DynamicObject>,
     m_api: Api<DynamicObject>,
+    configs: Option<Api<DynamicObject>>,
     ns: &str,
     m: usize,
     version: &str,
@@ -504,21 +543,126 @@ pub(crate) fn spawn_creator(
         for i in 0..m {
             let name = format!("m{i:05}");
             let cname = format!("bench-{}", i / PER_CLUSTER);
+            let labels = json!({"cluster.x-k8s.io/cluster-name": cname});
             let km: DynamicObject = serde_json::from_value(json!({"apiVersion": INFRA, "kind": "KKMachine",
-                   "metadata": {"name": name, "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": cname}},
+                   "metadata": {"name": name, "namespace": ns, "labels": labels},
                    "spec": {"roles": ["worker"]}}))?;
+            let bootstrap = match &configs {
+                Some(api) => {
+                    let cfg: DynamicObject = serde_json::from_value(
+                        json!({"apiVersion": BOOTSTRAP_CONFIG.0,
+                           "kind": BOOTSTRAP_CONFIG.1, "metadata": {"name": name, "namespace": ns, "labels": labels},
+                           "spec": {}}),
+                    )?;
+                    api.create(&PostParams::default(), &cfg).await?;
+                    json!({"configRef": {"apiGroup": api_group(BOOTSTRAP_CONFIG.0), "kind": BOOTSTRAP_CONFIG.1, "name": name}})
+                }
+                None => json!({"dataSecretName": "bootstrap-data"}),
+            };
             let mach: DynamicObject = serde_json::from_value(json!({"apiVersion": CAPI, "kind": "Machine",
-                   "metadata": {"name": name, "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": cname}},
-                   "spec": {"clusterName": cname, "version": version, "bootstrap": {"dataSecretName": "bootstrap-data"},
+                   "metadata": {"name": name, "namespace": ns, "labels": labels},
+                   "spec": {"clusterName": cname, "version": version, "bootstrap": bootstrap,
                             "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KKMachine", "name": name}}}))?;
             km_api.create(&PostParams::default(), &km).await?;
             if let Ok(mut s) = seen.lock() {
-                s.bootstrap.insert(name.clone(), Instant::now());
+                let now = Instant::now();
+                s.created.insert(name.clone(), now);
+                if configs.is_none() {
+                    s.bootstrap.insert(name.clone(), now);
+                }
             }
             m_api.create(&PostParams::default(), &mach).await?;
         }
         anyhow::Ok(Instant::now())
     })
+}
+
+fn api_group(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(g, _)| g)
+}
+
+/// The status a bootstrap provider writes when the data is ready (CAPI's v1beta2 bootstrap contract).
+pub(crate) fn bootstrap_ready_status(secret: &str) -> Value {
+    json!({"status": {"dataSecretName": secret, "initialization": {"dataSecretCreated": true}}})
+}
+
+/// Whether a bootstrap config is owned by its Machine (CAPI's Machine controller sets the controller
+/// reference) and not yet complete: then a bootstrap provider generates its data.
+pub(crate) fn wants_bootstrap_data(cfg: &Value) -> bool {
+    let owned = cfg["metadata"]["ownerReferences"].as_array().is_some_and(|o| {
+        o.iter()
+            .any(|o| o["kind"] == "Machine" && o["controller"] == true)
+    });
+    owned && cfg["status"]["initialization"]["dataSecretCreated"] != true
+}
+
+/// The bench as bootstrap provider ([`DataOrder::ConfigRef`]): every config that CAPI's Machine controller
+/// made its Machine's is completed at once with the Secret `secret` (like CABPK, which generates the data
+/// once its config has an owner Machine); the instant is recorded in `seen.config_done`.
+pub(crate) async fn provide_bootstrap_data(
+    api: Api<DynamicObject>,
+    secret: String,
+    seen: Arc<Mutex<Seen>>,
+) -> anyhow::Result<()> {
+    let mut events = std::pin::pin!(watcher(api.clone(), watcher::Config::default()).default_backoff());
+    let status = bootstrap_ready_status(&secret);
+    while let Some(ev) = events.next().await {
+        let o = match ev {
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => o,
+            Ok(_) => continue,
+            Err(e) => {
+                eprintln!("bootstrap config watch: {e} (retrying)");
+                continue;
+            }
+        };
+        let name = o.metadata.name.clone().unwrap_or_default();
+        let done = seen
+            .lock()
+            .map(|s| s.config_done.contains_key(&name))
+            .unwrap_or(true);
+        if done || !wants_bootstrap_data(&serde_json::to_value(&o)?) {
+            continue;
+        }
+        api.patch_status(
+            &name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&status),
+        )
+        .await
+        .with_context(|| format!("completing the bootstrap config {name}"))?;
+        if let Ok(mut s) = seen.lock() {
+            s.config_done.insert(name, Instant::now());
+        }
+    }
+    Ok(())
+}
+
+/// Watch the Machines of the namespace and record into `seen.bootstrap` when each first has
+/// `spec.bootstrap.dataSecretName` ([`DataOrder::ConfigRef`]: CAPI copied it from the bootstrap config).
+pub(crate) async fn watch_machines(api: Api<DynamicObject>, seen: Arc<Mutex<Seen>>) -> anyhow::Result<()> {
+    let mut events = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
+    while let Some(ev) = events.next().await {
+        let now = Instant::now();
+        let o = match ev {
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => o,
+            Ok(_) => continue,
+            Err(e) => {
+                eprintln!("Machine watch: {e} (retrying)");
+                continue;
+            }
+        };
+        let v = serde_json::to_value(&o)?;
+        if v["spec"]["bootstrap"]["dataSecretName"]
+            .as_str()
+            .is_some_and(|s| !s.is_empty())
+            && let Ok(mut s) = seen.lock()
+        {
+            s.bootstrap
+                .entry(o.metadata.name.clone().unwrap_or_default())
+                .or_insert(now);
+        }
+    }
+    Ok(())
 }
 
 /// The `q` quantile (nearest rank) of the values, NaN when there are none.
@@ -542,7 +686,12 @@ pub(crate) fn claim_wait_over(last_create: Option<Instant>, wait: Duration, now:
 /// Machine owner reference, its `HostClaimed` condition and its claim (by name; first time only).
 #[derive(Clone, Default)]
 pub(crate) struct Seen {
+    /// The instant before the Machine's create was sent.
+    pub(crate) created: BTreeMap<String, Instant>,
+    /// The Machine has bootstrap data (its create with [`DataOrder::AtCreate`]).
     pub(crate) bootstrap: BTreeMap<String, Instant>,
+    /// The bench completed the bootstrap config ([`DataOrder::ConfigRef`]).
+    pub(crate) config_done: BTreeMap<String, Instant>,
     pub(crate) owned: BTreeMap<String, Instant>,
     pub(crate) host_claimed: BTreeMap<String, Instant>,
     pub(crate) claimed: BTreeMap<String, Instant>,
@@ -617,6 +766,24 @@ pub(crate) fn latencies(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bench_completes_a_bootstrap_config_only_once_its_machine_owns_it() {
+        let owner =
+            json!([{"apiVersion": CAPI, "kind": "Machine", "name": "m0", "uid": "u", "controller": true}]);
+        assert!(!wants_bootstrap_data(&json!({"metadata": {"name": "m0"}})));
+        assert!(
+            !wants_bootstrap_data(&json!({"metadata": {"name": "m0", "ownerReferences":
+            [{"kind": "Machine", "name": "m0", "uid": "u"}]}})),
+            "an owner that is not the controller"
+        );
+        let mut cfg = json!({"metadata": {"name": "m0", "ownerReferences": owner}});
+        assert!(wants_bootstrap_data(&cfg));
+        cfg["status"] = bootstrap_ready_status("bootstrap-data")["status"].clone();
+        assert!(!wants_bootstrap_data(&cfg), "already complete");
+        assert_eq!(cfg["status"]["dataSecretName"], "bootstrap-data");
+        assert_eq!(cfg["status"]["initialization"]["dataSecretCreated"], true);
+    }
 
     #[test]
     fn the_claim_wait_never_ends_while_machines_are_still_being_created() {

@@ -34,8 +34,9 @@ use serde_json::json;
 use crate::{
     artifacts,
     controller::{
-        CAPI, ControllerArgs, INFRA, PER_CLUSTER, Seen, cleanup, cluster, cpu_s, pct, provisioned, rss_kib,
-        secret, spawn_creator, start_manager, unique, wait_kkclusters, watch_kkmachines,
+        BOOTSTRAP_CONFIG, CAPI, ControllerArgs, DataOrder, INFRA, PER_CLUSTER, Seen, cleanup, cluster, cpu_s,
+        pct, provide_bootstrap_data, provisioned, rss_kib, secret, spawn_creator, start_manager, unique,
+        wait_kkclusters, watch_kkmachines, watch_machines,
     },
     hosts::HostSpec,
     workload::SENTINEL,
@@ -79,6 +80,8 @@ pub async fn run(a: &ControllerArgs) -> anyhow::Result<String> {
         .context("local management plane (make mgmt-up)")?;
     let client = plane.client().await?;
     capkk_mgmt::install_crds(&client, &capkk_mgmt::repo_root().join("config/crd/bases")).await?;
+    // The bench's bootstrap config kind (DataOrder::ConfigRef).
+    capkk_mgmt::install_crds(&client, &capkk_mgmt::repo_root().join("test/bench/crd")).await?;
     std::fs::create_dir_all(&a.out)?;
     eprintln!("capkk-bench controller --provision: sandbox {SANDBOX:?} with {n} hosts");
     let sandbox = capkk_sandbox::Sandbox::up(&capkk_sandbox::SandboxConfig::new(SANDBOX, n))
@@ -154,6 +157,23 @@ pub fn parse_sessions(text: &str) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// What the bench saw of one machine, in epoch seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Instants {
+    /// Just before the Machine's create was sent.
+    pub created: f64,
+    /// The KKMachine has its Machine owner reference (CAPI's Machine controller).
+    pub owned: f64,
+    /// The bench, as bootstrap provider, completed the Machine's bootstrap config (`config-ref` order).
+    pub config_done: Option<f64>,
+    /// The Machine has bootstrap data (`spec.bootstrap.dataSecretName`): the clock starts.
+    pub data: f64,
+    /// The KKMachine claimed a host (`spec.instanceID`).
+    pub claimed: f64,
+    /// The KKMachine is provisioned (`status.initialization.provisioned`).
+    pub provisioned: f64,
+}
+
 /// Where one machine's time went, in seconds.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Split {
@@ -163,9 +183,10 @@ pub struct Split {
     pub host: f64,
     /// Host commands in the window.
     pub commands: usize,
-    /// Bootstrap data → the KKMachine's owner reference (CAPI's Machine controller).
+    /// Bootstrap data → the KKMachine's owner reference, when that came after the data (the `at-create`
+    /// order: CAPI's Machine controller); 0 when the Machine owned the KKMachine before it had data.
     pub owner: f64,
-    /// Owner reference → claimed.
+    /// The later of bootstrap data and owner reference → claimed.
     pub claim: f64,
     /// Claimed → first host command.
     pub to_first: f64,
@@ -173,12 +194,22 @@ pub struct Split {
     pub between: f64,
     /// Last host command → provisioned.
     pub after_last: f64,
+    /// Machine create → the KKMachine's owner reference (CAPI), whether inside the clock or before it.
+    pub create_owner: f64,
+    /// Machine create → the Machine has bootstrap data (0 in the `at-create` order).
+    pub create_data: f64,
+    /// Bootstrap config completed → the Machine has bootstrap data (CAPI's Machine controller copies it).
+    pub config_data: Option<f64>,
+    /// Machine create → provisioned (the clock of the `at-create` order; with `config-ref` it includes the
+    /// wait for bootstrap data).
+    pub from_create: f64,
 }
 
-/// Split the window `[data, provisioned]` (epoch seconds; `owned` and `claimed` inside it) given the host's
-/// command intervals. Commands outside the window (the KKCluster's probes before it) do not count; the parts
-/// add up to `total - host`.
-pub fn split(data: f64, owned: f64, claimed: f64, provisioned: f64, sessions: &[(f64, f64)]) -> Split {
+/// Split the window `[data, provisioned]` of `t` given the host's command intervals. Commands outside the
+/// window (the KKCluster's probes before it) do not count; the parts `owner + claim + to_first + between +
+/// after_last` add up to `total - host`.
+pub fn split(t: &Instants, sessions: &[(f64, f64)]) -> Split {
+    let (data, provisioned) = (t.data, t.provisioned);
     let mut inside: Vec<(f64, f64)> = sessions
         .iter()
         .filter(|(s, e)| *s >= data && *e <= provisioned)
@@ -197,16 +228,21 @@ pub fn split(data: f64, owned: f64, claimed: f64, provisioned: f64, sessions: &[
         (Some(f), Some(l)) => (f.0, l.1),
         _ => (provisioned, provisioned),
     };
-    let claimed = claimed.min(first);
+    let start = t.owned.max(data);
+    let claimed = t.claimed.min(first).max(start);
     Split {
         total: provisioned - data,
         host,
         commands: inside.len(),
-        owner: owned - data,
-        claim: claimed - owned,
+        owner: start - data,
+        claim: claimed - start,
         to_first: first - claimed,
         between: (last - first) - host,
         after_last: provisioned - last,
+        create_owner: t.owned - t.created,
+        create_data: data - t.created,
+        config_data: t.config_done.map(|c| data - c),
+        from_create: provisioned - t.created,
     }
 }
 
@@ -274,6 +310,7 @@ async fn measure(
         kubeconfig,
         ns,
         &log_path,
+        &a.manager_log,
         &["--ssh-connect-timeout=5s", &concurrency, &cache_arg],
     )?;
     let pid = mgr.0.id();
@@ -299,12 +336,44 @@ async fn measure(
     let (km_api, _) = capkk_mgmt::dynamic_api(client, INFRA, "KKMachine", ns).await?;
     let (m_api, _) = capkk_mgmt::dynamic_api(client, CAPI, "Machine", ns).await?;
     let watch = tokio::spawn(watch_kkmachines(km_api.clone(), seen.clone()));
-    let creator = spawn_creator(km_api, m_api, ns, n, artifacts::KUBERNETES_VERSION, seen.clone());
+    let order = if a.data_order == "at-create" {
+        DataOrder::AtCreate
+    } else {
+        DataOrder::ConfigRef
+    };
+    let mut helpers = Vec::new();
+    let configs = match order {
+        DataOrder::AtCreate => None,
+        DataOrder::ConfigRef => {
+            let (api, _) =
+                capkk_mgmt::dynamic_api(client, BOOTSTRAP_CONFIG.0, BOOTSTRAP_CONFIG.1, ns).await?;
+            helpers.push(tokio::spawn(provide_bootstrap_data(
+                api.clone(),
+                "bootstrap-data".into(),
+                seen.clone(),
+            )));
+            helpers.push(tokio::spawn(watch_machines(m_api.clone(), seen.clone())));
+            Some(api)
+        }
+    };
+    let creator = spawn_creator(
+        km_api,
+        m_api,
+        configs,
+        ns,
+        n,
+        artifacts::KUBERNETES_VERSION,
+        seen.clone(),
+    );
     let mut peak_rss = rss_kib(pid);
     let deadline = Instant::now() + Duration::from_secs(a.timeout_s);
     loop {
         if watch.is_finished() {
             bail!("the KKMachine watch ended");
+        }
+        if let Some(h) = helpers.iter_mut().find(|h| h.is_finished()) {
+            h.await??;
+            bail!("the bootstrap provider or the Machine watch ended");
         }
         let done = seen.lock().map(|s| s.provisioned.len()).unwrap_or_default();
         if done >= n || Instant::now() > deadline {
@@ -318,6 +387,7 @@ async fn measure(
     let load_end = crate::load_average();
     drop(mgr);
     watch.abort();
+    helpers.iter().for_each(|h| h.abort());
     let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
 
     // The hosts' command intervals, and the proof that each one ran the bootstrap data.
@@ -349,18 +419,29 @@ async fn measure(
             .get(m)
             .and_then(|p| p.rsplit('/').next())
             .with_context(|| format!("KKMachine {m} provisioned without a providerID"))?;
-        let (Some(d), Some(o), Some(c)) = (seen.bootstrap.get(m), seen.owned.get(m), seen.claimed.get(m))
-        else {
-            bail!("KKMachine {m}: bootstrap data, owner reference or claim not seen");
+        let (Some(cr), Some(d), Some(o), Some(c)) = (
+            seen.created.get(m),
+            seen.bootstrap.get(m),
+            seen.owned.get(m),
+            seen.claimed.get(m),
+        ) else {
+            bail!("KKMachine {m}: its create, bootstrap data, owner reference or claim not seen");
         };
         let s = sessions
             .get(host)
             .with_context(|| format!("KKMachine {m} claimed {host:?}, not a sandbox host"))?;
-        let parts = split(at(*d), at(*o), at(*c), at(*t), s);
+        let instants = Instants {
+            created: at(*cr),
+            owned: at(*o),
+            config_done: seen.config_done.get(m).map(|i| at(*i)),
+            data: at(*d),
+            claimed: at(*c),
+            provisioned: at(*t),
+        };
+        let parts = split(&instants, s);
         raw.insert(
             m.clone(),
-            json!({"host": host, "data": at(*d), "owned": at(*o), "claimed": at(*c), "provisioned": at(*t),
-                   "split": parts, "sessions": s}),
+            json!({"host": host, "instants": instants, "split": parts, "sessions": s}),
         );
         splits.insert(m.clone(), parts);
     }
@@ -409,31 +490,48 @@ fn report(a: &ControllerArgs, splits: &BTreeMap<String, Split>, t: &Totals) -> S
     let _ = writeln!(
         s,
         "capkk-bench controller --provision: {n} KKMachines + Machines, {n} sandbox hosts in one KKCluster, \
-         {:.1} MiB of stand-in artifacts from the bench mirror, bootstrap data {}; load average {}",
-        t.artifacts_mib, t.fixture, t.load
+         {:.1} MiB of stand-in artifacts from the bench mirror, bootstrap data {} ({}); load average {}",
+        t.artifacts_mib, t.fixture, a.data_order, t.load
     );
     let _ = writeln!(s);
     let _ = writeln!(s, "| per machine | p50 | p90 | max | mean |");
     let _ = writeln!(s, "|---|---:|---:|---:|---:|");
-    let rows: [(&str, Part); 8] = [
-        ("**bootstrap data → provisioned**", |x| x.total),
+    let rows: [(&str, Part); 13] = [
+        ("**bootstrap data on the Machine → provisioned**", |x| x.total),
         ("host work (the host's own command time)", |x| x.host),
         ("**bootstrap data → provisioned minus host work**", |x| {
             x.total - x.host
         }),
-        ("… bootstrap data → owner reference (CAPI)", |x| x.owner),
-        ("… owner reference → claimed", |x| x.claim),
+        (
+            "… bootstrap data → owner reference (CAPI; only when it came later)",
+            |x| x.owner,
+        ),
+        (
+            "… bootstrap data or owner reference, the later → claimed",
+            |x| x.claim,
+        ),
         ("… claimed → first host command", |x| x.to_first),
         ("… between host commands", |x| x.between),
         ("… last host command → provisioned", |x| x.after_last),
+        ("Machine create → owner reference (CAPI)", |x| x.create_owner),
+        ("Machine create → bootstrap data on the Machine", |x| {
+            x.create_data
+        }),
+        (
+            "… bootstrap config complete → data on the Machine (CAPI)",
+            |x| x.config_data.unwrap_or(f64::NAN),
+        ),
+        ("Machine create → provisioned", |x| x.from_create),
+        ("Machine create → provisioned minus host work", |x| {
+            x.from_create - x.host
+        }),
     ];
     for (what, f) in rows {
-        let v = col(f);
-        let mean = if v.is_empty() {
-            f64::NAN
-        } else {
-            v.values().sum::<f64>() / v.len() as f64
-        };
+        let v: BTreeMap<String, f64> = col(f).into_iter().filter(|(_, x)| !x.is_nan()).collect();
+        if v.is_empty() {
+            continue;
+        }
+        let mean = v.values().sum::<f64>() / v.len() as f64;
         let _ = writeln!(
             s,
             "| {what} | {:.2} s | {:.2} s | {:.2} s | {mean:.2} s |",
@@ -476,15 +574,34 @@ mod tests {
         assert_eq!(s, [(100.5, 101.25), (103.0, 103.5)]);
     }
 
+    fn instants(
+        created: f64,
+        owned: f64,
+        config_done: Option<f64>,
+        data: f64,
+        claimed: f64,
+        provisioned: f64,
+    ) -> Instants {
+        Instants {
+            created,
+            owned,
+            config_done,
+            data,
+            claimed,
+            provisioned,
+        }
+    }
+
+    fn parts(s: &Split) -> f64 {
+        s.owner + s.claim + s.to_first + s.between + s.after_last
+    }
+
     #[test]
     fn the_window_splits_into_host_work_and_parts_that_add_up_to_the_rest() {
-        // Data at 10, owner at 11, claimed at 12, commands 13–14, 13.5–15 (overlapping), 16–17, provisioned
-        // at 18; a probe before the window does not count.
+        // At create: data at 10, owner at 11, claimed at 12, commands 13–14, 13.5–15 (overlapping), 16–17,
+        // provisioned at 18; a probe before the window does not count.
         let s = split(
-            10.0,
-            11.0,
-            12.0,
-            18.0,
+            &instants(10.0, 11.0, None, 10.0, 12.0, 18.0),
             &[(5.0, 6.0), (16.0, 17.0), (13.0, 14.0), (13.5, 15.0)],
         );
         assert_eq!(s.total, 8.0);
@@ -492,13 +609,30 @@ mod tests {
         assert_eq!(s.commands, 3);
         assert_eq!((s.owner, s.claim, s.to_first), (1.0, 1.0, 1.0));
         assert_eq!((s.between, s.after_last), (1.0, 1.0));
-        let parts = s.owner + s.claim + s.to_first + s.between + s.after_last;
-        assert!((parts - (s.total - s.host)).abs() < 1e-9);
+        assert!((parts(&s) - (s.total - s.host)).abs() < 1e-9);
+        assert_eq!((s.create_owner, s.create_data, s.from_create), (1.0, 0.0, 8.0));
+        assert_eq!(s.config_data, None);
+    }
+
+    #[test]
+    fn with_a_config_ref_the_clock_starts_when_the_machine_has_data_after_its_owner_reference() {
+        // Created at 0, owned at 2, config completed at 2.1, data on the Machine at 3, claimed at 3.5,
+        // one command 4–5, provisioned at 6.
+        let s = split(&instants(0.0, 2.0, Some(2.1), 3.0, 3.5, 6.0), &[(4.0, 5.0)]);
+        assert_eq!((s.total, s.host), (3.0, 1.0));
+        assert_eq!(s.owner, 0.0, "the owner reference was there before the data");
+        assert_eq!(
+            (s.claim, s.to_first, s.between, s.after_last),
+            (0.5, 0.5, 0.0, 1.0)
+        );
+        assert!((parts(&s) - (s.total - s.host)).abs() < 1e-9);
+        assert_eq!((s.create_owner, s.create_data, s.from_create), (2.0, 3.0, 6.0));
+        assert!((s.config_data.unwrap_or_default() - 0.9).abs() < 1e-9);
     }
 
     #[test]
     fn without_commands_the_whole_window_is_the_controllers() {
-        let s = split(0.0, 1.0, 2.0, 5.0, &[]);
+        let s = split(&instants(0.0, 1.0, None, 0.0, 2.0, 5.0), &[]);
         assert_eq!(s.host, 0.0);
         assert_eq!(s.to_first + s.after_last + s.between, 3.0);
     }
