@@ -71,9 +71,9 @@ pub struct ControllerArgs {
     /// With --provision: the bootstrap data [default: the captured CABPK init data, see `capkk-bench ssh`].
     #[arg(long)]
     pub fixture: Option<PathBuf>,
-    /// With --provision: how the Machines get their bootstrap data: `config-ref` (the real order: a bootstrap
-    /// config the bench completes once CAPI made it the Machine's; CAPI copies the data to the Machine) or
-    /// `at-create` (the Machine carries `dataSecretName` from its create; the method until 2026-11-26).
+    /// How the Machines get their bootstrap data: `config-ref` (the real order: a bootstrap config the bench
+    /// completes once CAPI made it the Machine's; CAPI copies the data to the Machine) or `at-create` (the
+    /// Machine carries `dataSecretName` from its create; the method of both benchmarks until 2026-11-26).
     #[arg(long, default_value = "config-ref", value_parser = ["config-ref", "at-create"])]
     pub data_order: String,
     /// The manager's `RUST_LOG` (e.g. `info,capkk_ssh=debug,kube=warn` to see every command it sends).
@@ -175,6 +175,8 @@ pub async fn run(a: &ControllerArgs) -> anyhow::Result<String> {
         .context("local management plane (make mgmt-up)")?;
     let client = plane.client().await?;
     capkk_mgmt::install_crds(&client, &capkk_mgmt::repo_root().join("config/crd/bases")).await?;
+    // The bench's bootstrap config kind (DataOrder::ConfigRef).
+    capkk_mgmt::install_crds(&client, &capkk_mgmt::repo_root().join("test/bench/crd")).await?;
     let ns = unique("capkk-bench");
     let ns_obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
     Api::<Namespace>::all(client.clone())
@@ -296,9 +298,9 @@ async fn measure(a: &ControllerArgs, client: &Client, ns: &str, kubeconfig: &Pat
     tokio::time::sleep(Duration::from_secs(10)).await;
     let idle_cpu_per_s = (cpu_s(pid) - cpu_idle_start) / 10.0;
 
-    // Load: create M KKMachine + Machine pairs as fast as the API allows (one task; the Machine carries its
-    // bootstrap data from its creation), while a watch on the KKMachines records when each one got its owner
-    // reference (CAPI's Machine controller), its first status write (`HostClaimed`) and its claim.
+    // Load: create M KKMachine + Machine pairs as fast as the API allows (one task), while a watch on the
+    // KKMachines records when each one got its owner reference (CAPI's Machine controller), its first status
+    // write (`HostClaimed`) and its claim. The Machines get their bootstrap data as `--data-order` says.
     let cpu_before = cpu_s(pid);
     let load_avg_start = crate::load_average();
     let seen = Arc::new(Mutex::new(Seen::default()));
@@ -307,10 +309,12 @@ async fn measure(a: &ControllerArgs, client: &Client, ns: &str, kubeconfig: &Pat
     let (km_api, _) = capkk_mgmt::dynamic_api(client, INFRA, "KKMachine", ns).await?;
     let (m_api, _) = capkk_mgmt::dynamic_api(client, CAPI, "Machine", ns).await?;
     let watch = tokio::spawn(watch_kkmachines(km_api.clone(), seen.clone()));
+    let order = DataOrder::of(&a.data_order);
+    let (configs, helpers) = bootstrap_provider(order, client, ns, &m_api, &seen).await?;
     let creator = spawn_creator(
         km_api.clone(),
         m_api.clone(),
-        None,
+        configs,
         ns,
         m,
         "v1.34.4",
@@ -325,6 +329,9 @@ async fn measure(a: &ControllerArgs, client: &Client, ns: &str, kubeconfig: &Pat
         }
         if watch.is_finished() {
             bail!("the KKMachine watch ended");
+        }
+        if let Some(h) = helpers.iter().find(|h| h.is_finished()) {
+            bail!("the bootstrap provider or the Machine watch ended ({h:?})");
         }
         let claimed = seen.lock().map(|s| s.claimed.len()).unwrap_or_default();
         if claimed >= m || claim_wait_over(last_create, wait, Instant::now()) {
@@ -357,17 +364,25 @@ async fn measure(a: &ControllerArgs, client: &Client, ns: &str, kubeconfig: &Pat
     let load_avg_end = crate::load_average();
     drop(mgr);
     watch.abort();
+    helpers.iter().for_each(|h| h.abort());
     let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
     let lat = |ends: &BTreeMap<String, Instant>, starts: &BTreeMap<String, Instant>| latencies(starts, ends);
     let claimed = lat(&seen.claimed, &seen.bootstrap);
     let first_write = lat(&seen.host_claimed, &seen.bootstrap);
-    let owned = lat(&seen.owned, &seen.bootstrap);
+    let owned = lat(&seen.owned, &seen.created);
     let ours = lat(&seen.claimed, &seen.owned);
+    let created_claimed = lat(&seen.claimed, &seen.created);
+    let owned_data = lat(&seen.bootstrap, &seen.owned);
 
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "capkk-bench controller: {m} KKMachines + Machines in {clusters} KKClusters of <= {PER_CLUSTER} hosts (loopback, closed port)"
+        "capkk-bench controller: {m} KKMachines + Machines in {clusters} KKClusters of <= {PER_CLUSTER} hosts (loopback, closed port); bootstrap data {}",
+        match order {
+            DataOrder::AtCreate => "at the Machine's create (--data-order at-create)",
+            DataOrder::ConfigRef =>
+                "from a bootstrap config, copied by CAPI once the Machine owns it (--data-order config-ref)",
+        }
     );
     let _ = writeln!(s);
     let _ = writeln!(s, "| measure | value |");
@@ -410,12 +425,21 @@ async fn measure(a: &ControllerArgs, client: &Client, ns: &str, kubeconfig: &Pat
         "bootstrap data → first status write (`HostClaimed`)",
         &first_write,
     );
+    row(&mut s, "Machine create → claimed", &created_claimed);
     row(
         &mut s,
-        "bootstrap data → Machine owner reference (CAPI's Machine controller)",
+        "Machine create → owner reference (CAPI's Machine controller)",
         &owned,
     );
-    row(&mut s, "Machine owner reference → claimed (capkk-rs)", &ours);
+    if order == DataOrder::ConfigRef {
+        row(
+            &mut s,
+            "owner reference → bootstrap data (the bench's config completed, CAPI copies it)",
+            &owned_data,
+        );
+    } else {
+        row(&mut s, "Machine owner reference → claimed (capkk-rs)", &ours);
+    }
     let _ = writeln!(s, "| last create → all claimed | {all_claimed_s:.1} s |");
     let _ = writeln!(
         s,
@@ -517,6 +541,45 @@ pub(crate) enum DataOrder {
     /// completes the config once it is owned ([`provide_bootstrap_data`]); CAPI copies the data secret's name
     /// into the Machine, and that is the moment the Machine has bootstrap data (seen by [`watch_machines`]).
     ConfigRef,
+}
+
+impl DataOrder {
+    /// From `--data-order`.
+    pub(crate) fn of(arg: &str) -> Self {
+        if arg == "at-create" {
+            DataOrder::AtCreate
+        } else {
+            DataOrder::ConfigRef
+        }
+    }
+}
+
+/// With [`DataOrder::ConfigRef`]: the bootstrap config API (for [`spawn_creator`]) and the tasks that play
+/// the bootstrap provider ([`provide_bootstrap_data`]) and see when each Machine has its data
+/// ([`watch_machines`]); nothing with [`DataOrder::AtCreate`].
+pub(crate) async fn bootstrap_provider(
+    order: DataOrder,
+    client: &Client,
+    ns: &str,
+    machines: &Api<DynamicObject>,
+    seen: &Arc<Mutex<Seen>>,
+) -> anyhow::Result<(
+    Option<Api<DynamicObject>>,
+    Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+)> {
+    if order == DataOrder::AtCreate {
+        return Ok((None, Vec::new()));
+    }
+    let (api, _) = capkk_mgmt::dynamic_api(client, BOOTSTRAP_CONFIG.0, BOOTSTRAP_CONFIG.1, ns).await?;
+    let helpers = vec![
+        tokio::spawn(provide_bootstrap_data(
+            api.clone(),
+            "bootstrap-data".into(),
+            seen.clone(),
+        )),
+        tokio::spawn(watch_machines(machines.clone(), seen.clone())),
+    ];
+    Ok((Some(api), helpers))
 }
 
 /// The bench's bootstrap config kind (test/bench/crd).

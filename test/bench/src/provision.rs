@@ -34,9 +34,9 @@ use serde_json::json;
 use crate::{
     artifacts,
     controller::{
-        BOOTSTRAP_CONFIG, CAPI, ControllerArgs, DataOrder, INFRA, PER_CLUSTER, Seen, cleanup, cluster, cpu_s,
-        pct, provide_bootstrap_data, provisioned, rss_kib, secret, spawn_creator, start_manager, unique,
-        wait_kkclusters, watch_kkmachines, watch_machines,
+        CAPI, ControllerArgs, DataOrder, INFRA, PER_CLUSTER, Seen, bootstrap_provider, cleanup, cluster,
+        cpu_s, pct, provisioned, rss_kib, secret, spawn_creator, start_manager, unique, wait_kkclusters,
+        watch_kkmachines,
     },
     hosts::HostSpec,
     workload::SENTINEL,
@@ -336,26 +336,8 @@ async fn measure(
     let (km_api, _) = capkk_mgmt::dynamic_api(client, INFRA, "KKMachine", ns).await?;
     let (m_api, _) = capkk_mgmt::dynamic_api(client, CAPI, "Machine", ns).await?;
     let watch = tokio::spawn(watch_kkmachines(km_api.clone(), seen.clone()));
-    let order = if a.data_order == "at-create" {
-        DataOrder::AtCreate
-    } else {
-        DataOrder::ConfigRef
-    };
-    let mut helpers = Vec::new();
-    let configs = match order {
-        DataOrder::AtCreate => None,
-        DataOrder::ConfigRef => {
-            let (api, _) =
-                capkk_mgmt::dynamic_api(client, BOOTSTRAP_CONFIG.0, BOOTSTRAP_CONFIG.1, ns).await?;
-            helpers.push(tokio::spawn(provide_bootstrap_data(
-                api.clone(),
-                "bootstrap-data".into(),
-                seen.clone(),
-            )));
-            helpers.push(tokio::spawn(watch_machines(m_api.clone(), seen.clone())));
-            Some(api)
-        }
-    };
+    let order = DataOrder::of(&a.data_order);
+    let (configs, mut helpers) = bootstrap_provider(order, client, ns, &m_api, &seen).await?;
     let creator = spawn_creator(
         km_api,
         m_api,
