@@ -420,6 +420,29 @@ pub async fn manager_kubeconfig_granted(
     Ok((path, sa_name))
 }
 
+/// Environment variable naming another manager build for the integration tests to run instead of this
+/// tree's (opt-in; unset or empty: this tree's `manager`). Used to show that a test fails on an older commit:
+/// build that commit's manager in its own worktree and run this tier with `CAPKK_TEST_MANAGER=<its binary>`.
+/// The tests, CRDs and RBAC stay this tree's; every start says on stderr which binary runs, and writes its path
+/// to `<name>.binary` beside the manager's log.
+pub const TEST_MANAGER_ENV: &str = "CAPKK_TEST_MANAGER";
+
+/// The manager binary the tests start: this tree's build, or the one [`TEST_MANAGER_ENV`] names (said loudly).
+pub fn manager_binary() -> PathBuf {
+    match std::env::var_os(TEST_MANAGER_ENV).filter(|v| !v.is_empty()) {
+        Some(other) => {
+            let other = PathBuf::from(other);
+            eprintln!(
+                "!!! {TEST_MANAGER_ENV} is set: running the manager {} instead of this tree's build; \
+                 results say nothing about this tree",
+                other.display()
+            );
+            other
+        }
+        None => PathBuf::from(env!("CARGO_BIN_EXE_manager")),
+    }
+}
+
 /// The manager binary running as a separate process; killed on drop.
 pub struct Manager {
     child: Option<Child>,
@@ -438,7 +461,14 @@ impl Manager {
                 defaults.push(format!("{flag}=127.0.0.1:0"));
             }
         }
-        let child = Command::new(env!("CARGO_BIN_EXE_manager"))
+        let binary = manager_binary();
+        // Beside the log, which build ran (a CAPKK_TEST_MANAGER run must never pass for this tree's); the log
+        // itself stays the manager's alone (tests parse it).
+        std::fs::write(
+            dir.join(format!("{name}.binary")),
+            format!("{}\n", binary.display()),
+        )?;
+        let child = Command::new(&binary)
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .args(&defaults)
@@ -449,7 +479,7 @@ impl Manager {
             .stdout(f.try_clone()?)
             .stderr(f)
             .spawn()
-            .context("starting the manager")?;
+            .with_context(|| format!("starting the manager {}", binary.display()))?;
         Ok(Manager {
             child: Some(child),
             log,
