@@ -137,8 +137,8 @@ async fn a_provisioned_cluster_moves_to_another_plane_and_nothing_runs_again_on_
     .await?;
     env.machine("mv", "m", "control-plane", Some("bootstrap-data"))
         .await?;
-    let inst_name = format!("mv.{}", host.info.name);
     let mut source = env.manager("source", &["--ssh-connect-timeout=5s"])?;
+    let inst_name = env.claimed_instance("m").await?;
 
     let km = eventually(
         "KKMachine provisioned on the source plane",

@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use anyhow::ensure;
-use common::*;
+use common::{sandbox::cloud_config, *};
 use serde_json::json;
 
 const RETRY: &str = "kkinstance.infrastructure.cluster.x-k8s.io/retry";
@@ -20,12 +20,7 @@ async fn creating_a_missing_credentials_secret_retries_the_kkinstance_that_neede
         return Ok(());
     };
     let ns = env.ns.clone();
-    let host = hosts.sb.hosts().remove(0);
-    env.bootstrap_data(
-        "bd",
-        "#cloud-config\nruncmd:\n- mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\n",
-    )
-    .await?;
+    env.bootstrap_data("bd", &cloud_config(&[])).await?;
     // Registry credentials from a Secret that does not exist yet (read only by host work, not by probes).
     env.apply(cluster(&ns, "s", json!({}))).await?;
     env.apply(kkcluster(
@@ -40,7 +35,7 @@ async fn creating_a_missing_credentials_secret_retries_the_kkinstance_that_neede
     let (km, m) = machine_pair(&ns, "s", "m1", "worker", Some("bd"));
     env.apply(km).await?;
     env.apply(m).await?;
-    let inst_name = format!("s.{}", host.info.name);
+    let inst_name = env.claimed_instance("m1").await?;
     let failed = eventually(
         "CredentialsUnavailable (registry Secret missing)",
         Duration::from_secs(180),

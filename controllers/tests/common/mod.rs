@@ -792,6 +792,23 @@ impl TestEnv {
         delete(&self.client, &self.ns, api_version, kind, name).await
     }
 
+    /// The KKInstance that KKMachine `kkmachine` claimed (its `spec.instanceID`), once it has one. Tests that
+    /// are not about claim names find a KKInstance this way rather than by spelling its name.
+    pub async fn claimed_instance(&self, kkmachine: &str) -> anyhow::Result<String> {
+        eventually(
+            &format!("KKMachine {kkmachine} claims a host"),
+            Duration::from_secs(90),
+            || async {
+                let k = self
+                    .get(INFRA_V, "KKMachine", kkmachine)
+                    .await?
+                    .unwrap_or_default();
+                Ok(k["spec"]["instanceID"].as_str().map(str::to_owned))
+            },
+        )
+        .await
+    }
+
     /// Wait for the KKCluster `name` to be provisioned; returns it.
     pub async fn kkcluster_provisioned(&self, name: &str) -> anyhow::Result<Value> {
         eventually(

@@ -226,6 +226,19 @@ pub fn publish_standins(mirror: &Mirror, dir: &Path, arch: &str) -> anyhow::Resu
     Ok(json!({"host": mirror.base, "overrides": overrides}))
 }
 
+/// Bootstrap data in CABPK's shape: `runcmd` runs `commands`, then writes CAPI's bootstrap sentinel (only when
+/// they all succeeded).
+pub fn cloud_config(commands: &[&str]) -> String {
+    let mut data = String::from("#cloud-config\nruncmd:\n");
+    for c in commands {
+        data.push_str(&format!("- {c}\n"));
+    }
+    data.push_str(
+        "- mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\n",
+    );
+    data
+}
+
 /// Run a script inside a host and return stdout ("" on failure).
 pub fn inside(host: &Host<'_>, script: &str) -> String {
     host.sh_inside(script).unwrap_or_default()
