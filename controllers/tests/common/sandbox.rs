@@ -3,16 +3,10 @@
 //! artifacts with their real SHA-256 (the binary and containerd services download, verify and upload them
 //! exactly as in production), and a `kubeadm` stand-in that records its arguments and config.
 
-use std::{
-    collections::HashMap,
-    io::{BufRead, BufReader, Write},
-    net::TcpListener,
-    path::Path,
-    sync::{Arc, Mutex},
-};
+use std::path::Path;
 
 use base64::Engine as _;
-use capkk_sandbox::{Host, Sandbox};
+use capkk_sandbox::Host;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -58,71 +52,8 @@ pub fn install_fakes(host: &Host<'_>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A tiny HTTP/1.1 file server on the sandbox bridge.
-#[derive(Clone)]
-pub struct Mirror {
-    /// `http://198.18.N.1:port`.
-    pub base: String,
-    files: Arc<Mutex<HashMap<String, Vec<u8>>>>,
-}
-
-impl Mirror {
-    /// Listen on the sandbox bridge address.
-    pub fn start(sb: &Sandbox) -> anyhow::Result<Mirror> {
-        let addr = format!("198.18.{}.1", sb.state().index);
-        let listener = TcpListener::bind((addr.as_str(), 0))?;
-        let port = listener.local_addr()?.port();
-        let m = Mirror {
-            base: format!("http://{addr}:{port}"),
-            files: Arc::default(),
-        };
-        let srv = m.clone();
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(mut conn) = conn else { continue };
-                let srv = srv.clone();
-                std::thread::spawn(move || {
-                    let Ok(c2) = conn.try_clone() else { return };
-                    let mut reader = BufReader::new(c2);
-                    let mut first = String::new();
-                    if reader.read_line(&mut first).is_err() {
-                        return;
-                    }
-                    loop {
-                        let mut l = String::new();
-                        if reader.read_line(&mut l).unwrap_or(0) == 0 || l == "\r\n" || l == "\n" {
-                            break;
-                        }
-                    }
-                    let path = first.split_whitespace().nth(1).unwrap_or("/").to_owned();
-                    let body = srv.files.lock().ok().and_then(|f| f.get(&path).cloned());
-                    let _ = match body {
-                        Some(b) => conn
-                            .write_all(
-                                format!(
-                                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                                    b.len()
-                                )
-                                .as_bytes(),
-                            )
-                            .and_then(|_| conn.write_all(&b)),
-                        None => conn.write_all(
-                            b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-                        ),
-                    };
-                });
-            }
-        });
-        Ok(m)
-    }
-
-    /// Serve `body` at `path`.
-    pub fn put(&self, path: &str, body: Vec<u8>) {
-        if let Ok(mut f) = self.files.lock() {
-            f.insert(path.to_owned(), body);
-        }
-    }
-}
+/// The artifact mirror on the sandbox bridge (shared with pkg/service's sandbox tests).
+pub use capkk_sandbox::mirror::Mirror;
 
 fn script(name: &str, body: &str) -> Vec<u8> {
     format!("#!/bin/sh\n# capkk stand-in {name}\n{body}").into_bytes()

@@ -11,16 +11,14 @@
 
 use std::{
     collections::HashMap,
-    io::{BufRead, BufReader, Write},
-    net::TcpListener,
     path::Path,
-    sync::{Arc, Mutex, OnceLock},
+    sync::{Arc, OnceLock},
     time::Duration,
 };
 
 use base64::Engine as _;
 use capkk_executor::Executor;
-use capkk_sandbox::{Host, NOPASSWD_USER, Sandbox, SandboxConfig, skip_unless_supported};
+use capkk_sandbox::{Host, NOPASSWD_USER, Sandbox, SandboxConfig, mirror::Mirror, skip_unless_supported};
 use capkk_service::{
     Error,
     binary::{self, ArtifactCache, ArtifactOverride, BinaryConfig, ComponentSource, DownloadOn},
@@ -174,75 +172,6 @@ impl Executor for Counting {
 
     fn target(&self) -> String {
         self.inner.target()
-    }
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Local HTTP mirror.
-
-#[derive(Clone)]
-struct Mirror {
-    base: String,
-    files: Arc<Mutex<HashMap<String, Vec<u8>>>>,
-    hits: Arc<Mutex<HashMap<String, usize>>>,
-}
-
-impl Mirror {
-    fn start(sb: &Sandbox) -> Mirror {
-        let addr = format!("198.18.{}.1", sb.state().index);
-        let listener = TcpListener::bind((addr.as_str(), 0)).expect("bind mirror on the sandbox bridge");
-        let port = listener.local_addr().unwrap().port();
-        let m = Mirror {
-            base: format!("http://{addr}:{port}"),
-            files: Arc::default(),
-            hits: Arc::default(),
-        };
-        let srv = m.clone();
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(mut conn) = conn else { continue };
-                let srv = srv.clone();
-                std::thread::spawn(move || {
-                    let mut reader = BufReader::new(conn.try_clone().unwrap());
-                    let mut first = String::new();
-                    if reader.read_line(&mut first).is_err() {
-                        return;
-                    }
-                    loop {
-                        let mut l = String::new();
-                        if reader.read_line(&mut l).unwrap_or(0) == 0 || l == "\r\n" || l == "\n" {
-                            break;
-                        }
-                    }
-                    let path = first.split_whitespace().nth(1).unwrap_or("/").to_owned();
-                    *srv.hits.lock().unwrap().entry(path.clone()).or_default() += 1;
-                    let body = srv.files.lock().unwrap().get(&path).cloned();
-                    let _ = match body {
-                        Some(b) => conn
-                            .write_all(
-                                format!(
-                                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                                    b.len()
-                                )
-                                .as_bytes(),
-                            )
-                            .and_then(|_| conn.write_all(&b)),
-                        None => conn.write_all(
-                            b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-                        ),
-                    };
-                });
-            }
-        });
-        m
-    }
-
-    fn put(&self, path: &str, body: Vec<u8>) {
-        self.files.lock().unwrap().insert(path.to_owned(), body);
-    }
-
-    fn hits(&self, path: &str) -> usize {
-        self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
     }
 }
 
@@ -631,7 +560,7 @@ async fn apt_host_create_is_verified_idempotent_and_reset_removes_only_owned_pat
     );
 
     // Binaries from the local mirror (controller download + upload).
-    let mirror = Mirror::start(sb);
+    let mirror = Mirror::start(sb).expect("mirror on the sandbox bridge");
     let si = stand_ins(&f.arch, "apt");
     si.serve(&mirror);
     let cfg = binary_config(&f, si.source(&mirror, DownloadOn::Controller));
@@ -966,7 +895,7 @@ async fn checksum_mismatch_refuses_and_leaves_the_host_unchanged() {
     let progress = RecordingProgress::default();
     let redactor = Redactor::default();
     let f = facts::gather(&*ex, &progress, &redactor).await.unwrap();
-    let mirror = Mirror::start(sb);
+    let mirror = Mirror::start(sb).expect("mirror on the sandbox bridge");
     let si = stand_ins(&f.arch, "bad");
     si.serve(&mirror);
     let watched = [
@@ -1084,7 +1013,7 @@ async fn an_unpinned_version_installs_through_its_published_checksum_and_a_tampe
     let redactor = Redactor::default();
     let f = facts::gather(&*ex, &progress, &redactor).await.unwrap();
     let arch = f.arch.clone();
-    let mirror = Mirror::start(sb);
+    let mirror = Mirror::start(sb).expect("mirror on the sandbox bridge");
     let dir = tempfile::tempdir().unwrap();
     let k8s_dir = format!("/kubernetes-release/release/{K}/bin/linux/{arch}");
     let mut bodies = HashMap::new();
@@ -1258,7 +1187,7 @@ async fn host_download_mode_installs_without_uploads() {
     let progress = RecordingProgress::default();
     let redactor = Redactor::default();
     let f = facts::gather(&*ex, &progress, &redactor).await.unwrap();
-    let mirror = Mirror::start(sb);
+    let mirror = Mirror::start(sb).expect("mirror on the sandbox bridge");
     let si = stand_ins(&f.arch, "hostdl");
     si.serve(&mirror);
     let c = cache("hostdl");
@@ -1293,7 +1222,7 @@ async fn one_controller_download_serves_many_hosts() {
     let progress = RecordingProgress::default();
     let redactor = Redactor::default();
     let f = facts::gather(&*ex4, &progress, &redactor).await.unwrap();
-    let mirror = Mirror::start(sb);
+    let mirror = Mirror::start(sb).expect("mirror on the sandbox bridge");
     let si = stand_ins(&f.arch, "shared");
     si.serve(&mirror);
     let c = cache("shared");
@@ -1332,7 +1261,7 @@ async fn iso_mode_uploads_mounts_uses_only_the_iso_and_restores_sources() {
     let f = facts::gather(&*ex, &progress, &redactor).await.unwrap();
     let iso_name = repository::auto_iso_name(&f);
     let iso = format!("ISO stand-in for {iso_name}\n").repeat(1000).into_bytes();
-    let mirror = Mirror::start(sb);
+    let mirror = Mirror::start(sb).expect("mirror on the sandbox bridge");
     mirror.put(
         &format!("/kubesphere/kubekey/releases/download/v2.2.2/{iso_name}"),
         iso.clone(),
@@ -1441,7 +1370,7 @@ async fn a_running_foreign_containerd_is_left_alone_via_password_sudo() {
              systemctl start containerd"
         ),
     );
-    let mirror = Mirror::start(sb);
+    let mirror = Mirror::start(sb).expect("mirror on the sandbox bridge");
     let si = stand_ins(&f.arch, "foreign");
     si.serve(&mirror);
     let c = cache("foreign");

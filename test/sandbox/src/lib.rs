@@ -250,6 +250,7 @@ impl fmt::Debug for Sandbox {
     }
 }
 
+pub mod mirror;
 pub mod skip;
 
 /// The commands sandbox hosts need, with the Debian package that provides each.
