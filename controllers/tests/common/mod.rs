@@ -124,7 +124,7 @@ pub async fn delete(
 }
 
 /// Polls `f` every 500 ms until it returns `Some`, failing after `timeout`.
-pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> anyhow::Result<T>
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, f: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<Option<T>>>,
@@ -136,22 +136,7 @@ where
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
     let timeout = timeout * scale.max(1);
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut last_err = None;
-    loop {
-        match f().await {
-            Ok(Some(v)) => return Ok(v),
-            Ok(None) => {}
-            Err(e) => last_err = Some(e),
-        }
-        if tokio::time::Instant::now() >= deadline {
-            match last_err {
-                Some(e) => bail!("timed out after {timeout:?} waiting for {what}; last error: {e:#}"),
-                None => bail!("timed out after {timeout:?} waiting for {what}"),
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    Ok(capkk_mgmt::eventually(what, timeout, Duration::from_millis(500), f).await?)
 }
 
 /// The condition `type_` of an object's status.

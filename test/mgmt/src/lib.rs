@@ -123,6 +123,48 @@ pub enum Error {
         /// The timeout.
         timeout: Duration,
     },
+    /// What [`eventually`] waited for did not happen in time.
+    #[error("timed out after {timeout:?} waiting for {what}{}", last.as_ref().map(|e| format!("; last error: {e}")).unwrap_or_default())]
+    Timeout {
+        /// What was waited for.
+        what: String,
+        /// The timeout.
+        timeout: Duration,
+        /// The last error the check returned (alternate form, i.e. with its causes).
+        last: Option<String>,
+    },
+}
+
+/// Polls `check` every `poll` until it returns `Some`, failing after `timeout` with `what` and the last error
+/// `check` returned in the message (errors do not end the wait). The tests' one wait loop.
+pub async fn eventually<T, E, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    poll: Duration,
+    mut check: F,
+) -> Result<T, Error>
+where
+    E: std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>, E>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last = None;
+    loop {
+        match check().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last = Some(format!("{e:#}")),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(Error::Timeout {
+                what: what.to_owned(),
+                timeout,
+                last,
+            });
+        }
+        tokio::time::sleep(poll).await;
+    }
 }
 
 /// A running local management plane.

@@ -78,27 +78,12 @@ pub async fn dynamic(
 }
 
 /// Polls `f` every 250 ms until it returns `Some`, failing after `timeout` with `what` in the message.
-pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> anyhow::Result<T>
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, f: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<Option<T>>>,
 {
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut last_err = None;
-    loop {
-        match f().await {
-            Ok(Some(v)) => return Ok(v),
-            Ok(None) => {}
-            Err(e) => last_err = Some(e),
-        }
-        if tokio::time::Instant::now() >= deadline {
-            match last_err {
-                Some(e) => bail!("timed out after {timeout:?} waiting for {what}; last error: {e:#}"),
-                None => bail!("timed out after {timeout:?} waiting for {what}"),
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    Ok(capkk_mgmt::eventually(what, timeout, Duration::from_millis(250), f).await?)
 }
 
 /// Installs the capkk-rs CRDs from config/crd/bases (or `$CAPKK_CRD_DIR`, e.g. freshly generated ones).
