@@ -59,28 +59,9 @@ fn script(name: &str, body: &str) -> Vec<u8> {
     format!("#!/bin/sh\n# capkk stand-in {name}\n{body}").into_bytes()
 }
 
+/// Stand-ins are packed like the releases they replace.
 fn tarball(dir: &Path, name: &str, members: &[(&str, Vec<u8>)]) -> anyhow::Result<Vec<u8>> {
-    let root = dir.join(format!("{name}.d"));
-    for (path, content) in members {
-        let p = root.join(path);
-        if let Some(parent) = p.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        std::fs::write(&p, content)?;
-        let mut perm = std::fs::metadata(&p)?.permissions();
-        std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
-        std::fs::set_permissions(&p, perm)?;
-    }
-    let out = dir.join(format!("{name}.tgz"));
-    let st = std::process::Command::new("tar")
-        .arg("-czf")
-        .arg(&out)
-        .arg("-C")
-        .arg(&root)
-        .arg(".")
-        .status()?;
-    anyhow::ensure!(st.success(), "tar failed");
-    Ok(std::fs::read(out)?)
+    Ok(capkk_sandbox::mirror::tarball(dir, name, members)?)
 }
 
 /// The kubeadm stand-in: records its arguments and the `--config` file, exits 0.

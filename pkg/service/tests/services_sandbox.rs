@@ -190,26 +190,7 @@ fn script_bytes(name: &str, extra: &str) -> Vec<u8> {
 }
 
 fn tarball(dir: &Path, name: &str, members: &[(&str, Vec<u8>)]) -> Vec<u8> {
-    let root = dir.join(format!("{name}.d"));
-    for (path, content) in members {
-        let p = root.join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(&p, content).unwrap();
-        let mut perm = std::fs::metadata(&p).unwrap().permissions();
-        std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
-        std::fs::set_permissions(&p, perm).unwrap();
-    }
-    let out = dir.join(format!("{name}.tgz"));
-    let st = std::process::Command::new("tar")
-        .arg("-czf")
-        .arg(&out)
-        .arg("-C")
-        .arg(&root)
-        .arg(".")
-        .status()
-        .unwrap();
-    assert!(st.success());
-    std::fs::read(out).unwrap()
+    capkk_sandbox::mirror::tarball(dir, name, members).expect("stand-in tarball")
 }
 
 fn stand_ins(arch: &str, tag: &str) -> StandIns {

@@ -1,10 +1,12 @@
 //! A tiny HTTP/1.1 file server on a sandbox's bridge: the artifact mirror that sandbox hosts download
-//! release artifacts from in tests (stand-ins with their real SHA-256), counting the requests per path.
+//! release artifacts from in tests (stand-ins with their real SHA-256), counting the requests per path; and
+//! the tarballs such stand-ins are packed in.
 
 use std::{
     collections::HashMap,
     io::{BufRead, BufReader, Write},
     net::TcpListener,
+    path::Path,
     sync::{Arc, Mutex, PoisonError},
 };
 
@@ -100,4 +102,35 @@ impl Mirror {
             .copied()
             .unwrap_or(0)
     }
+}
+
+/// `<dir>/<name>.tgz` holding `members` (path inside the archive, contents), every one mode 0755, made with
+/// `tar` from `<dir>/<name>.d`; returns the archive's bytes.
+pub fn tarball(dir: &Path, name: &str, members: &[(&str, Vec<u8>)]) -> std::io::Result<Vec<u8>> {
+    let root = dir.join(format!("{name}.d"));
+    for (path, content) in members {
+        let p = root.join(path);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&p, content)?;
+        let mut perm = std::fs::metadata(&p)?.permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+        std::fs::set_permissions(&p, perm)?;
+    }
+    let out = dir.join(format!("{name}.tgz"));
+    let st = std::process::Command::new("tar")
+        .arg("-czf")
+        .arg(&out)
+        .arg("-C")
+        .arg(&root)
+        .arg(".")
+        .status()?;
+    if !st.success() {
+        return Err(std::io::Error::other(format!(
+            "tar -czf {} failed: {st}",
+            out.display()
+        )));
+    }
+    std::fs::read(out)
 }
