@@ -35,13 +35,7 @@ pub async fn client() -> anyhow::Result<Client> {
 }
 
 /// A name unique across test runs against the same (long-lived) plane.
-pub fn unique(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos() ^ (d.as_secs() as u32).rotate_left(7))
-        .unwrap_or_default();
-    format!("{prefix}-{:x}{:x}", std::process::id() & 0xfff, nanos & 0xfffff)
-}
+pub use capkk_mgmt::unique;
 
 /// A directory for a test's files (kubeconfig, manager logs) kept after the test for inspection:
 /// `/tmp/capkk-controllers-tests/<unique>`.

@@ -135,6 +135,15 @@ pub enum Error {
     },
 }
 
+/// A name unique across test runs against the same (long-lived) plane.
+pub fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() ^ (d.as_secs() as u32).rotate_left(7))
+        .unwrap_or_default();
+    format!("{prefix}-{:x}{:x}", std::process::id() & 0xfff, nanos & 0xfffff)
+}
+
 /// Polls `check` every `poll` until it returns `Some`, failing after `timeout` with `what` and the last error
 /// `check` returned in the message (errors do not end the wait). The tests' one wait loop.
 pub async fn eventually<T, E, F, Fut>(

@@ -18,13 +18,7 @@ pub async fn client() -> anyhow::Result<Client> {
 }
 
 /// A name unique across test runs against the same (long-lived) plane.
-pub fn unique(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos() ^ (d.as_secs() as u32).rotate_left(7))
-        .unwrap_or_default();
-    format!("{prefix}-{:x}{:x}", std::process::id() & 0xfff, nanos & 0xfffff)
-}
+pub use capkk_mgmt::unique;
 
 /// Creates a fresh namespace named after `prefix` and returns its name. Namespaces are left behind for
 /// inspection after a failure; `make mgmt-down` wipes everything.
