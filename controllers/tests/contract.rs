@@ -166,13 +166,16 @@ async fn pause_stops_work_and_externally_managed_is_skipped() -> anyhow::Result<
         "the KKInstance reads credentials from its KKCluster"
     );
 
-    // k3s: not provisioned, Ready=False/Unsupported naming the field.
-    let k3s = env.get(INFRA_V, "KKCluster", "k3s").await?.unwrap_or_default();
-    ensure!(
-        cond_state(&k3s, "Ready") == ("False".into(), "Unsupported".into()),
-        "k3s refused: {:?}",
-        condition(&k3s, "Ready")
-    );
+    // k3s: not provisioned, Ready=False/Unsupported naming the field (its own reconcile: wait for it).
+    let k3s = eventually("KKCluster k3s refused", Duration::from_secs(60), || async {
+        let k = env.get(INFRA_V, "KKCluster", "k3s").await?.unwrap_or_default();
+        if cond_state(&k, "Ready") == ("False".into(), "Unsupported".into()) {
+            return Ok(Some(k));
+        }
+        // Said on timeout.
+        Err(anyhow::anyhow!("Ready: {:?}", condition(&k, "Ready")))
+    })
+    .await?;
     ensure!(
         condition(&k3s, "Ready")
             .and_then(|c| c["message"].as_str())
