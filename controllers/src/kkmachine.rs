@@ -296,6 +296,12 @@ async fn apply(
     };
     mirror(status, &inst, gen_);
     let done = status.initialization.as_ref().and_then(|i| i.provisioned) == Some(true);
+    if newly_provisioned(km.status.as_ref(), status) {
+        // Report it before going to the workload cluster (connecting to it, a Node watch, a GET and a LIST
+        // can take seconds against an API server that just started, and CAPI waits for this report): the
+        // status write wakes this KKMachine again, and that reconcile sets the Node's providerID.
+        return Ok(Action::requeue(requeue::NODE_POLL));
+    }
 
     if done
         && machine
@@ -328,6 +334,17 @@ async fn apply(
     } else {
         Ok(Action::requeue(requeue::MACHINE_WORK))
     }
+}
+
+/// Whether this reconcile is the first to report the KKMachine provisioned (`before` is the status it
+/// read, `now` the one it will write).
+pub fn newly_provisioned(before: Option<&KKMachineStatus>, now: &KKMachineStatus) -> bool {
+    let provisioned = |s: Option<&KKMachineStatus>| {
+        s.and_then(|s| s.initialization.as_ref())
+            .and_then(|i| i.provisioned)
+            == Some(true)
+    };
+    provisioned(Some(now)) && !provisioned(before)
 }
 
 /// The machine addresses of a host: InternalIP, ExternalIP (ExternalDNS when the SSH address is a name),
@@ -1271,6 +1288,24 @@ mod tests {
                 .iter()
                 .any(|a| a.type_ == "ExternalIP" && a.address == "10.0.0.6")
         );
+    }
+
+    #[test]
+    fn provisioned_is_reported_before_the_workload_node_is_looked_for() {
+        let provisioned = KKMachineStatus {
+            initialization: Some(capkk_api::Initialization {
+                provisioned: Some(true),
+            }),
+            ..Default::default()
+        };
+        let pending = KKMachineStatus::default();
+        assert!(newly_provisioned(None, &provisioned));
+        assert!(newly_provisioned(Some(&pending), &provisioned));
+        assert!(
+            !newly_provisioned(Some(&provisioned), &provisioned),
+            "reported already: now the Node"
+        );
+        assert!(!newly_provisioned(Some(&pending), &pending));
     }
 
     #[test]
