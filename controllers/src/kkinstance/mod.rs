@@ -9,6 +9,7 @@ pub mod inputs;
 pub mod release;
 pub mod state;
 pub mod task;
+pub mod writes;
 
 use std::sync::Arc;
 

@@ -3,8 +3,10 @@
 //!
 //! A task writes only its own part of the status (`step`, `journal`, `hostInfo`, the phase conditions and
 //! `Deleting`) with the field manager `capkk-manager/hostwork`, and the durable facts (completed phases,
-//! terminal failure, reset done) as annotations. It never sleeps through a backoff: a transient failure is
-//! recorded in the registry and the task ends; the reconcile decides when to start again.
+//! terminal failure, reset done) as annotations. Those writes go out in the background, in order
+//! ([`super::writes`]): the host's commands do not wait for them, and the task waits for them only before it
+//! ends. It never sleeps through a backoff: a transient failure is recorded in the registry and the task
+//! ends; the reconcile decides when to start again.
 
 use std::sync::{
     Arc, Mutex,
@@ -22,16 +24,15 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use super::{
-    annotate,
     failure::{Failure, service_failure},
     inputs::{bootstrap_data, connect, phase_input},
     release::quarantine,
     state::completed,
+    writes::{Op, Writes},
 };
 use crate::{
     annotations, conditions,
     context::Context,
-    reconcile::{HOSTWORK_FIELD_MANAGER, apply_status},
     services::Phase,
 };
 
@@ -112,23 +113,26 @@ struct Task {
     ns: String,
     uid: String,
     status: KKInstanceStatus,
-    /// The status as last written (or read): a flush that would not change it is skipped.
-    written: KKInstanceStatus,
+    /// The status as last queued (or read): a flush that would not change it is skipped.
+    queued: KKInstanceStatus,
     generation: Option<i64>,
+    writes: Writes,
 }
 
 impl Task {
     fn new(ctx: Arc<Context>, inst: &KKInstance) -> Self {
         let ns = inst.namespace().unwrap_or_default();
         let status = hostwork_status(&inst.status.clone().unwrap_or_default());
+        let api = Api::namespaced(ctx.client.clone(), &ns);
         Self {
-            api: Api::namespaced(ctx.client.clone(), &ns),
+            writes: Writes::start(api.clone(), inst.name_any()),
+            api,
             ctx,
             inst: inst.clone(),
             name: inst.name_any(),
             ns,
             uid: inst.uid().unwrap_or_default(),
-            written: status.clone(),
+            queued: status.clone(),
             status,
             generation: inst.metadata.generation,
         }
@@ -153,23 +157,22 @@ impl Task {
         }
     }
 
-    /// Write the task's part of the status, unless it is what was last written: a host retried after a
+    /// Queue the task's part of the status, unless it is what was last queued: a host retried after a
     /// transient failure starts each attempt with the same "connecting" step, and every write wakes both the
     /// KKInstance and the KKMachine reconciler.
-    async fn flush(&mut self) {
-        if self.status == self.written {
+    fn flush(&mut self) {
+        if self.status == self.queued {
             return;
         }
-        match apply_status(&self.api, &self.name, &self.status, HOSTWORK_FIELD_MANAGER).await {
-            Ok(()) => self.written = self.status.clone(),
-            Err(e) => warn!(kkinstance = %self.name, error = %e, "Writing progress failed"),
-        }
+        self.queued = self.status.clone();
+        self.writes.queue(Op::Status(Box::new(self.status.clone())));
     }
 
-    async fn annotate(&self, set: &[(&str, Option<String>)]) {
-        if let Err(e) = annotate(&self.api, &self.name, set).await {
-            warn!(kkinstance = %self.name, error = %e, "Annotating failed");
-        }
+    /// Queue an annotation patch (`None` removes one).
+    fn annotate(&self, set: &[(&str, Option<String>)]) {
+        self.writes.queue(Op::Annotate(
+            set.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect(),
+        ));
     }
 
     /// An event about the KKInstance. It refers to the object by kind, namespace, name and UID: the object
@@ -180,8 +183,9 @@ impl Task {
             .await;
     }
 
-    /// The task's last act: the next reconcile reads the object fresh and runs now.
-    fn done(&self) {
+    /// The task's last act: once its writes are out, the next reconcile reads the object fresh and runs now.
+    async fn done(&self) {
+        self.writes.sync().await;
         self.ctx.tasks.mark_finished(&self.uid);
         self.ctx.metrics.set_tasks_running(self.ctx.tasks.len() as i64);
         self.ctx.trigger_instance(&self.name, &self.ns);
@@ -200,12 +204,14 @@ pub async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<Atomi
     let phases = Phase::ALL;
     let n = phases.len();
     let mut current = Phase::Bootstrap;
+    // The completed phases once the last one finished: queued after the status that reports it (below).
+    let mut all_completed = None;
     let result: Result<bool, Failure> = async {
         let kkc = super::get_kkcluster(&ctx, &inst)
             .await
             .map_err(|e| Failure::Transient(e.to_string()))?;
         t.status.step = Some(CONNECTING_STEP.into());
-        t.flush().await;
+        t.flush();
         let (exec, target) = connect(&ctx, &inst, kkc.as_ref()).await?;
         if inst.spec.host_key.is_none()
             && inst.spec.host_keys.is_empty()
@@ -272,7 +278,7 @@ pub async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<Atomi
             info!(kkinstance = %t.name, "Running {step}");
             t.status.step = Some(step.clone());
             t.set(phase.condition(), false, reasons::IN_PROGRESS, &step);
-            t.flush().await;
+            t.flush();
             let progress = TaskProgress::default();
             let res = ctx.services.run(phase, exec.clone(), &input, &progress).await;
             t.journal(progress.drain());
@@ -296,8 +302,11 @@ pub async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<Atomi
                 .map(|p| p.name())
                 .filter(|p| done.contains(*p))
                 .collect();
-            t.annotate(&[(annotations::COMPLETED_PHASES, Some(list.join(",")))])
-                .await;
+            if i + 1 < n {
+                t.annotate(&[(annotations::COMPLETED_PHASES, Some(list.join(",")))]);
+            } else {
+                all_completed = Some(list.join(","));
+            }
         }
         Ok(true)
     }
@@ -306,7 +315,13 @@ pub async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<Atomi
         Ok(true) => {
             ctx.tasks.succeeded(&t.uid);
             t.status.step = Some(format!("step {n}/{n}: done"));
-            t.flush().await;
+            // The status first: it is what makes the KKMachine provisioned (a write sooner). The annotation
+            // follows; should the manager stop in between, the next one runs provisioning again, which finds
+            // the sentinel and does nothing.
+            t.flush();
+            if let Some(list) = all_completed {
+                t.annotate(&[(annotations::COMPLETED_PHASES, Some(list))]);
+            }
             info!(kkinstance = %t.name, "Host provisioned");
             t.event(
                 false,
@@ -317,27 +332,26 @@ pub async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<Atomi
         }
         Ok(false) => {
             t.status.step = Some("host work stopped at a step boundary (paused)".into());
-            t.flush().await;
+            t.flush();
         }
         Err(Failure::Transient(msg)) => {
             let delay = ctx.tasks.transient_failure(&t.uid, &msg);
             warn!(kkinstance = %t.name, error = %msg, ?delay, "Host work failed; retrying later");
             t.set(current.condition(), false, reasons::UNREACHABLE, &msg);
-            t.flush().await;
+            t.flush();
             t.event(true, reasons::UNREACHABLE, msg).await;
         }
         Err(Failure::Terminal { reason, message }) => {
             warn!(kkinstance = %t.name, %reason, "Host work failed terminally: {message}");
             t.set(current.condition(), false, reason, &message);
-            t.flush().await;
-            t.annotate(&[(annotations::FAILED, Some(reason.to_owned()))])
-                .await;
+            t.flush();
+            t.annotate(&[(annotations::FAILED, Some(reason.to_owned()))]);
             t.event(true, reason, message).await;
         }
     }
-    t.annotate(&[(BLOCK_MOVE_ANNOTATION, None)]).await;
+    t.annotate(&[(BLOCK_MOVE_ANNOTATION, None)]);
     drop(permit);
-    t.done();
+    t.done().await;
 }
 
 /// Reset the host (kubeadm reset, capkk state, bootstrap files). On release, a host whose reset fails
@@ -347,7 +361,7 @@ pub async fn reset_task(ctx: Arc<Context>, inst: KKInstance, releasing: bool) {
     let mut t = Task::new(ctx.clone(), &inst);
     t.status.step = Some("reset".into());
     t.set(cond::DELETING, false, reasons::IN_PROGRESS, "resetting the host");
-    t.flush().await;
+    t.flush();
     let result: Result<(), Failure> = async {
         let kkc = super::get_kkcluster(&ctx, &inst)
             .await
@@ -368,15 +382,14 @@ pub async fn reset_task(ctx: Arc<Context>, inst: KKInstance, releasing: bool) {
         Ok(()) => {
             ctx.tasks.succeeded(&t.uid);
             t.set(cond::DELETING, true, reasons::READY, "host reset");
-            t.flush().await;
+            t.flush();
             t.annotate(&[
                 (annotations::RESET_DONE, Some(Timestamp::now().to_string())),
                 (annotations::COMPLETED_PHASES, None),
                 (annotations::UNREACHABLE_SINCE, None),
                 (annotations::FAILED, None),
                 (BLOCK_MOVE_ANNOTATION, None),
-            ])
-            .await;
+            ]);
             info!(kkinstance = %t.name, "Host reset");
             t.event(false, "HostReset", "host reset; it is free again".into())
                 .await;
@@ -385,14 +398,14 @@ pub async fn reset_task(ctx: Arc<Context>, inst: KKInstance, releasing: bool) {
             let delay = ctx.tasks.transient_failure(&t.uid, &msg);
             warn!(kkinstance = %t.name, error = %msg, ?delay, "Reset failed; retrying later");
             t.set(cond::DELETING, false, reasons::UNREACHABLE, &msg);
-            t.flush().await;
+            t.flush();
             let mut set = vec![(BLOCK_MOVE_ANNOTATION, None)];
             if !inst.annotations().contains_key(annotations::UNREACHABLE_SINCE)
                 && inst.metadata.deletion_timestamp.is_none()
             {
                 set.push((annotations::UNREACHABLE_SINCE, Some(Timestamp::now().to_string())));
             }
-            t.annotate(&set).await;
+            t.annotate(&set);
         }
         Err(Failure::Terminal { reason, message }) => {
             if releasing {
@@ -402,13 +415,13 @@ pub async fn reset_task(ctx: Arc<Context>, inst: KKInstance, releasing: bool) {
                 }
             } else {
                 t.set(cond::DELETING, false, reason, &message);
-                t.flush().await;
+                t.flush();
                 t.event(true, reason, message.clone()).await;
                 ctx.tasks.transient_failure(&t.uid, &message);
             }
-            t.annotate(&[(BLOCK_MOVE_ANNOTATION, None)]).await;
+            t.annotate(&[(BLOCK_MOVE_ANNOTATION, None)]);
         }
     }
     drop(permit);
-    t.done();
+    t.done().await;
 }
