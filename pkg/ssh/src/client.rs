@@ -253,6 +253,11 @@ impl PoolInner {
     fn slot(&self, target: &HostTarget) -> Arc<HostSlot> {
         let id = self.identity(target);
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        if !slots.contains_key(&id)
+            && let Some(promoted) = self.promote_trusted(&mut slots, target)
+        {
+            slots.insert(id.clone(), promoted);
+        }
         if !slots.contains_key(&id) {
             // New credentials for a known route (a rotated Secret): the old slot and its connection go.
             let route = Self::route(target);
@@ -269,6 +274,41 @@ impl PoolInner {
                 })
             })
             .clone()
+    }
+
+    /// A target pinned to the key that a trust-on-first-use connection to the same host (same login,
+    /// credentials and limits) saw takes over that connection: it is the connection the pinned target would
+    /// have made, and the key was checked on it. Without this the first claim of a host opened a second
+    /// connection right after the KKCluster's first probe had opened one (the probe trusts on first use;
+    /// the claim pins the key the probe recorded). The trust-on-first-use slot goes.
+    fn promote_trusted(
+        &self,
+        slots: &mut HashMap<String, Arc<HostSlot>>,
+        target: &HostTarget,
+    ) -> Option<Arc<HostSlot>> {
+        let HostKeyPolicy::Pinned(keys) = &target.host_key else {
+            return None;
+        };
+        let tofu = HostTarget {
+            host_key: HostKeyPolicy::TrustOnFirstUse,
+            ..target.clone()
+        };
+        let tofu_id = self.identity(&tofu);
+        let old = slots.get(&tofu_id)?;
+        let seen = old.fingerprint.lock().ok()?.clone()?;
+        if !keys.contains(&seen) {
+            return None;
+        }
+        // Busy connecting (or reconnecting): leave it, the pinned target connects on its own.
+        let conn = old.conn.try_lock().ok()?.take();
+        let sudo_mode = *old.sudo_mode.lock().unwrap_or_else(|e| e.into_inner());
+        slots.remove(&tofu_id);
+        Some(Arc::new(HostSlot {
+            target: target.clone(),
+            conn: tokio::sync::Mutex::new(conn),
+            fingerprint: Mutex::new(Some(seen)),
+            sudo_mode: Mutex::new(sudo_mode),
+        }))
     }
 
     /// The slot's live connection, connecting (through the bastion, if any) when there is none or it died.
@@ -1198,6 +1238,46 @@ mod tests {
         assert!(ids.contains(&pool.inner.identity(&new)));
         pool.evict_address("198.18.0.12");
         assert_eq!(pool.stats().identities, 1);
+    }
+
+    #[test]
+    fn a_target_pinned_to_the_key_a_trusted_connection_saw_takes_that_connection_over() {
+        let pool = SshPool::default();
+        let tofu = HostTarget::new("198.18.0.11", "root", Auth::password("canary-pw-1"));
+        let pinned = HostTarget {
+            host_key: HostKeyPolicy::pinned("SHA256:seen"),
+            ..tofu.clone()
+        };
+        let other_key = HostTarget {
+            host_key: HostKeyPolicy::pinned("SHA256:other"),
+            ..tofu.clone()
+        };
+        // Nothing seen yet (no connection): the pinned target gets a slot of its own.
+        let first = pool.inner.slot(&tofu);
+        let _ = pool.inner.slot(&pinned);
+        assert_eq!(pool.stats().identities, 2);
+        pool.inner.slots.lock().unwrap().remove(&pool.inner.identity(&pinned));
+        // The trusted connection saw a key; a target pinned to another key does not take it over.
+        *first.fingerprint.lock().unwrap() = Some("SHA256:seen".into());
+        *first.sudo_mode.lock().unwrap() = Some(SudoMode::NoPassword);
+        let _ = pool.inner.slot(&other_key);
+        assert_eq!(pool.stats().identities, 2);
+        pool.inner.slots.lock().unwrap().remove(&pool.inner.identity(&other_key));
+        // The target pinned to the key it saw does, with what was learnt on it.
+        let took = pool.inner.slot(&pinned);
+        assert_eq!(pool.stats().identities, 1, "the trust-on-first-use slot is gone");
+        assert!(matches!(took.target.host_key, HostKeyPolicy::Pinned(_)));
+        assert_eq!(pool.observed_fingerprint(&pinned).as_deref(), Some("SHA256:seen"));
+        assert_eq!(*took.sudo_mode.lock().unwrap(), Some(SudoMode::NoPassword));
+        // Other credentials never take a trusted connection over.
+        let again = pool.inner.slot(&tofu);
+        *again.fingerprint.lock().unwrap() = Some("SHA256:seen".into());
+        let rotated = HostTarget {
+            auth: Auth::password("canary-pw-2"),
+            ..pinned.clone()
+        };
+        let fresh = pool.inner.slot(&rotated);
+        assert!(fresh.fingerprint.lock().unwrap().is_none());
     }
 
     /// A local listener that accepts connections and never says a word: every SSH handshake with it hangs.
