@@ -3,7 +3,7 @@
 //!
 //! A task writes only its own part of the status (`step`, `journal`, `hostInfo`, the phase conditions and
 //! `Deleting`) with the field manager `capkk-manager/hostwork`, and the durable facts (completed phases,
-//! terminal failure, reset done) as annotations. Those writes go out in the background, in order
+//! terminal failure, reset done) as annotations. Those writes go out in the background
 //! ([`super::writes`]): the host's commands do not wait for them, and the task waits for them only before it
 //! ends. It never sleeps through a backoff: a transient failure is recorded in the registry and the task
 //! ends; the reconcile decides when to start again.
@@ -204,8 +204,6 @@ pub async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<Atomi
     let phases = Phase::ALL;
     let n = phases.len();
     let mut current = Phase::Bootstrap;
-    // The completed phases once the last one finished: queued after the status that reports it (below).
-    let mut all_completed = None;
     let result: Result<bool, Failure> = async {
         let kkc = super::get_kkcluster(&ctx, &inst)
             .await
@@ -302,11 +300,7 @@ pub async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<Atomi
                 .map(|p| p.name())
                 .filter(|p| done.contains(*p))
                 .collect();
-            if i + 1 < n {
-                t.annotate(&[(annotations::COMPLETED_PHASES, Some(list.join(",")))]);
-            } else {
-                all_completed = Some(list.join(","));
-            }
+            t.annotate(&[(annotations::COMPLETED_PHASES, Some(list.join(",")))]);
         }
         Ok(true)
     }
@@ -315,13 +309,7 @@ pub async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<Atomi
         Ok(true) => {
             ctx.tasks.succeeded(&t.uid);
             t.status.step = Some(format!("step {n}/{n}: done"));
-            // The status first: it is what makes the KKMachine provisioned (a write sooner). The annotation
-            // follows; should the manager stop in between, the next one runs provisioning again, which finds
-            // the sentinel and does nothing.
             t.flush();
-            if let Some(list) = all_completed {
-                t.annotate(&[(annotations::COMPLETED_PHASES, Some(list))]);
-            }
             info!(kkinstance = %t.name, "Host provisioned");
             t.event(
                 false,
