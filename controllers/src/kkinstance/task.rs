@@ -30,11 +30,7 @@ use super::{
     state::completed,
     writes::{Op, Writes},
 };
-use crate::{
-    annotations, conditions,
-    context::Context,
-    services::Phase,
-};
+use crate::{annotations, conditions, context::Context, services::Phase};
 
 /// Journal records kept in status.
 pub const JOURNAL_KEEP: usize = 25;

@@ -189,10 +189,7 @@ mod tests {
             coalesce(ops),
             [
                 status("step 3/5"),
-                annotations(&[
-                    ("completed", Some("bootstrap,repository")),
-                    ("block-move", None)
-                ]),
+                annotations(&[("completed", Some("bootstrap,repository")), ("block-move", None)]),
             ]
         );
         assert_eq!(coalesce([status("a"), status("b")]), [status("b")]);
@@ -240,6 +237,9 @@ mod tests {
         w.queue(status("step 2/5"));
         drop(w);
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-        assert!(sent.lock().unwrap().is_empty(), "the write in flight was cancelled too");
+        assert!(
+            sent.lock().unwrap().is_empty(),
+            "the write in flight was cancelled too"
+        );
     }
 }

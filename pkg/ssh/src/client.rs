@@ -1256,13 +1256,21 @@ mod tests {
         let first = pool.inner.slot(&tofu);
         let _ = pool.inner.slot(&pinned);
         assert_eq!(pool.stats().identities, 2);
-        pool.inner.slots.lock().unwrap().remove(&pool.inner.identity(&pinned));
+        pool.inner
+            .slots
+            .lock()
+            .unwrap()
+            .remove(&pool.inner.identity(&pinned));
         // The trusted connection saw a key; a target pinned to another key does not take it over.
         *first.fingerprint.lock().unwrap() = Some("SHA256:seen".into());
         *first.sudo_mode.lock().unwrap() = Some(SudoMode::NoPassword);
         let _ = pool.inner.slot(&other_key);
         assert_eq!(pool.stats().identities, 2);
-        pool.inner.slots.lock().unwrap().remove(&pool.inner.identity(&other_key));
+        pool.inner
+            .slots
+            .lock()
+            .unwrap()
+            .remove(&pool.inner.identity(&other_key));
         // The target pinned to the key it saw does, with what was learnt on it.
         let took = pool.inner.slot(&pinned);
         assert_eq!(pool.stats().identities, 1, "the trust-on-first-use slot is gone");

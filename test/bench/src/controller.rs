@@ -670,13 +670,8 @@ pub(crate) async fn provide_bootstrap_data(
     let mut events = std::pin::pin!(watcher(api.clone(), watcher::Config::default()).default_backoff());
     let status = bootstrap_ready_status(&secret);
     while let Some(ev) = events.next().await {
-        let o = match ev {
-            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => o,
-            Ok(_) => continue,
-            Err(e) => {
-                eprintln!("bootstrap config watch: {e} (retrying)");
-                continue;
-            }
+        let Some(o) = applied(ev, "bootstrap config") else {
+            continue;
         };
         let name = o.metadata.name.clone().unwrap_or_default();
         let done = seen
@@ -706,13 +701,8 @@ pub(crate) async fn watch_machines(api: Api<DynamicObject>, seen: Arc<Mutex<Seen
     let mut events = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
     while let Some(ev) = events.next().await {
         let now = Instant::now();
-        let o = match ev {
-            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => o,
-            Ok(_) => continue,
-            Err(e) => {
-                eprintln!("Machine watch: {e} (retrying)");
-                continue;
-            }
+        let Some(o) = applied(ev, "Machine") else {
+            continue;
         };
         let v = serde_json::to_value(&o)?;
         if v["spec"]["bootstrap"]["dataSecretName"]
@@ -790,24 +780,30 @@ impl Seen {
     }
 }
 
+/// The object a watch event created or changed; `None` for other events and errors (logged; the watch
+/// retries with backoff).
+fn applied(ev: Result<watcher::Event<DynamicObject>, watcher::Error>, what: &str) -> Option<DynamicObject> {
+    match ev {
+        Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => Some(o),
+        Ok(_) => None,
+        Err(e) => {
+            eprintln!("{what} watch: {e} (retrying)");
+            None
+        }
+    }
+}
+
 /// Watch the KKMachines of the namespace and record into `seen` (a watch, not polling: a LIST of M
 /// KKMachines every few hundred milliseconds would load the API server the manager shares).
 pub(crate) async fn watch_kkmachines(api: Api<DynamicObject>, seen: Arc<Mutex<Seen>>) -> anyhow::Result<()> {
     let mut events = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
     while let Some(ev) = events.next().await {
         let now = Instant::now();
-        let objs = match ev {
-            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => vec![o],
-            Ok(_) => continue,
-            Err(e) => {
-                eprintln!("KKMachine watch: {e} (retrying)");
-                continue;
-            }
+        let Some(o) = applied(ev, "KKMachine") else {
+            continue;
         };
         if let Ok(mut s) = seen.lock() {
-            for o in objs {
-                s.observe(&serde_json::to_value(o)?, now);
-            }
+            s.observe(&serde_json::to_value(o)?, now);
         }
     }
     Ok(())
