@@ -1,7 +1,7 @@
 // Command imgtool makes and publishes the node images without a container engine (go-containerregistry).
 //
 //	imgtool build -o OUT.tar -tag REF [-tag REF]... [-layer-dir DIR]... [-file SRC=DST]...
-//	              [-entrypoint /path[,arg]...] [-env K=V]... [-workdir DIR]
+//	              [-entrypoint /path[,arg]...] [-env K=V]... [-workdir DIR] [-user UID[:GID]]
 //	    one OCI image (linux/amd64) whose layers are, in order, each -layer-dir tree and then one layer
 //	    holding every -file; written as a docker-style tarball carrying every -tag (for `ctr images import`).
 //	imgtool push -registry HOST:PORT TAR...
@@ -78,6 +78,9 @@ func build(args []string) error {
 	fl.Var(&env, "env", "K=V environment entry (repeatable)")
 	entrypoint := fl.String("entrypoint", "", "comma-separated entrypoint")
 	workdir := fl.String("workdir", "", "working directory")
+	// Numeric, because a Pod with runAsNonRoot and no runAsUser is only started when the kubelet can see
+	// from the image that its user is not root.
+	user := fl.String("user", "", "numeric UID[:GID] the image runs as (empty: root)")
 	_ = fl.Parse(args)
 	if *out == "" || len(tags) == 0 {
 		return errors.New("build needs -o and at least one -tag")
@@ -113,6 +116,7 @@ func build(args []string) error {
 		cf.Config.Entrypoint = strings.Split(*entrypoint, ",")
 	}
 	cf.Config.WorkingDir = *workdir
+	cf.Config.User = *user
 	img, err = mutate.ConfigFile(img, cf)
 	if err != nil {
 		return err
