@@ -1,4 +1,6 @@
-//! Well-known names: finalizers, labels, annotations, condition types and reasons.
+//! Well-known names, all in one place: finalizers, labels, annotations, field managers, condition types and
+//! reasons. Labels and annotations live in metadata (not status), so they survive a manager restart and
+//! `clusterctl move`.
 
 /// Finalizer on KKCluster.
 pub const KKCLUSTER_FINALIZER: &str = "kkcluster.infrastructure.cluster.x-k8s.io";
@@ -7,22 +9,59 @@ pub const KKMACHINE_FINALIZER: &str = "kkmachine.infrastructure.cluster.x-k8s.io
 /// Finalizer on KKInstance.
 pub const KKINSTANCE_FINALIZER: &str = "kkinstance.infrastructure.cluster.x-k8s.io";
 
+// Labels.
+
 /// CAPI's cluster-name label.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+/// CAPI's label marking control-plane Machines.
+pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
+/// CAPI's watch-filter label.
+pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
 /// The KKCluster a KKMachine/KKInstance belongs to (CAPKK's label).
 pub const KKCLUSTER_NAME_LABEL: &str = "kkcluster.infrastructure.cluster.x-k8s.io/cluster-name";
+/// Label on a KKInstance: a hash of its address ([`crate::names::address_hash`]), so claims of one address
+/// are found with one selector (two KKClusters listing the same address must never both provision it).
+pub const ADDRESS_HASH_LABEL: &str = "kkinstance.infrastructure.cluster.x-k8s.io/address-hash";
+/// Label set on quarantined KKInstances.
+pub const QUARANTINED_LABEL: &str = "kkinstance.infrastructure.cluster.x-k8s.io/quarantined";
+
+// Annotations.
+
 /// CAPI's pause annotation.
 pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 /// CAPI's externally-managed annotation.
 pub const MANAGED_BY_ANNOTATION: &str = "cluster.x-k8s.io/managed-by";
-/// CAPI's watch-filter label.
-pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
 /// clusterctl's block-move annotation, set while host work runs.
 pub const BLOCK_MOVE_ANNOTATION: &str = "clusterctl.cluster.x-k8s.io/block-move";
 /// Set (any value) on a KKInstance to retry after a terminal failure.
 pub const RETRY_ANNOTATION: &str = "kkinstance.infrastructure.cluster.x-k8s.io/retry";
-/// Label set on quarantined KKInstances.
-pub const QUARANTINED_LABEL: &str = "kkinstance.infrastructure.cluster.x-k8s.io/quarantined";
+/// Set by the KKMachine controller on its KKInstance when the Machine goes away: reset the host, then free it.
+pub const RELEASE_ANNOTATION: &str = "kkinstance.infrastructure.cluster.x-k8s.io/release";
+/// Comma-separated phases that finished on the host (bootstrap, repository, binary, containermanager,
+/// provisioning). A restarted manager skips them.
+pub const COMPLETED_PHASES_ANNOTATION: &str = "kkinstance.infrastructure.cluster.x-k8s.io/completed-phases";
+/// Set once host work started (the host may be dirty and needs a reset before it is freed).
+pub const TOUCHED_ANNOTATION: &str = "kkinstance.infrastructure.cluster.x-k8s.io/touched";
+/// Set when the host was reset successfully.
+pub const RESET_DONE_ANNOTATION: &str = "kkinstance.infrastructure.cluster.x-k8s.io/reset-done";
+/// RFC 3339 time since which a release has failed to reach the host.
+pub const UNREACHABLE_SINCE_ANNOTATION: &str = "kkinstance.infrastructure.cluster.x-k8s.io/unreachable-since";
+/// The condition reason of a terminal host-work failure. Host work does not start again until
+/// [`RETRY_ANNOTATION`] is set, whatever else changes; for `CredentialsUnavailable` the manager's Secret
+/// watch sets it when a Secret the KKInstance reads changes.
+pub const FAILED_ANNOTATION: &str = "kkinstance.infrastructure.cluster.x-k8s.io/failed";
+
+// Field managers and the event reporter.
+
+/// The field manager of reconciler status writes (server-side apply).
+pub const FIELD_MANAGER: &str = "capkk-manager";
+/// The field manager of the background host work's status writes (a KKInstance's `step`, `journal`,
+/// `hostInfo` and phase conditions).
+pub const HOSTWORK_FIELD_MANAGER: &str = "capkk-manager/hostwork";
+/// The field manager of `KKInstance.status.nodeRef` (written by the KKMachine reconciler).
+pub const NODE_REF_FIELD_MANAGER: &str = "capkk-manager/noderef";
+/// The controller name the manager's events are reported under.
+pub const EVENT_REPORTER: &str = "capkk-manager";
 
 /// Condition types.
 pub mod conditions {

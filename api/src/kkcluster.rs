@@ -7,10 +7,31 @@ use serde::{Deserialize, Serialize};
 use crate::common::{
     ApiEndpoint, Auth, Bastion, Conditions, FailureDomain, Initialization, Role, default_arch, default_roles,
 };
-use crate::hostname::host_name_from_address;
+use crate::names::host_name_from_address;
 
 fn default_distribution() -> Option<String> {
     Some("kubernetes".into())
+}
+
+/// The Kubernetes distribution a KKCluster asks for (`spec.distribution`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Distribution {
+    /// `kubernetes` (the default; `k8s` is accepted too).
+    Kubernetes,
+    /// `k3s`: accepted for CAPKK compatibility, not supported by capkk-rs.
+    K3s,
+}
+
+impl Distribution {
+    /// The distribution `spec.distribution` names (unset: kubernetes); the error is a value that names
+    /// none.
+    pub fn parse(value: Option<&str>) -> Result<Self, String> {
+        match value.unwrap_or("kubernetes") {
+            "kubernetes" | "k8s" => Ok(Self::Kubernetes),
+            "k3s" => Ok(Self::K3s),
+            other => Err(other.to_owned()),
+        }
+    }
 }
 
 /// KKCluster: the SSH host inventory, control-plane endpoint, download mirrors and registry settings.

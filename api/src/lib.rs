@@ -10,10 +10,10 @@
 
 pub mod common;
 pub mod consts;
-pub mod hostname;
 pub mod kkcluster;
 pub mod kkinstance;
 pub mod kkmachine;
+pub mod names;
 pub mod patterns;
 
 use std::collections::BTreeMap;
@@ -24,10 +24,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use common::*;
-pub use hostname::{host_name_from_address, is_dns_label};
 pub use kkcluster::*;
 pub use kkinstance::*;
 pub use kkmachine::*;
+pub use names::{host_name_from_address, is_dns_label};
 
 /// The API group.
 pub const GROUP: &str = "infrastructure.cluster.x-k8s.io";

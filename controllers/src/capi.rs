@@ -144,9 +144,6 @@ pub struct NodeRef {
     pub name: String,
 }
 
-/// The CAPI label marking control-plane Machines.
-pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
-
 /// The owner reference of `kind` in the CAPI core group, if any.
 pub fn capi_owner<'a>(
     meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
@@ -159,7 +156,7 @@ pub fn capi_owner<'a>(
 }
 
 /// The Cluster `ns/name`, from the cache (from the API when the cache does not show it yet). Every kind's
-/// Cluster watch is the cache's own (shared.rs): a reconcile woken by a Cluster change (pause) reads it.
+/// Cluster watch is the cache's own (crate::watches): a reconcile woken by a Cluster change (pause) reads it.
 pub async fn cluster(ctx: &crate::context::Context, ns: &str, name: &str) -> crate::Result<Option<Cluster>> {
     crate::context::cached_or_get(ctx.stores.capi_cluster(ns, name).await, &ctx.client, ns, name).await
 }

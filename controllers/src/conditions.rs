@@ -21,6 +21,23 @@ pub fn set(
     set_raw(conds, type_, status, reason, message, generation)
 }
 
+/// Set the condition `type_` to `True` with reason `Ready` (the condition holds).
+pub fn set_ready(
+    conds: &mut Vec<Condition>,
+    type_: &str,
+    message: impl Into<String>,
+    generation: Option<i64>,
+) {
+    set(
+        conds,
+        type_,
+        true,
+        capkk_api::consts::reasons::READY,
+        message,
+        generation,
+    )
+}
+
 /// Set a condition with a raw status (`True`, `False`, `Unknown`).
 pub fn set_raw(
     conds: &mut Vec<Condition>,

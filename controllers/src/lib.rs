@@ -7,10 +7,12 @@
 //!   AlreadyExists makes a claim atomic across managers), mirrors progress, patches the Node's providerID.
 //! - [`kkinstance`]: the host state machine (`classify`), host work as background tasks keyed by UID;
 //!   release, reset and quarantine.
+//! - [`context`]: what the reconcilers share (client, settings, caches, background-work registries).
+//! - [`watches`]: one watch per kind shared by the controllers; each kind's own wiring is in its
+//!   `watches` module.
 //! - [`secrets`]: the metadata-only Secret watch that wakes the KKInstances reading a changed Secret.
 //! - [`manager`]: flags, logging, metrics/health endpoints, leader election, graceful shutdown.
 
-pub mod annotations;
 pub mod capi;
 pub mod conditions;
 pub mod context;
@@ -19,13 +21,12 @@ pub mod hosts;
 pub mod kkcluster;
 pub mod kkinstance;
 pub mod kkmachine;
-pub mod leader;
 pub mod manager;
 pub mod metrics;
 pub mod reconcile;
 pub mod secrets;
 pub mod services;
-pub mod shared;
+pub mod watches;
 pub mod workload;
 pub mod workload_kubeconfig;
 

@@ -33,19 +33,13 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use capkk_api::consts::{conditions as cond, reasons};
+use capkk_api::consts::{FIELD_MANAGER, conditions as cond, reasons};
 
 use crate::{
     conditions,
-    context::{Context, externally_managed, paused_annotation},
+    context::Context,
     error::{Error, Result, is_not_found},
 };
-
-/// The field manager of reconciler status writes (server-side apply).
-pub const FIELD_MANAGER: &str = "capkk-manager";
-/// The field manager of the background host work's status writes (a KKInstance's `step`, `journal`,
-/// `hostInfo` and phase conditions).
-pub const HOSTWORK_FIELD_MANAGER: &str = "capkk-manager/hostwork";
 
 /// Named requeue intervals. Most waits are woken earlier by a watch; these bound how long a missed event
 /// can delay progress.
@@ -359,6 +353,22 @@ where
         Err(e) if is_not_found(&e) => Ok(()),
         Err(e) => Err(Error::kube(format!("apply {} {name} status", K::kind(&())))(e)),
     }
+}
+
+/// True when the object carries CAPI's externally-managed annotation.
+fn externally_managed<K: Resource>(obj: &K) -> bool {
+    obj.meta()
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(capkk_api::consts::MANAGED_BY_ANNOTATION))
+}
+
+/// True when the object carries CAPI's paused annotation.
+fn paused_annotation<K: Resource>(obj: &K) -> bool {
+    obj.meta()
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(capkk_api::consts::PAUSED_ANNOTATION))
 }
 
 #[cfg(test)]

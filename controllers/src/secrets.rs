@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use capkk_api::{
     Auth,
-    consts::{RETRY_ANNOTATION, reasons},
+    consts::{FAILED_ANNOTATION, RETRY_ANNOTATION, reasons},
     kkcluster::KKCluster,
     kkinstance::KKInstance,
 };
@@ -29,7 +29,7 @@ use kube::{
 };
 use tracing::{info, warn};
 
-use crate::{annotations, context::Context, hosts, kkinstance::annotate};
+use crate::{context::Context, hosts, kkinstance::annotate};
 
 fn auth_refs<'a>(auth: Option<&'a Auth>, out: &mut BTreeSet<&'a str>) {
     let Some(a) = auth else { return };
@@ -150,7 +150,7 @@ async fn wake(ctx: &Arc<Context>, ns: &str, name: &str) {
     for inst in hits {
         let uid = inst.uid().unwrap_or_default();
         ctx.tasks.retry_now(&uid);
-        let credentials_failed = inst.annotations().get(annotations::FAILED).map(String::as_str)
+        let credentials_failed = inst.annotations().get(FAILED_ANNOTATION).map(String::as_str)
             == Some(reasons::CREDENTIALS_UNAVAILABLE);
         if credentials_failed && !inst.annotations().contains_key(RETRY_ANNOTATION) {
             info!(kkinstance = %inst.name_any(), secret = %name, "Secret changed: retrying the host work that found no credentials");

@@ -9,16 +9,17 @@ pub mod inputs;
 pub mod release;
 pub mod state;
 pub mod task;
+pub mod watches;
 pub mod writes;
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use capkk_api::{
-    KKCluster, KKInstance, KKInstanceStatus, KKMachine,
+    Distribution, KKCluster, KKInstance, KKInstanceStatus, KKMachine,
     consts::{
-        BLOCK_MOVE_ANNOTATION, CLUSTER_NAME_LABEL, KKINSTANCE_FINALIZER, QUARANTINED_LABEL, RETRY_ANNOTATION,
-        conditions as cond, reasons,
+        BLOCK_MOVE_ANNOTATION, CLUSTER_NAME_LABEL, FAILED_ANNOTATION, KKINSTANCE_FINALIZER,
+        QUARANTINED_LABEL, RETRY_ANNOTATION, TOUCHED_ANNOTATION, conditions as cond, reasons,
     },
 };
 use kube::{
@@ -32,7 +33,6 @@ use tracing::{debug, info};
 pub use state::{ClaimRecord, HostState, classify};
 
 use crate::{
-    annotations,
     capi::Cluster,
     conditions,
     context::{Context, TaskKind},
@@ -207,7 +207,7 @@ impl Reconciler for KKInstance {
                 annotate(
                     &api,
                     &name,
-                    &[(RETRY_ANNOTATION, None), (annotations::FAILED, None)],
+                    &[(RETRY_ANNOTATION, None), (FAILED_ANNOTATION, None)],
                 )
                 .await?;
                 ctx.tasks.succeeded(&uid);
@@ -341,7 +341,7 @@ async fn start_provisioning(
     let name = inst.name_any();
     let kkc = get_kkcluster(ctx, inst).await?;
     if let Some(d) = kkc.as_ref().and_then(|k| k.spec.distribution.clone())
-        && !matches!(d.as_str(), "kubernetes" | "k8s")
+        && Distribution::parse(Some(&d)) != Ok(Distribution::Kubernetes)
     {
         let msg =
             format!("KKCluster spec.distribution {d:?} is not supported; only kubernetes is implemented");
@@ -364,7 +364,7 @@ async fn start_provisioning(
         &name,
         &[
             (BLOCK_MOVE_ANNOTATION, Some("true".into())),
-            (annotations::TOUCHED, Some("true".into())),
+            (TOUCHED_ANNOTATION, Some("true".into())),
         ],
     )
     .await?;
@@ -440,12 +440,6 @@ pub async fn annotate(api: &Api<KKInstance>, name: &str, set: &[(&str, Option<St
         .await
         .map_err(Error::kube(format!("annotate KKInstance {name}")))?;
     Ok(())
-}
-
-/// The KKInstance a KKMachine claimed (for the KKMachine watch).
-pub fn kkmachine_to_instance(m: KKMachine) -> Option<kube::runtime::reflector::ObjectRef<KKInstance>> {
-    let id = m.spec.instance_id.clone()?;
-    Some(kube::runtime::reflector::ObjectRef::new(&id).within(&m.namespace()?))
 }
 
 #[cfg(test)]

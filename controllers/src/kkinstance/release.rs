@@ -4,7 +4,10 @@ use std::{sync::Arc, time::Duration};
 
 use capkk_api::{
     KKInstance, Quarantine,
-    consts::{BLOCK_MOVE_ANNOTATION, CLUSTER_NAME_LABEL, QUARANTINED_LABEL, reasons},
+    consts::{
+        BLOCK_MOVE_ANNOTATION, CLUSTER_NAME_LABEL, QUARANTINED_LABEL, RELEASE_ANNOTATION,
+        UNREACHABLE_SINCE_ANNOTATION, reasons,
+    },
 };
 use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{OwnerReference, Time},
@@ -20,7 +23,6 @@ use tracing::{info, warn};
 
 use super::{annotate, task::reset_task};
 use crate::{
-    annotations,
     capi::Cluster,
     context::{Context, TaskKind},
     error::{Error, Result},
@@ -49,7 +51,7 @@ pub async fn release(inst: &KKInstance, task: Option<TaskKind>, ctx: &Arc<Contex
     }
     if let Some(since) = inst
         .annotations()
-        .get(annotations::UNREACHABLE_SINCE)
+        .get(UNREACHABLE_SINCE_ANNOTATION)
         .and_then(|s| s.parse::<Timestamp>().ok())
     {
         let elapsed = Timestamp::now().duration_since(since);
@@ -141,8 +143,8 @@ pub async fn quarantine(inst: &KKInstance, ctx: &Context, reason: &str) -> Resul
         "metadata": {
             "labels": { QUARANTINED_LABEL: "true" },
             "annotations": {
-                annotations::RELEASE: null,
-                annotations::UNREACHABLE_SINCE: null,
+                RELEASE_ANNOTATION: null,
+                UNREACHABLE_SINCE_ANNOTATION: null,
                 BLOCK_MOVE_ANNOTATION: null,
             },
             "ownerReferences": cluster_owner.map(|o| vec![o]),

@@ -6,11 +6,14 @@ use std::collections::BTreeSet;
 
 use capkk_api::{
     InstanceState, KKInstance,
-    consts::{RETRY_ANNOTATION, conditions as cond},
+    consts::{
+        COMPLETED_PHASES_ANNOTATION, FAILED_ANNOTATION, RELEASE_ANNOTATION, RESET_DONE_ANNOTATION,
+        RETRY_ANNOTATION, TOUCHED_ANNOTATION, conditions as cond,
+    },
 };
 use kube::ResourceExt;
 
-use crate::{annotations, context::TaskKind, services::Phase};
+use crate::{context::TaskKind, services::Phase};
 
 /// Whether the owning KKMachine recorded this KKInstance as its claim (`spec.instanceID`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,7 +92,7 @@ impl HostState {
 /// The phases recorded as finished on the host (annotation; a restarted or moved manager skips them).
 pub fn completed(inst: &KKInstance) -> BTreeSet<String> {
     inst.annotations()
-        .get(annotations::COMPLETED_PHASES)
+        .get(COMPLETED_PHASES_ANNOTATION)
         .map(|s| {
             s.split(',')
                 .filter(|p| !p.is_empty())
@@ -102,7 +105,7 @@ pub fn completed(inst: &KKInstance) -> BTreeSet<String> {
 /// True when the host may be dirty (host work started and no reset finished since).
 pub fn needs_reset(inst: &KKInstance) -> bool {
     let a = inst.annotations();
-    a.contains_key(annotations::TOUCHED) && !a.contains_key(annotations::RESET_DONE)
+    a.contains_key(TOUCHED_ANNOTATION) && !a.contains_key(RESET_DONE_ANNOTATION)
 }
 
 /// Decide the state of `inst`. Precedence: quarantine, release/deletion, claim record, running work,
@@ -112,7 +115,7 @@ pub fn classify(inst: &KKInstance, claim: ClaimRecord, task: Option<TaskKind>) -
     if inst.spec.quarantine.is_some() {
         return HostState::Quarantined;
     }
-    if a.contains_key(annotations::RELEASE) || inst.metadata.deletion_timestamp.is_some() {
+    if a.contains_key(RELEASE_ANNOTATION) || inst.metadata.deletion_timestamp.is_some() {
         return if needs_reset(inst) {
             HostState::Releasing(task)
         } else {
@@ -136,7 +139,7 @@ pub fn classify(inst: &KKInstance, claim: ClaimRecord, task: Option<TaskKind>) -
     }
     // Terminal means terminal: the failure is an annotation, not a condition compared with the generation
     // (recording the host key on first use bumps the generation and must not count as a spec change).
-    if let Some(reason) = a.get(annotations::FAILED) {
+    if let Some(reason) = a.get(FAILED_ANNOTATION) {
         return HostState::FailedTerminal {
             reason: reason.clone(),
         };
@@ -168,7 +171,7 @@ mod tests {
     }
 
     fn quarantined() -> KKInstance {
-        let mut i = inst(&[(annotations::TOUCHED, "true")]);
+        let mut i = inst(&[(TOUCHED_ANNOTATION, "true")]);
         i.spec.quarantine = Some(Quarantine {
             reason: "unreachable".into(),
             since: None,
@@ -186,15 +189,15 @@ mod tests {
     fn the_state_follows_the_documented_precedence() {
         use HostState::*;
         use TaskKind::*;
-        let touched = (annotations::TOUCHED, "true");
-        let release = (annotations::RELEASE, "now");
-        let reset = (annotations::RESET_DONE, "now");
+        let touched = (TOUCHED_ANNOTATION, "true");
+        let release = (RELEASE_ANNOTATION, "now");
+        let reset = (RESET_DONE_ANNOTATION, "now");
         let done = (
-            annotations::COMPLETED_PHASES,
+            COMPLETED_PHASES_ANNOTATION,
             "bootstrap,repository,binary,containermanager,provisioning",
         );
-        let partial = (annotations::COMPLETED_PHASES, "bootstrap,repository");
-        let failed = (annotations::FAILED, "CommandFailed");
+        let partial = (COMPLETED_PHASES_ANNOTATION, "bootstrap,repository");
+        let failed = (FAILED_ANNOTATION, "CommandFailed");
         let retry = (RETRY_ANNOTATION, "1");
         let table: Vec<(&str, KKInstance, ClaimRecord, Option<TaskKind>, HostState)> = vec![
             (
@@ -339,10 +342,7 @@ mod tests {
     fn a_terminal_failure_stays_terminal_after_the_host_key_is_recorded() {
         // Recording the host key on first use patches the spec: the generation moves past the one the
         // failure's conditions observed. That is not a retry.
-        let mut i = inst(&[
-            (annotations::TOUCHED, "true"),
-            (annotations::FAILED, "CommandFailed"),
-        ]);
+        let mut i = inst(&[(TOUCHED_ANNOTATION, "true"), (FAILED_ANNOTATION, "CommandFailed")]);
         i.status = Some(KKInstanceStatus {
             conditions: vec![Condition {
                 type_: cond::PROVISIONED.into(),
@@ -370,7 +370,7 @@ mod tests {
 
     #[test]
     fn busy_reports_provisioning_once_the_bootstrap_data_runs() {
-        let mut i = inst(&[(annotations::TOUCHED, "true")]);
+        let mut i = inst(&[(TOUCHED_ANNOTATION, "true")]);
         let busy = HostState::Busy(TaskKind::Provision);
         assert_eq!(busy.reported(&i), InstanceState::Bootstrapping);
         i.status = Some(KKInstanceStatus {

@@ -15,7 +15,10 @@ use std::sync::{
 
 use capkk_api::{
     JournalRecord, KKInstance, KKInstanceStatus,
-    consts::{BLOCK_MOVE_ANNOTATION, conditions as cond, reasons},
+    consts::{
+        BLOCK_MOVE_ANNOTATION, COMPLETED_PHASES_ANNOTATION, FAILED_ANNOTATION, RESET_DONE_ANNOTATION,
+        UNREACHABLE_SINCE_ANNOTATION, conditions as cond, reasons,
+    },
 };
 use capkk_service::journal::{Progress, StepRecord};
 use k8s_openapi::jiff::Timestamp;
@@ -30,7 +33,7 @@ use super::{
     state::completed,
     writes::{Op, Writes},
 };
-use crate::{annotations, conditions, context::Context, services::Phase};
+use crate::{conditions, context::Context, services::Phase};
 
 /// Journal records kept in status.
 pub const JOURNAL_KEEP: usize = 25;
@@ -296,7 +299,7 @@ pub async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<Atomi
                 .map(|p| p.name())
                 .filter(|p| done.contains(*p))
                 .collect();
-            t.annotate(&[(annotations::COMPLETED_PHASES, Some(list.join(",")))]);
+            t.annotate(&[(COMPLETED_PHASES_ANNOTATION, Some(list.join(",")))]);
         }
         Ok(true)
     }
@@ -329,7 +332,7 @@ pub async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<Atomi
             warn!(kkinstance = %t.name, %reason, "Host work failed terminally: {message}");
             t.set(current.condition(), false, reason, &message);
             t.flush();
-            t.annotate(&[(annotations::FAILED, Some(reason.to_owned()))]);
+            t.annotate(&[(FAILED_ANNOTATION, Some(reason.to_owned()))]);
             t.event(true, reason, message).await;
         }
     }
@@ -368,10 +371,10 @@ pub async fn reset_task(ctx: Arc<Context>, inst: KKInstance, releasing: bool) {
             t.set(cond::DELETING, true, reasons::READY, "host reset");
             t.flush();
             t.annotate(&[
-                (annotations::RESET_DONE, Some(Timestamp::now().to_string())),
-                (annotations::COMPLETED_PHASES, None),
-                (annotations::UNREACHABLE_SINCE, None),
-                (annotations::FAILED, None),
+                (RESET_DONE_ANNOTATION, Some(Timestamp::now().to_string())),
+                (COMPLETED_PHASES_ANNOTATION, None),
+                (UNREACHABLE_SINCE_ANNOTATION, None),
+                (FAILED_ANNOTATION, None),
                 (BLOCK_MOVE_ANNOTATION, None),
             ]);
             info!(kkinstance = %t.name, "Host reset");
@@ -384,10 +387,10 @@ pub async fn reset_task(ctx: Arc<Context>, inst: KKInstance, releasing: bool) {
             t.set(cond::DELETING, false, reasons::UNREACHABLE, &msg);
             t.flush();
             let mut set = vec![(BLOCK_MOVE_ANNOTATION, None)];
-            if !inst.annotations().contains_key(annotations::UNREACHABLE_SINCE)
+            if !inst.annotations().contains_key(UNREACHABLE_SINCE_ANNOTATION)
                 && inst.metadata.deletion_timestamp.is_none()
             {
-                set.push((annotations::UNREACHABLE_SINCE, Some(Timestamp::now().to_string())));
+                set.push((UNREACHABLE_SINCE_ANNOTATION, Some(Timestamp::now().to_string())));
             }
             t.annotate(&set);
         }

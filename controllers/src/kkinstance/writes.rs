@@ -21,13 +21,13 @@
 
 use std::{collections::BTreeMap, future::Future};
 
-use capkk_api::{KKInstance, KKInstanceStatus};
+use capkk_api::{KKInstance, KKInstanceStatus, consts::HOSTWORK_FIELD_MANAGER};
 use kube::Api;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
 use super::annotate;
-use crate::reconcile::{HOSTWORK_FIELD_MANAGER, apply_status};
+use crate::reconcile::apply_status;
 
 /// One queued write.
 #[derive(Clone, Debug, PartialEq)]

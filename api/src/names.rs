@@ -1,4 +1,8 @@
-//! Host names for pool hosts that do not declare one.
+//! Names capkk-rs derives, and the one hash that shortens them: host names for hosts that declare none, the
+//! KKInstance name of a claim, the provider ID, and the address label of a claim. Every value here is
+//! persisted (object names, Node names, label values), so none of these functions may change its output.
+//!
+//! ## Host names
 //!
 //! CAPKK made `spec.nodes.instances[].name` optional and its defaulting webhook filled in a random
 //! `kk-instance-xxxxx`. capkk-rs has no webhook and never rewrites the user's spec (GitOps stays diff-free), so
@@ -25,14 +29,25 @@
 //! an explicit `name: 192-168-100-3` next to a host at `192.168.100.3`) are reported by the KKCluster
 //! controller as an invalid spec naming the field.
 
-/// FNV-1a, 32 bits: a tiny, fixed, documented hash (only used to shorten over-long names deterministically).
-fn fnv1a32(bytes: &[u8]) -> u32 {
-    let mut h: u32 = 0x811c_9dc5;
-    for b in bytes {
-        h ^= u32::from(*b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    h
+/// The width of an [`fnv1a`] hash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FnvWidth {
+    /// 32 bits (host names: 8 hex digits).
+    W32,
+    /// 64 bits (claim names and address labels: 16 hex digits).
+    W64,
+}
+
+/// FNV-1a of `bytes` at `width`: a fixed, documented, dependency-free hash (not for security). Both widths
+/// are persisted in names and labels, so both stay exactly as specified (offset basis and prime of each).
+pub fn fnv1a(bytes: &[u8], width: FnvWidth) -> u64 {
+    let (offset, prime, mask) = match width {
+        FnvWidth::W32 => (0x811c_9dc5, 0x0100_0193, u64::from(u32::MAX)),
+        FnvWidth::W64 => (0xcbf2_9ce4_8422_2325, 0x0000_0100_0000_01b3, u64::MAX),
+    };
+    bytes
+        .iter()
+        .fold(offset, |h, b| ((h ^ u64::from(*b)).wrapping_mul(prime)) & mask)
 }
 
 /// The host name derived from an SSH `address` (see the module documentation for the rule).
@@ -55,7 +70,7 @@ pub fn host_name_from_address(address: &str) -> String {
     }
     let head: String = name.chars().take(54).collect();
     let head = head.trim_end_matches('-');
-    let hash = fnv1a32(address.trim().as_bytes());
+    let hash = fnv1a(address.trim().as_bytes(), FnvWidth::W32);
     if head.is_empty() {
         format!("host-{hash:08x}")
     } else {
@@ -72,6 +87,40 @@ pub fn is_dns_label(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !name.starts_with('-')
         && !name.ends_with('-')
+}
+
+/// CAPKK's provider ID form: `kk:///<kkcluster>/<host>`.
+pub fn provider_id(kkcluster: &str, host: &str) -> String {
+    format!("kk:///{kkcluster}/{host}")
+}
+
+/// The name of the KKInstance claiming `host` of `kkcluster`: `<kkcluster>.<host>`. Unambiguous because
+/// host names are DNS labels (no dots). Names longer than an object name allows keep a hash of the
+/// KKCluster name instead of its tail.
+pub fn instance_name(kkcluster: &str, host: &str) -> String {
+    let name = format!("{kkcluster}.{host}");
+    if name.len() <= 253 {
+        return name;
+    }
+    let keep = 253 - host.len() - 1 - 17;
+    let mut cut = keep.min(kkcluster.len());
+    while !kkcluster.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let prefix = kkcluster[..cut].trim_end_matches(['-', '.']);
+    format!(
+        "{prefix}-{:016x}.{host}",
+        fnv1a(kkcluster.as_bytes(), FnvWidth::W64)
+    )
+}
+
+/// The value of the address label of a claim ([`crate::consts::ADDRESS_HASH_LABEL`]): label values allow 63
+/// characters, addresses 253.
+pub fn address_hash(address: &str) -> String {
+    format!(
+        "{:016x}",
+        fnv1a(address.trim().to_ascii_lowercase().as_bytes(), FnvWidth::W64)
+    )
 }
 
 #[cfg(test)]
@@ -113,7 +162,8 @@ mod tests {
         );
         assert_eq!(
             host_name_from_address("::"),
-            format!("host-{:08x}", fnv1a32(b"::"))
+            "host-980630f5",
+            "the documented hash of the address, unchanged"
         );
     }
 
@@ -125,5 +175,33 @@ mod tests {
         for bad in ["", "-a", "a-", "A", "a_b", "a.b", &"a".repeat(64)] {
             assert!(!is_dns_label(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn claims_are_named_by_kkcluster_and_host() {
+        assert_eq!(instance_name("a", "node1"), "a.node1");
+        assert_ne!(instance_name("a", "node1"), instance_name("b", "node1"));
+        let long = "k".repeat(250);
+        let n = instance_name(&long, "node1");
+        assert!(n.len() <= 253, "{}", n.len());
+        assert!(n.ends_with(".node1"));
+        assert_ne!(n, instance_name(&format!("{}x", &long[..249]), "node1"));
+        assert_eq!(provider_id("a", "node1"), "kk:///a/node1");
+    }
+
+    #[test]
+    fn persisted_names_and_labels_keep_their_exact_values() {
+        // KKInstances exist under these names and labels: a changed hash would orphan them.
+        assert_eq!(
+            instance_name(&"k".repeat(250), "node1"),
+            format!("{}-bda6964a8cb408db.node1", "k".repeat(230))
+        );
+        assert_eq!(address_hash("10.0.0.1"), "87f7ef5de06ff78d");
+        assert_eq!(address_hash(" Node.Example.com "), "b94650596e4a47ba");
+        let long = format!("{}.example.com", "a".repeat(70));
+        assert_eq!(
+            host_name_from_address(&long),
+            format!("{}-b3cefbc8", "a".repeat(54))
+        );
     }
 }

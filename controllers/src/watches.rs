@@ -1,4 +1,5 @@
-//! One watch per kind, shared by every controller that needs the kind.
+//! The manager's watches: one watch per kind, shared by every controller that needs the kind, and the caches
+//! they feed.
 //!
 //! Each kind is watched once; the watch feeds one cache, and every controller that is woken by the kind
 //! (as its main object, its children or a related object) subscribes to the same events. A subscriber
@@ -10,27 +11,42 @@
 //! Cluster unpaused and never reported `Paused` (the contract test caught it), so the KKCluster and KKInstance
 //! reconcilers had to GET the Cluster on every reconcile instead.
 //!
-//! kube's own shared stores (`store_shared` and `Writer::subscribe`) are not used: their subscriber reads the
-//! object from the cache when it is polled and, when the object was deleted meanwhile, returns `Pending`
-//! without being woken again; that subscriber then stops, and once the buffer is full the watch stops too.
+//! This module stands in for kube's own shared streams (`reflector::store_shared`, `Writer::subscribe`,
+//! `reflect_shared`) because of kube-rs/kube#1590 (open; a fix is proposed in kube-rs/kube#1673): they do
+//! not pass deletions on. Their subscriber reads the object from the cache when it is polled and, when the
+//! object was deleted meanwhile, returns `Pending` without being woken again; that subscriber then stops,
+//! and once the buffer is full the watch stops too. Here a deletion is passed on with the object's last
+//! state ([`changed`]). Each controller's own wiring is beside its reconciler (`kkcluster::watches`,
+//! `kkmachine::watches`, `kkinstance::watches`).
 
-use std::{fmt::Debug, future::Future};
+use std::{fmt::Debug, future::Future, sync::Arc};
 
+use capkk_api::{
+    KKCluster, KKInstance, KKMachine,
+    consts::{CLUSTER_NAME_LABEL, WATCH_FILTER_LABEL},
+};
 use futures::{
     Stream, StreamExt,
     channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded},
 };
 use kube::{
-    Resource,
+    Api, Client, Resource, ResourceExt,
+    core::NamespaceResourceScope,
     runtime::{
-        reflector::{self, Store, store::Writer},
-        watcher::{self, Event},
+        WatchStreamExt, predicates,
+        reflector::{self, ObjectRef, Store, store::Writer},
+        watcher::{self, Event, watcher},
     },
 };
 use tracing::warn;
 
+use crate::{
+    capi::{Cluster, Machine},
+    context::Stores,
+};
+
 /// A watched kind: its cache and the subscribers of its events.
-pub struct Shared<K>
+pub struct SharedWatch<K>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
@@ -39,7 +55,7 @@ where
     subscribers: Vec<UnboundedSender<watcher::Result<K>>>,
 }
 
-impl<K> Default for Shared<K>
+impl<K> Default for SharedWatch<K>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
@@ -53,11 +69,11 @@ where
     }
 }
 
-impl<K> Shared<K>
+impl<K> SharedWatch<K>
 where
     K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
 {
-    /// The cache (filled once [`Shared::run`] runs).
+    /// The cache (filled once [`SharedWatch::run`] runs).
     pub fn store(&self) -> Store<K> {
         self.store.clone()
     }
@@ -76,7 +92,7 @@ where
     where
         S: Stream<Item = watcher::Result<Event<K>>> + Send + 'static,
     {
-        let Shared {
+        let SharedWatch {
             store,
             writer,
             subscribers,
@@ -109,7 +125,7 @@ where
 {
     match ev {
         Event::Apply(o) => cache
-            .get(&reflector::ObjectRef::from_obj(o))
+            .get(&ObjectRef::from_obj(o))
             .map(|c| (*c).clone())
             .into_iter()
             .collect(),
@@ -123,6 +139,105 @@ where
 /// and they are a large part of every object (one entry per field manager).
 pub fn strip_managed_fields<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
+}
+
+/// The manager's five shared watches. Controllers subscribe while they are built; [`Watches::run`] then
+/// feeds every cache and subscriber.
+#[derive(Default)]
+pub struct Watches {
+    /// KKClusters (filtered by the watch-filter label).
+    pub kkclusters: SharedWatch<KKCluster>,
+    /// KKMachines (filtered by the watch-filter label).
+    pub kkmachines: SharedWatch<KKMachine>,
+    /// KKInstances (filtered by the watch-filter label).
+    pub kkinstances: SharedWatch<KKInstance>,
+    /// CAPI Machines (they carry no watch-filter label).
+    pub capi_machines: SharedWatch<Machine>,
+    /// CAPI Clusters (they carry no watch-filter label).
+    pub capi_clusters: SharedWatch<Cluster>,
+}
+
+impl Watches {
+    /// The caches the reconcilers read.
+    pub fn stores(&self) -> Stores {
+        Stores {
+            instances: self.kkinstances.store(),
+            machines: self.kkmachines.store(),
+            clusters: self.kkclusters.store(),
+            capi_machines: self.capi_machines.store(),
+            capi_clusters: self.capi_clusters.store(),
+        }
+    }
+
+    /// Changes of a Cluster's spec (pause, infrastructureRef, endpoint): the three kinds care about nothing
+    /// else of a Cluster. CAPI rewrites a Cluster's status whenever one of its Machines changes, and waking
+    /// every object of the cluster for each of those was most of the reconciles with 200 Machines.
+    pub fn cluster_spec_changes(&mut self) -> impl Stream<Item = watcher::Result<Cluster>> + Send + use<> {
+        self.capi_clusters
+            .subscribe()
+            .predicate_filter(predicates::generation, Default::default())
+    }
+
+    /// Run every watch (in namespace `ns`, or all) until the controllers stop; the kinds of capkk-rs only
+    /// with `cluster.x-k8s.io/watch-filter=<watch_filter>` when one is set.
+    pub fn run(
+        self,
+        client: &Client,
+        ns: Option<&str>,
+        watch_filter: Option<&str>,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let wc = match watch_filter {
+            Some(v) => watcher::Config::default().labels(&format!("{WATCH_FILTER_LABEL}={v}")),
+            None => watcher::Config::default(),
+        };
+        let all = watcher::Config::default();
+        let w = futures::future::join5(
+            self.kkclusters.run(watch(api(client, ns), wc.clone())),
+            self.kkmachines.run(watch(api(client, ns), wc.clone())),
+            self.kkinstances.run(watch(api(client, ns), wc)),
+            self.capi_machines.run(watch(api(client, ns), all.clone())),
+            self.capi_clusters.run(watch(api(client, ns), all)),
+        );
+        async move {
+            w.await;
+        }
+    }
+}
+
+/// The watch of `api`, its objects without their managed fields, retried with backoff after errors.
+fn watch<K>(api: Api<K>, wc: watcher::Config) -> impl Stream<Item = watcher::Result<Event<K>>> + Send
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + Debug + Send + 'static,
+{
+    watcher(api, wc).modify(strip_managed_fields).default_backoff()
+}
+
+/// The API of `K` in namespace `ns`, or in all namespaces.
+fn api<K>(client: &Client, ns: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + Debug,
+{
+    match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// The objects of `cluster` (by CAPI's cluster-name label) among `objs`: a Cluster spec change (pause,
+/// unpause; the watches filter on generation, so status changes wake nobody) re-queues them.
+pub fn of_cluster<K>(objs: &[Arc<K>], cluster: &Cluster) -> Vec<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()> + Clone,
+{
+    let name = cluster.name_any();
+    let ns = cluster.namespace();
+    objs.iter()
+        .filter(|o| o.namespace() == ns && o.labels().get(CLUSTER_NAME_LABEL) == Some(&name))
+        .map(|o| ObjectRef::from_obj(&**o))
+        .collect()
 }
 
 #[cfg(test)]
@@ -178,7 +293,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_subscriber_receives_every_change_in_order() {
-        let mut shared = Shared::<ConfigMap>::default();
+        let mut shared = SharedWatch::<ConfigMap>::default();
         let (mut first, mut second) = (shared.subscribe(), shared.subscribe());
         let store = shared.store();
         let (events, rx) = unbounded::<watcher::Result<Event<ConfigMap>>>();

@@ -1,0 +1,207 @@
+//! What the reconcilers share: the client, settings, SSH factory and host services, metrics, events, the
+//! caches and the registries of background work.
+//!
+//! - [`tasks`]: background host work per KKInstance and its transient failures.
+//! - [`probes`]: background host probes per KKCluster.
+//! - [`stores`]: the reflector caches the reconcilers read.
+//! - [`reservations`]: hosts this manager is claiming.
+//! - [`backoff`]: consecutive reconcile failures per object.
+
+pub mod backoff;
+pub mod probes;
+pub mod reservations;
+pub mod stores;
+pub mod tasks;
+
+use std::{sync::Arc, time::Duration};
+
+use capkk_api::{KKCluster, KKInstance, KKMachine};
+use futures::channel::mpsc::UnboundedSender;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::{
+    Client, Resource, ResourceExt,
+    runtime::{
+        events::{Event, EventType, Recorder, Reporter},
+        reflector::ObjectRef,
+    },
+};
+use tracing::warn;
+
+pub use self::{
+    backoff::{Backoff, backoff},
+    probes::ProbeRegistry,
+    reservations::{RESERVATION_TTL, Reservations},
+    stores::{Stores, cached_or_get},
+    tasks::{Retry, TaskKind, TaskRegistry},
+};
+use crate::{hosts::SshFactory, metrics::Metrics, services::HostServices};
+
+/// Tunables of the reconcilers (from the manager's flags).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Only reconcile objects with `cluster.x-k8s.io/watch-filter=<value>`.
+    pub watch_filter: Option<String>,
+    /// Hosts worked on at once (background tasks).
+    pub max_concurrent_hosts: usize,
+    /// Hosts probed at once per KKCluster.
+    pub probe_concurrency: usize,
+    /// Bound on one host probe.
+    pub probe_timeout: Duration,
+    /// Re-probe the inventory this often.
+    pub probe_interval: Duration,
+    /// How long a host may stay unreachable during release before it is quarantined.
+    pub quarantine_after: Duration,
+    /// Bound on talking to a workload cluster.
+    pub workload_timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            watch_filter: None,
+            max_concurrent_hosts: 10,
+            probe_concurrency: 8,
+            probe_timeout: Duration::from_secs(15),
+            probe_interval: Duration::from_secs(300),
+            quarantine_after: Duration::from_secs(600),
+            workload_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Channels that make a controller reconcile an object now (a background task finished).
+#[derive(Clone)]
+pub struct Triggers {
+    /// KKInstance reconciles (host work finished).
+    pub instances: UnboundedSender<ObjectRef<KKInstance>>,
+    /// KKCluster reconciles (probes finished).
+    pub clusters: UnboundedSender<ObjectRef<KKCluster>>,
+    /// KKMachine reconciles (a workload Node registered).
+    pub machines: UnboundedSender<ObjectRef<KKMachine>>,
+}
+
+/// Context shared by all reconcilers.
+pub struct Context {
+    /// Management cluster client.
+    pub client: Client,
+    /// Tunables.
+    pub settings: Settings,
+    /// SSH executors.
+    pub ssh: Arc<dyn SshFactory>,
+    /// Host services (the phases run on a host).
+    pub services: Arc<dyn HostServices>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Background host tasks.
+    pub tasks: TaskRegistry,
+    /// Reconcile failures per object (backoff).
+    pub backoff: Backoff,
+    /// Event recorder.
+    pub recorder: Recorder,
+    /// Host probes per KKCluster.
+    pub probes: ProbeRegistry,
+    /// Reconcile-now channels for background work.
+    pub triggers: Triggers,
+    /// The controllers' caches.
+    pub stores: Stores,
+    /// Workload cluster clients and their Node watches.
+    pub workloads: crate::workload::WorkloadClients,
+    /// Hosts being claimed by this manager's KKMachine reconciles.
+    pub reservations: Reservations,
+}
+
+impl Context {
+    /// Build the context.
+    pub fn new(
+        client: Client,
+        settings: Settings,
+        ssh: Arc<dyn SshFactory>,
+        services: Arc<dyn HostServices>,
+        metrics: Arc<Metrics>,
+        triggers: Triggers,
+        stores: Stores,
+    ) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: capkk_api::consts::EVENT_REPORTER.into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        );
+        Self {
+            tasks: TaskRegistry::new(settings.max_concurrent_hosts),
+            backoff: Backoff::default(),
+            client,
+            settings,
+            ssh,
+            services,
+            metrics,
+            recorder,
+            probes: ProbeRegistry::default(),
+            triggers,
+            stores,
+            workloads: Default::default(),
+            reservations: Reservations::default(),
+        }
+    }
+
+    /// Publish an event about `obj` (best effort; failures are logged). `note` must not contain secrets.
+    pub async fn event<K>(&self, obj: &K, warning: bool, reason: &str, action: &str, note: impl Into<String>)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let reference: ObjectReference = obj.object_ref(&());
+        let mut note: String = note.into();
+        if note.len() > 1000 {
+            let mut cut = note.len() - 1000;
+            while !note.is_char_boundary(cut) {
+                cut += 1;
+            }
+            note = note[cut..].to_owned();
+        }
+        let ev = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &reference).await {
+            warn!(object = %obj.name_any(), error = %e, "publishing event failed");
+        }
+    }
+
+    /// True when the object passes the watch filter.
+    pub fn passes_filter<K: Resource>(&self, obj: &K) -> bool {
+        match &self.settings.watch_filter {
+            None => true,
+            Some(v) => {
+                obj.meta()
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(capkk_api::consts::WATCH_FILTER_LABEL))
+                    == Some(v)
+            }
+        }
+    }
+
+    /// Ask for a reconcile of a KKInstance.
+    pub fn trigger_instance(&self, name: &str, ns: &str) {
+        let _ = self
+            .triggers
+            .instances
+            .unbounded_send(ObjectRef::new(name).within(ns));
+    }
+
+    /// Ask for a reconcile of a KKCluster.
+    pub fn trigger_cluster(&self, name: &str, ns: &str) {
+        let _ = self
+            .triggers
+            .clusters
+            .unbounded_send(ObjectRef::new(name).within(ns));
+    }
+}

@@ -1,0 +1,146 @@
+//! The inventory checks of a KKCluster. A refusal names the field to fix and carries its condition reason
+//! (an unsupported distribution is `Unsupported`, anything else `InvalidSpec`).
+
+use std::{collections::HashSet, fmt};
+
+use capkk_api::{Distribution, KKCluster, consts::reasons};
+
+use crate::hosts;
+
+/// Why an inventory is refused.
+#[derive(Debug)]
+pub struct Refusal {
+    reason: &'static str,
+    field: String,
+    message: String,
+}
+
+impl Refusal {
+    fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            reason: reasons::INVALID_SPEC,
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The condition reason to report.
+    pub fn reason(&self) -> &'static str {
+        self.reason
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid {}: {}", self.field, self.message)
+    }
+}
+
+/// Validate the inventory; the refusal names the field.
+pub fn validate(kkc: &KKCluster) -> Result<(), Refusal> {
+    let invalid = |field: String, message: String| Err(Refusal::invalid(field, message));
+    match Distribution::parse(kkc.spec.distribution.as_deref()) {
+        Ok(Distribution::Kubernetes) => {}
+        Ok(Distribution::K3s) => {
+            return Err(Refusal {
+                reason: reasons::UNSUPPORTED,
+                field: "spec.distribution".into(),
+                message: "k3s is not supported by capkk-rs; use kubernetes".into(),
+            });
+        }
+        Err(other) => {
+            return invalid(
+                "spec.distribution".into(),
+                format!("unknown distribution {other:?}"),
+            );
+        }
+    }
+    let mut names = HashSet::new();
+    let mut addrs = HashSet::new();
+    if kkc.spec.nodes.instances.is_empty() {
+        return invalid(
+            "spec.nodes.instances".into(),
+            "the inventory lists no hosts".into(),
+        );
+    }
+    for (i, h) in kkc.spec.nodes.instances.iter().enumerate() {
+        let f = format!("spec.nodes.instances[{i}]");
+        // The effective name: the declared one, else the one derived from the address (never written back).
+        let name = h.host_name();
+        if !capkk_api::is_dns_label(&name) {
+            return invalid(
+                format!("{f}.name"),
+                format!("{name:?} is not a lower-case DNS label"),
+            );
+        }
+        if !names.insert(name.clone()) {
+            let how = if h.name.as_deref().is_some_and(|n| !n.is_empty()) {
+                "duplicate host name"
+            } else {
+                "the host name derived from the address collides with another host's"
+            };
+            return invalid(format!("{f}.name"), format!("{how}: {name:?}"));
+        }
+        if h.address.trim().is_empty() {
+            return invalid(format!("{f}.address"), "must be set".into());
+        }
+        if !addrs.insert(h.address.as_str()) {
+            return invalid(
+                format!("{f}.address"),
+                format!("duplicate address {:?}", h.address),
+            );
+        }
+        if h.roles().is_empty() {
+            return invalid(format!("{f}.roles"), "must name at least one role".into());
+        }
+        if !hosts::host_auth(kkc, h).has_credentials() {
+            return invalid(
+                format!("{f}.auth"),
+                "no credentials: set spec.nodes.auth or the host's auth (password, privateKey, privateKeyPath, secret or secretRef)".into(),
+            );
+        }
+        if let Some(arch) = h.arch.as_deref()
+            && !matches!(arch, "amd64" | "arm64")
+        {
+            return invalid(format!("{f}.arch"), format!("{arch:?} is not amd64 or arm64"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kkcluster::test_objects::*;
+    use capkk_api::Auth;
+
+    #[test]
+    fn hosts_without_a_name_validate_and_a_derived_name_collision_is_named() {
+        assert!(validate(&kkc(vec![host("", "10.0.0.1"), host("", "10.0.0.2")])).is_ok());
+        let e = validate(&kkc(vec![host("10-0-0-1", "10.0.0.9"), host("", "10.0.0.1")])).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("spec.nodes.instances[1].name"), "{msg}");
+        assert!(msg.contains("derived from the address"), "{msg}");
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let e = validate(&kkc(vec![host("a", "1.1.1.1"), host("a", "1.1.1.2")])).unwrap_err();
+        assert!(e.to_string().contains("spec.nodes.instances[1].name"), "{e}");
+        let e = validate(&kkc(vec![host("a", "1.1.1.1"), host("b", "1.1.1.1")])).unwrap_err();
+        assert!(e.to_string().contains("spec.nodes.instances[1].address"), "{e}");
+        let e = validate(&kkc(vec![host("A_x", "1.1.1.1")])).unwrap_err();
+        assert!(e.to_string().contains("spec.nodes.instances[0].name"), "{e}");
+        let mut k = kkc(vec![host("a", "1.1.1.1")]);
+        k.spec.nodes.auth = Auth::default();
+        let e = validate(&k).unwrap_err();
+        assert!(e.to_string().contains("spec.nodes.instances[0].auth"), "{e}");
+        k.spec.distribution = Some("k3s".into());
+        let e = validate(&k).unwrap_err();
+        assert!(e.to_string().contains("spec.distribution"), "{e}");
+        assert_eq!(e.reason(), reasons::UNSUPPORTED, "k3s is known but not supported");
+        k.spec.distribution = Some("k0s".into());
+        assert_eq!(validate(&k).unwrap_err().reason(), reasons::INVALID_SPEC);
+        assert!(validate(&kkc(vec![host("a", "1.1.1.1")])).is_ok());
+    }
+}
