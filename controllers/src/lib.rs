@@ -17,6 +17,8 @@ pub mod capi;
 pub mod conditions;
 pub mod context;
 pub mod error;
+#[cfg(test)]
+mod fixtures;
 pub mod hosts;
 pub mod kkcluster;
 pub mod kkinstance;
@@ -24,6 +26,8 @@ pub mod kkmachine;
 pub mod manager;
 pub mod metrics;
 pub mod reconcile;
+#[cfg(test)]
+mod reconcile_tests;
 pub mod secrets;
 pub mod services;
 pub mod watches;

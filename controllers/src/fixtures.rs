@@ -1,0 +1,588 @@
+//! Fixtures of the reconcile unit tests: a scripted API server behind a real `kube::Client`, a test
+//! [`Context`] whose caches the test fills, and fake host seams ([`FakeServices`] for [`HostServices`],
+//! [`FakeSsh`] for [`SshFactory`]).
+//!
+//! A reconcile test runs the real reconciler against them: the script says which requests the reconcile
+//! must make, in order, and what the API server answers; the fakes record what host work was asked for.
+//! That makes a claim, mirror, cleanup or state decision a millisecond test. What needs the real
+//! apiserver (admission, garbage collection, watches, two managers) stays in the process tests.
+//!
+//! ```text
+//! let t = TestContext::new();
+//! let server = t.api.script(|mut api| async move {
+//!     api.expect("GET", "/apis/cluster.x-k8s.io/v1beta2/namespaces/ns/machines/m").await.not_found();
+//! });
+//! let res = reconcile(obj, t.ctx.clone()).await;
+//! server.finish(t.ctx).await; // the script ran to its end and nothing else was requested
+//! ```
+
+use std::{
+    collections::BTreeMap,
+    future::Future,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use capkk_api::{KKCluster, KKInstance, KKMachine};
+use capkk_executor::{ExecError, ExecOutput, ExecRequest, Executor, PutRequest};
+use capkk_service::{Error as ServiceError, Result as ServiceResult, journal::Progress};
+use capkk_ssh::HostTarget;
+use futures::channel::mpsc::{UnboundedReceiver, unbounded};
+use http::{Request, Response};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::{
+    Client, Resource, ResourceExt,
+    client::Body,
+    runtime::{
+        reflector::{self, ObjectRef, store::Writer},
+        watcher,
+    },
+};
+use serde::Serialize;
+use serde_json::{Value, json};
+use tower_test::mock::{self, Handle, SendResponse};
+
+use crate::{
+    capi::{Cluster, Machine},
+    context::{Context, Settings, Stores, Triggers},
+    hosts::SshFactory,
+    metrics::Metrics,
+    services::{HostServices, Phase, PhaseInput},
+};
+
+/// The namespace of every fixture object.
+pub const NS: &str = "ns";
+
+/// How long a script waits for the next request before it fails the test: far above a reconcile's
+/// own work against the in-memory server, so only a request that never comes hits it.
+const NEXT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One request the code under test made, and the way to answer it.
+pub struct Call {
+    /// HTTP method, e.g. `PATCH`.
+    pub method: String,
+    /// The path without the query, e.g. `/apis/.../namespaces/ns/kkinstances/a.node1`.
+    pub path: String,
+    /// The query string (`fieldManager=...`, `labelSelector=...`), empty when there is none.
+    pub query: String,
+    /// The request body as JSON (`Value::Null` when empty).
+    pub body: Value,
+    reply: SendResponse<Response<Body>>,
+}
+
+impl std::fmt::Debug for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.method, self.path)
+    }
+}
+
+impl Call {
+    /// Answer 200 with `obj` as JSON.
+    pub fn reply<T: Serialize>(self, obj: &T) {
+        self.reply_with(200, serde_json::to_vec(obj).expect("fixture objects serialize"));
+    }
+
+    /// Answer 201 (created) with `obj` as JSON.
+    pub fn created<T: Serialize>(self, obj: &T) {
+        self.reply_with(201, serde_json::to_vec(obj).expect("fixture objects serialize"));
+    }
+
+    /// Answer 200 with the request's own body (what the API server stores for a create or an event).
+    pub fn echo(self) {
+        let body = serde_json::to_vec(&self.body).expect("a JSON body serializes");
+        self.reply_with(200, body);
+    }
+
+    /// Answer 404 NotFound.
+    pub fn not_found(self) {
+        self.status(404, "NotFound");
+    }
+
+    /// Answer 409 AlreadyExists (a create of a name that is taken).
+    pub fn already_exists(self) {
+        self.status(409, "AlreadyExists");
+    }
+
+    /// Answer 409 Conflict (a resourceVersion precondition failed).
+    pub fn conflict(self) {
+        self.status(409, "Conflict");
+    }
+
+    /// Answer with a `metav1.Status` failure of `code` and `reason`.
+    pub fn status(self, code: u16, reason: &str) {
+        let status = json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": format!("{reason} (fixture)"), "reason": reason, "code": code,
+        });
+        self.reply_with(code, serde_json::to_vec(&status).expect("a Status serializes"));
+    }
+
+    fn reply_with(self, code: u16, body: Vec<u8>) {
+        let response = Response::builder()
+            .status(code)
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .expect("a fixture response builds");
+        self.reply.send_response(response);
+    }
+}
+
+/// The scripted API server: the test side of a `tower_test` mock pair whose other side is the `kube::Client`
+/// in the test [`Context`].
+pub struct ApiServer {
+    handle: Handle<Request<Body>, Response<Body>>,
+    seen: Vec<String>,
+}
+
+impl ApiServer {
+    /// The next request, whatever it is. Fails the test when none comes: the code under test finished (every
+    /// client was dropped) or waits for something else.
+    pub async fn next(&mut self) -> Call {
+        let next = tokio::time::timeout(NEXT_REQUEST_TIMEOUT, self.handle.next_request()).await;
+        let (request, reply) = match next {
+            Ok(Some(r)) => r,
+            Ok(None) => panic!(
+                "the code under test made no further request; it made: {:#?}",
+                self.seen
+            ),
+            Err(_) => panic!(
+                "no request within {NEXT_REQUEST_TIMEOUT:?}; the code under test made: {:#?}",
+                self.seen
+            ),
+        };
+        let (parts, body) = request.into_parts();
+        let bytes = body.collect_bytes().await.expect("the request body is readable");
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).expect("request bodies are JSON")
+        };
+        let call = Call {
+            method: parts.method.to_string(),
+            path: parts.uri.path().to_owned(),
+            query: parts.uri.query().unwrap_or_default().to_owned(),
+            body,
+            reply,
+        };
+        self.seen.push(format!("{call:?}"));
+        call
+    }
+
+    /// The next request, which must be `method path`.
+    pub async fn expect(&mut self, method: &str, path: &str) -> Call {
+        let call = self.next().await;
+        assert_eq!(
+            (call.method.as_str(), call.path.as_str()),
+            (method, path),
+            "request {} of the script; made so far: {:#?}",
+            self.seen.len(),
+            self.seen
+        );
+        call
+    }
+
+    /// Run `script` against this server in the background; [`Script::finish`] joins it.
+    pub fn script<F, Fut>(self, script: F) -> Script
+    where
+        F: FnOnce(ApiServer) -> Fut,
+        Fut: Future<Output = ApiServer> + Send + 'static,
+    {
+        Script(tokio::spawn(script(self)))
+    }
+
+    /// Answer every request with `answer` (for background host work, whose writes are not the point of a
+    /// test) and keep a record of them; [`Served::finish`] returns it.
+    pub fn serve<F>(mut self, answer: F) -> Served
+    where
+        F: Fn(&Call) -> Option<Value> + Send + 'static,
+    {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let task = tokio::spawn(async move {
+            while let Some(call) = self.try_next().await {
+                if let Ok(mut l) = log.lock() {
+                    l.push((call.method.clone(), call.path.clone(), call.body.clone()));
+                }
+                match answer(&call) {
+                    Some(v) => call.reply(&v),
+                    None if call.method == "GET" => call.not_found(),
+                    None => call.echo(),
+                }
+            }
+        });
+        Served { seen, task }
+    }
+
+    async fn try_next(&mut self) -> Option<Call> {
+        let (request, reply) = self.handle.next_request().await?;
+        let (parts, body) = request.into_parts();
+        let bytes = body.collect_bytes().await.ok()?;
+        Some(Call {
+            method: parts.method.to_string(),
+            path: parts.uri.path().to_owned(),
+            query: parts.uri.query().unwrap_or_default().to_owned(),
+            body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            reply,
+        })
+    }
+}
+
+/// A running script (see [`ApiServer::script`]).
+pub struct Script(tokio::task::JoinHandle<ApiServer>);
+
+impl Script {
+    /// Wait for the script to end (its assertions fail the test here) and check that the code under test
+    /// made no request beyond it. `ctx` is dropped first so that the client's end of the mock closes.
+    pub async fn finish(self, ctx: Arc<Context>) {
+        drop(ctx);
+        let mut api = match self.0.await {
+            Ok(api) => api,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => panic!("the script was cancelled: {e}"),
+        };
+        if let Ok(Some((request, _))) =
+            tokio::time::timeout(Duration::from_millis(100), api.handle.next_request()).await
+        {
+            panic!(
+                "a request beyond the script: {} {}; the script answered: {:#?}",
+                request.method(),
+                request.uri(),
+                api.seen
+            );
+        }
+    }
+}
+
+/// Requests answered by [`ApiServer::serve`].
+pub struct Served {
+    seen: Arc<Mutex<Vec<(String, String, Value)>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Served {
+    /// `(method, path, body)` of every request answered so far.
+    pub fn requests(&self) -> Vec<(String, String, Value)> {
+        self.seen.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Stop answering.
+    pub fn finish(self) -> Vec<(String, String, Value)> {
+        self.task.abort();
+        self.requests()
+    }
+}
+
+/// The writers of the test context's caches (the reflectors of the manager).
+pub struct Caches {
+    instances: Writer<KKInstance>,
+    machines: Writer<KKMachine>,
+    clusters: Writer<KKCluster>,
+    capi_machines: Writer<Machine>,
+    capi_clusters: Writer<Cluster>,
+}
+
+fn fill<K>(w: &mut Writer<K>, objects: impl IntoIterator<Item = K>)
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    w.apply_watcher_event(&watcher::Event::Init);
+    for o in objects {
+        w.apply_watcher_event(&watcher::Event::InitApply(o));
+    }
+    w.apply_watcher_event(&watcher::Event::InitDone);
+}
+
+impl Caches {
+    /// Put `obj` into the KKInstance cache (or replace it).
+    pub fn instance(&mut self, obj: KKInstance) {
+        self.instances.apply_watcher_event(&watcher::Event::Apply(obj));
+    }
+
+    /// Put `obj` into the KKMachine cache.
+    pub fn machine(&mut self, obj: KKMachine) {
+        self.machines.apply_watcher_event(&watcher::Event::Apply(obj));
+    }
+
+    /// Put `obj` into the KKCluster cache.
+    pub fn cluster(&mut self, obj: KKCluster) {
+        self.clusters.apply_watcher_event(&watcher::Event::Apply(obj));
+    }
+
+    /// Put `obj` into the CAPI Machine cache.
+    pub fn capi_machine(&mut self, obj: Machine) {
+        self.capi_machines
+            .apply_watcher_event(&watcher::Event::Apply(obj));
+    }
+
+    /// Put `obj` into the CAPI Cluster cache.
+    pub fn capi_cluster(&mut self, obj: Cluster) {
+        self.capi_clusters
+            .apply_watcher_event(&watcher::Event::Apply(obj));
+    }
+}
+
+/// A [`Context`] on the scripted API server, with listed (empty) caches and the fake host seams.
+pub struct TestContext {
+    /// The context handed to reconcilers.
+    pub ctx: Arc<Context>,
+    /// The API server's test side.
+    pub api: ApiServer,
+    /// The caches' writers.
+    pub caches: Caches,
+    /// What host work was asked for.
+    pub services: Arc<FakeServices>,
+    /// Which hosts were reached.
+    pub ssh: Arc<FakeSsh>,
+    /// KKInstances the code under test asked to reconcile now.
+    pub instance_triggers: UnboundedReceiver<ObjectRef<KKInstance>>,
+}
+
+impl TestContext {
+    /// A context with default settings. Call inside a Tokio runtime (the client spawns its buffer task).
+    pub fn new() -> Self {
+        Self::with_settings(Settings::default())
+    }
+
+    /// A context with `settings`; the caches are filled by [`TestContext::caches`] before the reconcile.
+    pub fn with_settings(settings: Settings) -> Self {
+        let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(service, NS);
+        let (instances_r, mut instances) = reflector::store();
+        let (machines_r, mut machines) = reflector::store();
+        let (clusters_r, mut clusters) = reflector::store();
+        let (capi_machines_r, mut capi_machines) = reflector::store();
+        let (capi_clusters_r, mut capi_clusters) = reflector::store();
+        fill(&mut instances, []);
+        fill(&mut machines, []);
+        fill(&mut clusters, []);
+        fill(&mut capi_machines, []);
+        fill(&mut capi_clusters, []);
+        let (instance_tx, instance_triggers) = unbounded();
+        let (cluster_tx, _) = unbounded();
+        let (machine_tx, _) = unbounded();
+        let services = Arc::new(FakeServices::default());
+        let ssh = Arc::new(FakeSsh::default());
+        let ctx = Context::new(
+            client,
+            settings,
+            ssh.clone(),
+            services.clone(),
+            Arc::new(Metrics::new()),
+            Triggers {
+                instances: instance_tx,
+                clusters: cluster_tx,
+                machines: machine_tx,
+            },
+            Stores {
+                instances: instances_r,
+                machines: machines_r,
+                clusters: clusters_r,
+                capi_machines: capi_machines_r,
+                capi_clusters: capi_clusters_r,
+            },
+        );
+        Self {
+            ctx: Arc::new(ctx),
+            api: ApiServer {
+                handle,
+                seen: Vec::new(),
+            },
+            caches: Caches {
+                instances,
+                machines,
+                clusters,
+                capi_machines,
+                capi_clusters,
+            },
+            services,
+            ssh,
+            instance_triggers,
+        }
+    }
+}
+
+/// Host services that do nothing on a host and record what they were asked; a phase may be told to fail.
+#[derive(Default)]
+pub struct FakeServices {
+    ran: Mutex<Vec<Phase>>,
+    resets: Mutex<usize>,
+    failing: Mutex<BTreeMap<&'static str, String>>,
+}
+
+impl FakeServices {
+    /// The phases run so far, in order.
+    pub fn ran(&self) -> Vec<Phase> {
+        self.ran.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// Host resets so far.
+    pub fn resets(&self) -> usize {
+        self.resets.lock().map(|r| *r).unwrap_or_default()
+    }
+
+    /// Make `phase` fail as a command that exited 1 with `output`.
+    pub fn fail(&self, phase: Phase, output: &str) {
+        if let Ok(mut f) = self.failing.lock() {
+            f.insert(phase.name(), output.to_owned());
+        }
+    }
+}
+
+#[async_trait]
+impl HostServices for FakeServices {
+    async fn run(
+        &self,
+        phase: Phase,
+        _exec: Arc<dyn Executor>,
+        _input: &PhaseInput,
+        _progress: &dyn Progress,
+    ) -> ServiceResult<()> {
+        if let Ok(mut r) = self.ran.lock() {
+            r.push(phase);
+        }
+        match self
+            .failing
+            .lock()
+            .ok()
+            .and_then(|f| f.get(phase.name()).cloned())
+        {
+            Some(output) => Err(ServiceError::CommandFailed {
+                step: phase.name().into(),
+                command: format!("{} (fake)", phase.name()),
+                exit_code: Some(1),
+                output_tail: output,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    async fn reset(
+        &self,
+        _exec: Arc<dyn Executor>,
+        _input: &PhaseInput,
+        _progress: &dyn Progress,
+    ) -> ServiceResult<()> {
+        if let Ok(mut r) = self.resets.lock() {
+            *r += 1;
+        }
+        Ok(())
+    }
+}
+
+/// An SSH factory whose hosts answer every command with exit 0 (or refuse connections when told to), and
+/// which records the addresses it was asked to reach and to forget.
+#[derive(Default)]
+pub struct FakeSsh {
+    reached: Mutex<Vec<String>>,
+    forgotten: Mutex<Vec<String>>,
+    down: Mutex<bool>,
+}
+
+impl FakeSsh {
+    /// Addresses an executor was made for, in order.
+    pub fn reached(&self) -> Vec<String> {
+        self.reached.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// Addresses whose pooled connections were dropped.
+    pub fn forgotten(&self) -> Vec<String> {
+        self.forgotten.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// From now on every host refuses connections (a transient failure).
+    pub fn hosts_down(&self) {
+        if let Ok(mut d) = self.down.lock() {
+            *d = true;
+        }
+    }
+}
+
+impl SshFactory for FakeSsh {
+    fn executor(&self, target: &HostTarget) -> Arc<dyn Executor> {
+        if let Ok(mut r) = self.reached.lock() {
+            r.push(target.address.clone());
+        }
+        Arc::new(FakeHost {
+            address: target.address.clone(),
+            down: self.down.lock().map(|d| *d).unwrap_or(false),
+        })
+    }
+
+    fn observed_fingerprint(&self, _target: &HostTarget) -> Option<String> {
+        Some("SHA256:fixture".into())
+    }
+
+    fn forget(&self, address: &str) {
+        if let Ok(mut f) = self.forgotten.lock() {
+            f.push(address.to_owned());
+        }
+    }
+}
+
+/// One fake host (see [`FakeSsh`]).
+struct FakeHost {
+    address: String,
+    down: bool,
+}
+
+impl FakeHost {
+    fn reachable(&self) -> Result<(), ExecError> {
+        if self.down {
+            return Err(ExecError::Connect {
+                host: self.address.clone(),
+                message: "Connection refused (fixture)".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Executor for FakeHost {
+    async fn exec(&self, _req: ExecRequest) -> Result<ExecOutput, ExecError> {
+        self.reachable()?;
+        Ok(ExecOutput {
+            exit_code: Some(0),
+            ..Default::default()
+        })
+    }
+
+    async fn put(&self, _req: PutRequest) -> Result<u64, ExecError> {
+        self.reachable()?;
+        Ok(0)
+    }
+
+    async fn get(&self, _path: &str, _limit: usize, _privileged: bool) -> Result<Vec<u8>, ExecError> {
+        self.reachable()?;
+        Ok(Vec::new())
+    }
+
+    fn target(&self) -> String {
+        self.address.clone()
+    }
+}
+
+/// The controller owner reference of `owner` (as the API server stores it).
+pub fn controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> OwnerReference {
+    OwnerReference {
+        api_version: K::api_version(&()).into_owned(),
+        kind: K::kind(&()).into_owned(),
+        name: owner.name_any(),
+        uid: owner.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// `obj` as the API server returns it: in [`NS`], with a UID derived from its name, generation 1 and a
+/// resourceVersion.
+pub fn stored<K: Resource>(mut obj: K) -> K {
+    let name = obj.name_any();
+    let meta = obj.meta_mut();
+    meta.namespace = Some(NS.into());
+    meta.uid.get_or_insert_with(|| format!("uid-{name}"));
+    meta.generation.get_or_insert(1);
+    meta.resource_version.get_or_insert_with(|| "1".into());
+    obj
+}

@@ -1,0 +1,384 @@
+//! KKInstance reconciles: the host state machine's decisions, what they ask of the API server, and what
+//! host work they start through the fake SSH and host services.
+
+use std::{sync::Arc, time::Duration};
+
+use capkk_api::{
+    Quarantine,
+    consts::{
+        BLOCK_MOVE_ANNOTATION, COMPLETED_PHASES_ANNOTATION, FAILED_ANNOTATION, QUARANTINED_LABEL,
+        RELEASE_ANNOTATION, TOUCHED_ANNOTATION, UNREACHABLE_SINCE_ANNOTATION, reasons,
+    },
+};
+use futures::StreamExt;
+use k8s_openapi::{ByteString, api::core::v1::Secret, jiff::Timestamp};
+use kube::runtime::controller::Action;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::{
+    fixtures::{ApiServer, TestContext},
+    reconcile::{reconcile, requeue},
+    services::Phase,
+};
+
+/// `status.state` and the `Ready` reason of a KKInstance status write.
+fn state_and_reason(body: &Value) -> (String, String) {
+    let ready = body["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .map(|c| c["reason"].as_str().unwrap_or_default().to_owned())
+        .unwrap_or_default();
+    (
+        body["status"]["state"].as_str().unwrap_or_default().to_owned(),
+        ready,
+    )
+}
+
+/// A test context whose caches hold Cluster `c`, KKCluster `c` (host node1) and KKMachine `km`.
+fn world(km: &KKMachine) -> TestContext {
+    let mut t = TestContext::new();
+    t.caches.capi_cluster(capi_cluster());
+    t.caches.cluster(kkcluster(&[("node1", "10.0.0.1")]));
+    t.caches.machine(km.clone());
+    t
+}
+
+fn recorded_kkmachine() -> KKMachine {
+    let mut km = kkmachine();
+    km.spec.instance_id = Some("c.node1".into());
+    km
+}
+
+#[tokio::test]
+async fn a_claim_its_kkmachine_did_not_record_is_never_worked_on() {
+    // The KKMachine recorded another host: this claim lost a race and waits to be deleted untouched.
+    let mut km = kkmachine();
+    km.spec.instance_id = Some("c.node2".into());
+    let t = world(&km);
+    let inst = claim(&km, "node1", "10.0.0.1", &[]);
+    let TestContext {
+        ctx,
+        api,
+        services,
+        ssh,
+        ..
+    } = t;
+    let server = api.script(|mut api: ApiServer| async move {
+        // The cache does not show the claim recorded: the API is asked before deciding.
+        api.expect("GET", &path("kkmachines", "m")).await.reply(&km);
+        let c = api.expect("PATCH", &path("kkinstances", "c.node1/status")).await;
+        assert_eq!(
+            state_and_reason(&c.body).0,
+            "pending",
+            "reported as waiting: {}",
+            c.body
+        );
+        c.reply(&claim(&km, "node1", "10.0.0.1", &[]));
+        api
+    });
+    let res = reconcile(Arc::new(inst), ctx.clone()).await;
+    server.finish(ctx).await;
+    assert_eq!(res.expect("reconciled"), Action::requeue(requeue::CLAIM_RECORD));
+    assert!(services.ran().is_empty(), "no phase ran: {:?}", services.ran());
+    assert!(
+        ssh.reached().is_empty(),
+        "no host was reached: {:?}",
+        ssh.reached()
+    );
+}
+
+#[tokio::test]
+async fn a_released_host_unreachable_past_the_quarantine_deadline_is_quarantined_and_lets_its_machine_go() {
+    let km = recorded_kkmachine();
+    let t = world(&km);
+    let hour_ago = (Timestamp::now() - Duration::from_secs(3600)).to_string();
+    let inst = claim(
+        &km,
+        "node1",
+        "10.0.0.1",
+        &[
+            (TOUCHED_ANNOTATION, "true"),
+            (RELEASE_ANNOTATION, "now"),
+            (UNREACHABLE_SINCE_ANNOTATION, &hour_ago),
+        ],
+    );
+    let TestContext {
+        ctx,
+        api,
+        services,
+        mut instance_triggers,
+        ..
+    } = t;
+    let server = api.script(|mut api: ApiServer| async move {
+        // The Cluster becomes the only owner, so `clusterctl move` still takes the KKInstance along.
+        api.expect("GET", &path("clusters", "c"))
+            .await
+            .reply(&capi_cluster());
+        let c = api.expect("PATCH", &path("kkinstances", "c.node1")).await;
+        let m = &c.body["metadata"];
+        assert_eq!(m["labels"][QUARANTINED_LABEL], "true", "{}", c.body);
+        assert_eq!(
+            m["ownerReferences"][0]["kind"], "Cluster",
+            "the KKMachine owner is dropped"
+        );
+        assert_eq!(m["ownerReferences"].as_array().map(Vec::len), Some(1));
+        assert!(m["annotations"][RELEASE_ANNOTATION].is_null());
+        let why = c.body["spec"]["quarantine"]["reason"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(why.contains("10.0.0.1") && why.contains("unreachable"), "{why}");
+        c.reply(&claim(&km, "node1", "10.0.0.1", &[]));
+        let c = api.expect("POST", EVENTS).await;
+        assert_eq!(c.body["reason"], reasons::QUARANTINED);
+        c.echo();
+        let c = api.expect("PATCH", &path("kkinstances", "c.node1/status")).await;
+        assert_eq!(state_and_reason(&c.body).0, "cleaning");
+        c.reply(&claim(&km, "node1", "10.0.0.1", &[]));
+        api
+    });
+    let res = reconcile(Arc::new(inst), ctx.clone()).await;
+    server.finish(ctx).await;
+    assert_eq!(res.expect("reconciled"), Action::await_change());
+    assert_eq!(services.resets(), 0, "no reset is tried on a quarantined host");
+    assert_eq!(
+        instance_triggers.next().await.map(|r| r.name),
+        Some("c.node1".into())
+    );
+}
+
+#[tokio::test]
+async fn a_released_host_that_was_never_touched_is_freed_at_once() {
+    let km = recorded_kkmachine();
+    let t = world(&km);
+    let inst = claim(&km, "node1", "10.0.0.1", &[(RELEASE_ANNOTATION, "now")]);
+    let TestContext {
+        ctx, api, services, ..
+    } = t;
+    let server = api.script(|mut api: ApiServer| async move {
+        api.expect("DELETE", &path("kkinstances", "c.node1"))
+            .await
+            .reply(&claim(&km, "node1", "10.0.0.1", &[]));
+        let c = api.expect("PATCH", &path("kkinstances", "c.node1/status")).await;
+        assert_eq!(state_and_reason(&c.body).0, "cleaned");
+        c.not_found();
+        api
+    });
+    let res = reconcile(Arc::new(inst), ctx.clone()).await;
+    server.finish(ctx).await;
+    assert_eq!(res.expect("reconciled"), Action::await_change());
+    assert_eq!(services.resets(), 0, "nothing ran on the host: nothing to reset");
+}
+
+#[tokio::test]
+async fn a_terminal_failure_stays_until_the_retry_annotation_and_the_host_is_not_touched_again() {
+    let km = recorded_kkmachine();
+    let t = world(&km);
+    let inst = claim(
+        &km,
+        "node1",
+        "10.0.0.1",
+        &[
+            (TOUCHED_ANNOTATION, "true"),
+            (FAILED_ANNOTATION, reasons::COMMAND_FAILED),
+            (BLOCK_MOVE_ANNOTATION, "true"),
+        ],
+    );
+    let TestContext {
+        ctx,
+        api,
+        services,
+        ssh,
+        ..
+    } = t;
+    let server = api.script(|mut api: ApiServer| async move {
+        // Host work is over: `clusterctl move` may go ahead.
+        let c = api.expect("PATCH", &path("kkinstances", "c.node1")).await;
+        assert_eq!(
+            c.body,
+            json!({ "metadata": { "annotations": { BLOCK_MOVE_ANNOTATION: null } } })
+        );
+        c.reply(&claim(&km, "node1", "10.0.0.1", &[]));
+        let c = api.expect("PATCH", &path("kkinstances", "c.node1/status")).await;
+        assert_eq!(
+            state_and_reason(&c.body),
+            ("failed".to_owned(), reasons::COMMAND_FAILED.to_owned())
+        );
+        c.reply(&claim(&km, "node1", "10.0.0.1", &[]));
+        api
+    });
+    let res = reconcile(Arc::new(inst), ctx.clone()).await;
+    server.finish(ctx).await;
+    assert_eq!(res.expect("reconciled"), Action::await_change());
+    assert!(services.ran().is_empty() && ssh.reached().is_empty());
+}
+
+#[tokio::test]
+async fn a_recorded_claim_runs_every_phase_once_on_its_host_and_records_them_as_completed() {
+    let km = recorded_kkmachine();
+    let t = world(&km);
+    let inst = claim(&km, "node1", "10.0.0.1", &[]);
+    let TestContext {
+        ctx,
+        api,
+        services,
+        ssh,
+        mut instance_triggers,
+        ..
+    } = t;
+    let stored = serde_json::to_value(&inst).expect("serializes");
+    let served = api.serve(move |call| {
+        if call.path.contains("/kkinstances/") {
+            return Some(stored.clone());
+        }
+        if call.path == path("secrets", "data") {
+            let data = Secret {
+                data: Some([("value".to_owned(), ByteString(b"#cloud-config\n".to_vec()))].into()),
+                ..Default::default()
+            };
+            return Some(serde_json::to_value(data).expect("serializes"));
+        }
+        None
+    });
+    let res = reconcile(Arc::new(inst), ctx.clone()).await;
+    assert_eq!(res.expect("reconciled"), Action::requeue(requeue::HOST_WORK));
+    // The task's last act wakes the KKInstance.
+    let woken = tokio::time::timeout(Duration::from_secs(5), instance_triggers.next()).await;
+    assert_eq!(woken.ok().flatten().map(|r| r.name), Some("c.node1".into()));
+    let requests = served.finish();
+    assert_eq!(services.ran(), Phase::ALL, "every phase once, in order");
+    assert_eq!(ssh.reached(), ["10.0.0.1"], "one connection to the claimed host");
+    let annotated = |key: &str, value: &str| {
+        requests.iter().any(|(m, p, b)| {
+            m == "PATCH" && p == &path("kkinstances", "c.node1") && b["metadata"]["annotations"][key] == value
+        })
+    };
+    assert!(
+        annotated(TOUCHED_ANNOTATION, "true"),
+        "the host is marked touched before work starts: {requests:#?}"
+    );
+    assert!(
+        annotated(
+            COMPLETED_PHASES_ANNOTATION,
+            "bootstrap,repository,binary,containermanager,provisioning"
+        ),
+        "every phase is recorded as completed: {requests:#?}"
+    );
+    assert!(
+        requests
+            .iter()
+            .any(|(_, p, b)| p == &path("kkinstances", "c.node1") && b["spec"]["hostKey"] == "SHA256:fixture"),
+        "the host key seen first is recorded: {requests:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_phase_is_terminal_and_the_phases_after_it_do_not_run() {
+    let km = recorded_kkmachine();
+    let t = world(&km);
+    t.services.fail(Phase::Binary, "kubeadm: not found");
+    let inst = claim(&km, "node1", "10.0.0.1", &[]);
+    let TestContext {
+        ctx,
+        api,
+        services,
+        mut instance_triggers,
+        ..
+    } = t;
+    let stored = serde_json::to_value(&inst).expect("serializes");
+    let served = api.serve(move |call| call.path.contains("/kkinstances/").then(|| stored.clone()));
+    reconcile(Arc::new(inst), ctx.clone()).await.expect("reconciled");
+    let woken = tokio::time::timeout(Duration::from_secs(5), instance_triggers.next()).await;
+    assert!(woken.ok().flatten().is_some(), "the task ended");
+    let requests = served.finish();
+    assert_eq!(
+        services.ran(),
+        [Phase::Bootstrap, Phase::Repository, Phase::Binary]
+    );
+    assert!(
+        requests.iter().any(|(m, p, b)| m == "PATCH"
+            && p == &path("kkinstances", "c.node1")
+            && b["metadata"]["annotations"][FAILED_ANNOTATION] == reasons::COMMAND_FAILED),
+        "the failure is recorded as an annotation: {requests:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_host_that_refuses_connections_is_retried_with_backoff_and_not_before_its_time() {
+    let km = recorded_kkmachine();
+    let t = world(&km);
+    t.ssh.hosts_down();
+    let inst = claim(&km, "node1", "10.0.0.1", &[]);
+    let TestContext {
+        ctx,
+        api,
+        services,
+        ssh,
+        mut instance_triggers,
+        ..
+    } = t;
+    let stored = serde_json::to_value(&inst).expect("serializes");
+    let served = api.serve(move |call| call.path.contains("/kkinstances/").then(|| stored.clone()));
+    let inst = Arc::new(inst);
+    reconcile(inst.clone(), ctx.clone()).await.expect("reconciled");
+    let woken = tokio::time::timeout(Duration::from_secs(5), instance_triggers.next()).await;
+    assert!(woken.ok().flatten().is_some(), "the attempt ended");
+    // The reconcile the task's end asks for: the failure is reported, no new attempt before the backoff.
+    let again = reconcile(inst, ctx.clone()).await.expect("reconciled");
+    let requests = served.finish();
+    let retry = ctx.tasks.retry("uid-c.node1").expect("the failure is recorded");
+    assert!(retry.message.contains("Connection refused"), "{}", retry.message);
+    assert!(
+        ![Action::requeue(requeue::HOST_WORK), Action::await_change()].contains(&again),
+        "the reconcile waits for the backoff, it does not start host work: {again:?}"
+    );
+    assert_eq!(ssh.reached(), ["10.0.0.1"], "one attempt only");
+    assert!(services.ran().is_empty(), "no phase ran on an unreachable host");
+    let reported = requests
+        .iter()
+        .rev()
+        .find(|(m, p, _)| m == "PATCH" && p == &path("kkinstances", "c.node1/status"));
+    let (_, _, body) = reported.expect("a status write");
+    let (state, reason) = state_and_reason(body);
+    assert_eq!(
+        (state.as_str(), reason.as_str()),
+        ("pending", reasons::UNREACHABLE),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_quarantined_kkinstance_makes_the_host_claimable_and_drops_its_pooled_connections() {
+    let km = recorded_kkmachine();
+    let t = world(&km);
+    let mut inst = deleted(claim(&km, "node1", "10.0.0.1", &[(TOUCHED_ANNOTATION, "true")]));
+    inst.spec.quarantine = Some(Quarantine {
+        reason: "unreachable".into(),
+        since: None,
+    });
+    inst.metadata.owner_references = None;
+    let TestContext {
+        ctx,
+        api,
+        services,
+        ssh,
+        ..
+    } = t;
+    let server = api.script(|mut api: ApiServer| async move {
+        let c = api.expect("PATCH", &path("kkinstances", "c.node1")).await;
+        let ops = c.body.as_array().cloned().unwrap_or_default();
+        assert!(
+            ops.iter()
+                .any(|op| op["op"] == "remove" && op["path"] == "/metadata/finalizers/0"),
+            "the finalizer goes without a reset: {}",
+            c.body
+        );
+        c.reply(&claim(&km, "node1", "10.0.0.1", &[]));
+        api
+    });
+    let res = reconcile(Arc::new(inst), ctx.clone()).await;
+    server.finish(ctx).await;
+    assert_eq!(res.expect("reconciled"), Action::await_change());
+    assert_eq!(services.resets(), 0, "a quarantined host is not reset");
+    assert_eq!(ssh.forgotten(), ["10.0.0.1"]);
+}

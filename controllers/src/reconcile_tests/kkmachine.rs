@@ -1,0 +1,323 @@
+//! KKMachine reconciles: claim, mirror and cleanup decisions and the requests they take.
+
+use std::sync::Arc;
+
+use capkk_api::{
+    InstanceState, KKInstance, KKInstanceStatus, KKMachine,
+    consts::{RELEASE_ANNOTATION, TOUCHED_ANNOTATION, conditions as cond, reasons},
+};
+use futures::StreamExt;
+use k8s_openapi::{
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+    jiff::Timestamp,
+};
+use kube::runtime::controller::Action;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::{
+    fixtures::{ApiServer, TestContext},
+    reconcile::{reconcile, requeue},
+};
+
+/// `(status, reason, message)` of condition `type_` in a status write's body.
+fn condition(body: &Value, type_: &str) -> (String, String, String) {
+    let c = body["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+        .unwrap_or_else(|| panic!("no condition {type_} in {body}"));
+    let s = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+    (s("status"), s("reason"), s("message"))
+}
+
+fn true_condition(type_: &str) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: "True".into(),
+        reason: reasons::READY.into(),
+        message: String::new(),
+        observed_generation: Some(1),
+        last_transition_time: Time(Timestamp::now()),
+    }
+}
+
+/// A test context whose caches hold Cluster `c`, Machine `m` and the KKClusters `kkcs`.
+fn world(kkcs: Vec<capkk_api::KKCluster>) -> TestContext {
+    let mut t = TestContext::new();
+    t.caches.capi_cluster(capi_cluster());
+    t.caches.capi_machine(machine());
+    for k in kkcs {
+        t.caches.cluster(k);
+    }
+    t
+}
+
+/// The reply of a create: the object as sent, with what the API server adds.
+fn created(body: &Value) -> KKInstance {
+    let mut i: KKInstance = serde_json::from_value(body.clone()).expect("a KKInstance was sent");
+    i.metadata.uid = Some(format!("uid-{}", i.metadata.name.clone().unwrap_or_default()));
+    i.metadata.resource_version = Some("5".into());
+    i
+}
+
+#[tokio::test]
+async fn a_claim_that_finds_its_first_host_taken_claims_the_next_and_records_it_under_the_resource_version() {
+    let TestContext { ctx, api, .. } =
+        world(vec![kkcluster(&[("node1", "10.0.0.1"), ("node2", "10.0.0.2")])]);
+    let km = kkmachine();
+    let server = api.script(|mut api: ApiServer| async move {
+        // The cache does not show node1 taken (another manager's claim): the create is the lock.
+        let c = api.expect("POST", &path("kkinstances", "")).await;
+        assert_eq!(c.body["metadata"]["name"], "c.node1");
+        assert_eq!(c.body["metadata"]["ownerReferences"][0]["uid"], "uid-m");
+        assert_eq!(c.body["metadata"]["ownerReferences"][0]["controller"], true);
+        c.already_exists();
+        let c = api.expect("POST", &path("kkinstances", "")).await;
+        assert_eq!(c.body["metadata"]["name"], "c.node2");
+        assert_eq!(c.body["spec"]["providerID"], "kk:///c/node2");
+        let inst = created(&c.body);
+        c.created(&inst);
+        let c = api.expect("PATCH", &path("kkmachines", "m")).await;
+        assert_eq!(
+            c.body,
+            json!({
+                "spec": { "instanceID": "c.node2", "providerID": "kk:///c/node2" },
+                "metadata": { "resourceVersion": "1" },
+            }),
+            "the claim record is guarded by the resourceVersion the reconcile read"
+        );
+        let mut recorded = kkmachine();
+        recorded.spec.instance_id = Some("c.node2".into());
+        recorded.metadata.generation = Some(2);
+        c.reply(&recorded);
+        let c = api.expect("POST", EVENTS).await;
+        assert_eq!(c.body["reason"], "HostClaimed");
+        c.echo();
+        let c = api.expect("PATCH", &path("kkmachines", "m/status")).await;
+        assert_eq!(condition(&c.body, cond::HOST_CLAIMED).0, "True", "{}", c.body);
+        assert_eq!(c.body["status"]["observedGeneration"], 2);
+        assert_eq!(c.body["status"]["phase"], "Claimed");
+        c.reply(&recorded);
+        api
+    });
+    let res = reconcile(Arc::new(km), ctx.clone()).await;
+    server.finish(ctx).await;
+    assert_eq!(res.expect("reconciled"), Action::requeue(requeue::MACHINE_WORK));
+}
+
+#[tokio::test]
+async fn an_address_another_kkcluster_holds_is_refused_without_a_create_and_the_refusal_names_the_holder() {
+    let mut t = world(vec![
+        kkcluster(&[("node1", "10.0.0.9")]),
+        kkcluster_named("other", &[("x", "10.0.0.9")]),
+    ]);
+    // KKCluster `other` holds the address (its claim is in the cache).
+    let mut held = claim(&kkmachine(), "x", "10.0.0.9", &[]);
+    held.metadata.name = Some("other.x".into());
+    held.spec.cluster_name = Some("other".into());
+    held.metadata.owner_references = None;
+    t.caches.instance(held);
+    let TestContext { ctx, api, .. } = t;
+    let server = api.script(|mut api: ApiServer| async move {
+        let c = api.expect("POST", EVENTS).await;
+        assert_eq!(c.body["reason"], reasons::ADDRESS_IN_USE);
+        assert_eq!(c.body["type"], "Warning");
+        c.echo();
+        let c = api.expect("PATCH", &path("kkmachines", "m/status")).await;
+        let (status, reason, message) = condition(&c.body, cond::HOST_CLAIMED);
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", reasons::ADDRESS_IN_USE)
+        );
+        assert!(
+            message.contains("10.0.0.9")
+                && message.contains("other.x")
+                && message.contains("KKCluster other"),
+            "the refusal names the address and its holder: {message}"
+        );
+        assert_eq!(c.body["status"]["phase"], "Pending");
+        c.reply(&kkmachine());
+        api
+    });
+    let res = reconcile(Arc::new(kkmachine()), ctx.clone()).await;
+    server.finish(ctx).await;
+    assert_eq!(res.expect("reconciled"), Action::requeue(requeue::NO_HOST));
+}
+
+#[tokio::test]
+async fn a_claimed_kkmachine_mirrors_its_provisioned_host_and_writes_nothing_but_its_status() {
+    let mut t = world(vec![kkcluster(&[("node1", "10.0.0.1")])]);
+    let mut km = kkmachine();
+    km.spec.instance_id = Some("c.node1".into());
+    let mut inst = claim(&km, "node1", "10.0.0.1", &[]);
+    inst.spec.internal_address = Some("192.168.0.1".into());
+    inst.status = Some(KKInstanceStatus {
+        state: Some(InstanceState::Running),
+        step: Some("step 5/5: done".into()),
+        conditions: vec![true_condition(cond::PROVISIONED), true_condition(cond::READY)],
+        ..Default::default()
+    });
+    t.caches.instance(inst);
+    let TestContext { ctx, api, .. } = t;
+    let server = api.script(|mut api: ApiServer| async move {
+        let c = api.expect("PATCH", &path("kkmachines", "m/status")).await;
+        assert!(
+            c.query.contains("fieldManager=capkk-manager") && c.query.contains("force=true"),
+            "the status is one server-side apply of the reconciler's field manager: {}",
+            c.query
+        );
+        let s = &c.body["status"];
+        assert_eq!(s["initialization"]["provisioned"], true, "{s}");
+        assert_eq!(s["phase"], "Provisioned");
+        assert_eq!(s["step"], "step 5/5: done");
+        assert_eq!(
+            s["addresses"],
+            json!([
+                { "type": "InternalIP", "address": "192.168.0.1" },
+                { "type": "ExternalIP", "address": "10.0.0.1" },
+                { "type": "Hostname", "address": "node1" },
+            ])
+        );
+        assert_eq!(condition(&c.body, cond::READY).0, "True");
+        assert_eq!(condition(&c.body, cond::INSTANCE_READY).0, "True");
+        c.reply(&kkmachine());
+        api
+    });
+    let res = reconcile(Arc::new(km), ctx.clone()).await;
+    server.finish(ctx).await;
+    // Newly provisioned: reported first, the workload Node is looked for on the next reconcile.
+    assert_eq!(res.expect("reconciled"), Action::requeue(requeue::NODE_POLL));
+}
+
+#[tokio::test]
+async fn a_deleted_kkmachine_asks_its_host_to_be_released_and_keeps_its_finalizer_until_it_is_free() {
+    let mut t = world(vec![kkcluster(&[("node1", "10.0.0.1")])]);
+    let mut km = deleted(kkmachine());
+    km.spec.instance_id = Some("c.node1".into());
+    t.caches
+        .instance(claim(&km, "node1", "10.0.0.1", &[(TOUCHED_ANNOTATION, "true")]));
+    let TestContext {
+        ctx,
+        api,
+        mut instance_triggers,
+        ..
+    } = t;
+    let server = api.script(|mut api: ApiServer| async move {
+        let c = api.expect("PATCH", &path("kkinstances", "c.node1")).await;
+        assert!(
+            c.body["metadata"]["annotations"][RELEASE_ANNOTATION].is_string(),
+            "the release annotation is set: {}",
+            c.body
+        );
+        c.reply(&claim(&kkmachine(), "node1", "10.0.0.1", &[]));
+        let c = api.expect("PATCH", &path("kkmachines", "m/status")).await;
+        let (status, reason, _) = condition(&c.body, cond::READY);
+        assert_eq!((status.as_str(), reason.as_str()), ("False", reasons::DELETING));
+        assert_eq!(c.body["status"]["phase"], "Deleting");
+        c.reply(&kkmachine());
+        api
+    });
+    let res = reconcile(Arc::new(km), ctx.clone()).await;
+    server.finish(ctx).await;
+    assert_eq!(
+        res.expect("unfinished cleanup is not a failure"),
+        Action::requeue(requeue::CLEANUP_POLL)
+    );
+    let woken = instance_triggers.next().await.expect("the KKInstance is woken");
+    assert_eq!(woken.name, "c.node1");
+}
+
+#[tokio::test]
+async fn a_deleted_kkmachine_whose_machine_is_gone_is_cleaned_up_and_loses_its_finalizer() {
+    // No Machine in the cache, and the API server does not have it either.
+    let mut t = TestContext::new();
+    t.caches.capi_cluster(capi_cluster());
+    let TestContext { ctx, api, .. } = t;
+    let km = deleted(kkmachine());
+    let server = api.script(|mut api: ApiServer| async move {
+        api.expect("GET", &path("machines", "m")).await.not_found();
+        // No host held: the finalizer goes (kube's finalizer helper: a JSON patch guarded by a test op).
+        let c = api.expect("PATCH", &path("kkmachines", "m")).await;
+        let ops = c.body.as_array().cloned().unwrap_or_default();
+        assert!(
+            ops.iter()
+                .any(|op| op["op"] == "remove" && op["path"] == "/metadata/finalizers/0"),
+            "the KKMachine's finalizer is removed: {}",
+            c.body
+        );
+        let mut gone = deleted(kkmachine());
+        gone.metadata.finalizers = None;
+        c.reply(&gone);
+        api
+    });
+    let res = reconcile(Arc::new(km), ctx.clone()).await;
+    server.finish(ctx).await;
+    assert_eq!(res.expect("reconciled"), Action::await_change());
+}
+
+#[tokio::test]
+async fn a_kkmachine_of_an_unprovisioned_kkcluster_waits_without_claiming() {
+    let mut unprovisioned = kkcluster(&[("node1", "10.0.0.1")]);
+    unprovisioned.status = None;
+    let TestContext { ctx, api, .. } = world(vec![unprovisioned]);
+    let server = api.script(|mut api: ApiServer| async move {
+        let c = api.expect("PATCH", &path("kkmachines", "m/status")).await;
+        let (status, reason, _) = condition(&c.body, cond::READY);
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE)
+        );
+        c.reply(&kkmachine());
+        api
+    });
+    let res = reconcile(Arc::new(kkmachine()), ctx.clone()).await;
+    server.finish(ctx).await;
+    assert_eq!(
+        res.expect("reconciled"),
+        Action::requeue(requeue::INFRA_NOT_READY)
+    );
+}
+
+#[tokio::test]
+async fn a_kkmachine_without_its_claim_record_adopts_the_unrecorded_claim_it_made_earlier() {
+    // A crash between the create and the record: the KKInstance it controls is recorded now, not a new one.
+    let mut t = world(vec![kkcluster(&[("node1", "10.0.0.1"), ("node2", "10.0.0.2")])]);
+    let km = kkmachine();
+    t.caches.instance(claim(&km, "node2", "10.0.0.2", &[]));
+    let TestContext { ctx, api, .. } = t;
+    let server = api.script(|mut api: ApiServer| async move {
+        let c = api.expect("PATCH", &path("kkmachines", "m")).await;
+        assert_eq!(c.body["spec"]["instanceID"], "c.node2", "{}", c.body);
+        let mut recorded: KKMachine = kkmachine();
+        recorded.spec.instance_id = Some("c.node2".into());
+        c.reply(&recorded);
+        let c = api.expect("PATCH", &path("kkmachines", "m/status")).await;
+        assert_eq!(condition(&c.body, cond::HOST_CLAIMED).0, "True");
+        c.reply(&recorded);
+        api
+    });
+    let res = reconcile(Arc::new(km), ctx.clone()).await;
+    server.finish(ctx).await;
+    assert_eq!(res.expect("reconciled"), Action::requeue(requeue::MACHINE_WORK));
+}
+
+#[tokio::test]
+async fn a_claim_record_that_conflicts_fails_the_reconcile_and_leaves_the_claim_for_the_next_one() {
+    // The KKMachine changed meanwhile (maybe another manager recorded a claim): the created KKInstance is not
+    // deleted here; the next reconcile adopts it, or deletes it once spec.instanceID names another host.
+    let TestContext { ctx, api, .. } = world(vec![kkcluster(&[("node1", "10.0.0.1")])]);
+    let server = api.script(|mut api: ApiServer| async move {
+        let c = api.expect("POST", &path("kkinstances", "")).await;
+        let inst = created(&c.body);
+        c.created(&inst);
+        api.expect("PATCH", &path("kkmachines", "m")).await.conflict();
+        let c = api.expect("PATCH", &path("kkmachines", "m/status")).await;
+        assert_eq!(c.body["status"]["phase"], serde_json::Value::Null, "{}", c.body);
+        c.reply(&kkmachine());
+        api
+    });
+    let res = reconcile(Arc::new(kkmachine()), ctx.clone()).await;
+    server.finish(ctx).await;
+    let err = res.expect_err("a conflict fails the reconcile");
+    assert!(err.is_conflict(), "retried at once as a conflict: {err}");
+}
