@@ -6,7 +6,7 @@ use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
 /// CAPI core group.
-pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
+pub(crate) const CAPI_GROUP: &str = "cluster.x-k8s.io";
 
 /// `Cluster.spec` (subset).
 #[derive(CustomResource, Clone, Debug, Default, Serialize, Deserialize)]
@@ -20,7 +20,7 @@ pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
     schema = "disabled"
 )]
 #[serde(rename_all = "camelCase")]
-pub struct ClusterSpec {
+pub(crate) struct ClusterSpec {
     /// Pause reconciliation of the whole cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
@@ -38,7 +38,7 @@ pub struct ClusterSpec {
 /// `Cluster.spec.clusterNetwork` (subset).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ClusterNetwork {
+pub(crate) struct ClusterNetwork {
     /// API server port (default 6443).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_server_port: Option<i32>,
@@ -47,7 +47,7 @@ pub struct ClusterNetwork {
 /// A v1beta2 contract-versioned reference `{apiGroup, kind, name}`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
-pub struct ContractRef {
+pub(crate) struct ContractRef {
     /// API group.
     #[serde(default)]
     pub api_group: String,
@@ -61,7 +61,7 @@ pub struct ContractRef {
 
 impl ContractRef {
     /// True when this points at `kind` in the infrastructure group.
-    pub fn is(&self, kind: &str) -> bool {
+    pub(crate) fn is(&self, kind: &str) -> bool {
         self.kind == kind && (self.api_group.is_empty() || self.api_group == capkk_api::GROUP)
     }
 }
@@ -69,7 +69,7 @@ impl ContractRef {
 /// `Cluster.status` (subset).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ClusterStatus {
+pub(crate) struct ClusterStatus {
     /// Initialization flags.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initialization: Option<ClusterInitialization>,
@@ -78,7 +78,7 @@ pub struct ClusterStatus {
 /// `Cluster.status.initialization`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ClusterInitialization {
+pub(crate) struct ClusterInitialization {
     /// The InfraCluster reported provisioned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub infrastructure_provisioned: Option<bool>,
@@ -99,7 +99,7 @@ pub struct ClusterInitialization {
     schema = "disabled"
 )]
 #[serde(rename_all = "camelCase")]
-pub struct MachineSpec {
+pub(crate) struct MachineSpec {
     /// The owning Cluster.
     #[serde(default)]
     pub cluster_name: String,
@@ -120,7 +120,7 @@ pub struct MachineSpec {
 /// `Machine.spec.bootstrap` (subset).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct MachineBootstrap {
+pub(crate) struct MachineBootstrap {
     /// Secret with the bootstrap data (`value`, `format`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_secret_name: Option<String>,
@@ -129,7 +129,7 @@ pub struct MachineBootstrap {
 /// `Machine.status` (subset).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct MachineStatus {
+pub(crate) struct MachineStatus {
     /// The workload Node once CAPI found it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_ref: Option<NodeRef>,
@@ -138,14 +138,14 @@ pub struct MachineStatus {
 /// `Machine.status.nodeRef`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct NodeRef {
+pub(crate) struct NodeRef {
     /// Node name.
     #[serde(default)]
     pub name: String,
 }
 
 /// The owner reference of `kind` in the CAPI core group, if any.
-pub fn capi_owner<'a>(
+pub(crate) fn capi_owner<'a>(
     meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
     kind: &str,
 ) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
@@ -157,6 +157,10 @@ pub fn capi_owner<'a>(
 
 /// The Cluster `ns/name`, from the cache (from the API when the cache does not show it yet). Every kind's
 /// Cluster watch is the cache's own (crate::watches): a reconcile woken by a Cluster change (pause) reads it.
-pub async fn cluster(ctx: &crate::context::Context, ns: &str, name: &str) -> crate::Result<Option<Cluster>> {
+pub(crate) async fn cluster(
+    ctx: &crate::context::Context,
+    ns: &str,
+    name: &str,
+) -> crate::Result<Option<Cluster>> {
     crate::context::cached_or_get(ctx.stores.capi_cluster(ns, name).await, &ctx.client, ns, name).await
 }

@@ -6,10 +6,10 @@ use k8s_openapi::{
 };
 
 /// Longest message kept in a condition (the API allows 32 KiB; keep status small).
-pub const MAX_MESSAGE: usize = 4096;
+pub(crate) const MAX_MESSAGE: usize = 4096;
 
 /// Set (or add) the condition `type_`.
-pub fn set(
+pub(crate) fn set(
     conds: &mut Vec<Condition>,
     type_: &str,
     status: bool,
@@ -22,7 +22,7 @@ pub fn set(
 }
 
 /// Set the condition `type_` to `True` with reason `Ready` (the condition holds).
-pub fn set_ready(
+pub(crate) fn set_ready(
     conds: &mut Vec<Condition>,
     type_: &str,
     message: impl Into<String>,
@@ -39,7 +39,7 @@ pub fn set_ready(
 }
 
 /// Set a condition with a raw status (`True`, `False`, `Unknown`).
-pub fn set_raw(
+pub(crate) fn set_raw(
     conds: &mut Vec<Condition>,
     type_: &str,
     status: &str,
@@ -77,26 +77,13 @@ pub fn set_raw(
 }
 
 /// The condition `type_`, if present.
-pub fn get<'a>(conds: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+pub(crate) fn get<'a>(conds: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conds.iter().find(|c| c.type_ == type_)
 }
 
 /// True when `type_` is present with status `True`.
-pub fn is_true(conds: &[Condition], type_: &str) -> bool {
+pub(crate) fn is_true(conds: &[Condition], type_: &str) -> bool {
     get(conds, type_).is_some_and(|c| c.status == "True")
-}
-
-/// Compare two condition lists ignoring transition times (to skip no-op status writes).
-pub fn same(a: &[Condition], b: &[Condition]) -> bool {
-    a.len() == b.len()
-        && a.iter().all(|x| {
-            get(b, &x.type_).is_some_and(|y| {
-                x.status == y.status
-                    && x.reason == y.reason
-                    && x.message == y.message
-                    && x.observed_generation == y.observed_generation
-            })
-        })
 }
 
 #[cfg(test)]

@@ -1,13 +1,11 @@
 //! The crate's error type. Variants are named after the action that failed.
 
-use capkk_executor::ExecError;
-
 /// Result alias.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Why a reconcile (or a step of one) failed.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// A Kubernetes API call failed.
     #[error("{action}: {source}")]
     Kube {
@@ -31,15 +29,6 @@ pub enum Error {
     /// SSH credentials could not be resolved (Secret missing, key absent).
     #[error("resolving credentials: {0}")]
     ResolveCredentials(String),
-    /// Reaching a host failed.
-    #[error("host {host}: {source}")]
-    Exec {
-        /// The host name.
-        host: String,
-        /// The executor's error.
-        #[source]
-        source: ExecError,
-    },
     /// Talking to the workload cluster failed.
     #[error("workload cluster {cluster}: {message}")]
     WorkloadCluster {
@@ -58,26 +47,17 @@ pub enum Error {
         /// Retry after.
         retry: std::time::Duration,
     },
-    /// (De)serializing an object failed.
-    #[error("serializing {what}: {source}")]
-    Serialize {
-        /// What.
-        what: String,
-        /// Cause.
-        #[source]
-        source: serde_json::Error,
-    },
 }
 
 impl Error {
     /// A closure wrapping a kube error with the action that failed.
-    pub fn kube(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    pub(crate) fn kube(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
         let action = action.into();
         move |source| Error::Kube { action, source }
     }
 
     /// True when the API reported a 409 Conflict (optimistic concurrency).
-    pub fn is_conflict(&self) -> bool {
+    pub(crate) fn is_conflict(&self) -> bool {
         use kube::runtime::finalizer::Error as F;
         match self {
             Error::Kube {
@@ -95,7 +75,7 @@ impl Error {
     }
 
     /// Unfinished deletion cleanup: keep the finalizer and retry after `retry`.
-    pub fn pending(what: impl Into<String>, retry: std::time::Duration) -> Error {
+    pub(crate) fn pending(what: impl Into<String>, retry: std::time::Duration) -> Error {
         Error::CleanupPending {
             what: what.into(),
             retry,
@@ -103,15 +83,13 @@ impl Error {
     }
 
     /// A short machine-readable label for metrics.
-    pub fn metric_label(&self) -> &'static str {
+    pub(crate) fn metric_label(&self) -> &'static str {
         match self {
             Error::Kube { .. } => "kube",
             Error::Finalizer(_) => "finalizer",
             Error::InvalidSpec { .. } => "invalid_spec",
             Error::ResolveCredentials(_) => "credentials",
-            Error::Exec { .. } => "exec",
             Error::WorkloadCluster { .. } => "workload",
-            Error::Serialize { .. } => "serialize",
             Error::CleanupPending { .. } => "cleanup_pending",
         }
     }
@@ -128,11 +106,11 @@ impl From<kube::runtime::finalizer::Error<Error>> for Error {
 }
 
 /// True when a kube error is 404.
-pub fn is_not_found(e: &kube::Error) -> bool {
+pub(crate) fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
 /// True when a kube error is 409 AlreadyExists/Conflict.
-pub fn is_conflict(e: &kube::Error) -> bool {
+pub(crate) fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }

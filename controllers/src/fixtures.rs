@@ -52,14 +52,14 @@ use crate::{
 };
 
 /// The namespace of every fixture object.
-pub const NS: &str = "ns";
+pub(crate) const NS: &str = "ns";
 
 /// How long a script waits for the next request before it fails the test: far above a reconcile's
 /// own work against the in-memory server, so only a request that never comes hits it.
 const NEXT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One request the code under test made, and the way to answer it.
-pub struct Call {
+pub(crate) struct Call {
     /// HTTP method, e.g. `PATCH`.
     pub method: String,
     /// The path without the query, e.g. `/apis/.../namespaces/ns/kkinstances/a.node1`.
@@ -79,38 +79,38 @@ impl std::fmt::Debug for Call {
 
 impl Call {
     /// Answer 200 with `obj` as JSON.
-    pub fn reply<T: Serialize>(self, obj: &T) {
+    pub(crate) fn reply<T: Serialize>(self, obj: &T) {
         self.reply_with(200, serde_json::to_vec(obj).expect("fixture objects serialize"));
     }
 
     /// Answer 201 (created) with `obj` as JSON.
-    pub fn created<T: Serialize>(self, obj: &T) {
+    pub(crate) fn created<T: Serialize>(self, obj: &T) {
         self.reply_with(201, serde_json::to_vec(obj).expect("fixture objects serialize"));
     }
 
     /// Answer 200 with the request's own body (what the API server stores for a create or an event).
-    pub fn echo(self) {
+    pub(crate) fn echo(self) {
         let body = serde_json::to_vec(&self.body).expect("a JSON body serializes");
         self.reply_with(200, body);
     }
 
     /// Answer 404 NotFound.
-    pub fn not_found(self) {
+    pub(crate) fn not_found(self) {
         self.status(404, "NotFound");
     }
 
     /// Answer 409 AlreadyExists (a create of a name that is taken).
-    pub fn already_exists(self) {
+    pub(crate) fn already_exists(self) {
         self.status(409, "AlreadyExists");
     }
 
     /// Answer 409 Conflict (a resourceVersion precondition failed).
-    pub fn conflict(self) {
+    pub(crate) fn conflict(self) {
         self.status(409, "Conflict");
     }
 
     /// Answer with a `metav1.Status` failure of `code` and `reason`.
-    pub fn status(self, code: u16, reason: &str) {
+    pub(crate) fn status(self, code: u16, reason: &str) {
         let status = json!({
             "kind": "Status", "apiVersion": "v1", "status": "Failure",
             "message": format!("{reason} (fixture)"), "reason": reason, "code": code,
@@ -130,7 +130,7 @@ impl Call {
 
 /// The scripted API server: the test side of a `tower_test` mock pair whose other side is the `kube::Client`
 /// in the test [`Context`].
-pub struct ApiServer {
+pub(crate) struct ApiServer {
     handle: Handle<Request<Body>, Response<Body>>,
     seen: Vec<String>,
 }
@@ -138,7 +138,7 @@ pub struct ApiServer {
 impl ApiServer {
     /// The next request, whatever it is. Fails the test when none comes: the code under test finished (every
     /// client was dropped) or waits for something else.
-    pub async fn next(&mut self) -> Call {
+    pub(crate) async fn next(&mut self) -> Call {
         let next = tokio::time::timeout(NEXT_REQUEST_TIMEOUT, self.handle.next_request()).await;
         let (request, reply) = match next {
             Ok(Some(r)) => r,
@@ -170,7 +170,7 @@ impl ApiServer {
     }
 
     /// The next request, which must be `method path`.
-    pub async fn expect(&mut self, method: &str, path: &str) -> Call {
+    pub(crate) async fn expect(&mut self, method: &str, path: &str) -> Call {
         let call = self.next().await;
         assert_eq!(
             (call.method.as_str(), call.path.as_str()),
@@ -183,7 +183,7 @@ impl ApiServer {
     }
 
     /// Run `script` against this server in the background; [`Script::finish`] joins it.
-    pub fn script<F, Fut>(self, script: F) -> Script
+    pub(crate) fn script<F, Fut>(self, script: F) -> Script
     where
         F: FnOnce(ApiServer) -> Fut,
         Fut: Future<Output = ApiServer> + Send + 'static,
@@ -193,7 +193,7 @@ impl ApiServer {
 
     /// Answer every request with `answer` (for background host work, whose writes are not the point of a
     /// test) and keep a record of them; [`Served::finish`] returns it.
-    pub fn serve<F>(mut self, answer: F) -> Served
+    pub(crate) fn serve<F>(mut self, answer: F) -> Served
     where
         F: Fn(&Call) -> Option<Value> + Send + 'static,
     {
@@ -229,12 +229,12 @@ impl ApiServer {
 }
 
 /// A running script (see [`ApiServer::script`]).
-pub struct Script(tokio::task::JoinHandle<ApiServer>);
+pub(crate) struct Script(tokio::task::JoinHandle<ApiServer>);
 
 impl Script {
     /// Wait for the script to end (its assertions fail the test here) and check that the code under test
     /// made no request beyond it. `ctx` is dropped first so that the client's end of the mock closes.
-    pub async fn finish(self, ctx: Arc<Context>) {
+    pub(crate) async fn finish(self, ctx: Arc<Context>) {
         drop(ctx);
         let mut api = match self.0.await {
             Ok(api) => api,
@@ -255,26 +255,26 @@ impl Script {
 }
 
 /// Requests answered by [`ApiServer::serve`].
-pub struct Served {
+pub(crate) struct Served {
     seen: Arc<Mutex<Vec<(String, String, Value)>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Served {
     /// `(method, path, body)` of every request answered so far.
-    pub fn requests(&self) -> Vec<(String, String, Value)> {
+    pub(crate) fn requests(&self) -> Vec<(String, String, Value)> {
         self.seen.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
     /// Stop answering.
-    pub fn finish(self) -> Vec<(String, String, Value)> {
+    pub(crate) fn finish(self) -> Vec<(String, String, Value)> {
         self.task.abort();
         self.requests()
     }
 }
 
 /// The writers of the test context's caches (the reflectors of the manager).
-pub struct Caches {
+pub(crate) struct Caches {
     instances: Writer<KKInstance>,
     machines: Writer<KKMachine>,
     clusters: Writer<KKCluster>,
@@ -295,35 +295,35 @@ where
 
 impl Caches {
     /// Put `obj` into the KKInstance cache (or replace it).
-    pub fn instance(&mut self, obj: KKInstance) {
+    pub(crate) fn instance(&mut self, obj: KKInstance) {
         self.instances.apply_watcher_event(&watcher::Event::Apply(obj));
     }
 
     /// Put `obj` into the KKMachine cache.
-    pub fn machine(&mut self, obj: KKMachine) {
+    pub(crate) fn machine(&mut self, obj: KKMachine) {
         self.machines.apply_watcher_event(&watcher::Event::Apply(obj));
     }
 
     /// Put `obj` into the KKCluster cache.
-    pub fn cluster(&mut self, obj: KKCluster) {
+    pub(crate) fn cluster(&mut self, obj: KKCluster) {
         self.clusters.apply_watcher_event(&watcher::Event::Apply(obj));
     }
 
     /// Put `obj` into the CAPI Machine cache.
-    pub fn capi_machine(&mut self, obj: Machine) {
+    pub(crate) fn capi_machine(&mut self, obj: Machine) {
         self.capi_machines
             .apply_watcher_event(&watcher::Event::Apply(obj));
     }
 
     /// Put `obj` into the CAPI Cluster cache.
-    pub fn capi_cluster(&mut self, obj: Cluster) {
+    pub(crate) fn capi_cluster(&mut self, obj: Cluster) {
         self.capi_clusters
             .apply_watcher_event(&watcher::Event::Apply(obj));
     }
 }
 
 /// A [`Context`] on the scripted API server, with listed (empty) caches and the fake host seams.
-pub struct TestContext {
+pub(crate) struct TestContext {
     /// The context handed to reconcilers.
     pub ctx: Arc<Context>,
     /// The API server's test side.
@@ -340,12 +340,12 @@ pub struct TestContext {
 
 impl TestContext {
     /// A context with default settings. Call inside a Tokio runtime (the client spawns its buffer task).
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::with_settings(Settings::default())
     }
 
     /// A context with `settings`; the caches are filled by [`TestContext::caches`] before the reconcile.
-    pub fn with_settings(settings: Settings) -> Self {
+    pub(crate) fn with_settings(settings: Settings) -> Self {
         let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
         let client = Client::new(service, NS);
         let (instances_r, mut instances) = reflector::store();
@@ -404,7 +404,7 @@ impl TestContext {
 
 /// Host services that do nothing on a host and record what they were asked; a phase may be told to fail.
 #[derive(Default)]
-pub struct FakeServices {
+pub(crate) struct FakeServices {
     ran: Mutex<Vec<Phase>>,
     resets: Mutex<usize>,
     failing: Mutex<BTreeMap<&'static str, String>>,
@@ -412,17 +412,17 @@ pub struct FakeServices {
 
 impl FakeServices {
     /// The phases run so far, in order.
-    pub fn ran(&self) -> Vec<Phase> {
+    pub(crate) fn ran(&self) -> Vec<Phase> {
         self.ran.lock().map(|r| r.clone()).unwrap_or_default()
     }
 
     /// Host resets so far.
-    pub fn resets(&self) -> usize {
+    pub(crate) fn resets(&self) -> usize {
         self.resets.lock().map(|r| *r).unwrap_or_default()
     }
 
     /// Make `phase` fail as a command that exited 1 with `output`.
-    pub fn fail(&self, phase: Phase, output: &str) {
+    pub(crate) fn fail(&self, phase: Phase, output: &str) {
         if let Ok(mut f) = self.failing.lock() {
             f.insert(phase.name(), output.to_owned());
         }
@@ -473,7 +473,7 @@ impl HostServices for FakeServices {
 /// An SSH factory whose hosts answer every command with exit 0 (or refuse connections when told to), and
 /// which records the addresses it was asked to reach and to forget.
 #[derive(Default)]
-pub struct FakeSsh {
+pub(crate) struct FakeSsh {
     reached: Mutex<Vec<String>>,
     forgotten: Mutex<Vec<String>>,
     down: Mutex<bool>,
@@ -481,17 +481,17 @@ pub struct FakeSsh {
 
 impl FakeSsh {
     /// Addresses an executor was made for, in order.
-    pub fn reached(&self) -> Vec<String> {
+    pub(crate) fn reached(&self) -> Vec<String> {
         self.reached.lock().map(|r| r.clone()).unwrap_or_default()
     }
 
     /// Addresses whose pooled connections were dropped.
-    pub fn forgotten(&self) -> Vec<String> {
+    pub(crate) fn forgotten(&self) -> Vec<String> {
         self.forgotten.lock().map(|r| r.clone()).unwrap_or_default()
     }
 
     /// From now on every host refuses connections (a transient failure).
-    pub fn hosts_down(&self) {
+    pub(crate) fn hosts_down(&self) {
         if let Ok(mut d) = self.down.lock() {
             *d = true;
         }
@@ -564,7 +564,7 @@ impl Executor for FakeHost {
 }
 
 /// The controller owner reference of `owner` (as the API server stores it).
-pub fn controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> OwnerReference {
+pub(crate) fn controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> OwnerReference {
     OwnerReference {
         api_version: K::api_version(&()).into_owned(),
         kind: K::kind(&()).into_owned(),
@@ -577,7 +577,7 @@ pub fn controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> OwnerReferenc
 
 /// `obj` as the API server returns it: in [`NS`], with a UID derived from its name, generation 1 and a
 /// resourceVersion.
-pub fn stored<K: Resource>(mut obj: K) -> K {
+pub(crate) fn stored<K: Resource>(mut obj: K) -> K {
     let name = obj.name_any();
     let meta = obj.meta_mut();
     meta.namespace = Some(NS.into());

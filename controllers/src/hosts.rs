@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 
 /// Creates executors for hosts. The manager uses the real [`SshPool`]; tests use the same pool against
 /// sandbox hosts.
-pub trait SshFactory: Send + Sync {
+pub(crate) trait SshFactory: Send + Sync {
     /// An executor for `target`.
     fn executor(&self, target: &HostTarget) -> Arc<dyn Executor>;
     /// The host key fingerprint seen on the latest connection to `target` (trust on first use).
@@ -37,7 +37,7 @@ impl SshFactory for SshPool {
 }
 
 /// The effective auth of one inventory host (per-host over global), inline secrets included.
-pub fn host_auth(cluster: &KKCluster, host: &InstanceInfo) -> ApiAuth {
+pub(crate) fn host_auth(cluster: &KKCluster, host: &InstanceInfo) -> ApiAuth {
     match &host.auth {
         Some(a) => a.merged_over(&cluster.spec.nodes.auth),
         None => cluster.spec.nodes.auth.clone(),
@@ -45,7 +45,7 @@ pub fn host_auth(cluster: &KKCluster, host: &InstanceInfo) -> ApiAuth {
 }
 
 /// The bastion with its auth defaulted from the nodes' auth.
-pub fn effective_bastion(cluster: &KKCluster) -> Option<Bastion> {
+pub(crate) fn effective_bastion(cluster: &KKCluster) -> Option<Bastion> {
     let b = cluster.spec.nodes.bastion.clone()?;
     let auth = match &b.auth {
         Some(a) => a.merged_over(&cluster.spec.nodes.auth),
@@ -78,7 +78,7 @@ static PRIVATE_KEY_DIR: std::sync::OnceLock<Option<std::path::PathBuf>> = std::s
 /// Set (once, at start-up) the only directory `privateKeyPath` may name a file in: the manager's
 /// `--private-key-dir`. Unset or `None`: `privateKeyPath` is refused (a path in a tenant's object must not
 /// read the manager's files).
-pub fn set_private_key_dir(dir: Option<std::path::PathBuf>) {
+pub(crate) fn set_private_key_dir(dir: Option<std::path::PathBuf>) {
     let _ = PRIVATE_KEY_DIR.set(dir);
 }
 
@@ -87,7 +87,7 @@ fn private_key_dir() -> Option<std::path::PathBuf> {
 }
 
 /// The host key the KKCluster's last probe recorded for `host` (trust on first use), unless keys are pinned.
-pub fn probed_host_key(kkc: &KKCluster, host: &capkk_api::InstanceInfo) -> Option<String> {
+pub(crate) fn probed_host_key(kkc: &KKCluster, host: &capkk_api::InstanceInfo) -> Option<String> {
     if !host.host_keys.is_empty() {
         return None;
     }
@@ -102,7 +102,7 @@ pub fn probed_host_key(kkc: &KKCluster, host: &capkk_api::InstanceInfo) -> Optio
 }
 
 /// Login user, port, credentials and sudo password resolved from `auth`.
-pub struct Resolved {
+pub(crate) struct Resolved {
     /// Login user.
     pub user: String,
     /// SSH port.
@@ -117,7 +117,7 @@ pub struct Resolved {
 
 /// The connect bound `auth.timeout` asks for: `None` when unset (the manager's `--ssh-connect-timeout`
 /// applies), an error naming `{field}.timeout` when it is not a positive duration.
-pub fn connect_timeout(auth: &ApiAuth, field: &str) -> Result<Option<Duration>> {
+pub(crate) fn connect_timeout(auth: &ApiAuth, field: &str) -> Result<Option<Duration>> {
     if auth.timeout.is_none() {
         return Ok(None);
     }
@@ -132,7 +132,7 @@ pub fn connect_timeout(auth: &ApiAuth, field: &str) -> Result<Option<Duration>> 
 
 /// Resolve `auth` into credentials. Order: inline private key, inline password, `secretRef`, `secret`
 /// (CAPKK), `privateKeyPath`. `field` names the auth in error messages.
-pub async fn resolve_auth(client: &Client, ns: &str, auth: &ApiAuth, field: &str) -> Result<Resolved> {
+pub(crate) async fn resolve_auth(client: &Client, ns: &str, auth: &ApiAuth, field: &str) -> Result<Resolved> {
     let user = auth.user_or_default().to_owned();
     let port = auth.port_or_default();
     let port = u16::try_from(port)
@@ -210,7 +210,7 @@ pub async fn resolve_auth(client: &Client, ns: &str, auth: &ApiAuth, field: &str
 }
 
 /// Everything needed to dial one host.
-pub struct HostDial<'a> {
+pub(crate) struct HostDial<'a> {
     /// Host name (for messages).
     pub name: &'a str,
     /// Address.
@@ -226,7 +226,7 @@ pub struct HostDial<'a> {
 }
 
 /// Build the [`HostTarget`] for a host.
-pub async fn target(client: &Client, ns: &str, dial: &HostDial<'_>) -> Result<HostTarget> {
+pub(crate) async fn target(client: &Client, ns: &str, dial: &HostDial<'_>) -> Result<HostTarget> {
     let field = format!("auth of host {}", dial.name);
     let r = resolve_auth(client, ns, dial.auth, &field).await?;
     let policy = if !dial.pinned.is_empty() {
@@ -261,7 +261,7 @@ pub async fn target(client: &Client, ns: &str, dial: &HostDial<'_>) -> Result<Ho
 /// The SSH auth and bastion of a KKInstance: from its KKCluster (the host's entry merged over the cluster-wide
 /// auth) when the KKCluster still lists the host, else what the KKInstance carries itself. `None` auth: the
 /// KKInstance carries none.
-pub fn instance_auth_and_bastion(
+pub(crate) fn instance_auth_and_bastion(
     inst: &KKInstance,
     cluster: Option<&KKCluster>,
 ) -> (Option<ApiAuth>, Option<Bastion>) {
@@ -285,7 +285,7 @@ pub fn instance_auth_and_bastion(
 
 /// The target of a KKInstance. Credentials come from its KKCluster (inline or Secret refs) when the
 /// KKCluster still exists, else from the Secret references in the KKInstance.
-pub async fn instance_target(
+pub(crate) async fn instance_target(
     client: &Client,
     inst: &KKInstance,
     cluster: Option<&KKCluster>,

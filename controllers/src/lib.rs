@@ -13,25 +13,27 @@
 //! - [`secrets`]: the metadata-only Secret watch that wakes the KKInstances reading a changed Secret.
 //! - [`manager`]: flags, logging, metrics/health endpoints, leader election, graceful shutdown.
 
-pub mod capi;
-pub mod conditions;
-pub mod context;
-pub mod error;
+#![warn(unreachable_pub)]
+
+pub(crate) mod capi;
+pub(crate) mod conditions;
+pub(crate) mod context;
+pub(crate) mod error;
 #[cfg(test)]
 mod fixtures;
-pub mod hosts;
-pub mod kkcluster;
-pub mod kkinstance;
-pub mod kkmachine;
+pub(crate) mod hosts;
+pub(crate) mod kkcluster;
+pub(crate) mod kkinstance;
+pub(crate) mod kkmachine;
 pub mod manager;
-pub mod metrics;
-pub mod reconcile;
+pub(crate) mod metrics;
+pub(crate) mod reconcile;
 #[cfg(test)]
 mod reconcile_tests;
-pub mod secrets;
-pub mod services;
-pub mod watches;
-pub mod workload;
-pub mod workload_kubeconfig;
+pub(crate) mod secrets;
+pub(crate) mod services;
+pub(crate) mod watches;
+pub(crate) mod workload;
+pub(crate) mod workload_kubeconfig;
 
-pub use error::{Error, Result};
+pub(crate) use error::{Error, Result};

@@ -17,14 +17,14 @@ use prometheus_client::{
 
 /// `kind` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabels {
+pub(crate) struct KindLabels {
     /// KKCluster, KKMachine or KKInstance.
     pub kind: String,
 }
 
 /// Error labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ErrorLabels {
+pub(crate) struct ErrorLabels {
     /// Kind reconciled.
     pub kind: String,
     /// Error class.
@@ -33,7 +33,7 @@ pub struct ErrorLabels {
 
 /// Host pool labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct HostLabels {
+pub(crate) struct HostLabels {
     /// Namespace of the KKCluster.
     pub namespace: String,
     /// KKCluster name.
@@ -43,7 +43,7 @@ pub struct HostLabels {
 }
 
 /// The manager's metrics.
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     reconciles: Family<KindLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
@@ -73,7 +73,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Create and register every metric.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut registry = Registry::with_prefix("capkk");
         let reconciles = Family::<KindLabels, Counter>::default();
         let errors = Family::<ErrorLabels, Counter>::default();
@@ -122,7 +122,7 @@ impl Metrics {
     }
 
     /// Count one reconcile of `kind` taking `took`.
-    pub fn reconciled(&self, kind: &str, took: Duration) {
+    pub(crate) fn reconciled(&self, kind: &str, took: Duration) {
         let l = KindLabels {
             kind: kind.to_owned(),
         };
@@ -131,7 +131,7 @@ impl Metrics {
     }
 
     /// Count one failed reconcile.
-    pub fn failed(&self, kind: &str, error: &str) {
+    pub(crate) fn failed(&self, kind: &str, error: &str) {
         self.errors
             .get_or_create(&ErrorLabels {
                 kind: kind.to_owned(),
@@ -141,13 +141,13 @@ impl Metrics {
     }
 
     /// Record an SSH command's latency.
-    pub fn ssh_command(&self, took: Duration) {
+    pub(crate) fn ssh_command(&self, took: Duration) {
         self.ssh_latency.observe(took.as_secs_f64());
     }
 
     /// Replace the host pool sizes with `pools` (one entry per KKCluster: namespace, name, free, claimed,
     /// quarantined); a KKCluster that is not listed any more loses its series.
-    pub fn set_pools(&self, pools: &[(String, String, i64, i64, i64)]) {
+    pub(crate) fn set_pools(&self, pools: &[(String, String, i64, i64, i64)]) {
         let _scrape = self.scrape.lock();
         self.hosts.clear();
         for (namespace, kkcluster, free, claimed, quarantined) in pools {
@@ -164,12 +164,12 @@ impl Metrics {
     }
 
     /// Number of background host tasks.
-    pub fn set_tasks_running(&self, n: i64) {
+    pub(crate) fn set_tasks_running(&self, n: i64) {
         self.tasks_running.set(n);
     }
 
     /// OpenMetrics text.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         // Not while another scrape replaces the pool series (it would see them half written).
         let _scrape = self.scrape.lock();
         let mut out = String::new();
@@ -180,14 +180,14 @@ impl Metrics {
 }
 
 /// An [`Executor`] that records each command's latency.
-pub struct MeteredExecutor {
+pub(crate) struct MeteredExecutor {
     inner: Arc<dyn Executor>,
     metrics: Arc<Metrics>,
 }
 
 impl MeteredExecutor {
     /// Wrap `inner`.
-    pub fn new(inner: Arc<dyn Executor>, metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(inner: Arc<dyn Executor>, metrics: Arc<Metrics>) -> Self {
         Self { inner, metrics }
     }
 }

@@ -43,48 +43,48 @@ use crate::{
 
 /// Named requeue intervals. Most waits are woken earlier by a watch; these bound how long a missed event
 /// can delay progress.
-pub mod requeue {
+pub(crate) mod requeue {
     use std::time::Duration;
 
     /// A conflict (optimistic concurrency): retry almost at once with fresh data.
-    pub const CONFLICT: Duration = Duration::from_millis(500);
+    pub(crate) const CONFLICT: Duration = Duration::from_millis(500);
     /// The owner (Machine, Cluster) is not there yet.
-    pub const OWNER_MISSING: Duration = Duration::from_secs(10);
+    pub(crate) const OWNER_MISSING: Duration = Duration::from_secs(10);
     /// Paused KKInstance whose host work has not stopped at a step boundary yet.
-    pub const PAUSED_HOST_WORK: Duration = Duration::from_secs(30);
+    pub(crate) const PAUSED_HOST_WORK: Duration = Duration::from_secs(30);
     /// Deletion waits for host resets or for dependents.
-    pub const CLEANUP_POLL: Duration = Duration::from_secs(5);
+    pub(crate) const CLEANUP_POLL: Duration = Duration::from_secs(5);
     /// Host work runs (progress arrives through the KKInstance watch; this is a safety net).
-    pub const HOST_WORK: Duration = Duration::from_secs(30);
+    pub(crate) const HOST_WORK: Duration = Duration::from_secs(30);
     /// A KKInstance waits for its KKMachine to record the claim.
-    pub const CLAIM_RECORD: Duration = Duration::from_secs(5);
+    pub(crate) const CLAIM_RECORD: Duration = Duration::from_secs(5);
     /// A KKInstance whose KKMachine is not in the cache (yet).
-    pub const CLAIM_OWNER: Duration = Duration::from_secs(10);
+    pub(crate) const CLAIM_OWNER: Duration = Duration::from_secs(10);
     /// A host reset runs.
-    pub const RESET_POLL: Duration = Duration::from_secs(10);
+    pub(crate) const RESET_POLL: Duration = Duration::from_secs(10);
     /// No free host matches a KKMachine.
-    pub const NO_HOST: Duration = Duration::from_secs(15);
+    pub(crate) const NO_HOST: Duration = Duration::from_secs(15);
     /// Every free host matching a KKMachine is being claimed by another reconcile of this manager.
-    pub const CLAIMS_IN_FLIGHT: Duration = Duration::from_secs(2);
+    pub(crate) const CLAIMS_IN_FLIGHT: Duration = Duration::from_secs(2);
     /// The host recorded in `spec.instanceID` is held by another object.
-    pub const HOST_HELD_ELSEWHERE: Duration = Duration::from_secs(30);
+    pub(crate) const HOST_HELD_ELSEWHERE: Duration = Duration::from_secs(30);
     /// `spec.instanceID` names a host that is not in the inventory.
-    pub const INVALID_CLAIM: Duration = Duration::from_secs(60);
+    pub(crate) const INVALID_CLAIM: Duration = Duration::from_secs(60);
     /// The KKCluster is not provisioned yet (the KKCluster watch wakes the KKMachine earlier).
-    pub const INFRA_NOT_READY: Duration = Duration::from_secs(60);
+    pub(crate) const INFRA_NOT_READY: Duration = Duration::from_secs(60);
     /// `Cluster.spec.infrastructureRef` does not point at a KKCluster.
-    pub const NOT_KKCLUSTER: Duration = Duration::from_secs(30);
+    pub(crate) const NOT_KKCLUSTER: Duration = Duration::from_secs(30);
     /// Waiting for the workload Node to register (providerID patch): a safety net, the workload cluster's
     /// Node watch wakes the KKMachine when its Node appears.
-    pub const NODE_POLL: Duration = Duration::from_secs(60);
+    pub(crate) const NODE_POLL: Duration = Duration::from_secs(60);
     /// A provisioned KKMachine re-checks its KKInstance.
-    pub const PROVISIONED_RESYNC: Duration = Duration::from_secs(600);
+    pub(crate) const PROVISIONED_RESYNC: Duration = Duration::from_secs(600);
     /// A claimed KKMachine waits for host work (progress arrives through the KKInstance watch).
-    pub const MACHINE_WORK: Duration = Duration::from_secs(30);
+    pub(crate) const MACHINE_WORK: Duration = Duration::from_secs(30);
 }
 
 /// What an owner lookup found.
-pub enum Owner<O> {
+pub(crate) enum Owner<O> {
     /// The owner (and whatever else the kind needs from it).
     Found(O),
     /// Not there (yet). A live object waits (`retry`, or until a watch fires); a deleted one is cleaned up
@@ -99,7 +99,7 @@ pub enum Owner<O> {
 
 /// A kind reconciled by the skeleton.
 #[async_trait]
-pub trait Reconciler:
+pub(crate) trait Reconciler:
     Resource<DynamicType = (), Scope = NamespaceResourceScope>
     + Clone
     + Debug
@@ -168,12 +168,12 @@ macro_rules! status_accessors {
 }
 
 /// The backoff key of an object: `"{KIND}/{uid}"`.
-pub fn backoff_key<K: Reconciler>(obj: &K) -> String {
+pub(crate) fn backoff_key<K: Reconciler>(obj: &K) -> String {
     format!("{}/{}", K::KIND, obj.uid().unwrap_or_default())
 }
 
 /// The reconcile function of every kind (`Controller::run(reconcile::<K>, error_policy::<K>, ctx)`).
-pub async fn reconcile<K: Reconciler>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action> {
+pub(crate) async fn reconcile<K: Reconciler>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action> {
     let start = Instant::now();
     let key = backoff_key(&*obj);
     let span = tracing::info_span!(
@@ -191,14 +191,14 @@ pub async fn reconcile<K: Reconciler>(obj: Arc<K>, ctx: Arc<Context>) -> Result<
 
 /// Backoff bookkeeping after a reconcile: success removes the key (the next failure starts from the minimum
 /// again); failures are counted by [`error_policy`].
-pub fn settle(backoff: &crate::context::Backoff, key: &str, res: &Result<Action>) {
+pub(crate) fn settle(backoff: &crate::context::Backoff, key: &str, res: &Result<Action>) {
     if res.is_ok() {
         backoff.reset(key);
     }
 }
 
 /// The error policy of every kind: a conflict retries almost at once, anything else backs off per object.
-pub fn error_policy<K: Reconciler>(obj: Arc<K>, err: &Error, ctx: Arc<Context>) -> Action {
+pub(crate) fn error_policy<K: Reconciler>(obj: Arc<K>, err: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.failed(K::KIND, err.metric_label());
     let delay = if err.is_conflict() {
         requeue::CONFLICT
@@ -311,14 +311,14 @@ async fn run<K: Reconciler>(obj: Arc<K>, ctx: &Arc<Context>) -> Result<Action> {
 /// The merge patch adding `finalizer` to `obj`'s finalizers. It names the whole list, guarded by the
 /// object's resourceVersion: a finalizer another writer added meanwhile makes it conflict (and the reconcile
 /// retry almost at once) instead of being dropped.
-pub fn finalizer_patch<K: Resource>(obj: &K, finalizer: &str) -> serde_json::Value {
+pub(crate) fn finalizer_patch<K: Resource>(obj: &K, finalizer: &str) -> serde_json::Value {
     let mut finalizers = obj.finalizers().to_vec();
     finalizers.push(finalizer.to_owned());
     json!({ "metadata": { "finalizers": finalizers, "resourceVersion": obj.resource_version() } })
 }
 
 /// Server-side apply of the reconciler's part of the status, when it changed.
-pub async fn write_status<K: Reconciler>(
+pub(crate) async fn write_status<K: Reconciler>(
     obj: &K,
     old: &K::Status,
     new: &K::Status,
@@ -334,7 +334,7 @@ pub async fn write_status<K: Reconciler>(
 }
 
 /// Server-side apply `status` (`{"status": status}`) of `name` as `manager`.
-pub async fn apply_status<K, S>(api: &Api<K>, name: &str, status: &S, manager: &str) -> Result<()>
+pub(crate) async fn apply_status<K, S>(api: &Api<K>, name: &str, status: &S, manager: &str) -> Result<()>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
     S: Serialize,

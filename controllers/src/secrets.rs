@@ -44,7 +44,7 @@ fn auth_refs<'a>(auth: Option<&'a Auth>, out: &mut BTreeSet<&'a str>) {
 /// The names of the Secrets (in its namespace) `inst` reads: its SSH credentials and its bastion's, resolved as
 /// the host work resolves them ([`hosts::instance_auth_and_bastion`]), the KKCluster's registry credentials
 /// and the bootstrap data.
-pub fn referenced(inst: &KKInstance, kkc: Option<&KKCluster>) -> BTreeSet<String> {
+pub(crate) fn referenced(inst: &KKInstance, kkc: Option<&KKCluster>) -> BTreeSet<String> {
     let (auth, bastion) = hosts::instance_auth_and_bastion(inst, kkc);
     let mut names = BTreeSet::new();
     auth_refs(auth.as_ref(), &mut names);
@@ -68,7 +68,7 @@ pub fn referenced(inst: &KKInstance, kkc: Option<&KKCluster>) -> BTreeSet<String
 
 /// The KKInstances among `instances` that read the Secret `ns/name`; `kkcluster` looks up a KKInstance's
 /// KKCluster (`spec.clusterName`) in the same namespace.
-pub fn referencing<'a>(
+pub(crate) fn referencing<'a>(
     ns: &str,
     name: &str,
     instances: &'a [Arc<KKInstance>],
@@ -101,7 +101,7 @@ fn changed(
 }
 
 /// Runs the metadata watch of Secrets (in `namespace`, or everywhere) until the manager stops.
-pub async fn watch(client: Client, namespace: Option<String>, ctx: Arc<Context>) {
+pub(crate) async fn watch(client: Client, namespace: Option<String>, ctx: Arc<Context>) {
     // An Api of PartialObjectMeta makes metadata-only list and watch requests.
     let api: Api<PartialObjectMeta<Secret>> = match &namespace {
         Some(ns) => Api::namespaced(client, ns),

@@ -21,7 +21,7 @@ use capkk_ssh::Secret;
 
 /// One phase of host work, in execution order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// Host checks, hostname, kernel prerequisites.
     Bootstrap,
     /// OS packages.
@@ -36,7 +36,7 @@ pub enum Phase {
 
 impl Phase {
     /// Every phase, in order.
-    pub const ALL: [Phase; 5] = [
+    pub(crate) const ALL: [Phase; 5] = [
         Phase::Bootstrap,
         Phase::Repository,
         Phase::Binary,
@@ -45,7 +45,7 @@ impl Phase {
     ];
 
     /// The phase name used in annotations, journals and progress messages.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Phase::Bootstrap => "bootstrap",
             Phase::Repository => "repository",
@@ -56,7 +56,7 @@ impl Phase {
     }
 
     /// The KKInstance condition reporting this phase.
-    pub fn condition(self) -> &'static str {
+    pub(crate) fn condition(self) -> &'static str {
         match self {
             Phase::Bootstrap => cond::BOOTSTRAPPED,
             Phase::Repository => cond::REPOSITORY_READY,
@@ -68,7 +68,7 @@ impl Phase {
 }
 
 /// The bootstrap data (`value`, `format`) of the Machine. Secret: never printed.
-pub struct BootstrapData {
+pub(crate) struct BootstrapData {
     /// The payload.
     pub value: Secret,
     /// `cloud-config` (default) or `ignition`.
@@ -85,7 +85,7 @@ impl std::fmt::Debug for BootstrapData {
 
 /// What a phase gets to work with.
 #[derive(Debug, Default)]
-pub struct PhaseInput {
+pub(crate) struct PhaseInput {
     /// The KKInstance spec.
     pub instance: KKInstanceSpec,
     /// The KKCluster spec (mirrors, registry), when the KKCluster still exists.
@@ -107,7 +107,7 @@ pub struct PhaseInput {
 
 /// Carries out phases on a host.
 #[async_trait]
-pub trait HostServices: Send + Sync {
+pub(crate) trait HostServices: Send + Sync {
     /// Run one phase. Must be idempotent: a restarted manager may run a phase again after a crash.
     async fn run(
         &self,
@@ -127,31 +127,31 @@ pub trait HostServices: Send + Sync {
 }
 
 /// The sentinel CABPK's bootstrap data writes once kubeadm succeeded.
-pub const SENTINEL: &str = capkk_service::provisioning::SENTINEL;
+pub(crate) const SENTINEL: &str = capkk_service::provisioning::SENTINEL;
 
 /// Production host services: `capkk-service` (facts, bootstrap, repository, binary, containermanager,
 /// provisioning, reset) with a controller-side artifact cache.
 #[derive(Debug)]
-pub struct ServiceLayer {
+pub(crate) struct ServiceLayer {
     cache: ArtifactCache,
 }
 
 impl ServiceLayer {
     /// Services caching downloads under `cache_dir`.
-    pub fn new(cache_dir: impl Into<std::path::PathBuf>) -> ServiceResult<Self> {
+    pub(crate) fn new(cache_dir: impl Into<std::path::PathBuf>) -> ServiceResult<Self> {
         Ok(Self {
             cache: ArtifactCache::new(cache_dir)?,
         })
     }
 
     /// The artifact cache (limits are set on it).
-    pub fn cache(&self) -> &ArtifactCache {
+    pub(crate) fn cache(&self) -> &ArtifactCache {
         &self.cache
     }
 }
 
 /// Map the API's `component` to the binary service's download sources.
-pub fn component_source(c: Option<&Component>) -> ServiceResult<ComponentSource> {
+pub(crate) fn component_source(c: Option<&Component>) -> ServiceResult<ComponentSource> {
     let Some(c) = c else {
         return Ok(ComponentSource::default());
     };

@@ -46,7 +46,7 @@ use crate::{
 };
 
 /// A watched kind: its cache and the subscribers of its events.
-pub struct SharedWatch<K>
+pub(crate) struct SharedWatch<K>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
@@ -74,13 +74,13 @@ where
     K: Resource<DynamicType = ()> + Clone + Debug + Send + Sync + 'static,
 {
     /// The cache (filled once [`SharedWatch::run`] runs).
-    pub fn store(&self) -> Store<K> {
+    pub(crate) fn store(&self) -> Store<K> {
         self.store.clone()
     }
 
     /// A stream of the objects that changed, each sent after the cache has it: for
     /// `Controller::for_stream`, `owns_stream` or `watches_stream`.
-    pub fn subscribe(&mut self) -> UnboundedReceiver<watcher::Result<K>> {
+    pub(crate) fn subscribe(&mut self) -> UnboundedReceiver<watcher::Result<K>> {
         let (tx, rx) = unbounded();
         self.subscribers.push(tx);
         rx
@@ -88,7 +88,7 @@ where
 
     /// Feed the cache from `events` (a watch) and pass every change on to the subscribers. Runs as long as
     /// the watch does.
-    pub fn run<S>(self, events: S) -> impl Future<Output = ()> + Send + 'static
+    pub(crate) fn run<S>(self, events: S) -> impl Future<Output = ()> + Send + 'static
     where
         S: Stream<Item = watcher::Result<Event<K>>> + Send + 'static,
     {
@@ -119,7 +119,7 @@ where
 /// object as its last state (the cache no longer has it), as kube's own `owns` and `watches` do: a KKMachine
 /// must wake when its KKInstance or its Machine is finally gone, not at its next requeue. The deleted object's
 /// own controller looks it up, finds nothing and does not reconcile it.
-pub fn changed<K>(ev: &Event<K>, cache: &Store<K>) -> Vec<K>
+pub(crate) fn changed<K>(ev: &Event<K>, cache: &Store<K>) -> Vec<K>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
@@ -137,14 +137,14 @@ where
 
 /// Drop `metadata.managedFields` from a watched object before it is cached: the manager never reads them,
 /// and they are a large part of every object (one entry per field manager).
-pub fn strip_managed_fields<K: Resource>(obj: &mut K) {
+pub(crate) fn strip_managed_fields<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
 }
 
 /// The manager's five shared watches. Controllers subscribe while they are built; [`Watches::run`] then
 /// feeds every cache and subscriber.
 #[derive(Default)]
-pub struct Watches {
+pub(crate) struct Watches {
     /// KKClusters (filtered by the watch-filter label).
     pub kkclusters: SharedWatch<KKCluster>,
     /// KKMachines (filtered by the watch-filter label).
@@ -159,7 +159,7 @@ pub struct Watches {
 
 impl Watches {
     /// The caches the reconcilers read.
-    pub fn stores(&self) -> Stores {
+    pub(crate) fn stores(&self) -> Stores {
         Stores {
             instances: self.kkinstances.store(),
             machines: self.kkmachines.store(),
@@ -172,7 +172,9 @@ impl Watches {
     /// Changes of a Cluster's spec (pause, infrastructureRef, endpoint): the three kinds care about nothing
     /// else of a Cluster. CAPI rewrites a Cluster's status whenever one of its Machines changes, and waking
     /// every object of the cluster for each of those was most of the reconciles with 200 Machines.
-    pub fn cluster_spec_changes(&mut self) -> impl Stream<Item = watcher::Result<Cluster>> + Send + use<> {
+    pub(crate) fn cluster_spec_changes(
+        &mut self,
+    ) -> impl Stream<Item = watcher::Result<Cluster>> + Send + use<> {
         self.capi_clusters
             .subscribe()
             .predicate_filter(predicates::generation, Default::default())
@@ -180,7 +182,7 @@ impl Watches {
 
     /// Run every watch (in namespace `ns`, or all) until the controllers stop; the kinds of capkk-rs only
     /// with `cluster.x-k8s.io/watch-filter=<watch_filter>` when one is set.
-    pub fn run(
+    pub(crate) fn run(
         self,
         client: &Client,
         ns: Option<&str>,
@@ -228,7 +230,7 @@ where
 
 /// The objects of `cluster` (by CAPI's cluster-name label) among `objs`: a Cluster spec change (pause,
 /// unpause; the watches filter on generation, so status changes wake nobody) re-queues them.
-pub fn of_cluster<K>(objs: &[Arc<K>], cluster: &Cluster) -> Vec<ObjectRef<K>>
+pub(crate) fn of_cluster<K>(objs: &[Arc<K>], cluster: &Cluster) -> Vec<ObjectRef<K>>
 where
     K: Resource<DynamicType = ()> + Clone,
 {

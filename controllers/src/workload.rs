@@ -35,7 +35,7 @@ const WATCH_TIMEOUT_SECS: u32 = 290;
 const WATCH_READ_TIMEOUT: Duration = Duration::from_secs(WATCH_TIMEOUT_SECS as u64 + 5);
 
 /// Wakes the KKMachines a Node event concerns.
-pub type Wake = Arc<dyn Fn(&Node) + Send + Sync>;
+pub(crate) type Wake = Arc<dyn Fn(&Node) + Send + Sync>;
 
 struct Entry {
     /// `resourceVersion` of the kubeconfig Secret the client was built from.
@@ -52,7 +52,7 @@ impl Drop for Entry {
 
 /// Cached workload clients and their Node watches, by `(namespace, cluster)`.
 #[derive(Default)]
-pub struct WorkloadClients {
+pub(crate) struct WorkloadClients {
     entries: Mutex<HashMap<(String, String), Entry>>,
 }
 
@@ -60,7 +60,13 @@ impl WorkloadClients {
     /// The client of workload cluster `cluster` in `ns`; `None` while its kubeconfig Secret does not exist.
     /// Built once per Secret version; building it starts a Node watch that calls `wake` for every Node
     /// event.
-    pub async fn client(&self, mgmt: &Client, ns: &str, cluster: &str, wake: Wake) -> Result<Option<Client>> {
+    pub(crate) async fn client(
+        &self,
+        mgmt: &Client,
+        ns: &str,
+        cluster: &str,
+        wake: Wake,
+    ) -> Result<Option<Client>> {
         let name = format!("{cluster}-kubeconfig");
         let secrets: Api<Secret> = Api::namespaced(mgmt.clone(), ns);
         let Some(secret) = secrets
@@ -100,22 +106,12 @@ impl WorkloadClients {
     }
 
     /// Drop the client and stop the watch of `cluster` (its kubeconfig is gone, the cluster is deleted).
-    pub fn forget(&self, ns: &str, cluster: &str) {
+    pub(crate) fn forget(&self, ns: &str, cluster: &str) {
         if let Ok(mut m) = self.entries.lock()
             && m.remove(&(ns.to_owned(), cluster.to_owned())).is_some()
         {
             debug!(%ns, %cluster, "Stopped watching the workload cluster");
         }
-    }
-
-    /// Number of cached clients (each with one Node watch).
-    pub fn len(&self) -> usize {
-        self.entries.lock().map(|m| m.len()).unwrap_or(0)
-    }
-
-    /// True when no client is cached.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -178,7 +174,7 @@ async fn watch_nodes(client: Client, cluster: String, wake: Wake) {
 /// The KKMachines of `cluster` in `ns` a Node event concerns: the Node has no providerID yet and is named
 /// after the KKMachine's host (the providerID `kk:///<kkcluster>/<host>` ends with the Node's name). A Node
 /// registered under another name is matched by address on the KKMachine's next resync.
-pub fn node_to_kkmachines(
+pub(crate) fn node_to_kkmachines(
     kkms: &[Arc<KKMachine>],
     ns: &str,
     cluster: &str,

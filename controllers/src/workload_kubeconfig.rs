@@ -11,7 +11,7 @@ use kube::config::Kubeconfig;
 /// A kubeconfig field that would run a program or read a file in the manager.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{field} is not allowed in a workload kubeconfig ({why}); use inline data (*-data, token)")]
-pub struct Refused {
+pub(crate) struct Refused {
     /// The field, e.g. `users[admin].exec`.
     pub field: String,
     /// What it would do.
@@ -19,7 +19,7 @@ pub struct Refused {
 }
 
 /// `Ok` when the kubeconfig carries only inline credentials and certificates.
-pub fn check(kc: &Kubeconfig) -> Result<(), Refused> {
+pub(crate) fn check(kc: &Kubeconfig) -> Result<(), Refused> {
     let refuse = |field: String, why| Err(Refused { field, why });
     for c in &kc.clusters {
         let Some(cluster) = &c.cluster else { continue };

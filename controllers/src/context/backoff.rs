@@ -4,13 +4,13 @@ use std::{collections::HashMap, sync::Mutex, time::Duration};
 
 /// Consecutive reconcile failures per object (`"{KIND}/{uid}"`), for [`crate::reconcile::error_policy`].
 #[derive(Default)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     failures: Mutex<HashMap<String, u32>>,
 }
 
 impl Backoff {
     /// Count a failure of `key`; returns how long to wait before the next attempt.
-    pub fn failed(&self, key: &str) -> Duration {
+    pub(crate) fn failed(&self, key: &str) -> Duration {
         let n = self
             .failures
             .lock()
@@ -24,34 +24,15 @@ impl Backoff {
     }
 
     /// Forget `key` (a successful reconcile).
-    pub fn reset(&self, key: &str) {
+    pub(crate) fn reset(&self, key: &str) {
         if let Ok(mut f) = self.failures.lock() {
             f.remove(key);
         }
     }
-
-    /// Consecutive failures of `key`.
-    pub fn attempts(&self, key: &str) -> u32 {
-        self.failures
-            .lock()
-            .ok()
-            .and_then(|f| f.get(key).copied())
-            .unwrap_or(0)
-    }
-
-    /// Number of keys tracked (objects currently failing).
-    pub fn len(&self) -> usize {
-        self.failures.lock().map(|f| f.len()).unwrap_or(0)
-    }
-
-    /// True when no object is failing.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// Exponential backoff from 5 s, doubling, capped at 5 minutes (built with backon's builder).
-pub fn backoff(attempt: u32) -> Duration {
+pub(crate) fn backoff(attempt: u32) -> Duration {
     use backon::BackoffBuilder;
     backon::ExponentialBuilder::default()
         .with_min_delay(Duration::from_secs(5))
@@ -84,8 +65,10 @@ mod tests {
         }
         assert!(b.failed(key) > first, "failures lengthen the backoff");
         crate::reconcile::settle(&b, key, &Ok(kube::runtime::controller::Action::await_change()));
-        assert_eq!(b.attempts(key), 0);
-        assert!(b.is_empty(), "the key is dropped, not kept at zero");
+        assert!(
+            b.failures.lock().unwrap().is_empty(),
+            "the key is dropped, not kept at zero"
+        );
         assert_eq!(b.failed(key), first);
     }
 
@@ -96,6 +79,6 @@ mod tests {
         b.failed(key);
         let err = crate::Error::ResolveCredentials("x".into());
         crate::reconcile::settle(&b, key, &Err(err));
-        assert_eq!(b.attempts(key), 1);
+        assert_eq!(b.failures.lock().unwrap().get(key), Some(&1));
     }
 }

@@ -7,11 +7,11 @@
 //! - [`reservations`]: hosts this manager is claiming.
 //! - [`backoff`]: consecutive reconcile failures per object.
 
-pub mod backoff;
-pub mod probes;
-pub mod reservations;
-pub mod stores;
-pub mod tasks;
+pub(crate) mod backoff;
+pub(crate) mod probes;
+pub(crate) mod reservations;
+pub(crate) mod stores;
+pub(crate) mod tasks;
 
 use std::{sync::Arc, time::Duration};
 
@@ -27,10 +27,10 @@ use kube::{
 };
 use tracing::warn;
 
-pub use self::{
-    backoff::{Backoff, backoff},
+pub(crate) use self::{
+    backoff::Backoff,
     probes::ProbeRegistry,
-    reservations::{RESERVATION_TTL, Reservations},
+    reservations::Reservations,
     stores::{Stores, cached_or_get},
     tasks::{Retry, TaskKind, TaskRegistry},
 };
@@ -38,7 +38,7 @@ use crate::{hosts::SshFactory, metrics::Metrics, services::HostServices};
 
 /// Tunables of the reconcilers (from the manager's flags).
 #[derive(Clone, Debug)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Only reconcile objects with `cluster.x-k8s.io/watch-filter=<value>`.
     pub watch_filter: Option<String>,
     /// Hosts worked on at once (background tasks).
@@ -71,7 +71,7 @@ impl Default for Settings {
 
 /// Channels that make a controller reconcile an object now (a background task finished).
 #[derive(Clone)]
-pub struct Triggers {
+pub(crate) struct Triggers {
     /// KKInstance reconciles (host work finished).
     pub instances: UnboundedSender<ObjectRef<KKInstance>>,
     /// KKCluster reconciles (probes finished).
@@ -81,7 +81,7 @@ pub struct Triggers {
 }
 
 /// Context shared by all reconcilers.
-pub struct Context {
+pub(crate) struct Context {
     /// Management cluster client.
     pub client: Client,
     /// Tunables.
@@ -112,7 +112,7 @@ pub struct Context {
 
 impl Context {
     /// Build the context.
-    pub fn new(
+    pub(crate) fn new(
         client: Client,
         settings: Settings,
         ssh: Arc<dyn SshFactory>,
@@ -146,8 +146,14 @@ impl Context {
     }
 
     /// Publish an event about `obj` (best effort; failures are logged). `note` must not contain secrets.
-    pub async fn event<K>(&self, obj: &K, warning: bool, reason: &str, action: &str, note: impl Into<String>)
-    where
+    pub(crate) async fn event<K>(
+        &self,
+        obj: &K,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: impl Into<String>,
+    ) where
         K: Resource<DynamicType = ()>,
     {
         let reference: ObjectReference = obj.object_ref(&());
@@ -176,7 +182,7 @@ impl Context {
     }
 
     /// True when the object passes the watch filter.
-    pub fn passes_filter<K: Resource>(&self, obj: &K) -> bool {
+    pub(crate) fn passes_filter<K: Resource>(&self, obj: &K) -> bool {
         match &self.settings.watch_filter {
             None => true,
             Some(v) => {
@@ -190,7 +196,7 @@ impl Context {
     }
 
     /// Ask for a reconcile of a KKInstance.
-    pub fn trigger_instance(&self, name: &str, ns: &str) {
+    pub(crate) fn trigger_instance(&self, name: &str, ns: &str) {
         let _ = self
             .triggers
             .instances
@@ -198,7 +204,7 @@ impl Context {
     }
 
     /// Ask for a reconcile of a KKCluster.
-    pub fn trigger_cluster(&self, name: &str, ns: &str) {
+    pub(crate) fn trigger_cluster(&self, name: &str, ns: &str) {
         let _ = self
             .triggers
             .clusters

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 /// Background host probes per KKCluster UID and their latest results.
 #[derive(Default)]
-pub struct ProbeRegistry {
+pub(crate) struct ProbeRegistry {
     entries: Mutex<HashMap<String, ProbeEntry>>,
 }
 
@@ -25,7 +25,7 @@ struct ProbeEntry {
 impl ProbeRegistry {
     /// True when a probe of KKCluster `uid` should start: none runs, and it was never probed, its spec
     /// changed since, or the last probe is older than `interval`.
-    pub fn due(&self, uid: &str, generation: Option<i64>, interval: Duration) -> bool {
+    pub(crate) fn due(&self, uid: &str, generation: Option<i64>, interval: Duration) -> bool {
         let Ok(e) = self.entries.lock() else {
             return false;
         };
@@ -37,7 +37,7 @@ impl ProbeRegistry {
     }
 
     /// Track a started probe (the previous result stays until the new one arrives).
-    pub fn start(&self, uid: &str, generation: Option<i64>, handle: JoinHandle<()>) {
+    pub(crate) fn start(&self, uid: &str, generation: Option<i64>, handle: JoinHandle<()>) {
         if let Ok(mut e) = self.entries.lock() {
             let result = e.remove(uid).and_then(|p| p.result);
             e.insert(
@@ -53,7 +53,7 @@ impl ProbeRegistry {
     }
 
     /// Store the result of the probe of `uid`.
-    pub fn finish(&self, uid: &str, probes: Vec<HostProbe>) {
+    pub(crate) fn finish(&self, uid: &str, probes: Vec<HostProbe>) {
         if let Ok(mut e) = self.entries.lock()
             && let Some(p) = e.get_mut(uid)
         {
@@ -62,7 +62,7 @@ impl ProbeRegistry {
     }
 
     /// The latest probe results of `uid`.
-    pub fn latest(&self, uid: &str) -> Option<Vec<HostProbe>> {
+    pub(crate) fn latest(&self, uid: &str) -> Option<Vec<HostProbe>> {
         self.entries
             .lock()
             .ok()
@@ -70,7 +70,7 @@ impl ProbeRegistry {
     }
 
     /// Stop and forget the probes of a deleted KKCluster.
-    pub fn forget(&self, uid: &str) {
+    pub(crate) fn forget(&self, uid: &str) {
         if let Ok(mut e) = self.entries.lock()
             && let Some(p) = e.remove(uid)
         {
@@ -79,7 +79,7 @@ impl ProbeRegistry {
     }
 
     /// Abort every probe (shutdown).
-    pub fn abort_all(&self) {
+    pub(crate) fn abort_all(&self) {
         if let Ok(mut e) = self.entries.lock() {
             for (_, p) in e.drain() {
                 p.handle.abort();

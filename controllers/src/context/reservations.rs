@@ -8,7 +8,7 @@ use std::{
 
 /// How long a claim reservation steers the host choice: long enough for the KKInstance cache to show the
 /// claim (it then excludes the host itself), short enough that a claim deleted at once frees its host soon.
-pub const RESERVATION_TTL: Duration = Duration::from_secs(30);
+pub(crate) const RESERVATION_TTL: Duration = Duration::from_secs(30);
 
 /// Hosts this manager is claiming (or just claimed) that its KKInstance cache may not show yet.
 ///
@@ -17,7 +17,7 @@ pub const RESERVATION_TTL: Duration = Duration::from_secs(30);
 /// creates against the API server (200 KKMachines: claim p90 of tens of seconds). A reservation only steers
 /// the choice inside this process; creating the KKInstance is still the lock (another manager does not see
 /// this process's reservations and still loses on the create).
-pub struct Reservations {
+pub(crate) struct Reservations {
     held: Mutex<HashMap<String, Instant>>,
     ttl: Duration,
 }
@@ -30,7 +30,7 @@ impl Default for Reservations {
 
 impl Reservations {
     /// Reservations that expire after `ttl`.
-    pub fn with_ttl(ttl: Duration) -> Self {
+    pub(crate) fn with_ttl(ttl: Duration) -> Self {
         Self {
             held: Mutex::new(HashMap::new()),
             ttl,
@@ -39,7 +39,7 @@ impl Reservations {
 
     /// Reserve `key` (`<namespace>/<KKInstance name>`) unless a live reservation holds it. True when this
     /// call reserved it.
-    pub fn reserve(&self, key: &str) -> bool {
+    pub(crate) fn reserve(&self, key: &str) -> bool {
         let Ok(mut h) = self.held.lock() else {
             return true;
         };
@@ -53,7 +53,7 @@ impl Reservations {
     }
 
     /// Drop the reservation of `key` (the claim failed: the host is free for another KKMachine).
-    pub fn release(&self, key: &str) {
+    pub(crate) fn release(&self, key: &str) {
         if let Ok(mut h) = self.held.lock() {
             h.remove(key);
         }

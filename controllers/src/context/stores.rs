@@ -14,7 +14,7 @@ use crate::capi::{Cluster, Machine};
 /// listing from the API server on every reconcile. A stale read is safe where it is used: creating a
 /// KKInstance is still the lock, and a missing entry falls back to the API.
 #[derive(Clone)]
-pub struct Stores {
+pub(crate) struct Stores {
     /// Every KKInstance the manager watches.
     pub instances: Store<KKInstance>,
     /// Every KKMachine the manager watches.
@@ -42,7 +42,7 @@ impl Stores {
     /// The KKInstances of namespace `ns` (shared with the cache, not copied: every claim reads them all, and
     /// with hundreds of concurrent claims copies of the namespace's KKInstances were most of the manager's
     /// memory).
-    pub async fn instances_in(&self, ns: &str) -> Vec<Arc<KKInstance>> {
+    pub(crate) async fn instances_in(&self, ns: &str) -> Vec<Arc<KKInstance>> {
         Self::ready(&self.instances).await;
         self.instances
             .state()
@@ -52,7 +52,7 @@ impl Stores {
     }
 
     /// The KKClusters of namespace `ns`.
-    pub async fn clusters_in(&self, ns: &str) -> Vec<KKCluster> {
+    pub(crate) async fn clusters_in(&self, ns: &str) -> Vec<KKCluster> {
         Self::ready(&self.clusters).await;
         self.clusters
             .state()
@@ -63,22 +63,22 @@ impl Stores {
     }
 
     /// The KKMachine `ns/name`, if cached.
-    pub async fn machine(&self, ns: &str, name: &str) -> Option<Arc<KKMachine>> {
+    pub(crate) async fn machine(&self, ns: &str, name: &str) -> Option<Arc<KKMachine>> {
         Self::get(&self.machines, ns, name).await
     }
 
     /// The KKCluster `ns/name`, if cached.
-    pub async fn cluster(&self, ns: &str, name: &str) -> Option<Arc<KKCluster>> {
+    pub(crate) async fn cluster(&self, ns: &str, name: &str) -> Option<Arc<KKCluster>> {
         Self::get(&self.clusters, ns, name).await
     }
 
     /// The CAPI Machine `ns/name`, if cached.
-    pub async fn capi_machine(&self, ns: &str, name: &str) -> Option<Arc<Machine>> {
+    pub(crate) async fn capi_machine(&self, ns: &str, name: &str) -> Option<Arc<Machine>> {
         Self::get(&self.capi_machines, ns, name).await
     }
 
     /// The CAPI Cluster `ns/name`, if cached.
-    pub async fn capi_cluster(&self, ns: &str, name: &str) -> Option<Arc<Cluster>> {
+    pub(crate) async fn capi_cluster(&self, ns: &str, name: &str) -> Option<Arc<Cluster>> {
         Self::get(&self.capi_clusters, ns, name).await
     }
 
@@ -92,7 +92,7 @@ impl Stores {
 }
 
 /// `ns/name` from the cache when it has it (`cached`), else from the API (just created, not cached yet).
-pub async fn cached_or_get<K>(
+pub(crate) async fn cached_or_get<K>(
     cached: Option<Arc<K>>,
     client: &Client,
     ns: &str,

@@ -16,7 +16,7 @@ use super::backoff::backoff;
 
 /// What a background host task does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TaskKind {
+pub(crate) enum TaskKind {
     /// bootstrap -> repository -> binary -> containermanager -> provisioning.
     Provision,
     /// Reset the host.
@@ -31,13 +31,11 @@ struct TaskEntry {
 
 /// A transient host-work failure: when to try again and why it failed.
 #[derive(Clone, Debug)]
-pub struct Retry {
+pub(crate) struct Retry {
     /// Do not start host work again before this instant.
     pub not_before: Instant,
     /// What failed (for the `Ready` condition).
     pub message: String,
-    /// The backoff chosen after the failure.
-    pub delay: Duration,
 }
 
 impl Retry {
@@ -46,13 +44,13 @@ impl Retry {
     /// each status change woke the KKInstance, its KKMachine and CAPI's Machine controller, whose conflicting
     /// writes under that churn delayed its other Machines by tens of seconds with 200 hosts. Each attempt's
     /// failure and delay are in the manager's log and the KKInstance's events.
-    pub fn ready_message(&self) -> String {
+    pub(crate) fn ready_message(&self) -> String {
         format!("{} (retried with backoff)", self.message)
     }
 }
 
 /// Background host tasks keyed by KKInstance UID, bounded by a semaphore.
-pub struct TaskRegistry {
+pub(crate) struct TaskRegistry {
     tasks: Mutex<HashMap<String, TaskEntry>>,
     /// Global bound on hosts worked on at once.
     pub permits: Arc<Semaphore>,
@@ -65,7 +63,7 @@ pub struct TaskRegistry {
 
 impl TaskRegistry {
     /// A registry allowing `max` concurrent host tasks.
-    pub fn new(max: usize) -> Self {
+    pub(crate) fn new(max: usize) -> Self {
         Self {
             tasks: Mutex::new(HashMap::new()),
             permits: Arc::new(Semaphore::new(max.max(1))),
@@ -75,7 +73,7 @@ impl TaskRegistry {
     }
 
     /// The kind of the task running for `uid`, if any (finished tasks are dropped).
-    pub fn running(&self, uid: &str) -> Option<TaskKind> {
+    pub(crate) fn running(&self, uid: &str) -> Option<TaskKind> {
         let mut tasks = self.tasks.lock().ok()?;
         match tasks.get(uid) {
             Some(e) if e.handle.is_finished() => {
@@ -88,21 +86,16 @@ impl TaskRegistry {
     }
 
     /// Number of running tasks.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.tasks
             .lock()
             .map(|t| t.values().filter(|e| !e.handle.is_finished()).count())
             .unwrap_or(0)
     }
 
-    /// True when no task runs.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Start `fut` for `uid` unless a task already runs. The future receives a stop flag it checks between
     /// steps. Returns false when one was already running.
-    pub fn spawn<F, Fut>(&self, uid: &str, kind: TaskKind, f: F) -> bool
+    pub(crate) fn spawn<F, Fut>(&self, uid: &str, kind: TaskKind, f: F) -> bool
     where
         F: FnOnce(Arc<AtomicBool>) -> Fut,
         Fut: std::future::Future<Output = ()> + Send + 'static,
@@ -119,7 +112,7 @@ impl TaskRegistry {
     }
 
     /// Ask the task of `uid` to stop at the next step boundary.
-    pub fn request_stop(&self, uid: &str) {
+    pub(crate) fn request_stop(&self, uid: &str) {
         if let Ok(t) = self.tasks.lock()
             && let Some(e) = t.get(uid)
         {
@@ -128,7 +121,7 @@ impl TaskRegistry {
     }
 
     /// Abort the task of `uid` at once.
-    pub fn abort(&self, uid: &str) {
+    pub(crate) fn abort(&self, uid: &str) {
         if let Ok(mut t) = self.tasks.lock()
             && let Some(e) = t.remove(uid)
         {
@@ -137,7 +130,7 @@ impl TaskRegistry {
     }
 
     /// Abort every task (shutdown; a new manager resumes from spec/annotations and the host).
-    pub fn abort_all(&self) {
+    pub(crate) fn abort_all(&self) {
         if let Ok(mut t) = self.tasks.lock() {
             for (_, e) in t.drain() {
                 e.handle.abort();
@@ -146,20 +139,20 @@ impl TaskRegistry {
     }
 
     /// Called by a task as its last act: the next reconcile of `uid` reads the object fresh.
-    pub fn mark_finished(&self, uid: &str) {
+    pub(crate) fn mark_finished(&self, uid: &str) {
         if let Ok(mut f) = self.finished.lock() {
             f.insert(uid.to_owned());
         }
     }
 
     /// True (once) when the task of `uid` ended since the last call.
-    pub fn take_finished(&self, uid: &str) -> bool {
+    pub(crate) fn take_finished(&self, uid: &str) -> bool {
         self.finished.lock().map(|mut f| f.remove(uid)).unwrap_or(false)
     }
 
     /// Record a transient failure of `uid`'s host work; returns the backoff before the next attempt. The
     /// task ends at once (it does not sleep through the backoff holding its slot).
-    pub fn transient_failure(&self, uid: &str, message: &str) -> Duration {
+    pub(crate) fn transient_failure(&self, uid: &str, message: &str) -> Duration {
         let Ok(mut f) = self.failures.lock() else {
             return backoff(1);
         };
@@ -172,7 +165,6 @@ impl TaskRegistry {
                 Retry {
                     not_before: Instant::now() + d,
                     message: message.to_owned(),
-                    delay: d,
                 },
             ),
         );
@@ -180,7 +172,7 @@ impl TaskRegistry {
     }
 
     /// Forget the failures of `uid` (host work succeeded, a retry was requested, or the object is gone).
-    pub fn succeeded(&self, uid: &str) {
+    pub(crate) fn succeeded(&self, uid: &str) {
         if let Ok(mut f) = self.failures.lock() {
             f.remove(uid);
         }
@@ -188,7 +180,7 @@ impl TaskRegistry {
 
     /// Make a pending retry of `uid` due now (its input changed); the failure count stays, so a failure
     /// that persists keeps backing off.
-    pub fn retry_now(&self, uid: &str) {
+    pub(crate) fn retry_now(&self, uid: &str) {
         if let Ok(mut f) = self.failures.lock()
             && let Some((_, r)) = f.get_mut(uid)
         {
@@ -197,7 +189,7 @@ impl TaskRegistry {
     }
 
     /// The pending retry of `uid` after a transient failure, if any.
-    pub fn retry(&self, uid: &str) -> Option<Retry> {
+    pub(crate) fn retry(&self, uid: &str) -> Option<Retry> {
         self.failures
             .lock()
             .ok()
@@ -212,7 +204,7 @@ mod tests {
     #[test]
     fn the_message_of_a_retried_host_changes_neither_while_it_waits_nor_from_one_attempt_to_the_next() {
         let r = TaskRegistry::new(1);
-        r.transient_failure("u", "connecting to 10.0.0.1:22 failed");
+        let first_delay = r.transient_failure("u", "connecting to 10.0.0.1:22 failed");
         let mut retry = r.retry("u").expect("recorded");
         let first = retry.ready_message();
         // Later reconciles see less time left; the status they write must stay the same.
@@ -220,9 +212,9 @@ mod tests {
         assert_eq!(retry.ready_message(), first);
         assert!(first.starts_with("connecting to 10.0.0.1:22 failed"), "{first}");
         // The next attempt fails the same way and backs off longer: still the same message.
-        r.transient_failure("u", "connecting to 10.0.0.1:22 failed");
+        let second_delay = r.transient_failure("u", "connecting to 10.0.0.1:22 failed");
         let second = r.retry("u").expect("recorded");
-        assert!(second.delay > retry.delay);
+        assert!(second_delay > first_delay);
         assert_eq!(second.ready_message(), first);
     }
 

@@ -12,7 +12,10 @@ use crate::{conditions, context::Context};
 
 /// Addresses of `kkc` that another KKCluster of the namespace also lists: `(address, host, other KKCluster,
 /// other host)`, in inventory order.
-pub fn shared_addresses(kkc: &KKCluster, others: &[KKCluster]) -> Vec<(String, String, String, String)> {
+pub(crate) fn shared_addresses(
+    kkc: &KKCluster,
+    others: &[KKCluster],
+) -> Vec<(String, String, String, String)> {
     let mut out = Vec::new();
     for h in &kkc.spec.nodes.instances {
         for o in others.iter().filter(|o| o.name_any() != kkc.name_any()) {
@@ -32,7 +35,7 @@ pub fn shared_addresses(kkc: &KKCluster, others: &[KKCluster]) -> Vec<(String, S
 
 /// Set `AddressesUnique` on `status` from the KKClusters of the namespace; an overlap is also an event, once
 /// per change of the message.
-pub async fn report_shared_addresses(kkc: &KKCluster, ctx: &Context, status: &mut KKClusterStatus) {
+pub(crate) async fn report_shared_addresses(kkc: &KKCluster, ctx: &Context, status: &mut KKClusterStatus) {
     let ns = kkc.namespace().unwrap_or_default();
     let gen_ = kkc.metadata.generation;
     let others = ctx.stores.clusters_in(&ns).await;

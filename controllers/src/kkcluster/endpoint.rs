@@ -5,7 +5,7 @@ use capkk_api::{ApiEndpoint, KKCluster, Role};
 use crate::capi::Cluster;
 
 /// The endpoint to publish: the user's, else the load balancer's, else the first control-plane host's.
-pub fn desired_endpoint(kkc: &KKCluster, cluster: &Cluster) -> Option<ApiEndpoint> {
+pub(crate) fn desired_endpoint(kkc: &KKCluster, cluster: &Cluster) -> Option<ApiEndpoint> {
     if let Some(ep) = kkc.spec.control_plane_endpoint.as_ref().filter(|e| e.is_set()) {
         return Some(ep.clone());
     }

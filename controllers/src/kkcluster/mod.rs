@@ -9,12 +9,12 @@
 //! - [`pool`]: the `capkk_hosts` gauge of free, claimed and quarantined hosts.
 //! - [`watches`]: what wakes a KKCluster, and its controller.
 
-pub mod addresses;
-pub mod endpoint;
-pub mod pool;
-pub mod probes;
-pub mod validate;
-pub mod watches;
+pub(crate) mod addresses;
+pub(crate) mod endpoint;
+pub(crate) mod pool;
+pub(crate) mod probes;
+pub(crate) mod validate;
+pub(crate) mod watches;
 
 use std::sync::Arc;
 
@@ -44,7 +44,7 @@ use crate::{
 };
 
 /// The owner Cluster.
-pub struct ClusterOwner(pub Cluster);
+pub(crate) struct ClusterOwner(pub Cluster);
 
 #[async_trait]
 impl Reconciler for KKCluster {

@@ -6,7 +6,7 @@ use capkk_api::{KKCluster, KKInstance};
 use kube::ResourceExt;
 
 /// Free, claimed and quarantined hosts of `kkc`, given its claims (the `capkk_hosts` gauge).
-pub fn pool_counts(kkc: &KKCluster, claims: &[Arc<KKInstance>]) -> (i64, i64, i64) {
+pub(crate) fn pool_counts(kkc: &KKCluster, claims: &[Arc<KKInstance>]) -> (i64, i64, i64) {
     let quarantined = claims.iter().filter(|i| i.spec.quarantine.is_some()).count() as i64;
     let claimed = claims.len() as i64 - quarantined;
     let total = kkc.spec.nodes.instances.len() as i64;
@@ -16,7 +16,7 @@ pub fn pool_counts(kkc: &KKCluster, claims: &[Arc<KKInstance>]) -> (i64, i64, i6
 /// Set the `capkk_hosts` gauge of every cached KKCluster from the caches, when metrics are scraped (the
 /// only place it is computed: the counts change with KKInstances, and a KKInstance change does not wake its
 /// KKCluster). A deleted KKCluster's series go with it.
-pub fn record_pools(metrics: &crate::metrics::Metrics, stores: &crate::context::Stores) {
+pub(crate) fn record_pools(metrics: &crate::metrics::Metrics, stores: &crate::context::Stores) {
     let instances = stores.instances.state();
     let pools: Vec<_> = stores
         .clusters

@@ -20,7 +20,7 @@ use crate::{
 
 /// Start a probe of `kkc` when one is due, and report the latest result in `status` (`HostsReachable` and
 /// `status.hosts`).
-pub async fn probe_and_report(kkc: &Arc<KKCluster>, ctx: &Arc<Context>, status: &mut KKClusterStatus) {
+pub(crate) async fn probe_and_report(kkc: &Arc<KKCluster>, ctx: &Arc<Context>, status: &mut KKClusterStatus) {
     let ns = kkc.namespace().unwrap_or_default();
     let name = kkc.name_any();
     let gen_ = kkc.metadata.generation;

@@ -9,7 +9,7 @@ use crate::hosts;
 
 /// Why an inventory is refused.
 #[derive(Debug)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     reason: &'static str,
     field: String,
     message: String,
@@ -25,7 +25,7 @@ impl Refusal {
     }
 
     /// The condition reason to report.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         self.reason
     }
 }
@@ -37,7 +37,7 @@ impl fmt::Display for Refusal {
 }
 
 /// Validate the inventory; the refusal names the field.
-pub fn validate(kkc: &KKCluster) -> Result<(), Refusal> {
+pub(crate) fn validate(kkc: &KKCluster) -> Result<(), Refusal> {
     let invalid = |field: String, message: String| Err(Refusal::invalid(field, message));
     match Distribution::parse(kkc.spec.distribution.as_deref()) {
         Ok(Distribution::Kubernetes) => {}

@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// The KKCluster controller on the shared `watches`; `triggers` wakes a KKCluster whose probes finished.
-pub fn controller(
+pub(crate) fn controller(
     watches: &mut Watches,
     triggers: UnboundedReceiver<ObjectRef<KKCluster>>,
     ctx: Arc<Context>,

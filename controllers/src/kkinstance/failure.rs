@@ -6,7 +6,7 @@ use capkk_executor::ExecError;
 use crate::services::Phase;
 
 /// How host work ended.
-pub enum Failure {
+pub(crate) enum Failure {
     /// Retry later without anyone changing anything.
     Transient(String),
     /// Stays until the spec changes or the retry annotation is set.
@@ -19,7 +19,7 @@ pub enum Failure {
 }
 
 /// Map a transport error: a host-key mismatch or rejected credentials are terminal, the rest transient.
-pub fn exec_failure(e: &ExecError) -> Failure {
+pub(crate) fn exec_failure(e: &ExecError) -> Failure {
     match e {
         ExecError::HostKeyMismatch { .. } => Failure::Terminal {
             reason: reasons::HOST_KEY_MISMATCH,
@@ -38,7 +38,7 @@ pub fn exec_failure(e: &ExecError) -> Failure {
 }
 
 /// Map a phase's error: a failed command, an unsupported option or invalid input are terminal.
-pub fn service_failure(phase: Phase, e: capkk_service::Error) -> Failure {
+pub(crate) fn service_failure(phase: Phase, e: capkk_service::Error) -> Failure {
     use capkk_service::Error as S;
     let p = phase.name();
     match e {

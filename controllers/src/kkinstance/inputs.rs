@@ -22,7 +22,7 @@ use crate::{
 const CONNECT_CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Connect to the host and run `true` (credentials and host key are checked here).
-pub async fn connect(
+pub(crate) async fn connect(
     ctx: &Context,
     inst: &KKInstance,
     kkc: Option<&KKCluster>,
@@ -58,7 +58,10 @@ pub async fn connect(
 }
 
 /// The bootstrap data of the Machine (None when the KKInstance has no reference).
-pub async fn bootstrap_data(ctx: &Context, inst: &KKInstance) -> Result<Option<BootstrapData>, Failure> {
+pub(crate) async fn bootstrap_data(
+    ctx: &Context,
+    inst: &KKInstance,
+) -> Result<Option<BootstrapData>, Failure> {
     let ns = inst.namespace().unwrap_or_default();
     let Some(r) = inst.spec.bootstrap_data_secret_ref.as_ref() else {
         return Ok(None);
@@ -92,7 +95,7 @@ pub async fn bootstrap_data(ctx: &Context, inst: &KKInstance) -> Result<Option<B
 
 /// Inputs of the phases: spec, KKCluster spec, `/etc/hosts` entries, registry credentials (resolved from the
 /// KKCluster's inline auth or its Secret, at use time) and a redactor knowing them.
-pub async fn phase_input(
+pub(crate) async fn phase_input(
     ctx: &Context,
     inst: &KKInstance,
     kkc: Option<&KKCluster>,

@@ -4,13 +4,13 @@
 //! without repeating work. Release resets the host and frees it, or quarantines a host that stays
 //! unreachable ([`release`]).
 
-pub mod failure;
-pub mod inputs;
-pub mod release;
-pub mod state;
-pub mod task;
-pub mod watches;
-pub mod writes;
+pub(crate) mod failure;
+pub(crate) mod inputs;
+pub(crate) mod release;
+pub(crate) mod state;
+pub(crate) mod task;
+pub(crate) mod watches;
+pub(crate) mod writes;
 
 use std::sync::Arc;
 
@@ -30,7 +30,7 @@ use kube::{
 use serde_json::{Value, json};
 use tracing::{debug, info};
 
-pub use state::{ClaimRecord, HostState, classify};
+pub(crate) use state::{ClaimRecord, HostState, classify};
 
 use crate::{
     capi::Cluster,
@@ -40,20 +40,10 @@ use crate::{
     reconcile::{Owner, Reconciler, requeue},
 };
 
-/// Condition reasons set by host work that make a failure terminal (kept for the mirror and docs).
-pub const TERMINAL: &[&str] = &[
-    reasons::COMMAND_FAILED,
-    reasons::UNSUPPORTED,
-    reasons::HOST_KEY_MISMATCH,
-    reasons::AUTH_FAILED,
-    reasons::INVALID_SPEC,
-    reasons::CREDENTIALS_UNAVAILABLE,
-];
-
 /// The part of the status the reconciler writes: `state`, `observedGeneration` and the `Ready` and `Paused`
 /// conditions. Host work owns the rest ([`task::hostwork_status`]); `nodeRef` is written by the KKMachine
 /// reconciler once the workload Node carries the providerID.
-pub fn reconciler_status(s: &KKInstanceStatus) -> KKInstanceStatus {
+pub(crate) fn reconciler_status(s: &KKInstanceStatus) -> KKInstanceStatus {
     KKInstanceStatus {
         state: s.state,
         observed_generation: s.observed_generation,
@@ -418,7 +408,7 @@ fn retry_report(step: Option<&str>, retry: Option<&crate::context::Retry>) -> Op
 }
 
 /// The KKCluster the host comes from, if it still exists.
-pub async fn get_kkcluster(ctx: &Context, inst: &KKInstance) -> Result<Option<KKCluster>> {
+pub(crate) async fn get_kkcluster(ctx: &Context, inst: &KKInstance) -> Result<Option<KKCluster>> {
     let ns = inst.namespace().unwrap_or_default();
     let Some(name) = inst.spec.cluster_name.as_deref() else {
         return Ok(None);
@@ -427,7 +417,11 @@ pub async fn get_kkcluster(ctx: &Context, inst: &KKInstance) -> Result<Option<KK
 }
 
 /// Merge-patch annotations (`None` removes one).
-pub async fn annotate(api: &Api<KKInstance>, name: &str, set: &[(&str, Option<String>)]) -> Result<()> {
+pub(crate) async fn annotate(
+    api: &Api<KKInstance>,
+    name: &str,
+    set: &[(&str, Option<String>)],
+) -> Result<()> {
     let mut map = serde_json::Map::new();
     for (k, v) in set {
         map.insert(

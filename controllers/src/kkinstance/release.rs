@@ -30,7 +30,7 @@ use crate::{
 };
 
 /// Time left before a failed reset may be tried again (None: now).
-pub fn retry_wait(ctx: &Context, uid: &str) -> Option<Duration> {
+pub(crate) fn retry_wait(ctx: &Context, uid: &str) -> Option<Duration> {
     ctx.tasks
         .retry(uid)
         .map(|r| r.not_before.saturating_duration_since(std::time::Instant::now()))
@@ -39,7 +39,7 @@ pub fn retry_wait(ctx: &Context, uid: &str) -> Option<Duration> {
 
 /// A released (not deleted) KKInstance whose host needs a reset: stop provisioning, reset, quarantine
 /// a host that stays unreachable for `--quarantine-after`.
-pub async fn release(inst: &KKInstance, task: Option<TaskKind>, ctx: &Arc<Context>) -> Result<Action> {
+pub(crate) async fn release(inst: &KKInstance, task: Option<TaskKind>, ctx: &Arc<Context>) -> Result<Action> {
     let uid = inst.uid().unwrap_or_default();
     match task {
         Some(TaskKind::Reset) => return Ok(Action::requeue(requeue::RESET_POLL)),
@@ -77,7 +77,7 @@ pub async fn release(inst: &KKInstance, task: Option<TaskKind>, ctx: &Arc<Contex
 }
 
 /// Free a clean host: delete its KKInstance.
-pub async fn free(inst: &KKInstance, ctx: &Context) -> Result<Action> {
+pub(crate) async fn free(inst: &KKInstance, ctx: &Context) -> Result<Action> {
     let uid = inst.uid().unwrap_or_default();
     if let Some(TaskKind::Provision) = ctx.tasks.running(&uid) {
         ctx.tasks.abort(&uid);
@@ -92,7 +92,7 @@ pub async fn free(inst: &KKInstance, ctx: &Context) -> Result<Action> {
 }
 
 /// Start a reset task unless one runs.
-pub async fn spawn_reset(inst: &KKInstance, ctx: &Arc<Context>, releasing: bool) -> Result<()> {
+pub(crate) async fn spawn_reset(inst: &KKInstance, ctx: &Arc<Context>, releasing: bool) -> Result<()> {
     let uid = inst.uid().unwrap_or_default();
     if ctx.tasks.running(&uid).is_some() {
         return Ok(());
@@ -119,7 +119,7 @@ pub async fn spawn_reset(inst: &KKInstance, ctx: &Arc<Context>, releasing: bool)
 /// Keep the host out of the pool: the KKInstance stays (so the host cannot be claimed), loses its
 /// KKMachine owner (so the Machine can go) and is marked quarantined. It keeps an owner chain to the
 /// Cluster, so `clusterctl move` takes it along.
-pub async fn quarantine(inst: &KKInstance, ctx: &Context, reason: &str) -> Result<()> {
+pub(crate) async fn quarantine(inst: &KKInstance, ctx: &Context, reason: &str) -> Result<()> {
     let ns = inst.namespace().unwrap_or_default();
     let name = inst.name_any();
     let api: Api<KKInstance> = Api::namespaced(ctx.client.clone(), &ns);

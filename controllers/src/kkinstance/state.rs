@@ -17,7 +17,7 @@ use crate::{context::TaskKind, services::Phase};
 
 /// Whether the owning KKMachine recorded this KKInstance as its claim (`spec.instanceID`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClaimRecord {
+pub(crate) enum ClaimRecord {
     /// The KKMachine names this KKInstance: host work may run.
     Recorded,
     /// The KKMachine exists but names nothing or another KKInstance (a claim that lost a race is deleted by
@@ -31,7 +31,7 @@ pub enum ClaimRecord {
 
 /// Where a KKInstance is in its life cycle.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum HostState {
+pub(crate) enum HostState {
     /// `spec.quarantine` is set: the host stays out of the pool until a person deletes the KKInstance.
     Quarantined,
     /// Released or deleted, and the host is clean (reset done, or host work never started): free it.
@@ -61,7 +61,7 @@ pub enum HostState {
 
 impl HostState {
     /// The `status.state` to report.
-    pub fn reported(&self, inst: &KKInstance) -> InstanceState {
+    pub(crate) fn reported(&self, inst: &KKInstance) -> InstanceState {
         match self {
             HostState::Quarantined => InstanceState::Quarantined,
             HostState::Free => InstanceState::Cleaned,
@@ -90,7 +90,7 @@ impl HostState {
 }
 
 /// The phases recorded as finished on the host (annotation; a restarted or moved manager skips them).
-pub fn completed(inst: &KKInstance) -> BTreeSet<String> {
+pub(crate) fn completed(inst: &KKInstance) -> BTreeSet<String> {
     inst.annotations()
         .get(COMPLETED_PHASES_ANNOTATION)
         .map(|s| {
@@ -103,14 +103,14 @@ pub fn completed(inst: &KKInstance) -> BTreeSet<String> {
 }
 
 /// True when the host may be dirty (host work started and no reset finished since).
-pub fn needs_reset(inst: &KKInstance) -> bool {
+pub(crate) fn needs_reset(inst: &KKInstance) -> bool {
     let a = inst.annotations();
     a.contains_key(TOUCHED_ANNOTATION) && !a.contains_key(RESET_DONE_ANNOTATION)
 }
 
 /// Decide the state of `inst`. Precedence: quarantine, release/deletion, claim record, running work,
 /// finished, failed, ready to work.
-pub fn classify(inst: &KKInstance, claim: ClaimRecord, task: Option<TaskKind>) -> HostState {
+pub(crate) fn classify(inst: &KKInstance, claim: ClaimRecord, task: Option<TaskKind>) -> HostState {
     let a = inst.annotations();
     if inst.spec.quarantine.is_some() {
         return HostState::Quarantined;

@@ -36,10 +36,10 @@ use super::{
 use crate::{conditions, context::Context, services::Phase};
 
 /// Journal records kept in status.
-pub const JOURNAL_KEEP: usize = 25;
+pub(crate) const JOURNAL_KEEP: usize = 25;
 
 /// The condition types host work owns.
-pub const HOSTWORK_CONDITIONS: &[&str] = &[
+pub(crate) const HOSTWORK_CONDITIONS: &[&str] = &[
     cond::BOOTSTRAPPED,
     cond::REPOSITORY_READY,
     cond::BINARIES_READY,
@@ -49,7 +49,7 @@ pub const HOSTWORK_CONDITIONS: &[&str] = &[
 ];
 
 /// The part of a KKInstance status host work writes.
-pub fn hostwork_status(s: &KKInstanceStatus) -> KKInstanceStatus {
+pub(crate) fn hostwork_status(s: &KKInstanceStatus) -> KKInstanceStatus {
     KKInstanceStatus {
         step: s.step.clone(),
         journal: s.journal.clone(),
@@ -193,10 +193,10 @@ impl Task {
 
 /// The step an attempt reports until it is connected to the host: while a host is retried after a
 /// transient failure, an attempt at this step keeps reporting that failure (see `quiet_retry`).
-pub const CONNECTING_STEP: &str = "connecting";
+pub(crate) const CONNECTING_STEP: &str = "connecting";
 
 /// Provision the host, phase by phase, skipping phases recorded as completed.
-pub async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<AtomicBool>, retry: bool) {
+pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<AtomicBool>, retry: bool) {
     let permit = ctx.tasks.permits.clone().acquire_owned().await;
     let mut t = Task::new(ctx.clone(), &inst);
     ctx.metrics.set_tasks_running(ctx.tasks.len() as i64);
@@ -343,7 +343,7 @@ pub async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<Atomi
 
 /// Reset the host (kubeadm reset, capkk state, bootstrap files). On release, a host whose reset fails
 /// terminally is quarantined.
-pub async fn reset_task(ctx: Arc<Context>, inst: KKInstance, releasing: bool) {
+pub(crate) async fn reset_task(ctx: Arc<Context>, inst: KKInstance, releasing: bool) {
     let permit = ctx.tasks.permits.clone().acquire_owned().await;
     let mut t = Task::new(ctx.clone(), &inst);
     t.status.step = Some("reset".into());

@@ -19,7 +19,7 @@ use crate::{
 
 /// The KKInstance controller on the shared `watches`; `triggers` wakes a KKInstance whose host work
 /// finished.
-pub fn controller(
+pub(crate) fn controller(
     watches: &mut Watches,
     triggers: UnboundedReceiver<ObjectRef<KKInstance>>,
     ctx: Arc<Context>,
@@ -45,7 +45,7 @@ pub fn controller(
 }
 
 /// The KKInstance a KKMachine claimed (for the KKMachine watch).
-pub fn kkmachine_to_instance(m: KKMachine) -> Option<ObjectRef<KKInstance>> {
+pub(crate) fn kkmachine_to_instance(m: KKMachine) -> Option<ObjectRef<KKInstance>> {
     let id = m.spec.instance_id.clone()?;
     Some(ObjectRef::new(&id).within(&m.namespace()?))
 }

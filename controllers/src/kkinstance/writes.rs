@@ -31,7 +31,7 @@ use crate::reconcile::apply_status;
 
 /// One queued write.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Op {
+pub(crate) enum Op {
     /// Host work's part of the status (server-side apply with its own field manager).
     Status(Box<KKInstanceStatus>),
     /// Annotations to set (`Some`) or remove (`None`), one merge patch.
@@ -40,7 +40,7 @@ pub enum Op {
 
 /// What reaches the API for `ops` queued in this order: the last status, and the annotation patches merged
 /// into one (a later value for a key wins).
-pub fn coalesce(ops: impl IntoIterator<Item = Op>) -> Vec<Op> {
+pub(crate) fn coalesce(ops: impl IntoIterator<Item = Op>) -> Vec<Op> {
     let mut status = None;
     let mut annotations: Option<BTreeMap<String, Option<String>>> = None;
     for op in ops {
@@ -62,14 +62,14 @@ enum Msg {
 }
 
 /// The background writer of one task. Dropping it drops what was not written yet (see the module doc).
-pub struct Writes {
+pub(crate) struct Writes {
     tx: mpsc::UnboundedSender<Msg>,
     writer: tokio::task::JoinHandle<()>,
 }
 
 impl Writes {
     /// Start the writer for KKInstance `name`.
-    pub fn start(api: Api<KKInstance>, name: String) -> Self {
+    pub(crate) fn start(api: Api<KKInstance>, name: String) -> Self {
         Self::with(move |op| {
             let (api, name) = (api.clone(), name.clone());
             async move { send(&api, &name, op).await }
@@ -91,13 +91,13 @@ impl Writes {
     }
 
     /// Queue a write.
-    pub fn queue(&self, op: Op) {
+    pub(crate) fn queue(&self, op: Op) {
         // The writer only ends when this handle is dropped.
         let _ = self.tx.send(Msg::Op(op));
     }
 
     /// Wait until everything queued so far was written (or failed, which is logged).
-    pub async fn sync(&self) {
+    pub(crate) async fn sync(&self) {
         let (done, wait) = oneshot::channel();
         if self.tx.send(Msg::Sync(done)).is_ok() {
             let _ = wait.await;

@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use crate::capi::Machine;
 
 /// The roles a host must serve: the KKMachine's, else derived from the Machine's control-plane label.
-pub fn wanted_roles(km: &KKMachine, machine: &Machine) -> Vec<Role> {
+pub(crate) fn wanted_roles(km: &KKMachine, machine: &Machine) -> Vec<Role> {
     if !km.spec.roles.is_empty() {
         return km.spec.roles.clone();
     }
@@ -31,7 +31,7 @@ fn claims_host(i: &KKInstance, kkc: &str, host: &str) -> bool {
 
 /// The KKInstance of another KKCluster that holds `address`, if any. Deleted ones still hold it (their
 /// host is being reset), quarantined ones too.
-pub fn address_holder<'a, I: Borrow<KKInstance>>(
+pub(crate) fn address_holder<'a, I: Borrow<KKInstance>>(
     all: &'a [I],
     kkc: &str,
     address: &str,
@@ -43,7 +43,7 @@ pub fn address_holder<'a, I: Borrow<KKInstance>>(
 
 /// The hosts of `kkc` a KKMachine with `roles` may try, in inventory order, and the free ones refused because
 /// another KKCluster holds their address. A host is taken when any KKInstance claims it.
-pub fn choose_hosts<'a, I: Borrow<KKInstance>>(
+pub(crate) fn choose_hosts<'a, I: Borrow<KKInstance>>(
     kkc: &'a KKCluster,
     roles: &[Role],
     all: &[I],
@@ -78,7 +78,7 @@ pub fn choose_hosts<'a, I: Borrow<KKInstance>>(
 
 /// True when a KKCluster of `kkclusters` other than `kkc` (same namespace) lists `address`: only then can a
 /// claim of another KKCluster compete for it.
-pub fn address_listed_elsewhere<I: Borrow<KKCluster>>(
+pub(crate) fn address_listed_elsewhere<I: Borrow<KKCluster>>(
     kkclusters: &[I],
     kkc: &KKCluster,
     address: &str,

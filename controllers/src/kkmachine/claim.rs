@@ -31,7 +31,7 @@ use crate::{
 };
 
 /// The result of trying to claim a host.
-pub enum Claim {
+pub(crate) enum Claim {
     /// This KKMachine holds the KKInstance; with the KKMachine's generation after the claim record when this
     /// reconcile wrote it (the status then reports that generation at once, not one write later).
     Held(Box<KKInstance>, Option<i64>),
@@ -47,7 +47,7 @@ pub enum Claim {
 }
 
 /// Claim a host for `km` from `kkc` (the pending KKCluster label rides along with a new claim record).
-pub async fn claim(
+pub(crate) async fn claim(
     km: &KKMachine,
     label: &mut Option<String>,
     machine: &Machine,
@@ -353,7 +353,7 @@ fn new_instance(
 
 /// The merge patch recording the claim of `inst` (guarded by the KKMachine's `rv`: a KKMachine that changed
 /// meanwhile may have recorded another claim), with the KKCluster label when it is still missing.
-pub fn claim_record(inst: &KKInstance, rv: Option<&str>, label: Option<&str>) -> serde_json::Value {
+pub(crate) fn claim_record(inst: &KKInstance, rv: Option<&str>, label: Option<&str>) -> serde_json::Value {
     let kkc = inst.spec.cluster_name.clone().unwrap_or_default();
     let mut patch = json!({
         "spec": { "instanceID": inst.name_any(), "providerID": provider_id(&kkc, &inst.spec.name) }

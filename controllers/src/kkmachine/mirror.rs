@@ -12,7 +12,7 @@ use crate::conditions;
 
 /// Whether this reconcile is the first to report the KKMachine provisioned (`before` is the status it
 /// read, `now` the one it will write).
-pub fn newly_provisioned(before: Option<&KKMachineStatus>, now: &KKMachineStatus) -> bool {
+pub(crate) fn newly_provisioned(before: Option<&KKMachineStatus>, now: &KKMachineStatus) -> bool {
     let provisioned = |s: Option<&KKMachineStatus>| {
         s.and_then(|s| s.initialization.as_ref())
             .and_then(|i| i.provisioned)
@@ -23,7 +23,7 @@ pub fn newly_provisioned(before: Option<&KKMachineStatus>, now: &KKMachineStatus
 
 /// The machine addresses of a host: InternalIP, ExternalIP (ExternalDNS when the SSH address is a name),
 /// Hostname.
-pub fn addresses(inst: &KKInstance) -> Vec<MachineAddress> {
+pub(crate) fn addresses(inst: &KKInstance) -> Vec<MachineAddress> {
     let internal = inst
         .spec
         .internal_address
@@ -54,7 +54,7 @@ pub fn addresses(inst: &KKInstance) -> Vec<MachineAddress> {
 }
 
 /// Copy the KKInstance's progress into the KKMachine status.
-pub fn mirror(status: &mut KKMachineStatus, inst: &KKInstance, gen_: Option<i64>) {
+pub(crate) fn mirror(status: &mut KKMachineStatus, inst: &KKInstance, gen_: Option<i64>) {
     let ist = inst.status.clone().unwrap_or_default();
     conditions::set_ready(
         &mut status.conditions,

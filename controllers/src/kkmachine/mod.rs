@@ -8,11 +8,11 @@
 //! - [`node`]: the workload Node's providerID and the KKInstance's `nodeRef`.
 //! - [`watches`]: what wakes a KKMachine, and its controller.
 
-pub mod choice;
-pub mod claim;
-pub mod mirror;
-pub mod node;
-pub mod watches;
+pub(crate) mod choice;
+pub(crate) mod claim;
+pub(crate) mod mirror;
+pub(crate) mod node;
+pub(crate) mod watches;
 
 use std::sync::Arc;
 
@@ -46,7 +46,7 @@ use crate::{
 };
 
 /// The owner Machine and its Cluster.
-pub struct MachineOwner {
+pub(crate) struct MachineOwner {
     /// The owner Machine.
     pub machine: Machine,
     /// Its Cluster.

@@ -48,7 +48,7 @@ pub(super) async fn record_node_ref(ctx: &Context, inst: &KKInstance, node: &Nod
 
 /// Patch `spec.providerID` of the workload Node of `inst` (matched by name, then by address) through the
 /// cached client of the `<cluster>-kubeconfig` Secret. Returns the Node once it carries the ID.
-pub async fn patch_node_provider_id(
+pub(crate) async fn patch_node_provider_id(
     ctx: &Context,
     ns: &str,
     cluster: &str,

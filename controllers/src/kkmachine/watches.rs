@@ -22,7 +22,7 @@ use crate::{
 
 /// The KKMachine controller on the shared `watches`; `triggers` wakes a KKMachine whose workload Node
 /// registered (the workload clusters' Node watches).
-pub fn controller(
+pub(crate) fn controller(
     watches: &mut Watches,
     triggers: UnboundedReceiver<ObjectRef<KKMachine>>,
     ctx: Arc<Context>,
@@ -50,7 +50,7 @@ pub fn controller(
 }
 
 /// The KKMachines of a KKCluster's Cluster (by CAPI's cluster-name label), for the KKCluster watch.
-pub fn of_kkcluster(kkms: &[Arc<KKMachine>], kkc: &KKCluster) -> Vec<ObjectRef<KKMachine>> {
+pub(crate) fn of_kkcluster(kkms: &[Arc<KKMachine>], kkc: &KKCluster) -> Vec<ObjectRef<KKMachine>> {
     let cluster = capi_owner(&kkc.metadata, "Cluster")
         .map(|o| o.name.clone())
         .or_else(|| kkc.labels().get(CLUSTER_NAME_LABEL).cloned());
@@ -69,7 +69,7 @@ pub fn of_kkcluster(kkms: &[Arc<KKMachine>], kkc: &KKCluster) -> Vec<ObjectRef<K
 
 /// What of a KKCluster its KKMachines wait for: its spec (inventory) and whether it is provisioned (the
 /// KKCluster watch's predicate; probe results and other status changes wake no KKMachine).
-pub fn kkcluster_wakes_machines(k: &KKCluster) -> Option<u64> {
+pub(crate) fn kkcluster_wakes_machines(k: &KKCluster) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let provisioned = k
         .status
@@ -82,7 +82,7 @@ pub fn kkcluster_wakes_machines(k: &KKCluster) -> Option<u64> {
 }
 
 /// The KKMachine a Machine points at (for the Machine watch).
-pub fn machine_to_kkmachine(m: Machine) -> Option<ObjectRef<KKMachine>> {
+pub(crate) fn machine_to_kkmachine(m: Machine) -> Option<ObjectRef<KKMachine>> {
     let r = m.spec.infrastructure_ref.as_ref().filter(|r| r.is("KKMachine"))?;
     Some(ObjectRef::new(&r.name).within(&m.namespace()?))
 }

@@ -107,7 +107,7 @@ fn default_cache_dir() -> PathBuf {
 }
 
 /// Parse `host:port`, `:port` (all interfaces) or `0` (disabled).
-pub fn parse_bind(s: &str) -> anyhow::Result<Option<SocketAddr>> {
+pub(super) fn parse_bind(s: &str) -> anyhow::Result<Option<SocketAddr>> {
     let s = s.trim();
     if s.is_empty() || s == "0" {
         return Ok(None);

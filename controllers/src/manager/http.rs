@@ -17,7 +17,7 @@ use crate::{context::Stores, metrics::Metrics};
 
 /// What the endpoints read.
 #[derive(Clone)]
-pub struct Http {
+pub(super) struct Http {
     /// The metrics registry.
     pub metrics: Arc<Metrics>,
     /// Set once the management cluster's API server answers.
@@ -28,7 +28,7 @@ pub struct Http {
 
 /// Serve `/metrics` on `metrics`, and `/healthz` and `/readyz` on `health` (`None`: not served), until
 /// `shutdown`.
-pub async fn serve_endpoints(
+pub(super) async fn serve_endpoints(
     state: &Http,
     metrics: Option<SocketAddr>,
     health: Option<SocketAddr>,

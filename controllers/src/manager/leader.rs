@@ -16,7 +16,7 @@ use crate::error::{Error, Result, is_conflict};
 
 /// Settings of the elector.
 #[derive(Clone, Debug)]
-pub struct LeaderConfig {
+pub(super) struct LeaderConfig {
     /// Lease namespace.
     pub namespace: String,
     /// Lease name.
@@ -32,14 +32,14 @@ pub struct LeaderConfig {
 }
 
 /// Lease-based leader election.
-pub struct LeaderElector {
+pub(super) struct LeaderElector {
     api: Api<Lease>,
     cfg: LeaderConfig,
 }
 
 impl LeaderElector {
     /// An elector for `cfg`.
-    pub fn new(client: Client, cfg: LeaderConfig) -> Self {
+    pub(super) fn new(client: Client, cfg: LeaderConfig) -> Self {
         Self {
             api: Api::namespaced(client, &cfg.namespace),
             cfg,
@@ -47,7 +47,7 @@ impl LeaderElector {
     }
 
     /// Try once to acquire or renew the lease. Returns true when this process holds it.
-    pub async fn try_acquire_or_renew(&self) -> Result<bool> {
+    pub(super) async fn try_acquire_or_renew(&self) -> Result<bool> {
         let now = Timestamp::now();
         let me = self.cfg.identity.clone();
         let secs = self.cfg.lease_duration.as_secs() as i32;
@@ -109,7 +109,7 @@ impl LeaderElector {
     }
 
     /// Block until this process holds the lease.
-    pub async fn acquire(&self) {
+    pub(super) async fn acquire(&self) {
         info!(lease = %self.cfg.name, identity = %self.cfg.identity, "waiting for leadership");
         loop {
             match self.try_acquire_or_renew().await {
@@ -126,7 +126,7 @@ impl LeaderElector {
 
     /// Renew the lease until renewing fails for longer than the renew deadline; returns then (leadership
     /// lost). Never returns while leadership holds.
-    pub async fn hold(&self) {
+    pub(super) async fn hold(&self) {
         let mut last_ok = tokio::time::Instant::now();
         loop {
             tokio::time::sleep(self.cfg.retry_period).await;
@@ -146,7 +146,7 @@ impl LeaderElector {
     }
 
     /// Give the lease up (on graceful shutdown) so a successor does not wait for it to expire.
-    pub async fn release(&self) {
+    pub(super) async fn release(&self) {
         let Ok(Some(mut lease)) = self.api.get_opt(&self.cfg.name).await else {
             return;
         };

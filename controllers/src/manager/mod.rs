@@ -1,9 +1,9 @@
 //! The manager: flags ([`args`]), logging, the metrics and health endpoints ([`http`]), leader election
 //! ([`leader`]), the shared watches and the three controllers, graceful shutdown.
 
-pub mod args;
-pub mod http;
-pub mod leader;
+mod args;
+mod http;
+mod leader;
 
 use std::{
     sync::{
