@@ -62,5 +62,5 @@ providers:
 YAML
 
 echo "clusterctl repository: $dir"
-(cd "$dir" && ls -1 | sed 's/^/  /')
+(cd "$dir" && printf '  %s\n' *)
 echo "clusterctl config:     $out/clusterctl.yaml"

@@ -102,7 +102,7 @@ build_module capi "$(capi_ldflags)" \
 # needs neither the network nor the Go module cache.
 if [ ! -f "$BIN_DIR/capi-src/.complete" ]; then
   src=$(cd "$TOOLS_DIR/capi" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)
-  [ -n "$src" ] && [ -d "$src/core/config" ] || { log "cannot locate the cluster-api module source"; exit 1; }
+  { [ -n "$src" ] && [ -d "$src/core/config" ]; } || { log "cannot locate the cluster-api module source"; exit 1; }
   rm -rf "$BIN_DIR/capi-src"
   for d in core/config bootstrap/kubeadm/config controlplane/kubeadm/config; do
     mkdir -p "$BIN_DIR/capi-src/$d"

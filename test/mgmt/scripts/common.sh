@@ -1,3 +1,5 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034 # the versions and CAPI_BINS are read by the scripts that source this file
 # Shared settings of the management plane scripts (sourced, not executed).
 # Paths: see ../README.md.
 

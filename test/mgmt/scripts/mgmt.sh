@@ -46,7 +46,8 @@ case "$cmd" in
     # The daemons outlive this command: they must not inherit the caller's descriptors, above all a lock held
     # by the caller (`flock /tmp/capkk-hosts.lock make test-integration` passes the lock's fd down; a plane
     # holding it keeps every later flock waiting for as long as the plane runs). 255 is bash's script fd.
-    for fd in $(ls /proc/$$/fd); do
+    for fd in "/proc/$$/fd"/*; do
+      fd=${fd##*/}
       case $fd in 0 | 1 | 2 | 255) ;; *) eval "exec $fd>&-" 2>/dev/null || true ;; esac
     done
     exec "$(mgmtctl)" up --state-dir "$CAPKK_MGMT_DIR" --bin-dir "$BIN_DIR" --capi-src "$BIN_DIR/capi-src" \

@@ -47,7 +47,6 @@ start_unit() {
     f=$(unit_file "$u") || { echo "Failed to start $u: Unit $u not found." >&2; return 5; }
     exec_start=$(sed -n 's/^ExecStart=[-@+!]*//p' "$f" | head -n 1)
     if [ -z "$exec_start" ]; then echo "Failed to start $u: no ExecStart=" >&2; return 1; fi
-    env_args=""
     # EnvironmentFile=/path (optional, leading '-' means optional) and Environment="K=V" lines.
     envs=$(sed -n 's/^EnvironmentFile=-\{0,1\}//p' "$f")
     setsid sh -c "set -a; for ef in $envs; do [ -f \"\$ef\" ] && . \"\$ef\"; done; set +a; exec $exec_start" \

@@ -198,7 +198,7 @@ download_debs() { # <dir> <packages...>
 }
 build_debian_repo() {
   apt_ready
-  local dir=$OUT/mirror/debian pkgs
+  local dir=$OUT/mirror/debian pkgs debs
   rm -rf "$dir"
   # shellcheck disable=SC2086
   pkgs=$(deb_closure $APT_PACKAGES)
@@ -219,7 +219,8 @@ build_debian_repo() {
       done
     } > Release
   )
-  log "debian: $(ls "$dir"/*.deb | wc -l) packages for: $APT_PACKAGES"
+  debs=("$dir"/*.deb)
+  log "debian: ${#debs[@]} packages for: $APT_PACKAGES"
 }
 rootfs_from_debs() { # <dir> <packages...>: unpack .debs (no maintainer scripts) into a root filesystem
   local dir=$1 debs; shift
@@ -290,7 +291,7 @@ build_images() {
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 # Push into a real registry's filesystem storage (the same storage serve.sh serves read-only later).
 build_registry_storage() {
-  local st=$OUT/registry port pid cfg=$OUT/.push-registry.yml i
+  local st=$OUT/registry port pid cfg=$OUT/.push-registry.yml
   rm -rf "$st"; mkdir -p "$st"
   port=$(free_port)
   cat > "$cfg" <<EOF
@@ -305,7 +306,7 @@ http:
 EOF
   "$OUT/bin/registry" serve "$cfg" > "$OUT/.push-registry.log" 2>&1 &
   pid=$!
-  for i in $(seq 1 100); do
+  for _ in $(seq 1 100); do
     curl -fsS -o /dev/null "http://127.0.0.1:$port/v2/" 2>/dev/null && break
     kill -0 "$pid" 2>/dev/null || { cat "$OUT/.push-registry.log" >&2; die "registry exited"; }
     sleep 0.2
@@ -357,6 +358,7 @@ build_mirror() {
 WORKLOAD_IMAGE=capkk/hello:v1
 PIECES="kube etcd containerd runc crictl cni coredns registry debian-repo rootfs tools images registry-storage mirror"
 # `build.sh PIECE...` runs only those pieces (development); no argument runs all and publishes current.env.
+# shellcheck disable=SC2048 # the pieces are words, and so are the arguments
 for p in ${*:-$PIECES}; do
   case " $PIECES " in *" $p "*) ;; *) die "unknown piece $p (pieces: $PIECES)" ;; esac
   if [ "$p" = tools ] || [ "$p" = images ]; then
@@ -383,7 +385,7 @@ coredns $COREDNS_VERSION
 pause $PAUSE_TAG
 distribution $REGISTRY_VERSION
 go $(go_version)
-debian $(cd "$OUT/mirror/debian" && ls ./*.deb | sed 's|^\./||' | tr '\n' ' ')
+debian $(cd "$OUT/mirror/debian" && printf '%s ' ./*.deb | sed 's|\./||g')
 EOF
 q() { printf '%q' "$1"; }
 {

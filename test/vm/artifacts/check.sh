@@ -14,7 +14,6 @@ set -uo pipefail
 CAPKK_CACHE=${CAPKK_CACHE:-$HOME/.cache/capkk-rs}
 ENV_FILE=${NODE_ARTIFACTS_ENV:-$CAPKK_CACHE/node-artifacts/current.env}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../../.." && pwd)
 FAILS=0
 ok() { echo "ok   $*"; }
 bad() { echo "FAIL $*"; FAILS=$((FAILS + 1)); }
@@ -151,6 +150,7 @@ if out=$(apt-get "${APT[@]}" update 2>&1); then ok "apt-get update against $MU/d
 for p in $NODE_APT_PACKAGES; do
   expect_has "apt-cache policy $p" "$(apt-cache "${APT[@]}" policy "$p" 2>&1)" "$MU/debian ./ Packages"
 done
+# shellcheck disable=SC2086 # one word per package
 if out=$(apt-get "${APT[@]}" install --simulate --no-install-recommends $NODE_APT_PACKAGES 2>&1); then
   ok "apt-get install --simulate $NODE_APT_PACKAGES resolves from the repository"
 else
@@ -189,7 +189,7 @@ hosts_toml "$(printf '%s:%s' "$user" "$pass" | base64 -w0)" > "$C/certs.d/$REG/h
 "$B/containerd" --config "$C/config.toml" > "$C/containerd.log" 2>&1 &
 cpid=$!
 CRICTL=("$B/crictl" --runtime-endpoint "unix://$C/containerd.sock" --image-endpoint "unix://$C/containerd.sock" --timeout 60s)
-for i in $(seq 1 100); do "${CRICTL[@]}" version >/dev/null 2>&1 && break; sleep 0.3; done
+for _ in $(seq 1 100); do "${CRICTL[@]}" version >/dev/null 2>&1 && break; sleep 0.3; done
 for img in "pause:$PAUSE_VERSION" "kube-proxy:$KUBE_VERSION"; do
   if out=$("${CRICTL[@]}" pull "$REG/$img" 2>&1); then ok "containerd $CONTAINERD_VERSION pulls $REG/$img (hosts.toml, Basic auth)"
   else bad "containerd could not pull $REG/$img: $out"; fi
@@ -201,7 +201,7 @@ kill "$cpid"; wait "$cpid" 2>/dev/null
 grep -o '/[^ ]*/containerd/root/[^ ]*' /proc/mounts 2>/dev/null | sort -r | xargs -r umount 2>/dev/null
 "$HERE/serve.sh" stop "$STATE"
 for n in mirror registry; do
-  [ -e "$STATE/$n.pid" ] && bad "$n still has a pid file after stop" || ok "$n stopped"
+  if [ -e "$STATE/$n.pid" ]; then bad "$n still has a pid file after stop"; else ok "$n stopped"; fi
 done
 
 echo "== images run (chroot into each image's layers)"
@@ -229,7 +229,7 @@ run_in etcd "etcd Version: ${ETCD_VERSION#v}" /usr/local/bin/etcd --version
 run_in coredns "CoreDNS-${COREDNS_VERSION#v}" /coredns -version
 run_in pause "pause $PAUSE_VERSION" /pause -v
 unpack "$I/hello.tar" "$TMP/hello"
-[ -x "$TMP/hello/hello" ] && ok "image hello has /hello" || bad "image hello lacks /hello"
+if [ -x "$TMP/hello/hello" ]; then ok "image hello has /hello"; else bad "image hello lacks /hello"; fi
 
 echo
 if [ "$FAILS" -gt 0 ]; then echo "node artifacts: $FAILS check(s) failed"; exit 1; fi

@@ -34,15 +34,15 @@ stop_one() { # <state-dir> <name>
   if [ -d "/proc/$pid" ] && [ -n "$(readlink "/proc/$pid/exe" 2>/dev/null)" ] \
      && [ "$(readlink "/proc/$pid/exe")" = "$(cat "$1/$2.exe" 2>/dev/null)" ]; then
     kill "$pid" 2>/dev/null || true
-    for i in $(seq 1 50); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
-    [ -d "/proc/$pid" ] && kill -9 "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
+    if [ -d "/proc/$pid" ]; then kill -9 "$pid" 2>/dev/null || true; fi
     log "$2: stopped (pid $pid)"
   fi
   rm -f "$pf" "$1/$2.exe"
 }
 
 cmd=${1:-}; state=${2:-}
-[ -n "$cmd" ] && [ -n "$state" ] || usage
+{ [ -n "$cmd" ] && [ -n "$state" ]; } || usage
 case $cmd in
   start)
     ip=${3:-}; mport=${4:-8080}; rport=${5:-5000}
@@ -50,14 +50,14 @@ case $cmd in
     [ -f "$ENV_FILE" ] || die "no $ENV_FILE: run 'make node-artifacts' first"
     # shellcheck disable=SC1090
     source "$ENV_FILE"
-    [ -d "$NODE_REGISTRY_STORAGE" ] && [ -d "$NODE_MIRROR_DIR" ] || die "artifacts in $ENV_FILE are incomplete"
+    { [ -d "$NODE_REGISTRY_STORAGE" ] && [ -d "$NODE_MIRROR_DIR" ]; } || die "artifacts in $ENV_FILE are incomplete"
     mkdir -p "$state"
     state=$(cd "$state" && pwd)
     stop_one "$state" mirror
     stop_one "$state" registry
     auth=""
     if [ -n "${NODE_REGISTRY_USER:-}" ] || [ -n "${NODE_REGISTRY_PASSWORD:-}" ]; then
-      [ -n "${NODE_REGISTRY_USER:-}" ] && [ -n "${NODE_REGISTRY_PASSWORD:-}" ] ||
+      { [ -n "${NODE_REGISTRY_USER:-}" ] && [ -n "${NODE_REGISTRY_PASSWORD:-}" ]; } ||
         die "set both NODE_REGISTRY_USER and NODE_REGISTRY_PASSWORD (or neither)"
       (umask 077 && "$NODE_BIN_DIR/imgtool" htpasswd -user "$NODE_REGISTRY_USER" > "$state/htpasswd")
       auth="auth:
