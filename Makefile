@@ -1,10 +1,26 @@
 # capkk-rs — Cluster API infrastructure provider for SSH-reachable hosts.
 #
+# Start here:
 #   make deps         check (as root with apt: install) every machine prerequisite (hack/deps.list)
 #   make quickstart   local management plane + sandbox hosts + the provider, a cluster up end to end
-#   make test         every tier: unit + sandbox hosts, management plane, e2e
-#   make verify       fmt, clippy -D warnings, generated-CRD drift
-#   make help         all targets
+#   make help         every target with a one-line description
+#
+# Checks and tests:
+#   make verify       fmt check, clippy -D warnings, CRD drift, shellcheck over hack/ and test/, deps.list coverage
+#   make test         every tier of TEST_TIERS, each a make target, in this order:
+#                       test-build        one cargo build of every test and binary (one feature set)
+#                       mgmt-bin          the management plane's Go binaries (etcd, kube-apiserver, CAPI, clusterctl)
+#                       test-unit         unit tests + tests on sandbox SSH hosts (root)
+#                       test-integration  tests against the local management plane (mgmt-up)
+#                       e2e               whole lifecycle on real CAPI controllers + sandbox hosts
+#                       image-test        the manager image (podman) against the plane
+#                       test-vm           VM test hosts under QEMU (test/vm/vm.mk)
+#                       test-real-smoke   one real node: kubeadm init on a VM through the controllers
+#   make e2e-real     two real nodes end to end (long; not in make test)
+#   make deny         cargo-deny: licenses, bans, sources (deny.toml; installs cargo-deny on first use)
+#
+# Management plane (test/mgmt): make mgmt-up | mgmt-status | mgmt-down.  Fragments: test/*/*.mk,
+# pkg/cloudinit/cloudinit.mk; each target there carries its own `## description` for `make help`.
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -12,6 +28,10 @@ CARGO ?= cargo
 IMG ?= ghcr.io/capkk-rs/capkk-manager:dev
 VERSION ?= v0.1.0
 OUT ?= _out
+# Machine-wide cache outside the clone (Go binaries, management plane state, VM images, node artifacts):
+# every checkout and CI's fresh clones on this machine reuse it. Scripts default to the same path.
+CAPKK_CACHE ?= $(HOME)/.cache/capkk-rs
+export CAPKK_CACHE
 # Container engine of `make image` (podman; options allowed, e.g. "podman --root DIR --runroot DIR").
 PODMAN ?= podman
 # `make image` compiles the manager on the host (IMAGE_BUILD=host, cargo profile `image`) into this directory,
@@ -24,8 +44,8 @@ export CARGO_TERM_COLOR ?= never
 # Tiers of `make test`, in this order; each is a make target. All run even when one fails, and `make test`
 # ends with a table of their results and times. A new tier is one line: TEST_TIERS += my-tier (in its .mk).
 TEST_TIERS := test-build mgmt-bin test-unit test-integration e2e
-# The image: manager compiled on the host into $(IMAGE_TARGET_DIR) (cold on 2 cores: 6.2 min at load ~4, 24.6 at ~9; once
-# per machine; a fresh clone afterwards: 108 s), the runtime base, the image test against the plane.
+# The image: manager compiled on the host into $(IMAGE_TARGET_DIR) (once per machine; a fresh clone reuses its
+# dependencies), the runtime base, the image test against the plane. Times: docs/benchmarks.md.
 TEST_TIERS += image-test
 # Tiers that start sandbox hosts (machine-global names): run under $(HOSTS_LOCK) when it is set, e.g.
 # HOSTS_LOCK="flock -o /tmp/capkk-hosts.lock" when several checkouts test on one machine (-o: daemons a tier
@@ -42,18 +62,20 @@ export INTEGRATION_PACKAGES ?= capkk-mgmt capkk-controllers
 CARGO_TEST_BUILD = $(CARGO) test --workspace --all-targets --no-run
 TARGET_DIR = $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 
+# Every fragment is required: a missing one must fail here, not silently drop its targets and tiers.
 include test/mgmt/mgmt.mk
--include test/e2e/e2e.mk
--include test/bench/bench.mk
--include test/sandbox/sandbox.mk
--include test/vm/vm.mk
--include pkg/cloudinit/cloudinit.mk
--include test/vm/artifacts/artifacts.mk
+include test/e2e/e2e.mk
+include test/bench/bench.mk
+include test/sandbox/sandbox.mk
+include test/vm/vm.mk
+include pkg/cloudinit/cloudinit.mk
+include test/vm/artifacts/artifacts.mk
 
-.PHONY: help deps build test test-build test-unit test-integration verify fmt clippy crds verify-crds image image-test docker-build release-manifests clean
+.PHONY: help deps build test test-build test-unit test-integration verify fmt clippy crds verify-crds shellcheck \
+        verify-deps deny docs-diagrams image image-test docker-build release-manifests clean
 
 help: ## show this help
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort | column -t -s $$'\t'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort | column -t -s $$'\t'
 
 deps: ## check every prerequisite (hack/deps.list, Rust, Go); as root with apt, install the missing packages
 	@hack/deps.sh
@@ -77,9 +99,36 @@ fmt: ## format the code
 clippy: ## lint, warnings are errors
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-verify: verify-crds ## fmt check, clippy, CRD drift
+# Every shell script of hack/, test/ and .ci/: *.sh, and files whose first line runs sh or bash.
+SHELL_SCRIPTS = $(shell find hack test .ci -type f -not -path '*/target/*' \
+	\( -name '*.sh' -o -exec sh -c 'head -n1 "$$1" | grep -qE "^\#!.*[/ ](ba)?sh$$"' _ {} \; \) -print | LC_ALL=C sort)
+
+shellcheck: ## shellcheck over every shell script of hack/, test/ and .ci/ (sourced files followed)
+	@test -n "$(SHELL_SCRIPTS)" || { echo "shellcheck: no scripts found"; exit 1; }
+	@shellcheck --external-sources --source-path=SCRIPTDIR $(SHELL_SCRIPTS)
+	@echo "shellcheck: $(words $(SHELL_SCRIPTS)) scripts clean"
+
+verify-deps: ## fail when a command the tests or scripts run is missing from hack/deps.list
+	$(CARGO) test --workspace --test deps_list
+
+verify: verify-crds shellcheck ## fmt check, clippy, CRD drift, shellcheck, hack/deps.list covers every command run
 	$(CARGO) fmt --all -- --check
 	$(MAKE) clippy
+	$(MAKE) verify-deps
+
+# cargo-deny (deny.toml): licenses, bans and sources need no network; advisories need the RustSec database, so
+# they run only with DENY_CHECKS="advisories bans licenses sources" where it is reachable. Not in `verify`:
+# installing cargo-deny compiles it for minutes (docs/benchmarks.md); once installed a check takes seconds.
+DENY_CHECKS ?= bans licenses sources
+DENY_VERSION ?= 0.20.2
+DENY_ROOT ?= $(CAPKK_CACHE)/cargo-deny-$(DENY_VERSION)
+deny: ## cargo-deny: licenses, bans, sources (deny.toml; installs cargo-deny into $(CAPKK_CACHE) on first use)
+	@test -x $(DENY_ROOT)/bin/cargo-deny || $(CARGO) install --locked --root $(DENY_ROOT) cargo-deny@$(DENY_VERSION)
+	$(DENY_ROOT)/bin/cargo-deny --offline check $(DENY_CHECKS)
+
+docs-diagrams: ## render docs/*.dot with Graphviz (Debian graphviz) into the committed .svg and .png beside them
+	@command -v dot >/dev/null || { echo "docs-diagrams: dot not found (apt-get install graphviz)"; exit 1; }
+	for f in docs/*.dot; do dot -Tsvg "$$f" -o "$${f%.dot}.svg" && dot -Tpng -Gdpi=110 "$$f" -o "$${f%.dot}.png"; done
 
 test-build: ## compile every tier's tests and binaries once (one feature set)
 	$(CARGO_TEST_BUILD)
@@ -92,8 +141,6 @@ test-integration: mgmt-up ## tests against the local management plane (real kube
 
 test: deps ## every tier (TEST_TIERS): all run, then a table of results and times and a count of skips
 	@TEST_TIERS="$(TEST_TIERS)" HOSTS_TIERS="$(HOSTS_TIERS)" HOSTS_LOCK="$(HOSTS_LOCK)" MAKE="$(MAKE)" hack/test-tiers.sh
-
-quickstart: deps
 
 image: ## build the manager image $(IMG) with podman: manager compiled on the host, base made from Debian packages
 	PODMAN="$(PODMAN)" CARGO="$(CARGO)" IMAGE_BUILD="$(IMAGE_BUILD)" IMAGE_TARGET_DIR="$(IMAGE_TARGET_DIR)" \

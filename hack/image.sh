@@ -6,8 +6,9 @@
 #                               clones, reuse its compiled dependencies, so only a cold machine pays for them.
 #                               The Dockerfile's target `prebuilt` copies the binary onto the runtime base.
 #   IMAGE_BUILD=container       the Dockerfile's default target: compiled in its build stage on a build base made
-#                               from Debian packages plus this machine's Rust toolchain (cold, this took over an
-#                               hour on 2 cores under load), as `make docker-build` does with public images.
+#                               from Debian packages plus this machine's Rust toolchain (a cold build compiles
+#                               every dependency again: slow on 2 cores, see docs/benchmarks.md), as
+#                               `make docker-build` does with public images.
 #
 # Bases: hack/image-bases.sh, made once per recipe and kept in podman's storage.
 # Usage: hack/image.sh IMAGE    (env: PODMAN, CARGO, IMAGE_BUILD, IMAGE_TARGET_DIR)

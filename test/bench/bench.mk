@@ -17,7 +17,6 @@
 #
 # Needs root (sandbox hosts: network namespaces + overlay + sshd), openssh-client/-server, python3 with venv, go.
 
-CAPKK_CACHE ?= $(HOME)/.cache/capkk-rs
 BENCH_VENV ?= $(CAPKK_CACHE)/bench-venv
 # ansible-core 2.19 is the newest line that runs on Python 3.11 (2.20+ need 3.12).
 BENCH_ANSIBLE_CORE ?= ansible-core==2.19.14
@@ -50,15 +49,15 @@ bench: ## benchmarks: controller (manager RSS/latency), then capkk-rs vs CAPKK v
 	@if [ "$(BENCH_CONTROLLER)" = 1 ]; then $(MAKE) --no-print-directory bench-controller; fi
 	$(MAKE) --no-print-directory bench-ssh
 
-bench-controller: mgmt-up bench-build
+bench-controller: mgmt-up bench-build ## the manager with $(BENCH_MACHINES) KKMachines: RSS idle and under load, reconcile latency
 	$(CARGO) build --release -p capkk-controllers --bin manager
 	$(BENCH_BIN) controller --machines $(BENCH_MACHINES) --manager target/release/manager
 
-bench-provision: mgmt-up bench-build
+bench-provision: mgmt-up bench-build ## $(BENCH_PROVISION) KKMachines provisioned on sandbox hosts: bootstrap data -> provisioned
 	$(CARGO) build --release -p capkk-controllers --bin manager
 	$(BENCH_BIN) controller --provision --machines $(BENCH_PROVISION) --manager target/release/manager
 
-bench-ssh: bench-venv bench-build
+bench-ssh: bench-venv bench-build ## SSH provisioning benchmark: capkk-rs vs CAPKK v3 vs ansible-core vs OpenSSH vs local
 	CAPKK_BENCH_V3_DRIVER=$$(test/bench/capkk-v3/build.sh) && export CAPKK_BENCH_V3_DRIVER && \
 	CAPKK_BENCH_ANSIBLE=$(BENCH_VENV)/bin/ansible-playbook $(BENCH_BIN) ssh \
 		--hosts $(BENCH_HOSTS) --runs $(BENCH_RUNS) --warmup $(BENCH_WARMUP) --methods $(BENCH_METHODS) $(BENCH_ARGS)

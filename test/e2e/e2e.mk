@@ -10,7 +10,7 @@
 e2e: kubeadm-sim-test ## end-to-end: 1 CP + 2 workers on 4 sandbox hosts, scale, GitOps diff, delete (needs root)
 	test/e2e/e2e.sh run
 
-quickstart: ## a cluster up end to end on this machine, left running (needs root)
+quickstart: deps ## a cluster up end to end on this machine, left running (needs root)
 	test/e2e/e2e.sh quickstart
 
 quickstart-down: ## tear down what quickstart started

@@ -10,26 +10,26 @@
 #   make mgmt-test     run the capkk-mgmt test suite against the plane
 
 MGMT_DIR ?= test/mgmt
-CAPKK_CACHE ?= $(HOME)/.cache/capkk-rs
+# CAPKK_CACHE is set (and exported) by the top Makefile.
 CAPKK_MGMT_DIR ?= $(CAPKK_CACHE)/mgmt
-export CAPKK_CACHE CAPKK_MGMT_DIR
+export CAPKK_MGMT_DIR
 
 .PHONY: mgmt-bin mgmt-up mgmt-down mgmt-status fixtures mgmt-test
 
-mgmt-bin:
+mgmt-bin: ## build the management plane binaries (pinned Go modules; cached by the pins' hash)
 	$(MGMT_DIR)/scripts/build-bins.sh
 
-mgmt-up: mgmt-bin
+mgmt-up: mgmt-bin ## start (or reuse) the local management plane: etcd, kube-apiserver, CAPI controllers
 	$(MGMT_DIR)/scripts/mgmt.sh up
 
-mgmt-down:
+mgmt-down: ## stop the management plane and wipe its state (logs are kept)
 	$(MGMT_DIR)/scripts/mgmt.sh down
 
-mgmt-status:
+mgmt-status: ## show the management plane's processes and whether it answers
 	$(MGMT_DIR)/scripts/mgmt.sh status
 
-fixtures: mgmt-up
-	CAPKK_WRITE_FIXTURES=1 cargo test -p capkk-mgmt --test cabpk -- --nocapture
+fixtures: mgmt-up ## capture real CABPK bootstrap data into test/fixtures/cabpk/
+	CAPKK_WRITE_FIXTURES=1 $(CARGO) test -p capkk-mgmt --test cabpk -- --nocapture
 
-mgmt-test: mgmt-up
-	cargo test -p capkk-mgmt
+mgmt-test: mgmt-up ## the capkk-mgmt tests against the management plane
+	$(CARGO) test -p capkk-mgmt

@@ -4,7 +4,7 @@ SANDBOX_NAME ?= e2e
 SANDBOX_HOSTS ?= 4
 SANDBOX_INTERNAL_HOSTS ?= 0
 SANDBOX_USER ?= root
-SANDBOX_CLI = cargo run -q -p capkk-sandbox --bin sandbox --
+SANDBOX_CLI = $(CARGO) run -q -p capkk-sandbox --bin sandbox --
 
 .PHONY: sandbox-up sandbox-down sandbox-status test-ssh bench-ssh-latency
 
@@ -15,11 +15,11 @@ sandbox-up: ## Build sandbox $(SANDBOX_NAME) (state + inventory.yaml in /tmp/cap
 sandbox-down: ## Tear sandbox $(SANDBOX_NAME) down (idempotent)
 	$(SANDBOX_CLI) down --name $(SANDBOX_NAME)
 
-sandbox-status:
+sandbox-status: ## show sandbox $(SANDBOX_NAME)'s hosts
 	$(SANDBOX_CLI) status --name $(SANDBOX_NAME)
 
 test-ssh: ## SSH client + sandbox harness tests against real sshd hosts (needs root, openssh-server, sudo)
-	cargo test -p capkk-sandbox -p capkk-ssh
+	$(CARGO) test -p capkk-sandbox -p capkk-ssh
 
 bench-ssh-latency: ## Median exec round trip of 100 `true` calls on one connection, with and without TCP_NODELAY
-	cargo test -p capkk-ssh --release --test sandbox_hosts -- measure_exec_round_trip --include-ignored --nocapture
+	$(CARGO) test -p capkk-ssh --release --test sandbox_hosts -- measure_exec_round_trip --include-ignored --nocapture

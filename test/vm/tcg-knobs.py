@@ -54,8 +54,8 @@ LEADER = {
     "leader-elect-renew-deadline": "100s",
     "leader-elect-retry-period": "20s",
 }
-# kubeadm validates the pod subnet against the node mask it reads from node-cidr-mask-size-ipv4 (run 1 used
-# node-cidr-mask-size and kubeadm init refused the /25 pod subnet against the default /24 node mask).
+# kubeadm validates the pod subnet against the node mask it reads from node-cidr-mask-size-ipv4 (with
+# node-cidr-mask-size instead, kubeadm init refuses the /25 pod subnet against the default /24 node mask).
 # Seconds. kubeadm's defaults (4 min health checks, 1 min API calls) assume a fast machine.
 INIT_TIMEOUTS = {
     "controlPlaneComponentHealthCheckSeconds": 1200,
@@ -84,7 +84,7 @@ def probe_patch(name):
                             "livenessProbe": dict(probe, failureThreshold=30),
                         }
                         # kubeadm's kube-controller-manager has no readinessProbe: a patch adding one
-                        # without a handler makes the kubelet refuse the manifest (run 3).
+                        # without a handler makes the kubelet refuse the manifest.
                         | ({} if name == "kube-controller-manager" else {"readinessProbe": dict(probe, failureThreshold=30)})
                     ]
                 }
@@ -113,9 +113,9 @@ def cni_file(cidr):
 
 
 # kubeadm's own API client has a fixed 10 s request timeout, and its addon phase lists the DNS Deployments once,
-# without a retry: at load 7-9 the TCG apiserver took longer and `kubeadm init` failed there after the control
-# plane was up (e2e-real run 2: "addon/coredns: couldn't retrieve DNS addon deployments ... Client.Timeout
-# exceeded"), which fails the Machine for good. So `kubeadm init` skips the addon phases and a post-kubeadm
+# without a retry: on a busy machine the TCG apiserver takes longer and `kubeadm init` fails there after the
+# control plane is up ("addon/coredns: couldn't retrieve DNS addon deployments ... Client.Timeout exceeded"),
+# which fails the Machine for good. So `kubeadm init` skips the addon phases and a post-kubeadm
 # command runs the same phases of the same kubeadm with the same configuration until they pass (the addons are
 # create-or-update: a retry is harmless). The copy of the configuration drops skipPhases: `kubeadm init phase`
 # would honour it too. The commands fail the bootstrap if that does not work within the retries.
@@ -170,7 +170,7 @@ for d in docs:
         cc.setdefault("controllerManager", {})["extraArgs"] = args(dict(LEADER, **{"node-cidr-mask-size-ipv4": "26"}))
         cc.setdefault("scheduler", {})["extraArgs"] = args(LEADER)
         # A single-member etcd on an emulated disk: fsync latency made the apiserver time out against etcd
-        # and crash-loop (run 2: kubeadm init gave up after 34 min). A throwaway test cluster needs no
+        # and crash-loop until kubeadm init gave up. A throwaway test cluster needs no
         # durability across power loss.
         cc.setdefault("etcd", {}).setdefault("local", {})["extraArgs"] = args({"unsafe-no-fsync": "true"})
         ic = k.setdefault("initConfiguration", {})

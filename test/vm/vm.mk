@@ -22,9 +22,8 @@ test-vm: ## VM test hosts: boot, identity, SSH, watchdog (needs root, qemu; boot
 
 .PHONY: test-real-smoke real-smoke-down
 
-# Every landing proves a real node: kubeadm init on a real VM through the production path. Warm it costs about
-# 6 min at a low load (kubeadm init under TCG most of it); cold it also builds the node artifacts
-# (test/vm/artifacts, sharing Go's build cache with mgmt-bin; 265 s in a cold .ci/run at load ~4).
+# Every landing proves a real node: kubeadm init on a real VM through the production path. Cold, it also builds
+# the node artifacts (test/vm/artifacts, sharing Go's build cache with mgmt-bin). Times: docs/benchmarks.md.
 TEST_TIERS += test-real-smoke
 
 test-real-smoke: ## real-node smoke: 1 VM, kubeadm init through our controllers, Node Ready, delete resets it (long)

@@ -1,5 +1,5 @@
 # Makefile fragment for the node artifacts of the real-node tiers (test/vm/artifacts, see its README.md).
-# Included from the top Makefile with `-include`; runs from the repository root.
+# Included from the top Makefile; runs from the repository root.
 #
 #   make node-artifacts        build binaries, images (in a registry's storage), the component.host tree and the
 #                              Debian repository into $(CAPKK_CACHE)/node-artifacts/<hash>/ (cached by content hash)
@@ -22,9 +22,9 @@ node-artifacts: mgmt-bin ## build the node artifacts for real-node tests (cached
 node-artifacts-test: node-artifacts ## check the node artifacts (versions, checksums, served registry/mirror/apt)
 	$(NODE_ARTIFACTS_DIR_SRC)/check.sh
 
-node-serve: node-artifacts
+node-serve: node-artifacts ## serve the node artifacts on NODE_SERVE_ADDR (mirror, registry, apt)
 	@test -n "$(NODE_SERVE_ADDR)" || { echo "set NODE_SERVE_ADDR (an address on your bridge in 198.18.0.0/15)"; exit 1; }
 	$(NODE_ARTIFACTS_DIR_SRC)/serve.sh start $(NODE_SERVE_DIR) $(NODE_SERVE_ADDR) $(NODE_MIRROR_PORT) $(NODE_REGISTRY_PORT)
 
-node-serve-down:
+node-serve-down: ## stop what node-serve started
 	$(NODE_ARTIFACTS_DIR_SRC)/serve.sh stop $(NODE_SERVE_DIR)
