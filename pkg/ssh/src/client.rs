@@ -413,7 +413,8 @@ impl PoolInner {
                     host: host.clone(),
                     source,
                 })?;
-            // Without TCP_NODELAY every exec round trip waits on Nagle + delayed ACK (~52 ms vs ~8 ms).
+            // Without TCP_NODELAY every exec round trip waits on Nagle + delayed ACK (make bench-ssh-latency
+            // measures both; docs/benchmarks.md).
             if let Err(e) = tcp.set_nodelay(cfg.tcp_nodelay) {
                 warn!(%host, "setting TCP_NODELAY failed: {e}");
             }
