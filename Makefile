@@ -6,7 +6,7 @@
 #   make help         every target with a one-line description
 #
 # Checks and tests:
-#   make verify       fmt check, clippy -D warnings, CRD drift, shellcheck over hack/ and test/, deps.list coverage
+#   make verify       fmt check, clippy -D warnings, CRD drift, shellcheck (hack/, test/, .ci/), deps.list coverage
 #   make test         every tier of TEST_TIERS, each a make target, in this order:
 #                       test-build        one cargo build of every test and binary (one feature set)
 #                       mgmt-bin          the management plane's Go binaries (etcd, kube-apiserver, CAPI, clusterctl)
@@ -18,6 +18,7 @@
 #                       test-real-smoke   one real node: kubeadm init on a VM through the controllers
 #   make e2e-real     two real nodes end to end (long; not in make test)
 #   make deny         cargo-deny: licenses, bans, sources (deny.toml; installs cargo-deny on first use)
+#   make docs-diagrams  render docs/*.dot (Graphviz) into the committed .svg/.png
 #
 # Management plane (test/mgmt): make mgmt-up | mgmt-status | mgmt-down.  Fragments: test/*/*.mk,
 # pkg/cloudinit/cloudinit.mk; each target there carries its own `## description` for `make help`.
