@@ -1,28 +1,30 @@
 #!/usr/bin/env bash
 # Prints the cargo target selection of one Rust test tier, for `cargo test --workspace <selection>`.
 #
-#   hack/test-targets.sh unit          every lib and bin (unit tests) + the integration tests of the packages
-#                                      NOT named in INTEGRATION_PACKAGES
-#   hack/test-targets.sh integration   the integration tests of the packages named in INTEGRATION_PACKAGES
-#                                      (they need the local management plane)
-#   hack/test-targets.sh vm            the integration tests of the packages named in VM_PACKAGES (they boot
-#                                      QEMU VMs: their own tier, test-vm)
+# A test target's tier is its file name's prefix (docs/testing.md), so where a test goes shows its tier:
+#
+#   hack/test-targets.sh unit          every lib and bin (unit tests) + the integration tests named neither
+#                                      mgmt_* nor vm_* (plain ones need nothing; sandbox_* need root for
+#                                      sandbox hosts or namespaces)
+#   hack/test-targets.sh integration   the integration tests named mgmt_* (they need the local management
+#                                      plane)
+#   hack/test-targets.sh vm            the integration tests named vm_* (they boot QEMU VMs: their own tier,
+#                                      test-vm)
 #
 # Every tier selects targets, never packages: all tiers run `cargo test --workspace`, so cargo resolves one
 # feature set and no crate is compiled twice (selecting packages with -p/--exclude changes how features
 # unify and recompiles tokio, kube, ...). Test target names must be unique in the workspace (checked here),
 # since `--test NAME` matches that name in every package.
 set -euo pipefail
-tier=${1:?usage: $0 unit|integration}
-: "${INTEGRATION_PACKAGES:=capkk-mgmt capkk-controllers}"
-: "${VM_PACKAGES:=capkk-vm}"
+tier=${1:?usage: $0 unit|integration|vm}
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ${CARGO:-cargo} metadata --no-deps --format-version 1 --offline 2>/dev/null |
-  TIER=$tier INTEGRATION_PACKAGES=$INTEGRATION_PACKAGES VM_PACKAGES=$VM_PACKAGES python3 -c '
+  TIER=$tier python3 -c '
 import json, os, sys
 meta = json.load(sys.stdin)
-tier, integration = os.environ["TIER"], set(os.environ["INTEGRATION_PACKAGES"].split())
-vm = set(os.environ["VM_PACKAGES"].split())
+tier = os.environ["TIER"]
+if tier not in ("unit", "integration", "vm"):
+    sys.exit(f"unknown tier {tier}")
 members = set(meta["workspace_members"])
 names, args = {}, []
 for pkg in meta["packages"]:
@@ -35,12 +37,10 @@ for pkg in meta["packages"]:
         if name in names:
             sys.exit("test target %s exists in %s and %s: rename one" % (name, names[name], owner))
         names[name] = owner
-        owner_tier = "integration" if owner in integration else "vm" if owner in vm else "unit"
-        if owner_tier == tier:
-            args += ["--test", t["name"]]
+        target_tier = "integration" if name.startswith("mgmt_") else "vm" if name.startswith("vm_") else "unit"
+        if target_tier == tier:
+            args += ["--test", name]
 if tier == "unit":
     args = ["--lib", "--bins"] + args
-elif tier not in ("integration", "vm"):
-    sys.exit(f"unknown tier {tier}")
 print(" ".join(args))
 '

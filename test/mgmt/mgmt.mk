@@ -29,7 +29,7 @@ mgmt-status: ## show the management plane's processes and whether it answers
 	$(MGMT_DIR)/scripts/mgmt.sh status
 
 fixtures: mgmt-up ## capture real CABPK bootstrap data into test/fixtures/cabpk/
-	CAPKK_WRITE_FIXTURES=1 $(CARGO) test -p capkk-mgmt --test cabpk -- --nocapture
+	CAPKK_WRITE_FIXTURES=1 $(CARGO) test -p capkk-mgmt --test mgmt_cabpk -- --nocapture
 
 mgmt-test: mgmt-up ## the capkk-mgmt tests against the management plane
 	$(CARGO) test -p capkk-mgmt

@@ -22,4 +22,4 @@ test-ssh: ## SSH client + sandbox harness tests against real sshd hosts (needs r
 	$(CARGO) test -p capkk-sandbox -p capkk-ssh
 
 bench-ssh-latency: ## Median exec round trip of 100 `true` calls on one connection, with and without TCP_NODELAY
-	$(CARGO) test -p capkk-ssh --release --test sandbox_hosts -- measure_exec_round_trip --include-ignored --nocapture
+	$(CARGO) test -p capkk-ssh --release --test sandbox_ssh -- measure_exec_round_trip --include-ignored --nocapture

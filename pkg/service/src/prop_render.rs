@@ -1,7 +1,7 @@
 //! Property: for random strings in every custom-resource field that reaches a host script, the service layer
 //! either refuses the value (naming the field) or renders a script that `sh -n` accepts, where the value
 //! appears only quoted. The sandbox half (scripts run in a real host, no file outside the expected paths) is
-//! `rendered_scripts_from_random_fields_touch_only_their_own_paths` in `tests/services_sandbox.rs`.
+//! `rendered_scripts_from_random_fields_touch_only_their_own_paths` in `tests/sandbox_services.rs`.
 
 use proptest::prelude::*;
 

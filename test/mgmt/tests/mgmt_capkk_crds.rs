@@ -534,7 +534,7 @@ fn every_cel_rule_has_a_rejection_case() -> anyhow::Result<()> {
     let stale: Vec<_> = covered.difference(&rules).collect();
     assert!(
         uncovered.is_empty(),
-        "CEL rules without a case in tests/capkk_crds.rs: {uncovered:#?}"
+        "CEL rules without a case in tests/mgmt_capkk_crds.rs: {uncovered:#?}"
     );
     assert!(
         stale.is_empty(),
