@@ -682,7 +682,7 @@ impl TestEnv {
         let sb = capkk_sandbox::Sandbox::shared(&capkk_sandbox::SandboxConfig::new(name, n))?;
         for h in sb.hosts() {
             h.link_up()?;
-            sandbox::install_fakes(&h)?;
+            capkk_sandbox::assets::install(&h, capkk_sandbox::assets::FAKES)?;
         }
         let mirror = sandbox::Mirror::start(&sb)?;
         let component = sandbox::publish_standins(&mirror, &self.dir, "amd64")?;

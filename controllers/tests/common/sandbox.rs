@@ -5,7 +5,6 @@
 
 use std::path::Path;
 
-use base64::Engine as _;
 use capkk_sandbox::Host;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -25,31 +24,6 @@ pub const KUBEADM_CONFIG_COPY: &str = "/var/log/capkk-kubeadm.config";
 /// Hex SHA-256.
 pub fn sha(data: &[u8]) -> String {
     hex::encode(Sha256::digest(data))
-}
-
-/// Install the fake kernel tools and package managers of `test/assets` into the host's /usr/local/sbin
-/// (with a private tmpfs /sys/module), so bootstrap never changes the machine's kernel state.
-pub fn install_fakes(host: &Host<'_>) -> anyhow::Result<()> {
-    let assets = capkk_mgmt::repo_root().join("test/assets");
-    let mut script = String::from(
-        "mkdir -p /usr/local/sbin\nmountpoint -q /sys/module || mount -t tmpfs capkk-fake-sysmodule /sys/module\n",
-    );
-    for dir in ["fake-pm", "fake-kernel"] {
-        for entry in std::fs::read_dir(assets.join(dir))? {
-            let path = entry?.path();
-            let name = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or_default()
-                .to_owned();
-            let b64 = base64::engine::general_purpose::STANDARD.encode(std::fs::read(&path)?);
-            script.push_str(&format!(
-                "printf '%s' '{b64}' | base64 -d > /usr/local/sbin/{name}; chmod 755 /usr/local/sbin/{name}\n"
-            ));
-        }
-    }
-    host.sh_inside(&script)?;
-    Ok(())
 }
 
 /// The artifact mirror on the sandbox bridge (shared with pkg/service's sandbox tests).

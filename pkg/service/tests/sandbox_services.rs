@@ -16,7 +16,6 @@ use std::{
     time::Duration,
 };
 
-use base64::Engine as _;
 use capkk_executor::Executor;
 use capkk_sandbox::{Host, NOPASSWD_USER, Sandbox, SandboxConfig, mirror::Mirror, skip_unless_supported};
 use capkk_service::{
@@ -75,31 +74,11 @@ fn sha(data: &[u8]) -> String {
     hex::encode(Sha256::digest(data))
 }
 
-/// Copy the scripts of `test/assets/<dir>` into the host's /usr/local/sbin.
-fn install_asset_dirs(host: &Host<'_>, dirs: &[&str]) {
-    let assets = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../test/assets");
-    // The host's /sys is the machine's sysfs: give the host its own (tmpfs) /sys/module so the fake modprobe
-    // can mark modules as loaded there without touching the machine's kernel.
-    let mut script = String::from(
-        "mkdir -p /usr/local/sbin\nmountpoint -q /sys/module || mount -t tmpfs capkk-fake-sysmodule /sys/module\n",
-    );
-    for dir in dirs {
-        for entry in std::fs::read_dir(assets.join(dir)).unwrap() {
-            let path = entry.unwrap().path();
-            let name = path.file_name().unwrap().to_str().unwrap().to_owned();
-            let b64 = base64::engine::general_purpose::STANDARD.encode(std::fs::read(&path).unwrap());
-            script.push_str(&format!(
-                "printf '%s' '{b64}' | base64 -d > /usr/local/sbin/{name}; chmod 755 /usr/local/sbin/{name}\n"
-            ));
-        }
-    }
-    sh(host, &script);
-}
-
 /// Put the fake package managers and kernel tools into the host's /usr/local/sbin and check that root's and
 /// sudo's PATH pick them (so the real ones can never run).
 async fn install_fakes(host: &Host<'_>, ex: &dyn Executor) {
-    install_asset_dirs(host, &["fake-pm", "fake-kernel"]);
+    capkk_sandbox::assets::install(host, capkk_sandbox::assets::FAKES)
+        .unwrap_or_else(|e| panic!("installing the fakes on {}: {e}", host.info.name));
     let out = ex
         .sudo(capkk_executor::ExecRequest::new(
             "for t in apt-get dpkg-query dnf rpm modprobe sysctl swapoff; do command -v $t; done",
@@ -1236,7 +1215,8 @@ async fn iso_mode_uploads_mounts_uses_only_the_iso_and_restores_sources() {
     let host = &sb.hosts()[6];
     let ex = executor(sb, 6, "root");
     install_fakes(host, &*ex).await;
-    install_asset_dirs(host, &["fake-iso"]);
+    capkk_sandbox::assets::install(host, &["fake-iso"])
+        .unwrap_or_else(|e| panic!("installing fake-iso on {}: {e}", host.info.name));
     let progress = RecordingProgress::default();
     let redactor = Redactor::default();
     let f = facts::gather(&*ex, &progress, &redactor).await.unwrap();

@@ -8,15 +8,10 @@
 //! serving each artifact at the path each provider's catalogue asks for, with a published checksum file next
 //! to it under upstream's name.
 
-use std::{
-    collections::BTreeMap,
-    io::{BufRead as _, BufReader, Write as _},
-    net::TcpListener,
-    path::Path,
-    sync::{Arc, Mutex},
-};
+use std::{path::Path, sync::Arc};
 
 use anyhow::{Context as _, bail};
+use capkk_sandbox::mirror::Mirror;
 use sha2::{Digest as _, Sha256};
 
 use crate::plan::KUBEADM_STANDIN;
@@ -207,108 +202,13 @@ pub fn checksum_file(file_name: &str, sha: &str) -> (String, String) {
     }
 }
 
-/// The test artifact mirror: GET and HEAD of exact paths, `Content-Length`, one thread per connection.
-#[derive(Clone)]
-pub struct Mirror {
-    /// `http://198.18.N.1:PORT`.
-    pub base: String,
-    files: Arc<Mutex<BTreeMap<String, Arc<Vec<u8>>>>>,
-    hits: Arc<Mutex<BTreeMap<String, usize>>>,
-}
-
-impl Mirror {
-    /// Listen on `addr` (the sandbox bridge), port chosen by the kernel.
-    pub fn start(addr: &str) -> anyhow::Result<Mirror> {
-        let listener =
-            TcpListener::bind((addr, 0)).with_context(|| format!("binding the mirror on {addr}"))?;
-        let port = listener.local_addr()?.port();
-        let m = Mirror {
-            base: format!("http://{addr}:{port}"),
-            files: Arc::default(),
-            hits: Arc::default(),
-        };
-        let srv = m.clone();
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
-                let srv = srv.clone();
-                std::thread::spawn(move || {
-                    let _ = srv.serve(conn);
-                });
-            }
-        });
-        Ok(m)
-    }
-
-    fn serve(&self, mut conn: std::net::TcpStream) -> std::io::Result<()> {
-        let mut reader = BufReader::new(conn.try_clone()?);
-        loop {
-            let mut first = String::new();
-            if reader.read_line(&mut first)? == 0 {
-                return Ok(());
-            }
-            let mut close = false;
-            loop {
-                let mut l = String::new();
-                if reader.read_line(&mut l)? == 0 || l == "\r\n" || l == "\n" {
-                    break;
-                }
-                if l.to_ascii_lowercase().starts_with("connection: close") {
-                    close = true;
-                }
-            }
-            let mut words = first.split_whitespace();
-            let method = words.next().unwrap_or_default().to_owned();
-            let path = words.next().unwrap_or("/").to_owned();
-            let body = self.files.lock().ok().and_then(|f| f.get(&path).cloned());
-            match body {
-                Some(b) => {
-                    if method == "GET"
-                        && let Ok(mut h) = self.hits.lock()
-                    {
-                        *h.entry(path).or_default() += 1;
-                    }
-                    conn.write_all(
-                        format!(
-                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\n\r\n",
-                            b.len()
-                        )
-                        .as_bytes(),
-                    )?;
-                    if method != "HEAD" {
-                        conn.write_all(&b)?;
-                    }
-                }
-                None => conn.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")?,
-            }
-            if close {
-                return Ok(());
-            }
-        }
-    }
-
-    /// Serve `body` at `path` (and its checksum file next to it).
-    pub fn put(&self, path: &str, body: Arc<Vec<u8>>) {
-        let sha = hex::encode(Sha256::digest(body.as_slice()));
-        let (dir, file) = path.rsplit_once('/').unwrap_or(("", path));
-        let (sum_name, sum) = checksum_file(file, &sha);
-        if let Ok(mut f) = self.files.lock() {
-            f.insert(path.to_owned(), body);
-            f.insert(format!("{dir}/{sum_name}"), Arc::new(sum.into_bytes()));
-        }
-    }
-
-    /// GET requests per path so far.
-    pub fn hits(&self) -> BTreeMap<String, usize> {
-        self.hits.lock().map(|h| h.clone()).unwrap_or_default()
-    }
-
-    /// Forget the hits.
-    pub fn reset_hits(&self) {
-        if let Ok(mut h) = self.hits.lock() {
-            h.clear();
-        }
-    }
+/// Serve `body` at `path` on `mirror`, with the checksum file upstream publishes next to it.
+pub fn publish(mirror: &Mirror, path: &str, body: Arc<Vec<u8>>) {
+    let sha = hex::encode(Sha256::digest(body.as_slice()));
+    let (dir, file) = path.rsplit_once('/').unwrap_or(("", path));
+    let (sum_name, sum) = checksum_file(file, &sha);
+    mirror.put(path, body);
+    mirror.put(&format!("{dir}/{sum_name}"), sum.into_bytes());
 }
 
 #[cfg(test)]

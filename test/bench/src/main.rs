@@ -401,7 +401,7 @@ struct Paths {
     v3_driver: PathBuf,
     components: ours::Components,
     v3_services: Option<methods::V3Services>,
-    mirror: artifacts::Mirror,
+    mirror: capkk_sandbox::mirror::Mirror,
 }
 
 fn bench_n(
@@ -454,7 +454,7 @@ fn bench_n(
                 ..base.clone()
             };
             let host_cpu_before: f64 = hosts.iter().map(|h| measure::tree_cpu_s(h.init_pid)).sum();
-            p.mirror.reset_hits();
+            p.mirror.reset_downloads();
             let (res, peak) = run_driver(&spec, &work_dir, Duration::from_secs(a.run_timeout))
                 .with_context(|| format!("N={n} {} run {}", m.display(), r + 1))?;
             // Connections are closed when the driver exits; give sshd a moment to reap its sessions.
@@ -463,7 +463,7 @@ fn bench_n(
                 hosts.iter().map(|h| measure::tree_cpu_s(h.init_pid)).sum::<f64>() - host_cpu_before;
             let downloads: usize = p
                 .mirror
-                .hits()
+                .downloads()
                 .iter()
                 .filter(|(path, _)| !path.contains(".sha256"))
                 .map(|(_, n)| n)
@@ -531,7 +531,7 @@ fn serve_artifacts(
     sandbox: &capkk_sandbox::Sandbox,
     v3_driver: &Path,
 ) -> anyhow::Result<(
-    artifacts::Mirror,
+    capkk_sandbox::mirror::Mirror,
     ours::Components,
     Option<methods::V3Services>,
     Vec<artifacts::Artifact>,
@@ -543,7 +543,7 @@ fn serve_artifacts(
             .find(|x| x.id == id)
             .with_context(|| format!("no stand-in artifact {id}"))
     };
-    let mirror = artifacts::Mirror::start(&format!("198.18.{}.1", sandbox.state().index))?;
+    let mirror = capkk_sandbox::mirror::Mirror::start(sandbox)?;
     let components = serve_ours(&arts, &mirror)?;
     let mut v3 = None;
     if a.methods.contains(&Method::CapkkV3) {
@@ -562,7 +562,7 @@ fn serve_artifacts(
             let path = url
                 .strip_prefix(&mirror.base)
                 .with_context(|| format!("CAPKK's {url} is not on the mirror"))?;
-            mirror.put(path, art.bytes.clone());
+            artifacts::publish(&mirror, path, art.bytes.clone());
             services.overrides.push(methods::V3Override {
                 id,
                 arch: "amd64".into(),
@@ -585,7 +585,7 @@ fn serve_artifacts(
 /// the `spec.component` that pins their SHA-256.
 pub(crate) fn serve_ours(
     arts: &[artifacts::Artifact],
-    mirror: &artifacts::Mirror,
+    mirror: &capkk_sandbox::mirror::Mirror,
 ) -> anyhow::Result<ours::Components> {
     use capkk_service::binary::{ArtifactRequest, ComponentSource, catalogue, resolve};
     let by_id = |id: &str| {
@@ -624,7 +624,7 @@ pub(crate) fn serve_ours(
             .url
             .strip_prefix(&mirror.base)
             .with_context(|| format!("{} is not on the mirror", art.url))?;
-        mirror.put(path, by_id(id)?.bytes.clone());
+        artifacts::publish(mirror, path, by_id(id)?.bytes.clone());
     }
     Ok(components)
 }

@@ -271,7 +271,7 @@ async fn measure(
         hosts.push(spec);
     }
     let arts = artifacts::build(&work.join("artifacts"), a.artifact_mib)?;
-    let mirror = artifacts::Mirror::start(&format!("198.18.{}.1", sandbox.state().index))?;
+    let mirror = capkk_sandbox::mirror::Mirror::start(sandbox)?;
     let components = crate::serve_ours(&arts, &mirror)?;
     let overrides: Vec<_> = components
         .pins

@@ -103,7 +103,8 @@ pub enum SandboxError {
     },
 }
 
-type Result<T, E = SandboxError> = std::result::Result<T, E>;
+/// Result alias.
+pub type Result<T, E = SandboxError> = std::result::Result<T, E>;
 
 /// Which login user the inventory names by default.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -250,6 +251,7 @@ impl fmt::Debug for Sandbox {
     }
 }
 
+pub mod assets;
 pub mod mirror;
 pub mod skip;
 
@@ -312,7 +314,9 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-fn run(cmd: &mut Command) -> Result<Output> {
+/// Run `cmd` (stdin closed) and return its output; a command that cannot start or exits non-zero is
+/// [`SandboxError::RunCommand`] with its exit status and stderr.
+pub fn run(cmd: &mut Command) -> Result<Output> {
     let out = cmd
         .stdin(Stdio::null())
         .output()

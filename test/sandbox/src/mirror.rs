@@ -1,106 +1,134 @@
 //! A tiny HTTP/1.1 file server on a sandbox's bridge: the artifact mirror that sandbox hosts download
-//! release artifacts from in tests (stand-ins with their real SHA-256), counting the requests per path; and
-//! the tarballs such stand-ins are packed in.
+//! release artifacts from in tests and benchmarks (stand-ins with their real SHA-256), counting the requests
+//! per path; and the tarballs such stand-ins are packed in.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     io::{BufRead, BufReader, Write},
-    net::TcpListener,
+    net::{TcpListener, TcpStream},
     path::Path,
     sync::{Arc, Mutex, PoisonError},
 };
 
 use crate::Sandbox;
 
-/// The mirror: serves what [`Mirror::put`] stored, 404 for anything else.
+/// The mirror: GET and HEAD of what [`Mirror::put`] stored (404 for anything else), `Content-Length`,
+/// keep-alive connections, one thread per connection.
 #[derive(Clone, Debug)]
 pub struct Mirror {
     /// `http://198.18.N.1:port`.
     pub base: String,
-    files: Arc<Mutex<HashMap<String, Vec<u8>>>>,
+    files: Arc<Mutex<HashMap<String, Arc<Vec<u8>>>>>,
+    /// Every request per path (404s and HEADs included).
     hits: Arc<Mutex<HashMap<String, usize>>>,
+    /// GET requests answered with the file, per path.
+    downloads: Arc<Mutex<BTreeMap<String, usize>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Mirror {
-    /// Listen on the sandbox's bridge address (any free port); one thread per connection.
+    /// Listen on the sandbox's bridge address (any free port).
     pub fn start(sb: &Sandbox) -> std::io::Result<Mirror> {
-        let addr = format!("198.18.{}.1", sb.state().index);
-        let listener = TcpListener::bind((addr.as_str(), 0))?;
+        Self::start_on(&format!("198.18.{}.1", sb.state().index))
+    }
+
+    /// Listen on `addr` (a sandbox bridge address), port chosen by the kernel.
+    pub fn start_on(addr: &str) -> std::io::Result<Mirror> {
+        let listener = TcpListener::bind((addr, 0))?;
         let port = listener.local_addr()?.port();
         let m = Mirror {
             base: format!("http://{addr}:{port}"),
             files: Arc::default(),
             hits: Arc::default(),
+            downloads: Arc::default(),
         };
         let srv = m.clone();
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 let Ok(conn) = conn else { continue };
                 let srv = srv.clone();
-                std::thread::spawn(move || srv.answer(conn));
+                std::thread::spawn(move || {
+                    let _ = srv.serve(conn);
+                });
             }
         });
         Ok(m)
     }
 
-    fn answer(&self, mut conn: std::net::TcpStream) {
-        let Ok(c2) = conn.try_clone() else { return };
-        let mut reader = BufReader::new(c2);
-        let mut first = String::new();
-        if reader.read_line(&mut first).is_err() {
-            return;
-        }
+    /// Answer the requests of one connection until the client closes it or asks to.
+    fn serve(&self, mut conn: TcpStream) -> std::io::Result<()> {
+        let mut reader = BufReader::new(conn.try_clone()?);
         loop {
-            let mut l = String::new();
-            if reader.read_line(&mut l).unwrap_or(0) == 0 || l == "\r\n" || l == "\n" {
-                break;
+            let mut first = String::new();
+            if reader.read_line(&mut first)? == 0 {
+                return Ok(());
             }
-        }
-        let path = first.split_whitespace().nth(1).unwrap_or("/").to_owned();
-        let body = self
-            .files
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&path)
-            .cloned();
-        *self
-            .hits
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(path)
-            .or_default() += 1;
-        let _ = match body {
-            Some(b) => conn
-                .write_all(
+            let mut close = false;
+            loop {
+                let mut l = String::new();
+                if reader.read_line(&mut l)? == 0 || l == "\r\n" || l == "\n" {
+                    break;
+                }
+                if l.to_ascii_lowercase().starts_with("connection: close") {
+                    close = true;
+                }
+            }
+            let mut words = first.split_whitespace();
+            let method = words.next().unwrap_or_default().to_owned();
+            let path = words.next().unwrap_or("/").to_owned();
+            *lock(&self.hits).entry(path.clone()).or_default() += 1;
+            let body = lock(&self.files).get(&path).cloned();
+            let connection = if close { "close" } else { "keep-alive" };
+            match body {
+                Some(b) => {
+                    if method == "GET" {
+                        *lock(&self.downloads).entry(path).or_default() += 1;
+                    }
+                    conn.write_all(
+                        format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\nConnection: {connection}\r\n\r\n",
+                            b.len()
+                        )
+                        .as_bytes(),
+                    )?;
+                    if method != "HEAD" {
+                        conn.write_all(&b)?;
+                    }
+                }
+                None => conn.write_all(
                     format!(
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                        b.len()
+                        "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: {connection}\r\n\r\n"
                     )
                     .as_bytes(),
-                )
-                .and_then(|_| conn.write_all(&b)),
-            None => {
-                conn.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                )?,
             }
-        };
+            if close {
+                return Ok(());
+            }
+        }
     }
 
     /// Serve `body` at `path`.
-    pub fn put(&self, path: &str, body: Vec<u8>) {
-        self.files
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(path.to_owned(), body);
+    pub fn put(&self, path: &str, body: impl Into<Arc<Vec<u8>>>) {
+        lock(&self.files).insert(path.to_owned(), body.into());
     }
 
-    /// How many requests asked for `path` so far.
+    /// How many requests asked for `path` so far (HEADs and 404s included).
     pub fn hits(&self, path: &str) -> usize {
-        self.hits
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(path)
-            .copied()
-            .unwrap_or(0)
+        lock(&self.hits).get(path).copied().unwrap_or(0)
+    }
+
+    /// GET requests answered with a file so far, per path.
+    pub fn downloads(&self) -> BTreeMap<String, usize> {
+        lock(&self.downloads).clone()
+    }
+
+    /// Forget the downloads counted so far.
+    pub fn reset_downloads(&self) {
+        lock(&self.downloads).clear();
     }
 }
 

@@ -302,20 +302,12 @@ fn which(tool: &str) -> Option<PathBuf> {
 }
 
 fn run(cmd: &mut Command) -> Result<Output> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| VmError::RunCommand {
-            command: format!("{cmd:?}"),
-            message: e.to_string(),
-        })?;
-    if !out.status.success() {
-        return Err(VmError::RunCommand {
-            command: format!("{cmd:?}"),
-            message: format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()),
-        });
-    }
-    Ok(out)
+    capkk_sandbox::run(cmd).map_err(|e| match e {
+        capkk_sandbox::SandboxError::RunCommand { command, message } => {
+            VmError::RunCommand { command, message }
+        }
+        e => VmError::Slot(e),
+    })
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> VmError + '_ {
