@@ -71,6 +71,7 @@ include test/sandbox/sandbox.mk
 include test/vm/vm.mk
 include pkg/cloudinit/cloudinit.mk
 include test/vm/artifacts/artifacts.mk
+include test/clusterctl/clusterctl.mk
 
 .PHONY: help deps build test test-build test-unit test-integration verify fmt clippy crds verify-crds shellcheck \
         verify-deps deny docs-diagrams image image-test docker-build release-manifests clean

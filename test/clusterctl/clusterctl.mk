@@ -1,0 +1,27 @@
+# Makefile fragment for what `clusterctl init` installs here (test/clusterctl, see its README.md). Included from the
+# top Makefile; runs from the repository root.
+#
+#   make clusterctl-artifacts     cert-manager and CAPI core/kubeadm bootstrap/kubeadm control plane: static binaries,
+#                                 images in a registry's storage, manifests as clusterctl local repositories, into
+#                                 $(CAPKK_CACHE)/clusterctl/<hash>/ (cached by content hash)
+#   make clusterctl-config CLUSTERCTL_REGISTRY=198.18.0.1:5000 [CLUSTERCTL_OUT=_out/clusterctl]
+#                                 write $(CLUSTERCTL_OUT)/clusterctl.yaml for `clusterctl init --config`
+#   make clusterctl-artifacts-test    check them: clusterctl renders every provider, the components pass the
+#                                 local plane's server-side dry run, every image's binary runs (needs mgmt-up)
+
+CLUSTERCTL_DIR_SRC ?= test/clusterctl
+CLUSTERCTL_REGISTRY ?=
+CLUSTERCTL_OUT ?= $(OUT)/clusterctl
+
+.PHONY: clusterctl-artifacts clusterctl-config clusterctl-artifacts-test
+
+clusterctl-artifacts: mgmt-bin ## build what clusterctl init installs besides our provider (cached by content hash)
+	$(CLUSTERCTL_DIR_SRC)/build.sh
+
+clusterctl-config: clusterctl-artifacts ## write $(CLUSTERCTL_OUT)/clusterctl.yaml for clusterctl init (CLUSTERCTL_REGISTRY=host:port)
+	@test -n "$(CLUSTERCTL_REGISTRY)" || { echo "set CLUSTERCTL_REGISTRY (host:port of the registry serving the images)"; exit 1; }
+	$(CLUSTERCTL_DIR_SRC)/config.sh $(CLUSTERCTL_REGISTRY) $(CLUSTERCTL_OUT) $(VERSION)
+
+# Under $(HOSTS_LOCK) when set: the check creates (and deletes) namespaces and cert-manager's CRDs on the shared plane.
+clusterctl-artifacts-test: clusterctl-artifacts mgmt-up ## check what clusterctl init installs (images run, clusterctl renders, server dry run)
+	$(HOSTS_LOCK) $(CLUSTERCTL_DIR_SRC)/check.sh
