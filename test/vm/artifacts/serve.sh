@@ -12,6 +12,8 @@
 # written, into <state-dir>/htpasswd, mode 0600). The registry runs in read-only mode on the prebuilt storage.
 # Reads $NODE_ARTIFACTS_ENV (default $CAPKK_CACHE/node-artifacts/current.env, written by build.sh).
 # Writes <state-dir>/serve.env: NODE_MIRROR_URL, NODE_REGISTRY, NODE_APT_SOURCE.
+# NODE_REGISTRY_EXTRA_STORAGE (space-separated registry storages, e.g. $CLUSTERCTL_REGISTRY_STORAGE of
+# test/clusterctl) adds their images to the same registry: merged by hard links in <state-dir>/registry-merged.
 set -euo pipefail
 
 CAPKK_CACHE=${CAPKK_CACHE:-$HOME/.cache/capkk-rs}
@@ -55,6 +57,18 @@ case $cmd in
     state=$(cd "$state" && pwd)
     stop_one "$state" mirror
     stop_one "$state" registry
+    # More image storages served by the same registry (e.g. what clusterctl init installs, test/clusterctl):
+    # merged with the node images' into <state-dir>/registry-merged by hard links (no copy: served read-only).
+    if [ -n "${NODE_REGISTRY_EXTRA_STORAGE:-}" ]; then
+      merged=$state/registry-merged
+      rm -rf "$merged"; mkdir -p "$merged"
+      for s in "$NODE_REGISTRY_STORAGE" $NODE_REGISTRY_EXTRA_STORAGE; do
+        [ -d "$s/docker/registry/v2/repositories" ] || die "$s is not a registry storage"
+        # -n: a blob both hold is the same content (named by its digest); the first copy stays.
+        cp -aln "$s/." "$merged/" 2>/dev/null || cp -an "$s/." "$merged/"
+      done
+      NODE_REGISTRY_STORAGE=$merged
+    fi
     auth=""
     if [ -n "${NODE_REGISTRY_USER:-}" ] || [ -n "${NODE_REGISTRY_PASSWORD:-}" ]; then
       { [ -n "${NODE_REGISTRY_USER:-}" ] && [ -n "${NODE_REGISTRY_PASSWORD:-}" ]; } ||
@@ -108,6 +122,8 @@ EOF
     ;;
   stop)
     [ -d "$state" ] || exit 0
+    # Hard links only, served read-only: removed before the registry stops, no harm.
+    rm -rf "$state/registry-merged"
     stop_one "$state" mirror
     stop_one "$state" registry
     rm -f "$state/serve.env" "$state/htpasswd"
