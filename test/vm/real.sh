@@ -5,7 +5,9 @@
 #
 #   test/vm/real.sh smoke        1 VM: KubeadmControlPlane (1 replica) inits it through our controllers, the
 #                                Node goes Ready with our providerID, deleting the Cluster resets the VM
-#                                (make test-real-smoke, a tier of make test)
+#                                and, before that, the manager Deployment exactly as `clusterctl generate provider`
+#                                renders it runs as a Pod on that node (image pulled from the bridge registry),
+#                                turns Ready and holds its leader Lease (make test-real-smoke, a tier of make test)
 #   test/vm/real.sh e2e          2 VMs: the control plane and a MachineDeployment worker, both Nodes Ready, kube-proxy
 #                                and CoreDNS Running, the workload image answering over the pod network on the
 #                                worker, scale 1 -> 0 (the worker VM reset for real) -> 1 (the same VM joins
@@ -47,6 +49,9 @@ VERSION=${VERSION:-v0.1.0}
 CAPKK_CACHE=${CAPKK_CACHE:-$HOME/.cache/capkk-rs}
 export CAPKK_CACHE CLUSTERCTL_DISABLE_VERSIONCHECK=true
 CARGO=${CARGO:-cargo}
+# The manager image `make image` builds (the smoke runs it as a Pod); PODMAN may carry options.
+IMG=${IMG:-ghcr.io/capkk-rs/capkk-manager:dev}
+read -ra PODMAN_CMD <<<"${PODMAN:-podman}"
 # Where `make build` puts the binaries (cargo's own rule: a relative CARGO_TARGET_DIR is taken from make's
 # directory, the repository root).
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
@@ -170,7 +175,10 @@ serve_up() {
   mkdir -p "$WORK/serve"
   REGISTRY_USER=capkk
   REGISTRY_PASSWORD=$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
-  NODE_REGISTRY_USER=$REGISTRY_USER NODE_REGISTRY_PASSWORD=$REGISTRY_PASSWORD \
+  # The smoke pushes the manager image it runs as a Pod: its registry is writable (a copy of the cached storage).
+  local push=0
+  [ "$MODE" = smoke ] && push=1
+  NODE_REGISTRY_USER=$REGISTRY_USER NODE_REGISTRY_PASSWORD=$REGISTRY_PASSWORD NODE_REGISTRY_PUSH=$push \
     "$ROOT/test/vm/artifacts/serve.sh" start "$WORK/serve" "$BRIDGE" >/dev/null
   # shellcheck disable=SC1091
   source "$WORK/serve/serve.env"
@@ -269,6 +277,81 @@ control_plane() {
   stage "control plane Node Ready"
   node_joined "$cp"
   nodes_wide
+}
+
+# ---------------------------------------------------------------------------------------------------------
+# the manager as a Pod
+
+MANAGER_POD_NS=capkk-system
+MANAGER_POD_SEL=control-plane=capkk-controller-manager
+LEASE=capkk-manager-leader
+
+manager_pod_name() { wl get pods -n "$MANAGER_POD_NS" -l "$MANAGER_POD_SEL" -o jsonpath='{.items[0].metadata.name}'; }
+lease_field() { wl get lease -n "$MANAGER_POD_NS" "$LEASE" -o jsonpath="{.spec.$1}" 2>/dev/null; }
+lease_held_by() { [ -n "$1" ] && [ "$(lease_field holderIdentity)" = "$1" ]; }
+lease_renewed_since() { local t; t=$(lease_field renewTime); [ -n "$t" ] && [ "$t" != "$1" ]; }
+crds_established() {
+  wl wait --for condition=established --timeout=10s crd/kkclusters.infrastructure.cluster.x-k8s.io \
+    crd/kkmachines.infrastructure.cluster.x-k8s.io crd/kkinstances.infrastructure.cluster.x-k8s.io >/dev/null
+}
+
+# What `clusterctl init --infrastructure kubekey` installs of ours, on the node the smoke just made: the
+# components `clusterctl generate provider` renders (CRDs, RBAC, the namespace, the Deployment) with the image
+# variable pointing at the bridge registry. The Deployment runs unchanged: in-cluster config through the kubernetes
+# Service (kube-proxy), the downward API, a read-only root with its cache volume, probes, the Lease.
+manager_pod() {
+  local cp img pod renewed
+  cp=$(vm_name 1)
+  img=$NODE_REGISTRY/capkk-manager:$VERSION
+  stage "the manager as clusterctl renders it: a Pod on $cp, Ready, holding its Lease"
+  if ! "${PODMAN_CMD[@]}" image exists "$IMG"; then
+    log "  building $IMG (make image; the image-test tier builds it in make test)"
+    make -s -C "$ROOT" image IMG="$IMG" >>"$WORK/build.log" 2>&1 || { tail -n 30 "$WORK/build.log"; die "make image failed"; }
+  fi
+  "${PODMAN_CMD[@]}" tag "$IMG" "$img"
+  check "the manager image is pushed to the bridge registry as $img" \
+    "${PODMAN_CMD[@]}" push -q --tls-verify=false --creds "$REGISTRY_USER:$REGISTRY_PASSWORD" "$img"
+  "${PODMAN_CMD[@]}" rmi "$img" >/dev/null 2>&1 || true
+  CAPKK_IMAGE=$img clusterctl generate provider --infrastructure "kubekey:$VERSION" --config "$CCONF" \
+    >"$WORK/components-pod.yaml"
+  check "clusterctl renders the Deployment with image $img" grep -q "image: $img\$" "$WORK/components-pod.yaml"
+  wl apply --server-side -f "$WORK/components-pod.yaml" >/dev/null
+  wait_for "the provider's CRDs are established in the workload cluster" 120 crds_established
+  # One node: the control plane takes workloads, as on any single-node cluster.
+  wl taint node "$cp" node-role.kubernetes.io/control-plane:NoSchedule- >/dev/null 2>&1 || true
+  wait_for "the manager Pod Running and Ready on $cp (image pulled over the bridge)" 900 \
+    pods_ready "$MANAGER_POD_NS" "$MANAGER_POD_SEL" 1
+  pod=$(manager_pod_name)
+  wait_for "the Lease $MANAGER_POD_NS/$LEASE is held by the Pod $pod" 300 lease_held_by "$pod"
+  renewed=$(lease_field renewTime)
+  wait_for "the Pod renews its Lease (renewTime moves on from $renewed)" 120 lease_renewed_since "$renewed"
+  check "the Pod's log shows it became leader and started the controllers" \
+    bash -c "kubectl --kubeconfig '$WORK/workload.kubeconfig' logs -n '$MANAGER_POD_NS' '$pod' | grep -q 'Starting controllers'"
+  manager_failover
+  wl get pods -A -o wide 2>&1 | sed 's/^/    /'
+}
+
+lease_moved_to_another_pod() { # lease_moved_to_another_pod OLD: a Running manager Pod other than OLD holds it
+  local holder
+  holder=$(lease_field holderIdentity)
+  [ -n "$holder" ] && [ "$holder" != "$1" ] &&
+    [ "$(wl get pod -n "$MANAGER_POD_NS" "$holder" -o jsonpath='{.status.phase}' 2>/dev/null)" = Running ]
+}
+
+# Two replicas, as an operator scales the Deployment for availability: the second Pod is Ready without the Lease;
+# deleting the leader hands the Lease to it (a graceful delete: the leader stops renewing, the other takes over
+# after the lease expires or is released).
+manager_failover() {
+  local leader t0 took
+  leader=$(lease_field holderIdentity)
+  wl scale deployment -n "$MANAGER_POD_NS" capkk-controller-manager --replicas 2 >/dev/null
+  wait_for "two manager Pods Running and Ready" 600 pods_ready "$MANAGER_POD_NS" "$MANAGER_POD_SEL" 2
+  check "the first Pod still holds the Lease ($leader)" lease_held_by "$leader"
+  t0=$(date +%s)
+  wl delete pod -n "$MANAGER_POD_NS" "$leader" --wait=false >/dev/null
+  wait_for "the other Pod takes the Lease after the leader Pod is deleted" 300 lease_moved_to_another_pod "$leader"
+  took=$(($(date +%s) - t0))
+  log "  the Lease moved to $(lease_field holderIdentity) ${took}s after the leader Pod's deletion (lease duration $(lease_field leaseDurationSeconds)s)"
 }
 
 machine_count() { [ "$(kubectl get machines -n "$NS" -l "$1" -o name | grep -c .)" = "$2" ]; }
@@ -515,7 +598,7 @@ main() {
   case $MODE in
     smoke)
       VMS=1
-      steps=(build mgmt_up release vms_up serve_up render_apply control_plane delete_cluster)
+      steps=(build mgmt_up release vms_up serve_up render_apply control_plane manager_pod delete_cluster)
       ;;
     e2e | quickstart)
       VMS=2

@@ -27,7 +27,7 @@ test-vm: ## VM test hosts: boot, identity, SSH, watchdog (needs root, qemu; boot
 TEST_TIERS += test-real-smoke
 
 test-real-smoke: ## real-node smoke: 1 VM, kubeadm init through our controllers, Node Ready, delete resets it (long)
-	test/vm/real.sh smoke
+	IMG="$(IMG)" PODMAN="$(PODMAN)" test/vm/real.sh smoke
 
 real-smoke-down: ## tear down what an interrupted real-node smoke left
 	test/vm/real.sh down

@@ -9,7 +9,9 @@
 #
 # Both servers bind <ip> only (a bridge address in 198.18.0.0/15, or 127.0.0.1 for host-side tests). With
 # NODE_REGISTRY_USER and NODE_REGISTRY_PASSWORD set, the registry requires Basic auth (only the bcrypt hash is
-# written, into <state-dir>/htpasswd, mode 0600). The registry runs in read-only mode on the prebuilt storage.
+# written, into <state-dir>/htpasswd, mode 0600). The registry runs in read-only mode on the prebuilt storage;
+# with NODE_REGISTRY_PUSH=1 (auth required) it is writable instead, on the run's own copy of that storage in
+# <state-dir>/registry-storage, so that a test can push an image it built (the manager's) without changing the cache.
 # Reads $NODE_ARTIFACTS_ENV (default $CAPKK_CACHE/node-artifacts/current.env, written by build.sh).
 # Writes <state-dir>/serve.env: NODE_MIRROR_URL, NODE_REGISTRY, NODE_APT_SOURCE.
 # NODE_REGISTRY_EXTRA_STORAGE (space-separated registry storages, e.g. $CLUSTERCTL_REGISTRY_STORAGE of
@@ -79,18 +81,26 @@ case $cmd in
     realm: capkk-node-registry
     path: $state/htpasswd"
     fi
+    storage=$NODE_REGISTRY_STORAGE readonly=true
+    if [ "${NODE_REGISTRY_PUSH:-0}" = 1 ]; then
+      [ -n "$auth" ] || die "NODE_REGISTRY_PUSH=1 needs NODE_REGISTRY_USER and NODE_REGISTRY_PASSWORD (no anonymous pushes)"
+      # A copy, not hard links: the registry rewrites link files in place, which would write through into the cache.
+      rm -rf "$state/registry-storage"
+      cp -a "$NODE_REGISTRY_STORAGE" "$state/registry-storage"
+      storage=$state/registry-storage readonly=false
+    fi
     cat > "$state/registry.yml" <<EOF
 version: 0.1
 log:
   level: info
 storage:
   filesystem:
-    rootdirectory: $NODE_REGISTRY_STORAGE
+    rootdirectory: $storage
   maintenance:
     uploadpurging:
       enabled: false
     readonly:
-      enabled: true
+      enabled: $readonly
 http:
   addr: $ip:$rport
 $auth
@@ -126,7 +136,7 @@ EOF
     rm -rf "$state/registry-merged"
     stop_one "$state" mirror
     stop_one "$state" registry
-    rm -f "$state/serve.env" "$state/htpasswd"
+    rm -rf "$state/serve.env" "$state/htpasswd" "$state/registry-storage"
     ;;
   status)
     for n in mirror registry; do
