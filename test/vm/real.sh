@@ -14,7 +14,13 @@
 #                                again), delete the Cluster (every VM reset)            (make e2e-real)
 #   test/vm/real.sh quickstart   e2e's cluster up to the pod network, left running; prints how to explore it
 #                                (make quickstart-real)
-#   test/vm/real.sh down | e2e-down | quickstart-down
+#   test/vm/real.sh clusterctl   the first stages of make e2e-clusterctl: a workload cluster on VMs (REAL_VMS: 1, or
+#                                2 = control plane + worker) becomes a management cluster through the real
+#                                `clusterctl init --infrastructure kubekey` (cert-manager, CAPI core, kubeadm
+#                                bootstrap + control plane and capkk, all as Pods, images from the bridge
+#                                registry; test/clusterctl), every provider Pod Running and Ready, then delete.
+#                                Not yet: move (pivot), scale from the self-hosted cluster, upgrade, move back.
+#   test/vm/real.sh down | e2e-down | quickstart-down | clusterctl-down
 #                                tear down what that mode left (VMs, mirror, registry, manager, namespace)
 #
 # REAL_NAME names the run (default real-smoke, real-e2e, real-quickstart: VMs, namespace, work dir); use one of
@@ -38,7 +44,8 @@ case $MODE in
   smoke | down) NAME=${REAL_NAME:-real-smoke} ;;
   e2e | e2e-down) NAME=${REAL_NAME:-real-e2e} ;;
   quickstart | quickstart-down) NAME=${REAL_NAME:-real-quickstart} ;;
-  *) echo "usage: $0 smoke|e2e|quickstart|down|e2e-down|quickstart-down" >&2; exit 2 ;;
+  clusterctl | clusterctl-down) NAME=${REAL_NAME:-real-clusterctl} ;;
+  *) echo "usage: $0 smoke|e2e|quickstart|clusterctl|down|e2e-down|quickstart-down|clusterctl-down" >&2; exit 2 ;;
 esac
 KEEP=${REAL_KEEP:-0}
 FROM=${REAL_FROM:-}
@@ -77,6 +84,7 @@ progress() {
   machines=$(kubectl get kkmachines -n "$NS" --no-headers \
     -o custom-columns=M:.metadata.name,PHASE:.status.phase,STEP:.status.step 2>/dev/null | tr -s ' ')
   log "   .. $(tr '\n' ';' <<<"$machines") load $(cut -d' ' -f1-3 /proc/loadavg)"
+  [ -z "${CLUSTERCTL_LOG:-}" ] || log "   .. clusterctl: $(tail -n 1 "$CLUSTERCTL_LOG" 2>/dev/null | cut -c1-160)"
   if grep -q '^[^ ]* Failed ' <<<"$machines"; then
     FAILED=$((FAILED + 1))
     log "  FAIL a KKMachine failed terminally: $(grep '^[^ ]* Failed ' <<<"$machines" | tr '\n' ' ')"
@@ -118,6 +126,10 @@ build() {
   make -s -C "$ROOT" build CARGO="$CARGO" >"$WORK/build.log" 2>&1 || { tail -n 30 "$WORK/build.log"; die "make build failed"; }
   make -s -C "$ROOT" mgmt-bin >>"$WORK/build.log" 2>&1 || { tail -n 30 "$WORK/build.log"; die "make mgmt-bin failed"; }
   make -s -C "$ROOT" node-artifacts >>"$WORK/build.log" 2>&1 || { tail -n 30 "$WORK/build.log"; die "make node-artifacts failed"; }
+  if [ "$MODE" = clusterctl ]; then
+    make -s -C "$ROOT" clusterctl-artifacts >>"$WORK/build.log" 2>&1 ||
+      { tail -n 30 "$WORK/build.log"; die "make clusterctl-artifacts failed"; }
+  fi
   mgmt_env
   # shellcheck disable=SC1091
   source "$CAPKK_CACHE/node-artifacts/current.env"
@@ -176,9 +188,15 @@ serve_up() {
   REGISTRY_USER=capkk
   REGISTRY_PASSWORD=$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
   # The smoke pushes the manager image it runs as a Pod: its registry is writable (a copy of the cached storage).
-  local push=0
-  [ "$MODE" = smoke ] && push=1
+  local push=0 extra=""
+  case $MODE in smoke | clusterctl) push=1 ;; esac
+  if [ "$MODE" = clusterctl ]; then
+    # shellcheck disable=SC1091
+    source "$CAPKK_CACHE/clusterctl/current.env"
+    extra=$CLUSTERCTL_REGISTRY_STORAGE
+  fi
   NODE_REGISTRY_USER=$REGISTRY_USER NODE_REGISTRY_PASSWORD=$REGISTRY_PASSWORD NODE_REGISTRY_PUSH=$push \
+    NODE_REGISTRY_EXTRA_STORAGE=$extra \
     "$ROOT/test/vm/artifacts/serve.sh" start "$WORK/serve" "$BRIDGE" >/dev/null
   # shellcheck disable=SC1091
   source "$WORK/serve/serve.env"
@@ -295,6 +313,17 @@ crds_established() {
     crd/kkmachines.infrastructure.cluster.x-k8s.io crd/kkinstances.infrastructure.cluster.x-k8s.io >/dev/null
 }
 
+push_manager_image() { # push_manager_image REF: the image `make image` built, pushed to the bridge registry as REF
+  if ! "${PODMAN_CMD[@]}" image exists "$IMG"; then
+    log "  building $IMG (make image; the image-test tier builds it in make test)"
+    make -s -C "$ROOT" image IMG="$IMG" >>"$WORK/build.log" 2>&1 || { tail -n 30 "$WORK/build.log"; die "make image failed"; }
+  fi
+  "${PODMAN_CMD[@]}" tag "$IMG" "$1"
+  check "the manager image is pushed to the bridge registry as $1" \
+    "${PODMAN_CMD[@]}" push -q --tls-verify=false --creds "$REGISTRY_USER:$REGISTRY_PASSWORD" "$1"
+  "${PODMAN_CMD[@]}" rmi "$1" >/dev/null 2>&1 || true
+}
+
 # What `clusterctl init --infrastructure kubekey` installs of ours, on the node the smoke just made: the
 # components `clusterctl generate provider` renders (CRDs, RBAC, the namespace, the Deployment) with the image
 # variable pointing at the bridge registry. The Deployment runs unchanged: in-cluster config through the kubernetes
@@ -304,14 +333,7 @@ manager_pod() {
   cp=$(vm_name 1)
   img=$NODE_REGISTRY/capkk-manager:$VERSION
   stage "the manager as clusterctl renders it: a Pod on $cp, Ready, holding its Lease"
-  if ! "${PODMAN_CMD[@]}" image exists "$IMG"; then
-    log "  building $IMG (make image; the image-test tier builds it in make test)"
-    make -s -C "$ROOT" image IMG="$IMG" >>"$WORK/build.log" 2>&1 || { tail -n 30 "$WORK/build.log"; die "make image failed"; }
-  fi
-  "${PODMAN_CMD[@]}" tag "$IMG" "$img"
-  check "the manager image is pushed to the bridge registry as $img" \
-    "${PODMAN_CMD[@]}" push -q --tls-verify=false --creds "$REGISTRY_USER:$REGISTRY_PASSWORD" "$img"
-  "${PODMAN_CMD[@]}" rmi "$img" >/dev/null 2>&1 || true
+  push_manager_image "$img"
   CAPKK_IMAGE=$img clusterctl generate provider --infrastructure "kubekey:$VERSION" --config "$CCONF" \
     >"$WORK/components-pod.yaml"
   check "clusterctl renders the Deployment with image $img" grep -q "image: $img\$" "$WORK/components-pod.yaml"
@@ -329,6 +351,46 @@ manager_pod() {
     bash -c "kubectl --kubeconfig '$WORK/workload.kubeconfig' logs -n '$MANAGER_POD_NS' '$pod' | grep -q 'Starting controllers'"
   manager_failover
   wl get pods -A -o wide 2>&1 | sed 's/^/    /'
+}
+
+# The providers clusterctl init installs: namespace, Deployment (each one Pod).
+PROVIDER_DEPLOYMENTS=(
+  cert-manager/cert-manager cert-manager/cert-manager-cainjector cert-manager/cert-manager-webhook
+  capi-system/capi-controller-manager capi-kubeadm-bootstrap-system/capi-kubeadm-bootstrap-controller-manager
+  capi-kubeadm-control-plane-system/capi-kubeadm-control-plane-controller-manager
+  capkk-system/capkk-controller-manager
+)
+deployment_available() { # deployment_available NAMESPACE/NAME
+  [ "$(wl get deployment -n "${1%/*}" "${1#*/}" -o jsonpath='{.status.conditions[?(@.type=="Available")].status}')" = True ]
+}
+process_done() { ! kill -0 "$1" 2>/dev/null; }
+
+# The workload cluster becomes a management cluster the way every CAPI user makes one: the real clusterctl, our
+# provider by name, a configuration file (test/clusterctl/config.sh) naming local repositories and the bridge
+# registry. clusterctl waits for cert-manager and for every provider (--wait-providers).
+clusterctl_init() {
+  local d pid rc
+  stage "clusterctl init --infrastructure kubekey into $CLUSTER (every provider as Pods)"
+  push_manager_image "$NODE_REGISTRY/capkk-manager:$VERSION"
+  "$ROOT/test/clusterctl/config.sh" "$NODE_REGISTRY" "$WORK/clusterctl" "$VERSION" >/dev/null
+  # One node: the control plane takes workloads, as on any single-node cluster.
+  [ "$VMS" != 1 ] || wl taint node "$(vm_name 1)" node-role.kubernetes.io/control-plane:NoSchedule- >/dev/null 2>&1 || true
+  CLUSTERCTL_LOG=$WORK/clusterctl-init.log
+  KUBECONFIG=$WORK/workload.kubeconfig clusterctl init --infrastructure kubekey \
+    --config "$WORK/clusterctl/clusterctl.yaml" --wait-providers --wait-provider-timeout 30m -v 2 \
+    >"$CLUSTERCTL_LOG" 2>&1 &
+  pid=$!
+  wait_for "clusterctl init finished" 3600 process_done "$pid" || true
+  rc=0; wait "$pid" || rc=$?
+  CLUSTERCTL_LOG=
+  sed 's/^/    /' "$WORK/clusterctl-init.log" | tail -n 25
+  check "clusterctl init --infrastructure kubekey exits 0 (exit $rc)" test "$rc" = 0
+  for d in "${PROVIDER_DEPLOYMENTS[@]}"; do
+    wait_for "$d Available" 900 deployment_available "$d"
+  done
+  log "  workload cluster after clusterctl init, kubectl get pods -A -o wide:"
+  wl get pods -A -o wide 2>&1 | tee "$WORK/pods-after-init.txt" | sed 's/^/    /'
+  wl get providers -A 2>&1 | sed 's/^/    /' || true
 }
 
 lease_moved_to_another_pod() { # lease_moved_to_another_pod OLD: a Running manager Pod other than OLD holds it
@@ -604,6 +666,12 @@ main() {
       VMS=2
       steps=(build mgmt_up release vms_up serve_up render_apply control_plane workers addons pod_network)
       [ "$MODE" = quickstart ] || steps+=(scale_down scale_up delete_cluster)
+      ;;
+    clusterctl)
+      VMS=${REAL_VMS:-2}
+      steps=(build mgmt_up release vms_up serve_up render_apply control_plane)
+      [ "$VMS" = 1 ] || steps+=(workers)
+      steps+=(clusterctl_init delete_cluster)
       ;;
     *-down | down)
       mgmt_env

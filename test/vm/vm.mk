@@ -2,10 +2,13 @@
 #
 #   make vm-image             build (or find in $CAPKK_CACHE/vm) the Debian VM image
 #   make test-vm              VM tier tests: boot, identity, SSH with pinned ed25519 host key, watchdog
-#   make test-real-smoke      1 VM through our controllers to a Ready Node and back (in TEST_TIERS, after test-vm)
+#   make test-real-smoke      1 VM through our controllers to a Ready Node, our manager Deployment as a Pod on it
+#                             (Ready, holding its Lease, handing it over), and back (in TEST_TIERS, after test-vm)
 #   make e2e-real             2 VMs: control plane + worker Ready, CoreDNS, a pod over the pod network, scale the
 #                             worker 1 -> 0 -> 1, delete the Cluster (the full real lifecycle; not in TEST_TIERS)
 #   make quickstart-real      e2e-real's cluster left running to explore; make quickstart-real-down removes it
+#   make e2e-clusterctl       VMs become a management cluster through the real `clusterctl init --infrastructure
+#                             kubekey` (test/clusterctl's artifacts); the pivot and upgrade stages are still to come
 # VMs run under QEMU TCG unless CAPKK_VM_ACCEL=kvm. They need root and qemu-system-x86, qemu-utils, mmdebstrap
 # (hack/deps.list).
 
@@ -31,6 +34,15 @@ test-real-smoke: ## real-node smoke: 1 VM, kubeadm init through our controllers,
 
 real-smoke-down: ## tear down what an interrupted real-node smoke left
 	test/vm/real.sh down
+
+.PHONY: e2e-clusterctl e2e-clusterctl-down
+
+# The first stages of issue 23's e2e: clusterctl init into a VM cluster; REAL_VMS=1 for a single node.
+e2e-clusterctl: ## VMs become a management cluster by the real clusterctl init (every provider a Pod); move/upgrade not yet (long)
+	IMG="$(IMG)" PODMAN="$(PODMAN)" test/vm/real.sh clusterctl
+
+e2e-clusterctl-down: ## tear down what an interrupted (or REAL_KEEP=1) e2e-clusterctl left
+	test/vm/real.sh clusterctl-down
 
 .PHONY: e2e-real e2e-real-down quickstart-real quickstart-real-down
 
