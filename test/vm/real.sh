@@ -332,7 +332,7 @@ manager_pod() {
   local cp img pod renewed
   cp=$(vm_name 1)
   img=$NODE_REGISTRY/capkk-manager:$VERSION
-  stage "the manager as clusterctl renders it: a Pod on $cp, Ready, holding its Lease"
+  stage "manager Deployment as a Pod on $cp: Ready, Lease, handover"
   push_manager_image "$img"
   CAPKK_IMAGE=$img clusterctl generate provider --infrastructure "kubekey:$VERSION" --config "$CCONF" \
     >"$WORK/components-pod.yaml"
