@@ -57,6 +57,8 @@ pub(crate) fn default_arch() -> Option<String> {
 pub const DEFAULT_SSH_USER: &str = "root";
 /// SSH port when neither the host nor the global auth names one.
 pub const DEFAULT_SSH_PORT: i32 = 22;
+/// The largest `auth.timeout` in CAPKK's integer form (one hour in nanoseconds), the CRD's `maximum`.
+pub const MAX_SSH_TIMEOUT_NANOS: i64 = 3_600_000_000_000;
 
 /// SSH connect timeout: a duration string (`30s`, `1m`) or, as CAPKK stores its `*time.Duration`, an integer
 /// number of nanoseconds. CAPKK's defaulted `30s` is `30000000000`, which does not fit the 32-bit integer of
@@ -76,7 +78,15 @@ impl JsonSchema for SshTimeout {
     }
 
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({ "x-kubernetes-int-or-string": true })
+        // `pattern` and `maxLength` apply to the text form, `minimum`/`maximum` to the integer (at most
+        // one hour: a connect bound a tenant sets must not hold a host-work permit for longer).
+        schemars::json_schema!({
+            "x-kubernetes-int-or-string": true,
+            "pattern": crate::patterns::SSH_TIMEOUT,
+            "maxLength": 64,
+            "minimum": 1,
+            "maximum": MAX_SSH_TIMEOUT_NANOS,
+        })
     }
 }
 
@@ -130,19 +140,25 @@ pub struct Auth {
     pub user: Option<String>,
     /// Inline password (CAPKK compatibility; prefer `secretRef`). Also used for `sudo`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
     pub password: Option<String>,
     /// SSH port (global default 22).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 65535))]
     pub port: Option<i32>,
-    /// Inline private key in OpenSSH or PEM format (CAPKK compatibility; prefer `secretRef`).
+    /// Inline private key in OpenSSH or PEM format (CAPKK compatibility; prefer `secretRef`). At most 64 KiB,
+    /// the size of the largest key file read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 65536))]
     pub private_key: Option<String>,
-    /// Path of a private key file on the controller's file system.
+    /// Path of a private key file on the controller's file system, under the manager's `--private-key-dir`
+    /// (no `..` component).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024), extend("pattern" = crate::patterns::KEY_PATH))]
     pub private_key_path: Option<String>,
     /// Name of a Secret in the same namespace with keys `password` and/or `privateKey` (CAPKK form).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253), extend("pattern" = crate::patterns::SECRET_NAME_OR_EMPTY))]
     pub secret: Option<String>,
     /// Reference to a Secret in the same namespace holding the credentials (preferred form).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -246,7 +262,8 @@ impl Auth {
     }
 }
 
-/// Parse a Go-style duration (`30s`, `1m30s`, `2h`, `500ms`) into whole seconds (at least 1).
+/// Parse a Go-style duration (`30s`, `1m30s`, `2h`, `500ms`) into whole seconds (at least 1); `None` when
+/// unparsable or too large for 64 bits of milliseconds.
 pub fn parse_duration_seconds(s: &str) -> Option<u64> {
     let s = s.trim();
     if s.is_empty() {
@@ -269,13 +286,15 @@ pub fn parse_duration_seconds(s: &str) -> Option<u64> {
         }
         let n: u64 = num.parse().ok()?;
         num.clear();
-        total_ms += match unit.as_str() {
-            "ms" => n,
-            "s" => n * 1000,
-            "m" => n * 60_000,
-            "h" => n * 3_600_000,
+        let unit_ms: u64 = match unit.as_str() {
+            "ms" => 1,
+            "s" => 1000,
+            "m" => 60_000,
+            "h" => 3_600_000,
             _ => return None,
         };
+        // A tenant writes the text: a sum that does not fit is unparsable, never a wrapped or panicking one.
+        total_ms = total_ms.checked_add(n.checked_mul(unit_ms)?)?;
     }
     if !num.is_empty() {
         return None;
@@ -290,8 +309,8 @@ pub fn parse_duration_seconds(s: &str) -> Option<u64> {
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretRef {
-    /// Secret name.
-    #[schemars(length(min = 1, max = 253))]
+    /// Secret name (a DNS-1123 subdomain: it is part of the request path that reads the Secret).
+    #[schemars(length(min = 1, max = 253), extend("pattern" = crate::patterns::DNS_SUBDOMAIN))]
     pub name: String,
 }
 
@@ -309,8 +328,15 @@ pub struct Bastion {
     /// Auth for the bastion itself (defaults: the nodes' auth).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<Auth>,
-    /// Pinned SHA256 host-key fingerprints of the bastion (`SHA256:...`).
+    /// Pinned SHA256 host-key fingerprints of the bastion (`SHA256:<base64>`, as `ssh-keygen -lf` prints),
+    /// at most 8: copied into every KKInstance behind the bastion.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    #[schemars(extend("items" = {
+        "type": "string",
+        "maxLength": 100,
+        "pattern": crate::patterns::HOST_KEY_FINGERPRINT
+    }))]
     pub host_keys: Vec<String>,
 }
 
@@ -367,7 +393,7 @@ pub struct ContainerManager {
     pub version: Option<String>,
     /// CRI socket (default `unix:///var/run/containerd/containerd.sock`).
     #[serde(default = "default_cri_socket", skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("pattern" = crate::patterns::CRI_SOCKET))]
+    #[schemars(length(max = 207), extend("pattern" = crate::patterns::CRI_SOCKET))]
     pub cri_socket: Option<String>,
     /// crictl version (default `v1.29.0`).
     #[serde(default = "default_crictl_version", skip_serializing_if = "Option::is_none")]

@@ -214,6 +214,7 @@ pub struct LoadBalancer {
 pub struct Component {
     /// `cn` switches default URLs to the China mirrors.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = crate::patterns::ZONE))]
     pub zone: Option<String>,
     /// Replaces scheme and host of every default download URL (offline file server), e.g. `http://10.0.0.5:8080`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -277,9 +278,11 @@ pub struct Checksum {
 pub struct Registry {
     /// Accepted and ignored: CAPKK's `Registry` inlines `metav1.TypeMeta`, so its YAML may carry it.
     #[serde(default, rename = "apiVersion", skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
     pub api_version: Option<String>,
     /// Accepted and ignored (CAPKK's inlined `metav1.TypeMeta`, see `apiVersion`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
     pub kind: Option<String>,
     /// Private registry host used for system images (empty: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -295,6 +298,7 @@ pub struct Registry {
     pub registry_mirrors: Vec<String>,
     /// Accepted for CAPKK compatibility; unused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
     pub namespace_override: Option<String>,
     /// Credentials and TLS for `privateRegistry`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -307,9 +311,11 @@ pub struct Registry {
 pub struct RegistryAuth {
     /// User name (inline, CAPKK compatibility).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
     pub username: Option<String>,
     /// Password (inline, CAPKK compatibility).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
     pub password: Option<String>,
     /// Secret in the same namespace with keys `username` and `password`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -322,15 +328,19 @@ pub struct RegistryAuth {
     pub plain_http: Option<bool>,
     /// Directory of certificates on the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024), extend("pattern" = crate::patterns::HOST_PATH))]
     pub certs_path: Option<String>,
-    /// CA file path on the host.
+    /// CA file path on the host (written into containerd's `hosts.toml`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024), extend("pattern" = crate::patterns::HOST_PATH))]
     pub ca_file: Option<String>,
     /// Client certificate path on the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024), extend("pattern" = crate::patterns::HOST_PATH))]
     pub cert_file: Option<String>,
     /// Client key path on the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024), extend("pattern" = crate::patterns::HOST_PATH))]
     pub key_file: Option<String>,
 }
 

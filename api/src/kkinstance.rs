@@ -47,15 +47,18 @@ pub struct KKInstanceSpec {
     pub address: String,
     /// Node IP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
     pub internal_address: Option<String>,
     /// Roles of the host.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub roles: Vec<Role>,
     /// Declared CPU architecture.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = crate::patterns::ARCH))]
     pub arch: Option<String>,
     /// Name of the KKCluster the host comes from (inline credentials are read from there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253), extend("pattern" = crate::patterns::DNS_SUBDOMAIN))]
     pub cluster_name: Option<String>,
     /// Auth with inline secrets stripped: user, port, timeout and Secret references only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -65,9 +68,16 @@ pub struct KKInstanceSpec {
     pub bastion: Option<Bastion>,
     /// Pinned fingerprints from the KKCluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    #[schemars(extend("items" = {
+        "type": "string",
+        "maxLength": 100,
+        "pattern": crate::patterns::HOST_KEY_FINGERPRINT
+    }))]
     pub host_keys: Vec<String>,
     /// Host-key fingerprint trusted on first use (recorded by the controller; immutable afterwards).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 100), extend("pattern" = crate::patterns::HOST_KEY_FINGERPRINT))]
     pub host_key: Option<String>,
     /// Secret holding the bootstrap data (`value`, `format`), from `Machine.spec.bootstrap.dataSecretName`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -78,6 +88,7 @@ pub struct KKInstanceSpec {
     pub kubernetes_version: Option<String>,
     /// Provider ID the Node must carry.
     #[serde(default, rename = "providerID", skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512), extend("pattern" = crate::patterns::PROVIDER_ID))]
     pub provider_id: Option<String>,
     /// Container runtime to install.
     #[serde(default, skip_serializing_if = "Option::is_none")]

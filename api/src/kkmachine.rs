@@ -39,7 +39,7 @@ use crate::common::{Conditions, ContainerManager, Initialization, MachineAddress
 pub struct KKMachineSpec {
     /// `kk:///<kkcluster>/<instance>`; set by the controller once a host is claimed.
     #[serde(default, rename = "providerID", skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 512))]
+    #[schemars(length(min = 1, max = 512), extend("pattern" = crate::patterns::PROVIDER_ID))]
     pub provider_id: Option<String>,
     /// Name of the claimed KKInstance (`<kkcluster>.<host>`; a bare host name in objects claimed before
     /// 0.2); set by the controller.

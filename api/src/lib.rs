@@ -27,7 +27,7 @@ pub use common::*;
 pub use kkcluster::*;
 pub use kkinstance::*;
 pub use kkmachine::*;
-pub use names::{host_name_from_address, is_dns_label};
+pub use names::{host_name_from_address, is_dns_label, is_dns_subdomain};
 
 /// The API group.
 pub const GROUP: &str = "infrastructure.cluster.x-k8s.io";

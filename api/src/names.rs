@@ -89,6 +89,12 @@ pub fn is_dns_label(name: &str) -> bool {
         && !name.ends_with('-')
 }
 
+/// True when `name` is a DNS-1123 subdomain (a Secret's name): dot-separated lower-case labels, at most 253
+/// bytes. Checked before a name from a CR becomes part of a request path, as the CRD pattern does.
+pub fn is_dns_subdomain(name: &str) -> bool {
+    name.len() <= 253 && name.split('.').all(is_dns_label)
+}
+
 /// CAPKK's provider ID form: `kk:///<kkcluster>/<host>`.
 pub fn provider_id(kkcluster: &str, host: &str) -> String {
     format!("kk:///{kkcluster}/{host}")
@@ -174,6 +180,26 @@ mod tests {
         }
         for bad in ["", "-a", "a-", "A", "a_b", "a.b", &"a".repeat(64)] {
             assert!(!is_dns_label(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn secret_names_that_would_change_the_request_path_are_not_dns_subdomains() {
+        for ok in ["ssh", "ssh.keys", "a-1.b-2"] {
+            assert!(is_dns_subdomain(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "a/b",
+            "a?watch=1",
+            "..",
+            "a..b",
+            ".a",
+            "A",
+            "a%2F",
+            &"a".repeat(254),
+        ] {
+            assert!(!is_dns_subdomain(bad), "{bad}");
         }
     }
 

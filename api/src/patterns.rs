@@ -2,11 +2,28 @@
 //! The service layer checks the same shapes again before it renders anything (defence in depth: objects
 //! written before a pattern existed, or by a client that skips validation, are refused with the field named).
 
+/// One path component other than `..` and the empty one, of characters of the bracket expression `$any`
+/// (which admits `.`; `$not_dot` is the same set without `.`): `.`, or a first character other than `.`, or
+/// `.` and a second character other than `.`, or `..` and at least one more character. RE2 (the apiserver's
+/// regexp) has no lookahead, hence the spelled-out alternatives.
+macro_rules! path_component {
+    ($any:literal, $not_dot:literal) => {
+        concat!(
+            "(\\.|", $not_dot, $any, "*|\\.", $not_dot, $any, "*|\\.\\.", $any, "+)"
+        )
+    };
+}
+
 /// A version: digits first (never an option), then letters, digits, `.`, `+`, `-` (`v1.32.0`, `1.7.13`,
 /// `v1.30.0-rc.1+k3s1`).
 pub const VERSION: &str = "^v?[0-9][0-9A-Za-z.+-]{0,63}$";
-/// A CRI socket: an absolute path, optionally as a `unix://` URL.
-pub const CRI_SOCKET: &str = "^(unix://)?/[A-Za-z0-9._/-]{1,200}$";
+/// A CRI socket: an absolute path, optionally as a `unix://` URL, without a `..` component (the service
+/// checks that again); the field's `maxLength` bounds the size.
+pub const CRI_SOCKET: &str = concat!(
+    "^(unix://)?(/",
+    path_component!("[A-Za-z0-9._-]", "[A-Za-z0-9_-]"),
+    ")+$"
+);
 /// A registry `host[:port]` (DNS name, IPv4, or bracketed IPv6); never `.` or `..` (it names a directory).
 pub const REGISTRY: &str =
     "^(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?)(:[0-9]{1,5})?$";
@@ -33,3 +50,35 @@ pub const ISO: &str = "^[A-Za-z0-9][A-Za-z0-9._+-]{0,254}$";
 pub const PACKAGE: &str = "^[A-Za-z0-9][A-Za-z0-9+._:-]{0,254}$";
 /// A container image reference.
 pub const IMAGE: &str = "^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}$";
+/// A DNS-1123 subdomain (a Secret's name): it is a path segment of the API request that reads the Secret, so
+/// `/`, `?`, `%` or `..` never reach the request path.
+pub const DNS_SUBDOMAIN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+/// CAPKK's `secret`: a [`DNS_SUBDOMAIN`] or empty (CAPKK's Go type writes the unset field as `""`).
+pub const SECRET_NAME_OR_EMPTY: &str =
+    "^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+/// A path on the controller's file system (`privateKeyPath`): no white space or control character, no
+/// empty and no `..` component (it is confined to the key directory in code as well; this refuses a
+/// traversal at admission). A component is `.`, or starts with a character other than `.`, or with `.`
+/// and another character other than `.`, or with `..` and at least one more character.
+pub const KEY_PATH: &str = concat!(
+    "^/?(",
+    path_component!("[^/\\s\\x00-\\x1f\\x7f]", "[^./\\s\\x00-\\x1f\\x7f]"),
+    "/)*",
+    path_component!("[^/\\s\\x00-\\x1f\\x7f]", "[^./\\s\\x00-\\x1f\\x7f]"),
+    "$"
+);
+/// A path on the host (a registry's CA, client certificate and key, certificate directory; written into
+/// containerd's `hosts.toml`): no white space or control character (a newline would start a new TOML
+/// line). Empty means unset (CAPKK writes `""`).
+pub const HOST_PATH: &str = "^[^\\s\\x00-\\x1f\\x7f]*$";
+/// A provider ID (`kk:///<kkcluster>/<instance>`; compared with the Node's `spec.providerID`): no white
+/// space or control character.
+pub const PROVIDER_ID: &str = "^[^\\s\\x00-\\x1f\\x7f]+$";
+/// A SHA-256 host-key fingerprint as `ssh-keygen -lf` prints it (`SHA256:<43 base64 characters>`): the only
+/// shape the SSH client compares a presented key with.
+pub const HOST_KEY_FINGERPRINT: &str = "^SHA256:[A-Za-z0-9+/]{43}=?$";
+/// An SSH connect timeout written as text: a number of seconds or a Go-style duration of `h`, `m`, `s`,
+/// `ms` parts, each at most 9 digits (so the sum never overflows).
+pub const SSH_TIMEOUT: &str = "^[0-9]{1,9}$|^([0-9]{1,9}(h|m|s|ms)){1,4}$";
+/// A download zone (`cn`; empty: the default mirrors).
+pub const ZONE: &str = "^[A-Za-z0-9-]{0,16}$";

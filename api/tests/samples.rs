@@ -215,6 +215,19 @@ fn durations_parse_like_go() {
     assert_eq!(p(""), None);
 }
 
+#[test]
+fn a_duration_too_large_for_64_bits_is_unparsable_rather_than_a_panic_or_a_wrapped_value() {
+    use capkk_api::parse_duration_seconds as p;
+    // 9,999,999,999,999 h is 3.6e19 ms: more than u64::MAX (1.8e19).
+    assert_eq!(p("9999999999999h"), None);
+    assert_eq!(
+        p("5124095576030h5124095576030h"),
+        None,
+        "the sum overflows, each part does not"
+    );
+    assert_eq!(p("1h"), Some(3600));
+}
+
 /// Every `timeout` property (global, per-host and bastion `auth`) in `schema`, with its path.
 fn timeout_schemas<'a>(path: &str, schema: &'a Value, out: &mut Vec<(String, &'a Value)>) {
     if let Some(props) = schema.get("properties").and_then(Value::as_object) {

@@ -64,6 +64,12 @@ fn secret_value(data: &BTreeMap<String, ByteString>, key: &str) -> Option<Secret
 }
 
 async fn read_secret(client: &Client, ns: &str, name: &str) -> Result<BTreeMap<String, ByteString>> {
+    // The name becomes a path segment of the request: `/`, `?` or `..` would address something else.
+    if !capkk_api::is_dns_subdomain(name) {
+        return Err(Error::ResolveCredentials(format!(
+            "Secret name {name:?} is not a DNS-1123 subdomain"
+        )));
+    }
     let api: Api<K8sSecret> = Api::namespaced(client.clone(), ns);
     let s = api
         .get_opt(name)
