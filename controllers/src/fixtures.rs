@@ -26,7 +26,7 @@ use std::{
 use async_trait::async_trait;
 use capkk_api::{KKCluster, KKInstance, KKMachine};
 use capkk_executor::{ExecError, ExecOutput, ExecRequest, Executor, PutRequest};
-use capkk_service::{Error as ServiceError, Result as ServiceResult, journal::Progress};
+use capkk_service::{Error as ServiceError, Result as ServiceResult};
 use capkk_ssh::HostTarget;
 use futures::channel::mpsc::{UnboundedReceiver, unbounded};
 use http::{Request, Response};
@@ -48,7 +48,7 @@ use crate::{
     context::{Context, Settings, Stores, Triggers},
     hosts::SshFactory,
     metrics::Metrics,
-    services::{HostServices, Phase, PhaseInput},
+    services::{HostCall, HostServices, Phase},
 };
 
 /// The namespace of every fixture object.
@@ -431,13 +431,7 @@ impl FakeServices {
 
 #[async_trait]
 impl HostServices for FakeServices {
-    async fn run(
-        &self,
-        phase: Phase,
-        _exec: Arc<dyn Executor>,
-        _input: &PhaseInput,
-        _progress: &dyn Progress,
-    ) -> ServiceResult<()> {
+    async fn run(&self, phase: Phase, _host: HostCall<'_>) -> ServiceResult<()> {
         if let Ok(mut r) = self.ran.lock() {
             r.push(phase);
         }
@@ -457,12 +451,7 @@ impl HostServices for FakeServices {
         }
     }
 
-    async fn reset(
-        &self,
-        _exec: Arc<dyn Executor>,
-        _input: &PhaseInput,
-        _progress: &dyn Progress,
-    ) -> ServiceResult<()> {
+    async fn reset(&self, _host: HostCall<'_>) -> ServiceResult<()> {
         if let Ok(mut r) = self.resets.lock() {
             *r += 1;
         }

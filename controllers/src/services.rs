@@ -2,8 +2,6 @@
 //! depend on how a phase is carried out. [`ServiceLayer`] is the production implementation on top of
 //! `capkk-service`.
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use capkk_api::{Component, KKClusterSpec, KKInstanceSpec, consts::conditions as cond};
 use capkk_executor::Executor;
@@ -105,25 +103,25 @@ pub(crate) struct PhaseInput {
     pub rerun_failed: bool,
 }
 
+/// What every call on a host travels with: the connection, the inputs, where the steps are reported.
+#[derive(Clone, Copy)]
+pub(crate) struct HostCall<'a> {
+    /// The connection to the host.
+    pub(crate) exec: &'a dyn Executor,
+    /// What the phases need (specs, bootstrap data, secrets to redact, cached facts).
+    pub(crate) input: &'a PhaseInput,
+    /// Receives every step run on the host.
+    pub(crate) progress: &'a dyn Progress,
+}
+
 /// Carries out phases on a host.
 #[async_trait]
 pub(crate) trait HostServices: Send + Sync {
     /// Run one phase. Must be idempotent: a restarted manager may run a phase again after a crash.
-    async fn run(
-        &self,
-        phase: Phase,
-        exec: Arc<dyn Executor>,
-        input: &PhaseInput,
-        progress: &dyn Progress,
-    ) -> ServiceResult<()>;
+    async fn run(&self, phase: Phase, host: HostCall<'_>) -> ServiceResult<()>;
 
     /// Undo what the phases did (kubeadm reset, remove the sentinel and the files the bootstrap wrote).
-    async fn reset(
-        &self,
-        exec: Arc<dyn Executor>,
-        input: &PhaseInput,
-        progress: &dyn Progress,
-    ) -> ServiceResult<()>;
+    async fn reset(&self, host: HostCall<'_>) -> ServiceResult<()>;
 }
 
 /// The sentinel CABPK's bootstrap data writes once kubeadm succeeded.
@@ -207,15 +205,13 @@ fn skip(progress: &dyn Progress, phase: Phase, why: &str) {
 
 #[async_trait]
 impl HostServices for ServiceLayer {
-    async fn run(
-        &self,
-        phase: Phase,
-        exec: Arc<dyn Executor>,
-        input: &PhaseInput,
-        progress: &dyn Progress,
-    ) -> ServiceResult<()> {
+    async fn run(&self, phase: Phase, host: HostCall<'_>) -> ServiceResult<()> {
+        let HostCall {
+            exec,
+            input,
+            progress,
+        } = host;
         let spec = &input.instance;
-        let exec = &*exec;
         let r = &input.redactor;
         let arch = spec.arch.clone().unwrap_or_else(|| "amd64".into());
         let component = input.cluster.as_ref().and_then(|c| c.component.as_ref());
@@ -335,12 +331,12 @@ impl HostServices for ServiceLayer {
         }
     }
 
-    async fn reset(
-        &self,
-        exec: Arc<dyn Executor>,
-        input: &PhaseInput,
-        progress: &dyn Progress,
-    ) -> ServiceResult<()> {
+    async fn reset(&self, host: HostCall<'_>) -> ServiceResult<()> {
+        let HostCall {
+            exec,
+            input,
+            progress,
+        } = host;
         let opts = ResetOptions {
             cri_socket: input
                 .instance
@@ -348,7 +344,7 @@ impl HostServices for ServiceLayer {
                 .as_ref()
                 .and_then(|c| c.cri_socket.clone()),
         };
-        capkk_service::bootstrap::reset(&*exec, &opts, progress, &input.redactor).await?;
+        capkk_service::bootstrap::reset(exec, &opts, progress, &input.redactor).await?;
         Ok(())
     }
 }

@@ -33,7 +33,11 @@ use super::{
     state::completed,
     writes::{Op, Writes},
 };
-use crate::{conditions, context::Context, services::Phase};
+use crate::{
+    conditions,
+    context::Context,
+    services::{HostCall, Phase},
+};
 
 /// Journal records kept in status.
 pub(crate) const JOURNAL_KEEP: usize = 25;
@@ -277,7 +281,12 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
             t.set(phase.condition(), false, reasons::IN_PROGRESS, &step);
             t.flush();
             let progress = TaskProgress::default();
-            let res = ctx.services.run(phase, exec.clone(), &input, &progress).await;
+            let host = HostCall {
+                exec: &*exec,
+                input: &input,
+                progress: &progress,
+            };
+            let res = ctx.services.run(phase, host).await;
             t.journal(progress.drain());
             if let Some(f) = input.facts.lock().ok().and_then(|f| f.clone()) {
                 t.status.host_info = Some(capkk_api::HostInfo {
@@ -360,7 +369,12 @@ pub(crate) async fn reset_task(ctx: Arc<Context>, inst: KKInstance, releasing: b
             .into_iter()
             .for_each(|t| input.redactor.add(t));
         let progress = TaskProgress::default();
-        let res = ctx.services.reset(exec, &input, &progress).await;
+        let host = HostCall {
+            exec: &*exec,
+            input: &input,
+            progress: &progress,
+        };
+        let res = ctx.services.reset(host).await;
         t.journal(progress.drain());
         res.map_err(|e| service_failure(Phase::Bootstrap, e))
     }
