@@ -10,14 +10,14 @@ use capkk_api::{
         RELEASE_ANNOTATION, TOUCHED_ANNOTATION, UNREACHABLE_SINCE_ANNOTATION, reasons,
     },
 };
-use futures::StreamExt;
+use futures::{StreamExt, channel::mpsc::UnboundedReceiver};
 use k8s_openapi::{ByteString, api::core::v1::Secret, jiff::Timestamp};
-use kube::runtime::controller::Action;
+use kube::runtime::{controller::Action, reflector::ObjectRef};
 use serde_json::{Value, json};
 
 use super::*;
 use crate::{
-    fixtures::{ApiServer, TestContext},
+    fixtures::{ApiServer, Served, TestContext},
     reconcile::{reconcile, requeue},
     services::Phase,
 };
@@ -50,6 +50,31 @@ fn recorded_kkmachine() -> KKMachine {
     km
 }
 
+/// Answer the requests of the host work `inst` starts: its KKInstance reads and writes with `inst`, the
+/// bootstrap data Secret with a cloud-config that does nothing; a record of the requests is kept.
+fn serve_host_work(api: ApiServer, inst: &KKInstance) -> Served {
+    let stored = serde_json::to_value(inst).expect("serializes");
+    api.serve(move |call| {
+        if call.path.contains("/kkinstances/") {
+            return Some(stored.clone());
+        }
+        if call.path == path("secrets", "data") {
+            let data = Secret {
+                data: Some([("value".to_owned(), ByteString(b"#cloud-config\n".to_vec()))].into()),
+                ..Default::default()
+            };
+            return Some(serde_json::to_value(data).expect("serializes"));
+        }
+        None
+    })
+}
+
+/// The KKInstance the host work asked to reconcile when it ended (`None` when it did not end in time).
+async fn task_end(triggers: &mut UnboundedReceiver<ObjectRef<KKInstance>>) -> Option<String> {
+    let woken = tokio::time::timeout(Duration::from_secs(5), triggers.next()).await;
+    woken.ok().flatten().map(|r| r.name)
+}
+
 #[tokio::test]
 async fn a_claim_its_kkmachine_did_not_record_is_never_worked_on() {
     // The KKMachine recorded another host: this claim lost a race and waits to be deleted untouched.
@@ -57,14 +82,7 @@ async fn a_claim_its_kkmachine_did_not_record_is_never_worked_on() {
     km.spec.instance_id = Some("c.node2".into());
     let t = world(&km);
     let inst = claim(&km, "node1", "10.0.0.1", &[]);
-    let TestContext {
-        ctx,
-        api,
-        services,
-        ssh,
-        ..
-    } = t;
-    let server = api.script(|mut api: ApiServer| async move {
+    let res = scripted(t.ctx, t.api, inst, |mut api: ApiServer| async move {
         // The cache does not show the claim recorded: the API is asked before deciding.
         api.expect("GET", &path("kkmachines", "m")).await.reply(&km);
         let c = api.expect("PATCH", &path("kkinstances", "c.node1/status")).await;
@@ -76,22 +94,25 @@ async fn a_claim_its_kkmachine_did_not_record_is_never_worked_on() {
         );
         c.reply(&claim(&km, "node1", "10.0.0.1", &[]));
         api
-    });
-    let res = reconcile(Arc::new(inst), ctx.clone()).await;
-    server.finish(ctx).await;
+    })
+    .await;
     assert_eq!(res.expect("reconciled"), Action::requeue(requeue::CLAIM_RECORD));
-    assert!(services.ran().is_empty(), "no phase ran: {:?}", services.ran());
     assert!(
-        ssh.reached().is_empty(),
+        t.services.ran().is_empty(),
+        "no phase ran: {:?}",
+        t.services.ran()
+    );
+    assert!(
+        t.ssh.reached().is_empty(),
         "no host was reached: {:?}",
-        ssh.reached()
+        t.ssh.reached()
     );
 }
 
 #[tokio::test]
 async fn a_released_host_unreachable_past_the_quarantine_deadline_is_quarantined_and_lets_its_machine_go() {
     let km = recorded_kkmachine();
-    let t = world(&km);
+    let mut t = world(&km);
     let hour_ago = (Timestamp::now() - Duration::from_secs(3600)).to_string();
     let inst = claim(
         &km,
@@ -103,14 +124,7 @@ async fn a_released_host_unreachable_past_the_quarantine_deadline_is_quarantined
             (UNREACHABLE_SINCE_ANNOTATION, &hour_ago),
         ],
     );
-    let TestContext {
-        ctx,
-        api,
-        services,
-        mut instance_triggers,
-        ..
-    } = t;
-    let server = api.script(|mut api: ApiServer| async move {
+    let res = scripted(t.ctx, t.api, inst, |mut api: ApiServer| async move {
         // The Cluster becomes the only owner, so `clusterctl move` still takes the KKInstance along.
         api.expect("GET", &path("clusters", "c"))
             .await
@@ -136,13 +150,12 @@ async fn a_released_host_unreachable_past_the_quarantine_deadline_is_quarantined
         assert_eq!(state_and_reason(&c.body).0, "cleaning");
         c.reply(&claim(&km, "node1", "10.0.0.1", &[]));
         api
-    });
-    let res = reconcile(Arc::new(inst), ctx.clone()).await;
-    server.finish(ctx).await;
+    })
+    .await;
     assert_eq!(res.expect("reconciled"), Action::await_change());
-    assert_eq!(services.resets(), 0, "no reset is tried on a quarantined host");
+    assert_eq!(t.services.resets(), 0, "no reset is tried on a quarantined host");
     assert_eq!(
-        instance_triggers.next().await.map(|r| r.name),
+        t.instance_triggers.next().await.map(|r| r.name),
         Some("c.node1".into())
     );
 }
@@ -152,10 +165,7 @@ async fn a_released_host_that_was_never_touched_is_freed_at_once() {
     let km = recorded_kkmachine();
     let t = world(&km);
     let inst = claim(&km, "node1", "10.0.0.1", &[(RELEASE_ANNOTATION, "now")]);
-    let TestContext {
-        ctx, api, services, ..
-    } = t;
-    let server = api.script(|mut api: ApiServer| async move {
+    let res = scripted(t.ctx, t.api, inst, |mut api: ApiServer| async move {
         api.expect("DELETE", &path("kkinstances", "c.node1"))
             .await
             .reply(&claim(&km, "node1", "10.0.0.1", &[]));
@@ -163,11 +173,14 @@ async fn a_released_host_that_was_never_touched_is_freed_at_once() {
         assert_eq!(state_and_reason(&c.body).0, "cleaned");
         c.not_found();
         api
-    });
-    let res = reconcile(Arc::new(inst), ctx.clone()).await;
-    server.finish(ctx).await;
+    })
+    .await;
     assert_eq!(res.expect("reconciled"), Action::await_change());
-    assert_eq!(services.resets(), 0, "nothing ran on the host: nothing to reset");
+    assert_eq!(
+        t.services.resets(),
+        0,
+        "nothing ran on the host: nothing to reset"
+    );
 }
 
 #[tokio::test]
@@ -184,14 +197,7 @@ async fn a_terminal_failure_stays_until_the_retry_annotation_and_the_host_is_not
             (BLOCK_MOVE_ANNOTATION, "true"),
         ],
     );
-    let TestContext {
-        ctx,
-        api,
-        services,
-        ssh,
-        ..
-    } = t;
-    let server = api.script(|mut api: ApiServer| async move {
+    let res = scripted(t.ctx, t.api, inst, |mut api: ApiServer| async move {
         // Host work is over: `clusterctl move` may go ahead.
         let c = api.expect("PATCH", &path("kkinstances", "c.node1")).await;
         assert_eq!(
@@ -206,48 +212,29 @@ async fn a_terminal_failure_stays_until_the_retry_annotation_and_the_host_is_not
         );
         c.reply(&claim(&km, "node1", "10.0.0.1", &[]));
         api
-    });
-    let res = reconcile(Arc::new(inst), ctx.clone()).await;
-    server.finish(ctx).await;
+    })
+    .await;
     assert_eq!(res.expect("reconciled"), Action::await_change());
-    assert!(services.ran().is_empty() && ssh.reached().is_empty());
+    assert!(t.services.ran().is_empty() && t.ssh.reached().is_empty());
 }
 
 #[tokio::test]
 async fn a_recorded_claim_runs_every_phase_once_on_its_host_and_records_them_as_completed() {
     let km = recorded_kkmachine();
-    let t = world(&km);
+    let mut t = world(&km);
     let inst = claim(&km, "node1", "10.0.0.1", &[]);
-    let TestContext {
-        ctx,
-        api,
-        services,
-        ssh,
-        mut instance_triggers,
-        ..
-    } = t;
-    let stored = serde_json::to_value(&inst).expect("serializes");
-    let served = api.serve(move |call| {
-        if call.path.contains("/kkinstances/") {
-            return Some(stored.clone());
-        }
-        if call.path == path("secrets", "data") {
-            let data = Secret {
-                data: Some([("value".to_owned(), ByteString(b"#cloud-config\n".to_vec()))].into()),
-                ..Default::default()
-            };
-            return Some(serde_json::to_value(data).expect("serializes"));
-        }
-        None
-    });
-    let res = reconcile(Arc::new(inst), ctx.clone()).await;
+    let served = serve_host_work(t.api, &inst);
+    let res = reconcile(Arc::new(inst), t.ctx.clone()).await;
     assert_eq!(res.expect("reconciled"), Action::requeue(requeue::HOST_WORK));
     // The task's last act wakes the KKInstance.
-    let woken = tokio::time::timeout(Duration::from_secs(5), instance_triggers.next()).await;
-    assert_eq!(woken.ok().flatten().map(|r| r.name), Some("c.node1".into()));
+    assert_eq!(task_end(&mut t.instance_triggers).await, Some("c.node1".into()));
     let requests = served.finish();
-    assert_eq!(services.ran(), Phase::ALL, "every phase once, in order");
-    assert_eq!(ssh.reached(), ["10.0.0.1"], "one connection to the claimed host");
+    assert_eq!(t.services.ran(), Phase::ALL, "every phase once, in order");
+    assert_eq!(
+        t.ssh.reached(),
+        ["10.0.0.1"],
+        "one connection to the claimed host"
+    );
     let annotated = |key: &str, value: &str| {
         requests.iter().any(|(m, p, b)| {
             m == "PATCH" && p == &path("kkinstances", "c.node1") && b["metadata"]["annotations"][key] == value
@@ -275,24 +262,20 @@ async fn a_recorded_claim_runs_every_phase_once_on_its_host_and_records_them_as_
 #[tokio::test]
 async fn a_failing_phase_is_terminal_and_the_phases_after_it_do_not_run() {
     let km = recorded_kkmachine();
-    let t = world(&km);
+    let mut t = world(&km);
     t.services.fail(Phase::Binary, "kubeadm: not found");
     let inst = claim(&km, "node1", "10.0.0.1", &[]);
-    let TestContext {
-        ctx,
-        api,
-        services,
-        mut instance_triggers,
-        ..
-    } = t;
-    let stored = serde_json::to_value(&inst).expect("serializes");
-    let served = api.serve(move |call| call.path.contains("/kkinstances/").then(|| stored.clone()));
-    reconcile(Arc::new(inst), ctx.clone()).await.expect("reconciled");
-    let woken = tokio::time::timeout(Duration::from_secs(5), instance_triggers.next()).await;
-    assert!(woken.ok().flatten().is_some(), "the task ended");
+    let served = serve_host_work(t.api, &inst);
+    reconcile(Arc::new(inst), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    assert!(
+        task_end(&mut t.instance_triggers).await.is_some(),
+        "the task ended"
+    );
     let requests = served.finish();
     assert_eq!(
-        services.ran(),
+        t.services.ran(),
         [Phase::Bootstrap, Phase::Repository, Phase::Binary]
     );
     assert!(
@@ -306,34 +289,27 @@ async fn a_failing_phase_is_terminal_and_the_phases_after_it_do_not_run() {
 #[tokio::test]
 async fn a_host_that_refuses_connections_is_retried_with_backoff_and_not_before_its_time() {
     let km = recorded_kkmachine();
-    let t = world(&km);
+    let mut t = world(&km);
     t.ssh.hosts_down();
     let inst = claim(&km, "node1", "10.0.0.1", &[]);
-    let TestContext {
-        ctx,
-        api,
-        services,
-        ssh,
-        mut instance_triggers,
-        ..
-    } = t;
-    let stored = serde_json::to_value(&inst).expect("serializes");
-    let served = api.serve(move |call| call.path.contains("/kkinstances/").then(|| stored.clone()));
+    let served = serve_host_work(t.api, &inst);
     let inst = Arc::new(inst);
-    reconcile(inst.clone(), ctx.clone()).await.expect("reconciled");
-    let woken = tokio::time::timeout(Duration::from_secs(5), instance_triggers.next()).await;
-    assert!(woken.ok().flatten().is_some(), "the attempt ended");
+    reconcile(inst.clone(), t.ctx.clone()).await.expect("reconciled");
+    assert!(
+        task_end(&mut t.instance_triggers).await.is_some(),
+        "the attempt ended"
+    );
     // The reconcile the task's end asks for: the failure is reported, no new attempt before the backoff.
-    let again = reconcile(inst, ctx.clone()).await.expect("reconciled");
+    let again = reconcile(inst, t.ctx.clone()).await.expect("reconciled");
     let requests = served.finish();
-    let retry = ctx.tasks.retry("uid-c.node1").expect("the failure is recorded");
+    let retry = t.ctx.tasks.retry("uid-c.node1").expect("the failure is recorded");
     assert!(retry.message.contains("Connection refused"), "{}", retry.message);
     assert!(
         ![Action::requeue(requeue::HOST_WORK), Action::await_change()].contains(&again),
         "the reconcile waits for the backoff, it does not start host work: {again:?}"
     );
-    assert_eq!(ssh.reached(), ["10.0.0.1"], "one attempt only");
-    assert!(services.ran().is_empty(), "no phase ran on an unreachable host");
+    assert_eq!(t.ssh.reached(), ["10.0.0.1"], "one attempt only");
+    assert!(t.services.ran().is_empty(), "no phase ran on an unreachable host");
     let reported = requests
         .iter()
         .rev()
@@ -357,14 +333,7 @@ async fn deleting_a_quarantined_kkinstance_makes_the_host_claimable_and_drops_it
         since: None,
     });
     inst.metadata.owner_references = None;
-    let TestContext {
-        ctx,
-        api,
-        services,
-        ssh,
-        ..
-    } = t;
-    let server = api.script(|mut api: ApiServer| async move {
+    let res = scripted(t.ctx, t.api, inst, |mut api: ApiServer| async move {
         let c = api.expect("PATCH", &path("kkinstances", "c.node1")).await;
         let ops = c.body.as_array().cloned().unwrap_or_default();
         assert!(
@@ -375,10 +344,9 @@ async fn deleting_a_quarantined_kkinstance_makes_the_host_claimable_and_drops_it
         );
         c.reply(&claim(&km, "node1", "10.0.0.1", &[]));
         api
-    });
-    let res = reconcile(Arc::new(inst), ctx.clone()).await;
-    server.finish(ctx).await;
+    })
+    .await;
     assert_eq!(res.expect("reconciled"), Action::await_change());
-    assert_eq!(services.resets(), 0, "a quarantined host is not reset");
-    assert_eq!(ssh.forgotten(), ["10.0.0.1"]);
+    assert_eq!(t.services.resets(), 0, "a quarantined host is not reset");
+    assert_eq!(t.ssh.forgotten(), ["10.0.0.1"]);
 }

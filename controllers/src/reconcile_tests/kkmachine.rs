@@ -1,7 +1,5 @@
 //! KKMachine reconciles: claim, mirror and cleanup decisions and the requests they take.
 
-use std::sync::Arc;
-
 use capkk_api::{
     InstanceState, KKInstance, KKInstanceStatus, KKMachine,
     consts::{RELEASE_ANNOTATION, TOUCHED_ANNOTATION, conditions as cond, reasons},
@@ -17,7 +15,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::{
     fixtures::{ApiServer, TestContext},
-    reconcile::{reconcile, requeue},
+    reconcile::requeue,
 };
 
 /// `(status, reason, message)` of condition `type_` in a status write's body.
@@ -62,10 +60,8 @@ fn created(body: &Value) -> KKInstance {
 
 #[tokio::test]
 async fn a_claim_that_finds_its_first_host_taken_claims_the_next_and_records_it_under_the_resource_version() {
-    let TestContext { ctx, api, .. } =
-        world(vec![kkcluster(&[("node1", "10.0.0.1"), ("node2", "10.0.0.2")])]);
-    let km = kkmachine();
-    let server = api.script(|mut api: ApiServer| async move {
+    let t = world(vec![kkcluster(&[("node1", "10.0.0.1"), ("node2", "10.0.0.2")])]);
+    let res = scripted(t.ctx, t.api, kkmachine(), |mut api: ApiServer| async move {
         // The cache does not show node1 taken (another manager's claim): the create is the lock.
         let c = api.expect("POST", &path("kkinstances", "")).await;
         assert_eq!(c.body["metadata"]["name"], "c.node1");
@@ -99,9 +95,8 @@ async fn a_claim_that_finds_its_first_host_taken_claims_the_next_and_records_it_
         assert_eq!(c.body["status"]["phase"], "Claimed");
         c.reply(&recorded);
         api
-    });
-    let res = reconcile(Arc::new(km), ctx.clone()).await;
-    server.finish(ctx).await;
+    })
+    .await;
     assert_eq!(res.expect("reconciled"), Action::requeue(requeue::MACHINE_WORK));
 }
 
@@ -117,8 +112,7 @@ async fn an_address_another_kkcluster_holds_is_refused_without_a_create_and_the_
     held.spec.cluster_name = Some("other".into());
     held.metadata.owner_references = None;
     t.caches.instance(held);
-    let TestContext { ctx, api, .. } = t;
-    let server = api.script(|mut api: ApiServer| async move {
+    let res = scripted(t.ctx, t.api, kkmachine(), |mut api: ApiServer| async move {
         let c = api.expect("POST", EVENTS).await;
         assert_eq!(c.body["reason"], reasons::ADDRESS_IN_USE);
         assert_eq!(c.body["type"], "Warning");
@@ -138,9 +132,8 @@ async fn an_address_another_kkcluster_holds_is_refused_without_a_create_and_the_
         assert_eq!(c.body["status"]["phase"], "Pending");
         c.reply(&kkmachine());
         api
-    });
-    let res = reconcile(Arc::new(kkmachine()), ctx.clone()).await;
-    server.finish(ctx).await;
+    })
+    .await;
     assert_eq!(res.expect("reconciled"), Action::requeue(requeue::NO_HOST));
 }
 
@@ -158,8 +151,7 @@ async fn a_claimed_kkmachine_mirrors_its_provisioned_host_and_writes_nothing_but
         ..Default::default()
     });
     t.caches.instance(inst);
-    let TestContext { ctx, api, .. } = t;
-    let server = api.script(|mut api: ApiServer| async move {
+    let res = scripted(t.ctx, t.api, km, |mut api: ApiServer| async move {
         let c = api.expect("PATCH", &path("kkmachines", "m/status")).await;
         assert!(
             c.query.contains("fieldManager=capkk-manager") && c.query.contains("force=true"),
@@ -182,9 +174,8 @@ async fn a_claimed_kkmachine_mirrors_its_provisioned_host_and_writes_nothing_but
         assert_eq!(condition(&c.body, cond::INSTANCE_READY).0, "True");
         c.reply(&kkmachine());
         api
-    });
-    let res = reconcile(Arc::new(km), ctx.clone()).await;
-    server.finish(ctx).await;
+    })
+    .await;
     // Newly provisioned: reported first, the workload Node is looked for on the next reconcile.
     assert_eq!(res.expect("reconciled"), Action::requeue(requeue::NODE_POLL));
 }
@@ -196,13 +187,7 @@ async fn a_deleted_kkmachine_asks_its_host_to_be_released_and_keeps_its_finalize
     km.spec.instance_id = Some("c.node1".into());
     t.caches
         .instance(claim(&km, "node1", "10.0.0.1", &[(TOUCHED_ANNOTATION, "true")]));
-    let TestContext {
-        ctx,
-        api,
-        mut instance_triggers,
-        ..
-    } = t;
-    let server = api.script(|mut api: ApiServer| async move {
+    let res = scripted(t.ctx, t.api, km, |mut api: ApiServer| async move {
         let c = api.expect("PATCH", &path("kkinstances", "c.node1")).await;
         assert!(
             c.body["metadata"]["annotations"][RELEASE_ANNOTATION].is_string(),
@@ -216,14 +201,13 @@ async fn a_deleted_kkmachine_asks_its_host_to_be_released_and_keeps_its_finalize
         assert_eq!(c.body["status"]["phase"], "Deleting");
         c.reply(&kkmachine());
         api
-    });
-    let res = reconcile(Arc::new(km), ctx.clone()).await;
-    server.finish(ctx).await;
+    })
+    .await;
     assert_eq!(
         res.expect("unfinished cleanup is not a failure"),
         Action::requeue(requeue::CLEANUP_POLL)
     );
-    let woken = instance_triggers.next().await.expect("the KKInstance is woken");
+    let woken = t.instance_triggers.next().await.expect("the KKInstance is woken");
     assert_eq!(woken.name, "c.node1");
 }
 
@@ -232,9 +216,8 @@ async fn a_deleted_kkmachine_whose_machine_is_gone_is_cleaned_up_and_loses_its_f
     // No Machine in the cache, and the API server does not have it either.
     let mut t = TestContext::new();
     t.caches.capi_cluster(capi_cluster());
-    let TestContext { ctx, api, .. } = t;
     let km = deleted(kkmachine());
-    let server = api.script(|mut api: ApiServer| async move {
+    let res = scripted(t.ctx, t.api, km, |mut api: ApiServer| async move {
         api.expect("GET", &path("machines", "m")).await.not_found();
         // No host held: the finalizer goes (kube's finalizer helper: a JSON patch guarded by a test op).
         let c = api.expect("PATCH", &path("kkmachines", "m")).await;
@@ -249,9 +232,8 @@ async fn a_deleted_kkmachine_whose_machine_is_gone_is_cleaned_up_and_loses_its_f
         gone.metadata.finalizers = None;
         c.reply(&gone);
         api
-    });
-    let res = reconcile(Arc::new(km), ctx.clone()).await;
-    server.finish(ctx).await;
+    })
+    .await;
     assert_eq!(res.expect("reconciled"), Action::await_change());
 }
 
@@ -259,8 +241,8 @@ async fn a_deleted_kkmachine_whose_machine_is_gone_is_cleaned_up_and_loses_its_f
 async fn a_kkmachine_of_an_unprovisioned_kkcluster_waits_without_claiming() {
     let mut unprovisioned = kkcluster(&[("node1", "10.0.0.1")]);
     unprovisioned.status = None;
-    let TestContext { ctx, api, .. } = world(vec![unprovisioned]);
-    let server = api.script(|mut api: ApiServer| async move {
+    let t = world(vec![unprovisioned]);
+    let res = scripted(t.ctx, t.api, kkmachine(), |mut api: ApiServer| async move {
         let c = api.expect("PATCH", &path("kkmachines", "m/status")).await;
         let (status, reason, _) = condition(&c.body, cond::READY);
         assert_eq!(
@@ -269,9 +251,8 @@ async fn a_kkmachine_of_an_unprovisioned_kkcluster_waits_without_claiming() {
         );
         c.reply(&kkmachine());
         api
-    });
-    let res = reconcile(Arc::new(kkmachine()), ctx.clone()).await;
-    server.finish(ctx).await;
+    })
+    .await;
     assert_eq!(
         res.expect("reconciled"),
         Action::requeue(requeue::INFRA_NOT_READY)
@@ -284,8 +265,7 @@ async fn a_kkmachine_without_its_claim_record_adopts_the_unrecorded_claim_it_mad
     let mut t = world(vec![kkcluster(&[("node1", "10.0.0.1"), ("node2", "10.0.0.2")])]);
     let km = kkmachine();
     t.caches.instance(claim(&km, "node2", "10.0.0.2", &[]));
-    let TestContext { ctx, api, .. } = t;
-    let server = api.script(|mut api: ApiServer| async move {
+    let res = scripted(t.ctx, t.api, km, |mut api: ApiServer| async move {
         let c = api.expect("PATCH", &path("kkmachines", "m")).await;
         assert_eq!(c.body["spec"]["instanceID"], "c.node2", "{}", c.body);
         let mut recorded: KKMachine = kkmachine();
@@ -295,9 +275,8 @@ async fn a_kkmachine_without_its_claim_record_adopts_the_unrecorded_claim_it_mad
         assert_eq!(condition(&c.body, cond::HOST_CLAIMED).0, "True");
         c.reply(&recorded);
         api
-    });
-    let res = reconcile(Arc::new(km), ctx.clone()).await;
-    server.finish(ctx).await;
+    })
+    .await;
     assert_eq!(res.expect("reconciled"), Action::requeue(requeue::MACHINE_WORK));
 }
 
@@ -305,8 +284,8 @@ async fn a_kkmachine_without_its_claim_record_adopts_the_unrecorded_claim_it_mad
 async fn a_claim_record_that_conflicts_fails_the_reconcile_and_leaves_the_claim_for_the_next_one() {
     // The KKMachine changed meanwhile (maybe another manager recorded a claim): the created KKInstance is not
     // deleted here; the next reconcile adopts it, or deletes it once spec.instanceID names another host.
-    let TestContext { ctx, api, .. } = world(vec![kkcluster(&[("node1", "10.0.0.1")])]);
-    let server = api.script(|mut api: ApiServer| async move {
+    let t = world(vec![kkcluster(&[("node1", "10.0.0.1")])]);
+    let res = scripted(t.ctx, t.api, kkmachine(), |mut api: ApiServer| async move {
         let c = api.expect("POST", &path("kkinstances", "")).await;
         let inst = created(&c.body);
         c.created(&inst);
@@ -315,9 +294,8 @@ async fn a_claim_record_that_conflicts_fails_the_reconcile_and_leaves_the_claim_
         assert_eq!(c.body["status"]["phase"], serde_json::Value::Null, "{}", c.body);
         c.reply(&kkmachine());
         api
-    });
-    let res = reconcile(Arc::new(kkmachine()), ctx.clone()).await;
-    server.finish(ctx).await;
+    })
+    .await;
     let err = res.expect_err("a conflict fails the reconcile");
     assert!(err.is_conflict(), "retried at once as a conflict: {err}");
 }

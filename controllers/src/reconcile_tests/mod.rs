@@ -6,16 +6,22 @@
 mod kkinstance;
 mod kkmachine;
 
+use std::{future::Future, sync::Arc};
+
 use capkk_api::{
     Auth, InstanceInfo, KKCluster, KKClusterSpec, KKClusterStatus, KKInstance, KKInstanceSpec, KKMachine,
     KKMachineSpec, Nodes,
     consts::{CLUSTER_NAME_LABEL, KKCLUSTER_NAME_LABEL, KKINSTANCE_FINALIZER, KKMACHINE_FINALIZER},
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use kube::runtime::controller::Action;
 
 use crate::{
+    Result,
     capi::{Cluster, ClusterSpec, ContractRef, Machine, MachineBootstrap, MachineSpec},
-    fixtures::{NS, controller_ref, stored},
+    context::Context,
+    fixtures::{ApiServer, NS, controller_ref, stored},
+    reconcile::{Reconciler, reconcile},
 };
 
 /// The paths the reconcilers use, under [`NS`].
@@ -165,4 +171,18 @@ fn claim(owner: &KKMachine, host: &str, address: &str, annotations: &[(&str, &st
 fn deleted<K: kube::Resource>(mut obj: K) -> K {
     obj.meta_mut().deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
     obj
+}
+
+/// Reconcile `obj` while `script` answers the API server, and check that the reconcile asked for nothing
+/// beyond the script.
+async fn scripted<K, F, Fut>(ctx: Arc<Context>, api: ApiServer, obj: K, script: F) -> Result<Action>
+where
+    K: Reconciler,
+    F: FnOnce(ApiServer) -> Fut,
+    Fut: Future<Output = ApiServer> + Send + 'static,
+{
+    let server = api.script(script);
+    let res = reconcile(Arc::new(obj), ctx.clone()).await;
+    server.finish(ctx).await;
+    res
 }
