@@ -155,6 +155,19 @@ pub(crate) fn capi_owner<'a>(
         .find(|o| o.kind == kind && o.api_version.split('/').next() == Some(CAPI_GROUP))
 }
 
+/// The name of the Cluster an object belongs to: its Cluster owner, else CAPI's cluster-name label (the owner
+/// reference comes only once CAPI has adopted the object; the label is set by whoever created it).
+pub(crate) fn cluster_name(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<String> {
+    capi_owner(meta, "Cluster").map(|o| o.name.clone()).or_else(|| {
+        meta.labels
+            .as_ref()?
+            .get(capkk_api::consts::CLUSTER_NAME_LABEL)
+            .cloned()
+    })
+}
+
 /// The Cluster `ns/name`, from the cache (from the API when the cache does not show it yet). Every kind's
 /// Cluster watch is the cache's own (crate::watches): a reconcile woken by a Cluster change (pause) reads it.
 pub(crate) async fn cluster(

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use capkk_api::{
     KKCluster, KKClusterStatus, KKInstance, KKMachine,
-    consts::{CLUSTER_NAME_LABEL, KKCLUSTER_FINALIZER, KKCLUSTER_NAME_LABEL, conditions as cond, reasons},
+    consts::{KKCLUSTER_FINALIZER, KKCLUSTER_NAME_LABEL, conditions as cond, reasons},
 };
 use kube::{
     Api, ResourceExt,
@@ -36,7 +36,7 @@ use self::{
     validate::validate,
 };
 use crate::{
-    capi::{Cluster, capi_owner},
+    capi::{Cluster, capi_owner, cluster_name},
     conditions,
     context::Context,
     error::{Error, Result},
@@ -203,10 +203,7 @@ async fn cleanup(kkc: Arc<KKCluster>, ctx: &Context, status: &mut KKClusterStatu
         info!("No KKMachine or claimed KKInstance left; removing the finalizer");
         ctx.probes.forget(&kkc.uid().unwrap_or_default());
         // The workload cluster's cached client and Node watch go with it.
-        if let Some(cluster) = capi_owner(&kkc.metadata, "Cluster")
-            .map(|o| o.name.clone())
-            .or_else(|| kkc.labels().get(CLUSTER_NAME_LABEL).cloned())
-        {
+        if let Some(cluster) = cluster_name(&kkc.metadata) {
             ctx.workloads.forget(&ns, &cluster);
         }
         return Ok(Action::await_change());

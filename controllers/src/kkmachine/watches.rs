@@ -14,7 +14,7 @@ use kube::{
 };
 
 use crate::{
-    capi::{Cluster, Machine, capi_owner},
+    capi::{Cluster, Machine, cluster_name},
     context::Context,
     reconcile::{error_policy, reconcile},
     watches::{Watches, of_cluster},
@@ -51,10 +51,7 @@ pub(crate) fn controller(
 
 /// The KKMachines of a KKCluster's Cluster (by CAPI's cluster-name label), for the KKCluster watch.
 pub(crate) fn of_kkcluster(kkms: &[Arc<KKMachine>], kkc: &KKCluster) -> Vec<ObjectRef<KKMachine>> {
-    let cluster = capi_owner(&kkc.metadata, "Cluster")
-        .map(|o| o.name.clone())
-        .or_else(|| kkc.labels().get(CLUSTER_NAME_LABEL).cloned());
-    let Some(cluster) = cluster else {
+    let Some(cluster) = cluster_name(&kkc.metadata) else {
         return Vec::new();
     };
     kkms.iter()
