@@ -170,8 +170,8 @@ impl Watches {
     }
 
     /// Changes of a Cluster's spec (pause, infrastructureRef, endpoint): the three kinds care about nothing
-    /// else of a Cluster. CAPI rewrites a Cluster's status whenever one of its Machines changes, and waking
-    /// every object of the cluster for each of those was most of the reconciles with 200 Machines.
+    /// else of a Cluster. CAPI rewrites a Cluster's status whenever one of its Machines changes; waking every
+    /// object of the cluster for each of those would multiply the reconciles by the number of Machines.
     pub(crate) fn cluster_spec_changes(
         &mut self,
     ) -> impl Stream<Item = watcher::Result<Cluster>> + Send + use<> {

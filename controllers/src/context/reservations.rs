@@ -14,7 +14,7 @@ pub(crate) const RESERVATION_TTL: Duration = Duration::from_secs(30);
 ///
 /// Concurrent KKMachine reconciles choose from the same cache. Without reservations they all tried the first
 /// free host: one create won, the others failed and tried the next host, so n concurrent claims cost O(n²)
-/// creates against the API server (200 KKMachines: claim p90 of tens of seconds). A reservation only steers
+/// creates against the API server. A reservation only steers
 /// the choice inside this process; creating the KKInstance is still the lock (another manager does not see
 /// this process's reservations and still loses on the create).
 pub(crate) struct Reservations {

@@ -42,7 +42,7 @@ impl Retry {
     /// The `Ready` message while a host is retried: the failure, and neither the time left nor the delay.
     /// A countdown changed the status on every reconcile, and the delay (which doubles) on every attempt;
     /// each status change woke the KKInstance, its KKMachine and CAPI's Machine controller, whose conflicting
-    /// writes under that churn delayed its other Machines by tens of seconds with 200 hosts. Each attempt's
+    /// writes under that churn delay all its other Machines. Each attempt's
     /// failure and delay are in the manager's log and the KKInstance's events.
     pub(crate) fn ready_message(&self) -> String {
         format!("{} (retried with backoff)", self.message)

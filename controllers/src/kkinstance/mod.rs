@@ -393,9 +393,9 @@ async fn start_provisioning(
 
 /// The `Ready` message to keep while an attempt to reach a host that failed transiently has not got past
 /// connecting: the attempt is reported as the wait it most likely returns to (state `Pending`, the failure),
-/// not as host work. Reported as host work, an unreachable host changed its status (and its KKMachine's,
-/// and so CAPI's Machine's) twice per attempt; with 200 such hosts CAPI's Machine controller fell tens of
-/// seconds behind on every Machine. Progress past the connect is reported as usual. `None`: no failure
+/// not as host work. Reported as host work, an unreachable host would change its status (and its
+/// KKMachine's, and so CAPI's Machine's) twice per attempt, and with many such hosts CAPI's Machine
+/// controller falls behind on every Machine. Progress past the connect is reported as usual. `None`: no failure
 /// to keep (first attempt, or after a success or the retry annotation, which clear the record).
 fn quiet_retry(ctx: &Context, uid: &str, step: Option<&str>) -> Option<String> {
     retry_report(step, ctx.tasks.retry(uid).as_ref())

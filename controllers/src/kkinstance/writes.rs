@@ -1,9 +1,9 @@
 //! The writes of one host task (its part of the status, its annotations), made in the background, so the
 //! host's commands do not wait for the API server.
 //!
-//! Host work used to write between its commands: the phase's status before each phase, the completed-phases
-//! annotation after it (about 12 writes per host, each one API round trip in the middle of host work; under
-//! load in the provisioning benchmark a write took 0.3 to 1.6 s). They are queued instead, and one writer per
+//! Host work has about 12 writes per host: the phase's status before each phase, the completed-phases
+//! annotation after it. Made between its commands, each would put an API round trip (slow on a loaded API
+//! server) in the middle of host work. They are queued instead, and one writer per
 //! task sends what queued up since its last write as at most two writes, at the same time: the latest status
 //! (each is the whole of host work's part, applied with SSA) and one merge patch of the annotations (a later
 //! value for a key wins). The task waits for the writes ([`Writes::sync`]) only before it ends, so the

@@ -182,10 +182,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // controllers (shutdown or lost leadership drop this future).
     let secret_watch = crate::secrets::watch(client.clone(), ns.clone(), ctx.clone());
     // After SIGTERM the controllers drain their in-flight reconciles, but only for SHUTDOWN_GRACE: a container
-    // runtime kills after 10 s (podman) or 30 s (a Pod's default). With objects to reconcile (a cluster-wide
-    // manager on a plane full of test namespaces) the drain took from 2 s to 16 s here, and the image test's
-    // SIGTERM ran into podman's kill. Stopping mid-reconcile is safe: status is applied whole, host work
-    // resumes from the host's journal.
+    // runtime kills after 10 s (podman) or 30 s (a Pod's default), and a drain with many objects to reconcile
+    // can take longer than that (docs/benchmarks.md). Stopping mid-reconcile is safe: status is applied whole,
+    // host work resumes from the host's journal.
     let mut drain = shutdown_rx.clone();
     let controllers = async {
         tokio::select! {
