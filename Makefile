@@ -56,8 +56,6 @@ HOSTS_LOCK ?=
 # Tests that cannot run fail, naming what is missing; CAPKK_ALLOW_SKIP=1 makes them skip instead, and each
 # skip is appended here (make test counts them by reason at the end).
 export CAPKK_SKIP_LOG ?= $(CURDIR)/target/capkk-skips.log
-# Packages whose integration tests need the local management plane (tier test-integration).
-export INTEGRATION_PACKAGES ?= capkk-mgmt capkk-controllers
 # The one cargo build of every tier: all workspace targets with one feature set (see hack/test-targets.sh).
 # Binaries used by scripts (manager, sandbox, crdgen) come from it too, so nothing compiles twice.
 CARGO_TEST_BUILD = $(CARGO) test --workspace --all-targets --no-run
