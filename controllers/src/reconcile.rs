@@ -39,6 +39,7 @@ use crate::{
     conditions,
     context::Context,
     error::{Error, Result, is_not_found},
+    metrics::Outcome,
 };
 
 /// Named requeue intervals. Most waits are woken earlier by a watch; these bound how long a missed event
@@ -182,11 +183,27 @@ pub(crate) async fn reconcile<K: Reconciler>(obj: Arc<K>, ctx: Arc<Context>) -> 
         name = %obj.name_any(),
         ns = obj.namespace().unwrap_or_default()
     );
+    let worker = ctx.metrics.worker(K::KIND);
     let res = tracing::Instrument::instrument(run(obj, &ctx), span).await;
-    ctx.metrics.reconciled(K::KIND, start.elapsed());
+    drop(worker);
+    let outcome = match &res {
+        Err(_) => Outcome::Error,
+        Ok(a) if *a == Action::await_change() => Outcome::Success,
+        Ok(_) => Outcome::RequeueAfter,
+    };
+    ctx.metrics.reconciled(K::KIND, start.elapsed(), outcome);
     ctx.metrics.set_tasks_running(ctx.tasks.len() as i64);
     settle(&ctx.backoff, &key, &res);
-    res
+    res.map(|a| resync(a, ctx.settings.sync_period))
+}
+
+/// With `--sync-period`, an object that would wait for its next change is reconciled again after the period
+/// anyway (controller-runtime's periodic resync: a missed event cannot leave it stale for longer).
+pub(crate) fn resync(action: Action, sync_period: Option<std::time::Duration>) -> Action {
+    match sync_period {
+        Some(p) if action == Action::await_change() => Action::requeue(p),
+        _ => action,
+    }
 }
 
 /// Backoff bookkeeping after a reconcile: success removes the key (the next failure starts from the minimum

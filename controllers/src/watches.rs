@@ -242,6 +242,16 @@ where
         .collect()
 }
 
+/// The kube-runtime settings of `K`'s controller: at most `concurrency` reconciles at once (0: unbounded).
+/// Also publishes the limit as `controller_runtime_max_concurrent_reconciles`.
+pub(crate) fn controller_config<K: crate::reconcile::Reconciler>(
+    ctx: &crate::context::Context,
+    concurrency: u16,
+) -> kube::runtime::controller::Config {
+    ctx.metrics.controller_started(K::KIND, concurrency);
+    kube::runtime::controller::Config::default().concurrency(concurrency)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

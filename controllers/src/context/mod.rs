@@ -53,6 +53,22 @@ pub(crate) struct Settings {
     pub quarantine_after: Duration,
     /// Bound on talking to a workload cluster.
     pub workload_timeout: Duration,
+    /// Reconcile objects that wait for a change again after this long (`--sync-period`; `None`: only the
+    /// kinds' own requeues).
+    pub sync_period: Option<Duration>,
+    /// Reconciles run at once per controller, by kind (`--<kind>-concurrency`; 0: unbounded).
+    pub concurrency: Concurrency,
+}
+
+/// Reconciles run at once per controller (0: unbounded, kube-runtime's default).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Concurrency {
+    /// KKCluster controller.
+    pub kkcluster: u16,
+    /// KKMachine controller.
+    pub kkmachine: u16,
+    /// KKInstance controller.
+    pub kkinstance: u16,
 }
 
 impl Default for Settings {
@@ -65,6 +81,8 @@ impl Default for Settings {
             probe_interval: Duration::from_secs(300),
             quarantine_after: Duration::from_secs(600),
             workload_timeout: Duration::from_secs(10),
+            sync_period: None,
+            concurrency: Concurrency::default(),
         }
     }
 }

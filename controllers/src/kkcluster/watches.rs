@@ -13,7 +13,7 @@ use crate::{
     capi::Cluster,
     context::Context,
     reconcile::{error_policy, reconcile},
-    watches::Watches,
+    watches::{Watches, controller_config},
 };
 
 /// The KKCluster controller on the shared `watches`; `triggers` wakes a KKCluster whose probes finished.
@@ -25,6 +25,10 @@ pub(crate) fn controller(
     Controller::for_stream(watches.kkclusters.subscribe(), watches.kkclusters.store())
         .watches_stream(watches.cluster_spec_changes(), cluster_to_kkcluster)
         .reconcile_on(triggers)
+        .with_config(controller_config::<KKCluster>(
+            &ctx,
+            ctx.settings.concurrency.kkcluster,
+        ))
         .shutdown_on_signal()
         .run(reconcile::<KKCluster>, error_policy::<KKCluster>, ctx)
         .for_each(|_| futures::future::ready(()))

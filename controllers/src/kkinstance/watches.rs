@@ -14,7 +14,7 @@ use crate::{
     capi::Cluster,
     context::Context,
     reconcile::{error_policy, reconcile},
-    watches::{Watches, of_cluster},
+    watches::{Watches, controller_config, of_cluster},
 };
 
 /// The KKInstance controller on the shared `watches`; `triggers` wakes a KKInstance whose host work
@@ -39,6 +39,10 @@ pub(crate) fn controller(
             of_cluster(&by_cluster.state(), &c)
         })
         .reconcile_on(triggers)
+        .with_config(controller_config::<KKInstance>(
+            &ctx,
+            ctx.settings.concurrency.kkinstance,
+        ))
         .shutdown_on_signal()
         .run(reconcile::<KKInstance>, error_policy::<KKInstance>, ctx)
         .for_each(|_| futures::future::ready(()))

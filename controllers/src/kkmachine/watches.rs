@@ -17,7 +17,7 @@ use crate::{
     capi::{Cluster, Machine, cluster_name},
     context::Context,
     reconcile::{error_policy, reconcile},
-    watches::{Watches, of_cluster},
+    watches::{Watches, controller_config, of_cluster},
 };
 
 /// The KKMachine controller on the shared `watches`; `triggers` wakes a KKMachine whose workload Node
@@ -44,6 +44,10 @@ pub(crate) fn controller(
             move |k: KKCluster| of_kkcluster(&by_kkcluster.state(), &k),
         )
         .reconcile_on(triggers)
+        .with_config(controller_config::<KKMachine>(
+            &ctx,
+            ctx.settings.concurrency.kkmachine,
+        ))
         .shutdown_on_signal()
         .run(reconcile::<KKMachine>, error_policy::<KKMachine>, ctx)
         .for_each(|_| futures::future::ready(()))

@@ -1,4 +1,10 @@
 //! The manager's flags, with environment fallbacks.
+//!
+//! Besides our own names, the manager accepts the flags the Cluster API Operator writes from an
+//! `InfrastructureProvider`'s `spec.manager` and those CAPI's providers conventionally take
+//! (`--metrics-bind-addr`, `--health-addr`, `--leader-elect-*`, `--sync-period`, `--v`, `--diagnostics-address`,
+//! `--<kind>-concurrency`, ...). Each either means what it means there or is listed by [`Args::ignored`],
+//! which the manager logs at startup: an accepted flag is never dropped silently.
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
@@ -25,7 +31,10 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 #[command(
     name = "manager",
     version,
-    about = "capkk-rs: Cluster API infrastructure provider for SSH hosts"
+    about = "capkk-rs: Cluster API infrastructure provider for SSH hosts",
+    // A flag given twice takes its last value, as in Go's flag package: the Operator appends its args to
+    // the manifest's (`--leader-elect` then `--leader-elect=true`).
+    args_override_self = true
 )]
 pub struct Args {
     /// Kubeconfig of the management cluster (default: in-cluster config or $KUBECONFIG / ~/.kube/config).
@@ -37,11 +46,25 @@ pub struct Args {
     /// Only reconcile objects labelled cluster.x-k8s.io/watch-filter=<value> (empty: all).
     #[arg(long, env = "CAPKK_WATCH_FILTER", default_value = "")]
     pub watch_filter: String,
-    /// Address of the /metrics endpoint ("0" disables it).
-    #[arg(long, env = "CAPKK_METRICS_BIND_ADDRESS", default_value = "127.0.0.1:8080")]
-    pub metrics_bind_address: String,
-    /// Address of the /healthz and /readyz endpoints ("0" disables them).
-    #[arg(long, env = "CAPKK_HEALTH_PROBE_BIND_ADDRESS", default_value = ":8081")]
+    /// Address of the /metrics endpoint ("0" disables it) [default: --diagnostics-address, else
+    /// 127.0.0.1:8080]. Alias: --metrics-bind-addr.
+    #[arg(long, alias = "metrics-bind-addr", env = "CAPKK_METRICS_BIND_ADDRESS")]
+    pub metrics_bind_address: Option<String>,
+    /// CAPI's name for the metrics address; served as plain HTTP like --metrics-bind-address (this manager
+    /// has no authenticated HTTPS endpoint; see --insecure-diagnostics).
+    #[arg(long)]
+    pub diagnostics_address: Option<String>,
+    /// CAPI's switch between HTTPS with authentication (false) and plain HTTP (true) on
+    /// --diagnostics-address. The endpoint here is plain HTTP either way; false is logged as such.
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub insecure_diagnostics: bool,
+    /// Address of the /healthz and /readyz endpoints ("0" disables them). Alias: --health-addr.
+    #[arg(
+        long,
+        alias = "health-addr",
+        env = "CAPKK_HEALTH_PROBE_BIND_ADDRESS",
+        default_value = ":8081"
+    )]
     pub health_probe_bind_address: String,
     /// Run only while holding the leader Lease.
     #[arg(long, env = "CAPKK_LEADER_ELECT", default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
@@ -49,22 +72,36 @@ pub struct Args {
     /// Namespace of the leader Lease (default: $POD_NAMESPACE, else --namespace, else capkk-system).
     #[arg(long, env = "CAPKK_LEADER_ELECTION_NAMESPACE")]
     pub leader_election_namespace: Option<String>,
-    /// Name of the leader Lease.
-    #[arg(
-        long,
-        env = "CAPKK_LEADER_ELECTION_ID",
-        default_value = "capkk-manager-leader"
-    )]
-    pub leader_election_id: String,
-    /// Lease duration.
-    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    /// Name of the leader Lease, or namespace/name (the Operator's form) [default: capkk-manager-leader;
+    /// with --watch-filter, capkk-manager-leader-<filter>: each shard elects its own leader].
+    #[arg(long, env = "CAPKK_LEADER_ELECTION_ID")]
+    pub leader_election_id: Option<String>,
+    /// Lease duration. Alias: --leader-elect-lease-duration.
+    #[arg(long, alias = "leader-elect-lease-duration", default_value = "15s", value_parser = parse_duration)]
     pub lease_duration: Duration,
-    /// Give up leadership when renewing fails this long.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    /// Give up leadership when renewing fails this long. Alias: --leader-elect-renew-deadline.
+    #[arg(long, alias = "leader-elect-renew-deadline", default_value = "10s", value_parser = parse_duration)]
     pub renew_deadline: Duration,
-    /// Interval between lease attempts.
-    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    /// Interval between lease attempts. Alias: --leader-elect-retry-period.
+    #[arg(long, alias = "leader-elect-retry-period", default_value = "2s", value_parser = parse_duration)]
     pub retry_period: Duration,
+    /// Reconcile every object again at least this often, also when nothing changed (default: only each
+    /// kind's own requeues, e.g. the KKCluster re-probe every --probe-interval).
+    #[arg(long, value_parser = parse_duration)]
+    pub sync_period: Option<Duration>,
+    /// Reconciles run at once per controller (default: unbounded); --<kind>-concurrency overrides it for
+    /// one kind.
+    #[arg(long)]
+    pub max_concurrent_reconciles: Option<u16>,
+    /// KKCluster reconciles run at once.
+    #[arg(long, alias = "kkcluster.infrastructure.cluster.x-k8s.io-concurrency")]
+    pub kkcluster_concurrency: Option<u16>,
+    /// KKMachine reconciles run at once.
+    #[arg(long, alias = "kkmachine.infrastructure.cluster.x-k8s.io-concurrency")]
+    pub kkmachine_concurrency: Option<u16>,
+    /// KKInstance reconciles run at once.
+    #[arg(long, alias = "kkinstance.infrastructure.cluster.x-k8s.io-concurrency")]
+    pub kkinstance_concurrency: Option<u16>,
     /// Hosts worked on at once (SSH host tasks).
     #[arg(long, env = "CAPKK_MAX_CONCURRENT_HOSTS", default_value_t = 10)]
     pub max_concurrent_hosts: usize,
@@ -90,12 +127,167 @@ pub struct Args {
     /// `privateKeyPath` (a path in a tenant's object must not read the manager's files).
     #[arg(long, env = "CAPKK_PRIVATE_KEY_DIR")]
     pub private_key_dir: Option<PathBuf>,
-    /// Log format.
-    #[arg(long, env = "CAPKK_LOG_FORMAT", value_enum, default_value = "text")]
+    /// Log format. Alias: --logging-format.
+    #[arg(
+        long,
+        alias = "logging-format",
+        env = "CAPKK_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
     pub log_format: LogFormat,
+    /// klog-style verbosity: 0-1 info, 2-4 debug, 5 and more trace (RUST_LOG, when set, wins).
+    #[arg(long = "v", short = 'v')]
+    pub verbosity: Option<u8>,
+    /// Accepted, ignored and logged: this manager serves no profiler.
+    #[arg(long)]
+    pub profiler_address: Option<String>,
+    /// Accepted, ignored and logged: this manager has no feature gates.
+    #[arg(long)]
+    pub feature_gates: Option<String>,
+    /// Accepted, ignored and logged: this provider serves no webhooks.
+    #[arg(long)]
+    pub webhook_host: Option<String>,
+    /// Accepted, ignored and logged: this provider serves no webhooks.
+    #[arg(long)]
+    pub webhook_port: Option<u16>,
+    /// Accepted, ignored and logged: this provider serves no webhooks.
+    #[arg(long)]
+    pub webhook_cert_dir: Option<String>,
+    /// Accepted, ignored and logged: the Kubernetes client here has no client-side rate limit.
+    #[arg(long)]
+    pub kube_api_qps: Option<f32>,
+    /// Accepted, ignored and logged: the Kubernetes client here has no client-side rate limit.
+    #[arg(long)]
+    pub kube_api_burst: Option<u32>,
     /// Identity in the leader Lease (default: $POD_NAME, else hostname_pid).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+}
+
+/// Lease name used without --leader-election-id and without --watch-filter.
+const DEFAULT_LEASE: &str = "capkk-manager-leader";
+
+impl Args {
+    /// The address of /metrics: --metrics-bind-address, else --diagnostics-address, else 127.0.0.1:8080.
+    pub(crate) fn metrics_address(&self) -> &str {
+        self.metrics_bind_address
+            .as_deref()
+            .or(self.diagnostics_address.as_deref())
+            .unwrap_or("127.0.0.1:8080")
+    }
+
+    /// The leader Lease: (namespace from `--leader-election-id=namespace/name`, if given that way; name).
+    /// Without an id, a manager with a watch filter gets a Lease of its own (see [`lease_for_filter`]).
+    pub(crate) fn lease(&self) -> (Option<String>, String) {
+        match self.leader_election_id.as_deref().map(str::trim) {
+            Some(id) if !id.is_empty() => match id.split_once('/') {
+                Some((ns, name)) if !ns.is_empty() => (Some(ns.to_owned()), name.to_owned()),
+                Some((_, name)) => (None, name.to_owned()),
+                None => (None, id.to_owned()),
+            },
+            _ if self.watch_filter.is_empty() => (None, DEFAULT_LEASE.to_owned()),
+            _ => (None, lease_for_filter(&self.watch_filter)),
+        }
+    }
+
+    /// Reconciles at once per controller: --<kind>-concurrency, else --max-concurrent-reconciles, else
+    /// unbounded (0).
+    pub(crate) fn concurrency(&self) -> crate::context::Concurrency {
+        let all = self.max_concurrent_reconciles.unwrap_or(0);
+        crate::context::Concurrency {
+            kkcluster: self.kkcluster_concurrency.unwrap_or(all),
+            kkmachine: self.kkmachine_concurrency.unwrap_or(all),
+            kkinstance: self.kkinstance_concurrency.unwrap_or(all),
+        }
+    }
+
+    /// The log filter --v asks for (`None`: the default, info).
+    pub(crate) fn log_level(&self) -> Option<&'static str> {
+        self.verbosity.map(|v| match v {
+            0..=1 => "info",
+            2..=4 => "debug",
+            _ => "trace",
+        })
+    }
+
+    /// The flags given that this manager accepts but does not act on: (flag, value, why). The manager logs
+    /// each at startup.
+    pub(crate) fn ignored(&self) -> Vec<(&'static str, String, &'static str)> {
+        let mut out = Vec::new();
+        let mut add = |flag, value: Option<String>, why| {
+            if let Some(v) = value {
+                out.push((flag, v, why));
+            }
+        };
+        const NO_WEBHOOKS: &str = "this provider serves no webhooks";
+        const NO_RATE_LIMIT: &str = "the Kubernetes client here has no client-side rate limit";
+        add(
+            "--profiler-address",
+            self.profiler_address.clone(),
+            "this manager serves no profiler",
+        );
+        add(
+            "--feature-gates",
+            self.feature_gates.clone(),
+            "this manager has no feature gates",
+        );
+        add("--webhook-host", self.webhook_host.clone(), NO_WEBHOOKS);
+        add(
+            "--webhook-port",
+            self.webhook_port.map(|p| p.to_string()),
+            NO_WEBHOOKS,
+        );
+        add("--webhook-cert-dir", self.webhook_cert_dir.clone(), NO_WEBHOOKS);
+        add(
+            "--kube-api-qps",
+            self.kube_api_qps.map(|q| q.to_string()),
+            NO_RATE_LIMIT,
+        );
+        add(
+            "--kube-api-burst",
+            self.kube_api_burst.map(|b| b.to_string()),
+            NO_RATE_LIMIT,
+        );
+        if self.diagnostics_address.is_some() && !self.insecure_diagnostics {
+            add(
+                "--insecure-diagnostics",
+                Some("false".into()),
+                "/metrics is served as plain HTTP without authentication (no HTTPS endpoint here)",
+            );
+        }
+        out
+    }
+}
+
+/// The Lease name of a manager sharded by `--watch-filter=filter`: `capkk-manager-leader-<filter>` as a
+/// DNS subdomain (lower case; any other character becomes `-`). When that changed the value, a hash of the
+/// original is appended, so `Shard_A` and `shard-a` still elect separate leaders. The hash is FNV-1a, fixed
+/// here, so managers of different builds agree on the name.
+pub(crate) fn lease_for_filter(filter: &str) -> String {
+    let mut clean: String = filter
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            l @ ('a'..='z' | '0'..='9' | '-' | '.') => l,
+            _ => '-',
+        })
+        .collect();
+    let changed = clean != filter;
+    clean = clean
+        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_owned();
+    let mut name = format!("{DEFAULT_LEASE}-{clean}");
+    name.truncate(DEFAULT_LEASE.len() + 1 + 63);
+    let mut name = name
+        .trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_owned();
+    if changed {
+        let hash = filter.bytes().fold(0x811c_9dc5_u32, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+        });
+        name.push_str(&format!("-{hash:08x}"));
+    }
+    name
 }
 
 fn default_cache_dir() -> PathBuf {
@@ -170,5 +362,134 @@ mod tests {
         assert!(!a.leader_elect);
         assert_eq!(a.log_format, LogFormat::Json);
         assert!(Args::try_parse_from(["manager", "--quarantine-after=soon"]).is_err());
+    }
+
+    /// What the Cluster API Operator (v0.29) writes into the manager container's args from an
+    /// InfrastructureProvider's `spec.manager` (every field set), after the args of our own manifest.
+    pub(crate) const OPERATOR_ARGS: &[&str] = &[
+        "--leader-elect",
+        "--metrics-bind-address=127.0.0.1:8080",
+        "--kkmachine.infrastructure.cluster.x-k8s.io-concurrency=7",
+        "--max-concurrent-reconciles=5",
+        "--namespace=tenant-a",
+        "--health-addr=:9440",
+        "--leader-elect=true",
+        "--leader-election-id=capkk-system/capkk-leader",
+        "--leader-elect-lease-duration=137s",
+        "--leader-elect-renew-deadline=107s",
+        "--leader-elect-retry-period=26s",
+        "--metrics-bind-addr=127.0.0.1:9090",
+        "--webhook-host=0.0.0.0",
+        "--webhook-port=9443",
+        "--webhook-cert-dir=/tmp/k8s-webhook-server/serving-certs",
+        "--sync-period=600s",
+        "--profiler-address=localhost:6060",
+        "--v=4",
+        "--feature-gates=MachinePool=true,ClusterTopology=false",
+    ];
+
+    #[test]
+    fn the_cluster_api_operators_arguments_parse_with_their_meaning() {
+        let a =
+            Args::try_parse_from(std::iter::once("manager").chain(OPERATOR_ARGS.iter().copied())).unwrap();
+        assert!(a.leader_elect);
+        assert_eq!(
+            a.metrics_address(),
+            "127.0.0.1:9090",
+            "the later alias wins, as Go's flag does"
+        );
+        assert_eq!(a.health_probe_bind_address, ":9440");
+        assert_eq!(a.namespace.as_deref(), Some("tenant-a"));
+        assert_eq!(a.lease(), (Some("capkk-system".into()), "capkk-leader".into()));
+        assert_eq!(a.lease_duration, Duration::from_secs(137));
+        assert_eq!(a.renew_deadline, Duration::from_secs(107));
+        assert_eq!(a.retry_period, Duration::from_secs(26));
+        assert_eq!(a.sync_period, Some(Duration::from_secs(600)));
+        assert_eq!(a.log_level(), Some("debug"));
+        let c = a.concurrency();
+        assert_eq!((c.kkcluster, c.kkmachine, c.kkinstance), (5, 7, 5));
+        let ignored: Vec<_> = a.ignored().into_iter().map(|(f, _, _)| f).collect();
+        assert_eq!(
+            ignored,
+            [
+                "--profiler-address",
+                "--feature-gates",
+                "--webhook-host",
+                "--webhook-port",
+                "--webhook-cert-dir"
+            ]
+        );
+    }
+
+    #[test]
+    fn capi_provider_conventions_parse_with_their_meaning() {
+        let a = Args::try_parse_from([
+            "manager",
+            "--leader-elect",
+            "--diagnostics-address=:8443",
+            "--insecure-diagnostics=false",
+            "--watch-filter=shard-1",
+            "--kkinstance-concurrency=20",
+            "--logging-format=json",
+            "--kube-api-qps=20",
+            "--kube-api-burst=30",
+            "--sync-period=10m0s",
+            "-v=6",
+        ])
+        .unwrap();
+        assert_eq!(a.metrics_address(), ":8443");
+        assert_eq!(a.log_format, LogFormat::Json);
+        assert_eq!(a.log_level(), Some("trace"));
+        assert_eq!(a.sync_period, Some(Duration::from_secs(600)));
+        assert_eq!(a.concurrency().kkinstance, 20);
+        assert_eq!(a.concurrency().kkcluster, 0, "unbounded unless asked");
+        let ignored: Vec<_> = a.ignored().into_iter().map(|(f, _, _)| f).collect();
+        assert_eq!(
+            ignored,
+            ["--kube-api-qps", "--kube-api-burst", "--insecure-diagnostics"]
+        );
+        let quiet = Args::try_parse_from(["manager"]).unwrap();
+        assert!(quiet.ignored().is_empty(), "nothing given, nothing to report");
+        assert_eq!(quiet.metrics_address(), "127.0.0.1:8080");
+        assert_eq!(quiet.log_level(), None);
+    }
+
+    #[test]
+    fn a_watch_filter_without_a_lease_id_elects_its_own_leader() {
+        let lease = |args: &[&str]| {
+            Args::try_parse_from(std::iter::once("manager").chain(args.iter().copied()))
+                .unwrap()
+                .lease()
+        };
+        assert_eq!(lease(&[]), (None, "capkk-manager-leader".into()));
+        assert_eq!(
+            lease(&["--watch-filter=shard-1"]),
+            (None, "capkk-manager-leader-shard-1".into())
+        );
+        assert_eq!(
+            lease(&["--watch-filter=shard-1", "--leader-election-id=mine"]),
+            (None, "mine".into()),
+            "an explicit id wins"
+        );
+        // Label values allow upper case and `_`; Lease names do not. Sanitized names carry a hash of the
+        // value, so two filters never share a Lease.
+        let a = lease_for_filter("Shard_A");
+        let b = lease_for_filter("shard-a");
+        assert_eq!(b, "capkk-manager-leader-shard-a");
+        assert!(a.starts_with("capkk-manager-leader-shard-a-") && a != b, "{a}");
+        for f in ["Shard_A", "_x_", "___", &"a".repeat(63), &"B".repeat(63), "a.b-c"] {
+            let n = lease_for_filter(f);
+            assert!(n.len() <= 253, "{n}");
+            assert!(
+                n.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.'),
+                "{n}"
+            );
+            assert!(
+                n.starts_with(char::is_alphanumeric) && n.ends_with(char::is_alphanumeric),
+                "{n}"
+            );
+        }
+        assert_eq!(lease_for_filter("Shard_A"), a, "stable");
     }
 }

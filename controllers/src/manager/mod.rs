@@ -38,9 +38,9 @@ use crate::{
     watches::Watches,
 };
 
-fn init_tracing(format: LogFormat) {
+fn init_tracing(format: LogFormat, level: Option<&str>) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level.unwrap_or("info")));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -73,9 +73,12 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Run the manager until SIGTERM/SIGINT (or until leadership is lost, which is an error).
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    init_tracing(args.log_format);
+    init_tracing(args.log_format, args.log_level());
+    for (flag, value, why) in args.ignored() {
+        warn!(%flag, %value, "flag accepted but ignored: {why}");
+    }
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let metrics_addr = parse_bind(&args.metrics_bind_address)?;
+    let metrics_addr = parse_bind(args.metrics_address())?;
     let health_addr = parse_bind(&args.health_probe_bind_address)?;
     let client = client(&args).await?;
 
@@ -106,9 +109,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         format!("{}_{}", host.trim(), std::process::id())
     });
     let elector = if args.leader_elect {
-        let ns = args
-            .leader_election_namespace
-            .clone()
+        let (lease_ns, lease_name) = args.lease();
+        let ns = lease_ns
+            .or_else(|| args.leader_election_namespace.clone())
             .or_else(|| std::env::var("POD_NAMESPACE").ok())
             .or_else(|| args.namespace.clone())
             .unwrap_or_else(|| "capkk-system".into());
@@ -116,7 +119,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             client.clone(),
             LeaderConfig {
                 namespace: ns,
-                name: args.leader_election_id.clone(),
+                name: lease_name,
                 identity: identity.clone(),
                 lease_duration: args.lease_duration,
                 renew_deadline: args.renew_deadline,
@@ -139,6 +142,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         probe_concurrency: args.probe_concurrency,
         probe_interval: args.probe_interval,
         quarantine_after: args.quarantine_after,
+        sync_period: args.sync_period,
+        concurrency: args.concurrency(),
         ..Settings::default()
     };
     let services = ServiceLayer::new(&args.artifact_cache_dir)
