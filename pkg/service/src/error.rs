@@ -56,15 +56,15 @@ pub enum Error {
         /// Why.
         message: String,
     },
-    /// An artifact's SHA-256 did not match; nothing was installed.
-    #[error("checksum mismatch for {artifact}: expected {expected}, got {actual}")]
+    /// An artifact's SHA-256 did not match; nothing was installed. The digest of what was fetched is not
+    /// carried: a tenant who can set the URL and read the condition would learn the digest of any body the
+    /// manager can fetch, set it as the expected checksum and get that body installed.
+    #[error("checksum mismatch for {artifact}: the download does not match the expected checksum {expected}")]
     ChecksumMismatch {
         /// The artifact id and version.
         artifact: String,
         /// Expected hex digest.
         expected: String,
-        /// Actual hex digest.
-        actual: String,
     },
     /// The host is not what the spec says (arch mismatch, unknown OS...).
     #[error("host check failed: {message}")]

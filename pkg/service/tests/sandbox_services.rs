@@ -883,17 +883,13 @@ async fn checksum_mismatch_refuses_and_leaves_the_host_unchanged() {
         .await
         .unwrap_err();
     match &err {
-        Error::ChecksumMismatch {
-            artifact,
-            expected,
-            actual,
-        } => {
+        Error::ChecksumMismatch { artifact, expected } => {
             assert!(artifact.contains("kubeadm v1.32.0"), "{err}");
             assert_eq!(
                 expected,
                 binary::catalogue::known_sha256("kubeadm", &f.arch, K8S).unwrap()
             );
-            assert_eq!(actual, &sha(&si.files["kubeadm"].1));
+            assert!(!err.to_string().contains(&sha(&si.files["kubeadm"].1)), "{err}");
         }
         other => panic!("expected a checksum mismatch, got {other}"),
     }
@@ -915,14 +911,10 @@ async fn checksum_mismatch_refuses_and_leaves_the_host_unchanged() {
         .await
         .unwrap_err();
     match &err {
-        Error::ChecksumMismatch {
-            artifact,
-            expected,
-            actual,
-        } => {
+        Error::ChecksumMismatch { artifact, expected } => {
             assert!(artifact.contains("kubelet v1.32.0"), "{err}");
             assert_eq!(expected, &"0".repeat(64));
-            assert_eq!(actual, &sha(&si.files["kubelet"].1));
+            assert!(!err.to_string().contains(&sha(&si.files["kubelet"].1)), "{err}");
         }
         other => panic!("expected a checksum mismatch, got {other}"),
     }
@@ -1067,14 +1059,10 @@ async fn an_unpinned_version_installs_through_its_published_checksum_and_a_tampe
         .await
         .unwrap_err();
     match &err {
-        Error::ChecksumMismatch {
-            artifact,
-            expected,
-            actual,
-        } => {
+        Error::ChecksumMismatch { artifact, expected } => {
             assert!(artifact.contains(&format!("kubelet {K}")), "{err}");
             assert_eq!(expected, &tampered);
-            assert_eq!(actual, &sha(&bodies["kubelet"]));
+            assert!(!err.to_string().contains(&sha(&bodies["kubelet"])), "{err}");
         }
         other => panic!("expected a checksum mismatch, got {other}"),
     }

@@ -177,7 +177,6 @@ impl ArtifactCache {
             return Err(Error::ChecksumMismatch {
                 artifact: format!("{artifact} from {}", strip_userinfo(url)),
                 expected: sha256,
-                actual,
             });
         }
         tokio::fs::rename(&tmp, &dest)
@@ -319,6 +318,126 @@ mod tests {
         let good = cache.path_for(&"A".repeat(64)).unwrap();
         assert_eq!(good, dir.join("cache/sha256").join("a".repeat(64)));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Serves `body` once per connection on 127.0.0.1 (a raw HTTP/1.1 response, `Content-Length` only when
+    /// `length` is set) and returns the base URL.
+    async fn serve(body: Vec<u8>, length: bool) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let body = body.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = s.read(&mut buf).await;
+                    let head = if length {
+                        format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                            body.len()
+                        )
+                    } else {
+                        "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n".to_owned()
+                    };
+                    let _ = s.write_all(head.as_bytes()).await;
+                    let _ = s.write_all(&body).await;
+                    let _ = s.shutdown().await;
+                });
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    fn temp_cache(name: &str) -> (tempfile::TempDir, ArtifactCache) {
+        let dir = tempfile::Builder::new().prefix(name).tempdir().unwrap();
+        let cache = ArtifactCache::new(dir.path().join("cache")).unwrap();
+        (dir, cache)
+    }
+
+    fn files_under(dir: &Path) -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_checksum_mismatch_names_the_expected_checksum_but_never_the_fetched_bodys_digest() {
+        let body = b"the manager's loopback answer".to_vec();
+        let actual = hex::encode(Sha256::digest(&body));
+        let url = serve(body, true).await;
+        let (_dir, cache) = temp_cache("capkk-cache-mismatch");
+        let expected = "0".repeat(64);
+        let err = cache
+            .fetch(&format!("{url}/metadata"), &expected, "kubeadm v1.32.0")
+            .await
+            .expect_err("a body with another digest must be refused");
+        let text = err.to_string();
+        assert!(matches!(err, Error::ChecksumMismatch { .. }), "{text}");
+        assert!(text.contains("does not match the expected checksum"), "{text}");
+        assert!(!text.contains(&actual), "the fetched body's digest leaks: {text}");
+        assert!(
+            !format!("{err:?}").contains(&actual),
+            "the digest leaks through Debug: {err:?}"
+        );
+        assert!(
+            files_under(&cache.root().join("sha256")).is_empty(),
+            "nothing cached"
+        );
+    }
+
+    #[tokio::test]
+    async fn userinfo_of_a_download_url_never_reaches_the_error() {
+        let (_dir, cache) = temp_cache("capkk-cache-userinfo");
+        let url = serve(b"x".to_vec(), true).await;
+        let with_user = url.replace("http://", "http://mirror-user:hunter2-pass@");
+        let err = cache
+            .fetch(&format!("{with_user}/a"), &"0".repeat(64), "kubelet v1.32.0")
+            .await
+            .expect_err("mismatch");
+        // And a refused connection (nothing listens on the discard port).
+        let refused = cache
+            .fetch(
+                "http://mirror-user:hunter2-pass@127.0.0.1:9/a",
+                &"0".repeat(64),
+                "kubelet",
+            )
+            .await
+            .expect_err("nothing listens on port 9");
+        for e in [err, refused] {
+            for shown in [e.to_string(), format!("{e:?}")] {
+                assert!(
+                    !shown.contains("hunter2-pass") && !shown.contains("mirror-user"),
+                    "userinfo leaks: {shown}"
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_artifact_over_the_cap_is_refused_without_filling_the_disk() {
+        let cap = 64 * 1024;
+        let body = vec![b'a'; 4 * 1024 * 1024];
+        let digest = hex::encode(Sha256::digest(&body));
+        for length in [true, false] {
+            let url = serve(body.clone(), length).await;
+            let (_dir, cache) = temp_cache("capkk-cache-cap");
+            cache.set_max_artifact_bytes(cap);
+            let err = cache
+                .fetch(&format!("{url}/big"), &digest, "kubeadm")
+                .await
+                .expect_err("over the cap");
+            assert!(
+                err.to_string().contains("larger than the limit of 65536 bytes"),
+                "{err}"
+            );
+            let mut kept = files_under(&cache.root().join("sha256"));
+            kept.extend(files_under(&cache.root().join("tmp")));
+            // Refused by Content-Length before a byte is written, or while streaming at the cap; the partial
+            // file is removed either way.
+            assert!(kept.is_empty(), "Content-Length {length}: left on disk: {kept:?}");
+        }
     }
 
     #[test]

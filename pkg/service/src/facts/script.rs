@@ -153,7 +153,6 @@ impl Script {
             return Err(Error::ChecksumMismatch {
                 artifact: m.artifact,
                 expected: m.expected,
-                actual: m.actual,
             });
         }
         if let Some(failed) = parsed.iter().find(|p| p.record.exit_code != Some(0)) {
