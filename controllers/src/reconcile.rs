@@ -394,6 +394,26 @@ mod tests {
     use capkk_api::KKMachine;
 
     #[test]
+    fn a_sync_period_requeues_only_objects_that_would_wait_for_a_change() {
+        use std::time::Duration;
+        let period = Some(Duration::from_secs(600));
+        assert_eq!(
+            resync(Action::await_change(), period),
+            Action::requeue(Duration::from_secs(600))
+        );
+        assert_eq!(
+            resync(Action::requeue(Duration::from_secs(5)), period),
+            Action::requeue(Duration::from_secs(5)),
+            "a kind's own requeue stands"
+        );
+        assert_eq!(
+            resync(Action::await_change(), None),
+            Action::await_change(),
+            "no period, no resync"
+        );
+    }
+
+    #[test]
     fn the_finalizer_patch_keeps_other_finalizers_and_is_guarded_by_the_resource_version() {
         let mut km = KKMachine::new("m", Default::default());
         km.metadata.resource_version = Some("7".into());
