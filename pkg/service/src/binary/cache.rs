@@ -77,6 +77,23 @@ impl std::fmt::Debug for ArtifactCache {
     }
 }
 
+/// Follow a redirect only to the host of the URL the operator or tenant named (at most 10): a mirror may
+/// move a path, but a redirect must not turn the manager into a client of another host.
+fn same_host_redirects(attempt: reqwest::redirect::Attempt<'_>) -> reqwest::redirect::Action {
+    let first = attempt
+        .previous()
+        .first()
+        .and_then(|u| u.host_str())
+        .map(str::to_owned);
+    if attempt.previous().len() > 10 {
+        attempt.error("more than 10 redirects")
+    } else if attempt.url().host_str().map(str::to_owned) != first {
+        attempt.error("a redirect to another host is not followed")
+    } else {
+        attempt.follow()
+    }
+}
+
 fn local_io(path: &Path, source: std::io::Error) -> Error {
     Error::LocalIo {
         path: path.display().to_string(),
@@ -95,6 +112,7 @@ impl ArtifactCache {
             .connect_timeout(Duration::from_secs(30))
             .read_timeout(Duration::from_secs(120))
             .user_agent(concat!("capkk-rs/", env!("CARGO_PKG_VERSION")))
+            .redirect(reqwest::redirect::Policy::custom(same_host_redirects))
             .build()
             .map_err(|e| Error::Download {
                 url: String::new(),
@@ -413,6 +431,59 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[tokio::test]
+    async fn a_redirect_to_another_host_is_not_followed() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let body = b"served by the other host".to_vec();
+        let digest = hex::encode(Sha256::digest(&body));
+        // The target listens on 127.0.0.2 (another host; loopback on Linux), the redirecting mirror on
+        // 127.0.0.1.
+        let target = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
+        let target_addr = target.local_addr().unwrap();
+        let hit = Arc::new(AtomicU64::new(0));
+        let seen = hit.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = target.accept().await {
+                seen.fetch_add(1, Ordering::Relaxed);
+                let _ = s.shutdown().await;
+            }
+        });
+        let mirror = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mirror_addr = mirror.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = mirror.accept().await {
+                let mut buf = [0u8; 4096];
+                let n = s.read(&mut buf).await.unwrap_or(0);
+                let req = String::from_utf8_lossy(&buf[..n]).to_string();
+                let head = if req.starts_with("GET /moved ") {
+                    format!(
+                        "HTTP/1.1 302 Found\r\nLocation: http://{target_addr}/x\r\nContent-Length: 0\r\n\r\n"
+                    )
+                } else if req.starts_with("GET /same ") {
+                    "HTTP/1.1 302 Found\r\nLocation: /final\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                        .to_owned()
+                } else {
+                    "HTTP/1.1 200 OK\r\nContent-Length: 24\r\nConnection: close\r\n\r\nserved by the other host"
+                        .to_owned()
+                };
+                let _ = s.write_all(head.as_bytes()).await;
+                let _ = s.shutdown().await;
+            }
+        });
+        let (_dir, cache) = temp_cache("capkk-cache-redirect");
+        let err = cache
+            .fetch(&format!("http://{mirror_addr}/moved"), &digest, "kubeadm")
+            .await
+            .expect_err("a redirect to 127.0.0.2 must not be followed");
+        assert!(err.to_string().contains("another host"), "{err}");
+        assert_eq!(hit.load(Ordering::Relaxed), 0, "the other host was contacted");
+        // A redirect within the mirror is followed.
+        cache
+            .fetch(&format!("http://{mirror_addr}/same"), &digest, "kubeadm")
+            .await
+            .expect("a redirect to the same host is followed");
     }
 
     #[tokio::test]
