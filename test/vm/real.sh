@@ -187,6 +187,8 @@ serve_up() {
   mkdir -p "$WORK/serve"
   REGISTRY_USER=capkk
   REGISTRY_PASSWORD=$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  # For REAL_FROM runs of a kept run (attach): the credentials of this run's registry, readable by root only.
+  (umask 077 && printf 'REGISTRY_USER=%s\nREGISTRY_PASSWORD=%s\n' "$REGISTRY_USER" "$REGISTRY_PASSWORD" >"$WORK/serve/registry.cred")
   # The smoke pushes the manager image it runs as a Pod: its registry is writable (a copy of the cached storage).
   local push=0 extra=""
   case $MODE in smoke | clusterctl) push=1 ;; esac
@@ -365,20 +367,27 @@ deployment_available() { # deployment_available NAMESPACE/NAME
 }
 process_done() { ! kill -0 "$1" 2>/dev/null; }
 
+# CAPI's controllers come with liveness probes of 1 s timeout and no initial delay (30 s to answer): under TCG they
+# start slower than that and are killed over and over. A TCG knob like those of tcg-knobs.py, set the way a user on
+# slow machines would: longer probe timeouts and a start delay, patched into the Deployments clusterctl created.
+TCG_PROBES='[{"op":"add","path":"/spec/template/spec/containers/0/livenessProbe/initialDelaySeconds","value":60},
+{"op":"add","path":"/spec/template/spec/containers/0/livenessProbe/timeoutSeconds","value":10},
+{"op":"add","path":"/spec/template/spec/containers/0/livenessProbe/failureThreshold","value":12},
+{"op":"add","path":"/spec/template/spec/containers/0/readinessProbe/timeoutSeconds","value":10}]'
+
 # The workload cluster becomes a management cluster the way every CAPI user makes one: the real clusterctl, our
 # provider by name, a configuration file (test/clusterctl/config.sh) naming local repositories and the bridge
-# registry. clusterctl waits for cert-manager and for every provider (--wait-providers).
+# registry. clusterctl waits for cert-manager itself; the providers are waited for here, after the TCG knob.
 clusterctl_init() {
   local d pid rc
-  stage "clusterctl init --infrastructure kubekey into $CLUSTER (every provider as Pods)"
+  stage "clusterctl init: every provider a Pod in $CLUSTER"
   push_manager_image "$NODE_REGISTRY/capkk-manager:$VERSION"
   "$ROOT/test/clusterctl/config.sh" "$NODE_REGISTRY" "$WORK/clusterctl" "$VERSION" >/dev/null
   # One node: the control plane takes workloads, as on any single-node cluster.
   [ "$VMS" != 1 ] || wl taint node "$(vm_name 1)" node-role.kubernetes.io/control-plane:NoSchedule- >/dev/null 2>&1 || true
   CLUSTERCTL_LOG=$WORK/clusterctl-init.log
   KUBECONFIG=$WORK/workload.kubeconfig clusterctl init --infrastructure kubekey \
-    --config "$WORK/clusterctl/clusterctl.yaml" --wait-providers --wait-provider-timeout 30m -v 2 \
-    >"$CLUSTERCTL_LOG" 2>&1 &
+    --config "$WORK/clusterctl/clusterctl.yaml" -v 2 >"$CLUSTERCTL_LOG" 2>&1 &
   pid=$!
   wait_for "clusterctl init finished" 3600 process_done "$pid" || true
   rc=0; wait "$pid" || rc=$?
@@ -386,7 +395,10 @@ clusterctl_init() {
   sed 's/^/    /' "$WORK/clusterctl-init.log" | tail -n 25
   check "clusterctl init --infrastructure kubekey exits 0 (exit $rc)" test "$rc" = 0
   for d in "${PROVIDER_DEPLOYMENTS[@]}"; do
-    wait_for "$d Available" 900 deployment_available "$d"
+    case $d in capi-*) wl patch deployment -n "${d%/*}" "${d#*/}" --type json -p "$TCG_PROBES" >/dev/null ;; esac
+  done
+  for d in "${PROVIDER_DEPLOYMENTS[@]}"; do
+    wait_for "$d Available" 1200 deployment_available "$d"
   done
   log "  workload cluster after clusterctl init, kubectl get pods -A -o wide:"
   wl get pods -A -o wide 2>&1 | tee "$WORK/pods-after-init.txt" | sed 's/^/    /'
@@ -606,6 +618,8 @@ attach() {
   fi
   # shellcheck disable=SC1091
   source "$WORK/serve/serve.env"
+  # shellcheck disable=SC1091
+  source "$WORK/serve/registry.cred"
   BRIDGE=$(fleet_json "d['bridge_address']")
   INNER=$(fleet_json "d['inner_cidr']")
   pod_subnets
