@@ -369,7 +369,7 @@ mod tests {
             stop.contains("SOCK=unix:///run/k3s/containerd/containerd.sock\n"),
             "{stop}"
         );
-        assert!(stop.contains("crictl --runtime-endpoint \"$_ep\" rmp -f"));
+        assert!(stop.contains("crictl --timeout 60s --runtime-endpoint \"$_ep\" rmp -f"));
         // A value that is not a socket path never reaches the host, in either step.
         let bad = reset_script(&ResetOptions {
             cri_socket: Some("/run/x.sock; reboot".into()),

@@ -1,8 +1,18 @@
 # The kubelet stops first, so that it starts no pod while the pods are removed. A pod the kubelet was still
 # starting while `kubeadm reset` removed the others can survive it, and containerd's unit stops only the daemon
 # (KillMode=process): that pod's shim and containers would outlive containerd. So every pod containerd's CRI
-# still knows is removed before containerd stops (a few rounds: a removal can race with a late start).
+# still knows is removed before containerd stops (a few rounds: a removal can race with a late start). crictl's
+# own timeout (2 s) is far shorter than stopping a handful of pods on a slow host, and a timed-out round used to
+# look like a finished one, so each call gets a long one. What still runs in the kubelet's pod cgroups after that
+# is killed through the cgroup, and a shim of CRI's namespace that outlives containerd is killed last.
 # Variables: SOCK (the CRI socket kubeadm reset was given, path or unix:// URL; empty: containerd's default).
+_k8s_shims() { # PIDs of the shims serving CRI's namespace (k8s.io); other namespaces are not ours to stop
+  for _p in /proc/[0-9]*; do
+    case $(cat "$_p/comm" 2>/dev/null) in containerd-shim*) ;; *) continue ;; esac
+    tr '\0' ' ' <"$_p/cmdline" 2>/dev/null | grep -q -- '-namespace k8s\.io ' && echo "${_p#/proc/}"
+  done
+  return 0
+}
 if command -v systemctl >/dev/null 2>&1; then
   if systemctl is-active -q kubelet >/dev/null 2>&1; then systemctl stop kubelet; echo "stopped kubelet"; CHANGED=1; fi
   if systemctl is-active -q containerd >/dev/null 2>&1; then
@@ -10,16 +20,33 @@ if command -v systemctl >/dev/null 2>&1; then
     _sock=${_sock#unix://}
     _ep=unix://$_sock
     if command -v crictl >/dev/null 2>&1 && [ -S "$_sock" ]; then
-      for _round in 1 2 3; do
-        _pods=$(crictl --runtime-endpoint "$_ep" pods -q 2>/dev/null) || break
+      for _round in 1 2 3 4 5; do
+        _pods=$(crictl --timeout 60s --runtime-endpoint "$_ep" pods -q 2>/dev/null) || break
         [ -n "$_pods" ] || break
+        if [ "$_round" = 4 ]; then
+          # Two rounds did not empty the list: whatever still runs in the kubelet's pod cgroups is killed
+          # (cgroup v2's cgroup.kill; systemd and cgroupfs drivers), then containerd can remove the sandboxes.
+          for _cg in /sys/fs/cgroup/kubepods.slice /sys/fs/cgroup/kubepods; do
+            [ -w "$_cg/cgroup.kill" ] && echo 1 >"$_cg/cgroup.kill" && echo "killed what ran in $_cg"
+          done
+        fi
         # shellcheck disable=SC2086 # one pod ID per word
-        crictl --runtime-endpoint "$_ep" rmp -f $_pods >/dev/null 2>&1 || true
+        crictl --timeout 60s --runtime-endpoint "$_ep" rmp -f $_pods >/dev/null 2>&1 || true
         echo "removed the pods kubeadm reset left (round $_round)"; CHANGED=1
         sleep 2
       done
     fi
     systemctl stop containerd; echo "stopped containerd"; CHANGED=1
+  fi
+  _shims=$(_k8s_shims)
+  if [ -n "$_shims" ]; then
+    # The containers first (through the pod cgroups), so that none is orphaned when its shim goes.
+    for _cg in /sys/fs/cgroup/kubepods.slice /sys/fs/cgroup/kubepods; do
+      [ -w "$_cg/cgroup.kill" ] && echo 1 >"$_cg/cgroup.kill" && echo "killed what ran in $_cg"
+    done
+    # shellcheck disable=SC2086 # one PID per word
+    kill -9 $_shims 2>/dev/null || true
+    echo "killed shims containerd left behind: $(echo "$_shims" | tr "\n" " ")"; CHANGED=1
   fi
   if [ -e /etc/systemd/system/kubelet.service ] && systemctl is-enabled -q kubelet >/dev/null 2>&1; then systemctl disable kubelet; CHANGED=1; fi
 fi
