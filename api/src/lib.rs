@@ -1,5 +1,5 @@
 //! CRD types of capkk-rs: `infrastructure.cluster.x-k8s.io/v1beta1` KKCluster, KKClusterTemplate,
-//! KKMachine, KKMachineTemplate and KKInstance.
+//! KKMachine, KKMachineTemplate, KKInstance, KKRemediation and KKRemediationTemplate.
 //!
 //! The field names follow KubeKey's CAPKK v3 so existing YAML applies unchanged; the status follows the
 //! Cluster API v1beta2 contract (`status.initialization.provisioned`, `metav1.Condition` conditions,
@@ -13,6 +13,7 @@ pub mod consts;
 pub mod kkcluster;
 pub mod kkinstance;
 pub mod kkmachine;
+pub mod kkremediation;
 pub mod names;
 pub mod patterns;
 
@@ -27,6 +28,7 @@ pub use common::*;
 pub use kkcluster::*;
 pub use kkinstance::*;
 pub use kkmachine::*;
+pub use kkremediation::*;
 pub use names::{host_name_from_address, is_dns_label, is_dns_subdomain};
 
 /// The API group.
@@ -56,6 +58,8 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         KKMachine::crd(),
         KKMachineTemplate::crd(),
         KKInstance::crd(),
+        KKRemediation::crd(),
+        KKRemediationTemplate::crd(),
     ]
 }
 

@@ -135,6 +135,8 @@ fn crds_are_structural_labelled_and_named_like_capi_expects() {
         "kkmachines",
         "kkmachinetemplates",
         "kkinstances",
+        "kkremediations",
+        "kkremediationtemplates",
     ];
     let all = crds();
     assert_eq!(all.len(), expected.len());
