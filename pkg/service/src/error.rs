@@ -79,6 +79,16 @@ pub enum Error {
         /// What is holding the host.
         message: String,
     },
+    /// A rebooted host did not answer with a new boot ID in time (it may still be booting, or be gone).
+    #[error("host {host} did not come back within {waited:?} of the reboot: {last}")]
+    HostNotBack {
+        /// The host.
+        host: String,
+        /// How long it was waited for.
+        waited: std::time::Duration,
+        /// The last poll's answer or error.
+        last: String,
+    },
     /// Local I/O (controller-side cache).
     #[error("local I/O on {path} failed: {source}")]
     LocalIo {

@@ -15,7 +15,7 @@ use crate::{
     facts::{self, PackageManager, script::Script},
     host::tpl,
     provisioning::script as prov,
-    repository,
+    remediation, repository,
 };
 
 /// A script (checked with `sh -n` and shellcheck) or a unit/config file.
@@ -190,6 +190,21 @@ pub(crate) fn renderings() -> Vec<(String, Kind, String)> {
         repository::iso_probe_command("/var/lib/capkk/repository/x.iso"),
     );
     add("provisioning-launcher.sh", Kind::Script, prov::launcher(12345));
+    add(
+        "remediation-restart-services.sh",
+        Kind::Script,
+        remediation::restart_script(&remediation::RestartOptions::default()).render(),
+    );
+    add(
+        "remediation-reboot.sh",
+        Kind::Script,
+        remediation::reboot_script(&remediation::RebootOptions::default()).render(),
+    );
+    add(
+        "remediation-boot-id.sh",
+        Kind::Script,
+        tpl::REMEDIATION_BOOT_ID.to_owned(),
+    );
     let vars = TemplateVars::new()
         .local_hostname("node-a")
         .provider_id("kk://default/node-a");

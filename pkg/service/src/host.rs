@@ -74,6 +74,9 @@ pub(crate) mod tpl {
         PARTITION => "provisioning/partition.sh",
         MKFS => "provisioning/mkfs.sh",
         MOUNT => "provisioning/mount.sh",
+        REMEDIATION_RESTART => "remediation/restart-services.sh",
+        REMEDIATION_REBOOT => "remediation/reboot.sh",
+        REMEDIATION_BOOT_ID => "remediation/boot-id.sh",
     }
 }
 

@@ -1,8 +1,9 @@
 //! Host services: everything the provider does *on a host*, through [`capkk_executor::Executor`] only.
 //!
 //! Order on create: [`bootstrap`] → [`repository`] → [`binary`] → [`containermanager`] → [`provisioning`];
-//! on delete: [`bootstrap::reset`](bootstrap). Each service reports every step to a [`journal::Progress`]
-//! sink (name, exit code, duration, redacted output tail). This crate never talks to Kubernetes.
+//! on delete: [`bootstrap::reset`](bootstrap); on an unhealthy Node: [`remediation`]. Each service reports
+//! every step to a [`journal::Progress`] sink (name, exit code, duration, redacted output tail). This crate
+//! never talks to Kubernetes.
 
 pub mod binary;
 pub mod bootstrap;
@@ -16,6 +17,7 @@ pub mod journal;
 #[cfg(test)]
 mod prop_render;
 pub mod provisioning;
+pub mod remediation;
 pub mod repository;
 
 pub use error::{Error, Result};

@@ -1,0 +1,340 @@
+//! The remediation service: repairing a provisioned host that its Node reports unhealthy, in tiers.
+//!
+//! | tier | what runs | success |
+//! |---|---|---|
+//! | [`restart_services`] | `systemctl restart containerd`, then `kubelet` (one script, one round trip) | both units active within [`RestartOptions::wait`] |
+//! | [`reboot`] | the boot ID is read, a reboot is scheduled a few seconds ahead, then the host is polled | the host answers with another boot ID within [`RebootOptions::wait`] |
+//!
+//! Every remote call carries a timeout. Whether the Node recovers is for the controller to see (this crate never
+//! talks to Kubernetes).
+
+use std::time::{Duration, Instant};
+
+use capkk_executor::{ExecRequest, Executor};
+use tracing::{debug, instrument};
+
+use crate::{
+    Error, Result,
+    facts::script::Script,
+    host::{Vars, tpl},
+    journal::{Progress, Redactor, StepRecord},
+};
+
+/// Bound on one short call (reading the boot ID).
+const CALL_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Options of [`restart_services`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestartOptions {
+    /// How long the units may take to be active after the restart.
+    pub wait: Duration,
+}
+
+impl Default for RestartOptions {
+    fn default() -> Self {
+        Self {
+            wait: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Options of [`reboot`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RebootOptions {
+    /// Seconds between the scheduling command and the reboot (the session that asked ends first).
+    pub delay: Duration,
+    /// How long the host may take to answer again with another boot ID.
+    pub wait: Duration,
+    /// Pause between two polls of a host that is not back yet.
+    pub poll: Duration,
+}
+
+impl Default for RebootOptions {
+    fn default() -> Self {
+        Self {
+            delay: Duration::from_secs(3),
+            wait: Duration::from_secs(300),
+            poll: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What [`reboot`] saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RebootOutcome {
+    /// Boot ID before the reboot.
+    pub before: String,
+    /// Boot ID the host answered with afterwards.
+    pub after: String,
+    /// From scheduling the reboot to the first answer with the new boot ID.
+    pub took: Duration,
+}
+
+/// The restart script (pure; the golden rendering and the sandbox test use it).
+pub fn restart_script(opts: &RestartOptions) -> Script {
+    let mut s = Script::new();
+    s.step(
+        "restart-services",
+        Vars::new()
+            .var("WAIT", opts.wait.as_secs().to_string())
+            .render(tpl::REMEDIATION_RESTART),
+    );
+    s
+}
+
+/// The reboot-scheduling script (pure).
+pub fn reboot_script(opts: &RebootOptions) -> Script {
+    let mut s = Script::new();
+    s.step(
+        "schedule-reboot",
+        Vars::new()
+            .var("DELAY", opts.delay.as_secs().max(1).to_string())
+            .render(tpl::REMEDIATION_REBOOT),
+    );
+    s
+}
+
+/// Restart containerd and the kubelet, and wait for both to be active (first tier).
+#[instrument(skip_all, fields(host = %exec.target()))]
+pub async fn restart_services(
+    exec: &dyn Executor,
+    opts: &RestartOptions,
+    progress: &dyn Progress,
+    redactor: &Redactor,
+) -> Result<()> {
+    restart_script(opts)
+        .run(
+            exec,
+            "remediation",
+            progress,
+            redactor,
+            opts.wait + Duration::from_secs(60),
+        )
+        .await?;
+    Ok(())
+}
+
+/// The host's boot ID.
+pub async fn boot_id(exec: &dyn Executor) -> Result<String> {
+    let out = exec
+        .exec(ExecRequest::new(tpl::REMEDIATION_BOOT_ID.trim_end()).timeout(CALL_TIMEOUT))
+        .await
+        .map_err(|e| Error::exec("remediation/boot-id", e))?;
+    let id = out.stdout_str().trim().to_owned();
+    if !out.success() || id.is_empty() {
+        return Err(Error::CommandFailed {
+            step: "remediation/boot-id".into(),
+            command: "cat /proc/sys/kernel/random/boot_id".into(),
+            exit_code: out.exit_code,
+            output_tail: out.tail(1024),
+        });
+    }
+    Ok(id)
+}
+
+/// Reboot the host and wait until it answers with another boot ID (second tier). A host that is not back
+/// within `opts.wait` is [`Error::HostNotBack`].
+#[instrument(skip_all, fields(host = %exec.target()))]
+pub async fn reboot(
+    exec: &dyn Executor,
+    opts: &RebootOptions,
+    progress: &dyn Progress,
+    redactor: &Redactor,
+) -> Result<RebootOutcome> {
+    let before = boot_id(exec).await?;
+    reboot_script(opts)
+        .run(exec, "remediation", progress, redactor, CALL_TIMEOUT * 2)
+        .await?;
+    let started = Instant::now();
+    let outcome = wait_for_new_boot(exec, &before, opts, started).await;
+    progress.step_finished(&StepRecord {
+        phase: "remediation".into(),
+        name: "wait-for-host".into(),
+        exit_code: Some(if outcome.is_ok() { 0 } else { 1 }),
+        duration: started.elapsed(),
+        output_tail: match &outcome {
+            Ok(o) => format!("back with boot ID {} after {:?}", o.after, o.took),
+            Err(e) => e.to_string(),
+        },
+        skipped: false,
+    });
+    outcome
+}
+
+/// Poll the boot ID until it differs from `before`; a failed poll (the host is down, or sshd not up yet) is
+/// what a reboot looks like, so it is retried until the deadline.
+async fn wait_for_new_boot(
+    exec: &dyn Executor,
+    before: &str,
+    opts: &RebootOptions,
+    started: Instant,
+) -> Result<RebootOutcome> {
+    // The reboot happens `delay` after it was scheduled; polls before that only see the old boot.
+    tokio::time::sleep(opts.delay).await;
+    loop {
+        let last = match boot_id(exec).await {
+            Ok(id) if id != before => {
+                return Ok(RebootOutcome {
+                    before: before.to_owned(),
+                    after: id,
+                    took: started.elapsed(),
+                });
+            }
+            Ok(_) => "the host still runs the boot before the reboot".to_owned(),
+            Err(e) => {
+                debug!(error = %e, "Host not back yet");
+                e.to_string()
+            }
+        };
+        if started.elapsed() + opts.poll > opts.wait {
+            return Err(Error::HostNotBack {
+                host: exec.target(),
+                waited: started.elapsed(),
+                last,
+            });
+        }
+        tokio::time::sleep(opts.poll).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use async_trait::async_trait;
+    use capkk_executor::{ExecError, ExecOutput, PutRequest};
+
+    use super::*;
+    use crate::journal::RecordingProgress;
+
+    /// A host whose boot ID changes after `down` failed polls following the scheduling script (None: never
+    /// back).
+    struct Rebooting {
+        calls: Mutex<Vec<String>>,
+        down: Option<usize>,
+        polls: Mutex<usize>,
+    }
+
+    impl Rebooting {
+        fn new(down: Option<usize>) -> Arc<Self> {
+            Arc::new(Self {
+                calls: Mutex::new(Vec::new()),
+                down,
+                polls: Mutex::new(0),
+            })
+        }
+    }
+
+    #[async_trait]
+    impl Executor for Rebooting {
+        async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, ExecError> {
+            assert!(req.timeout > Duration::ZERO, "every call carries a timeout");
+            self.calls.lock().unwrap().push(req.command.clone());
+            let scheduled = self.calls.lock().unwrap().iter().any(|c| c == "sh -s");
+            if req.command == "sh -s" {
+                let out = "\n@@capkk begin schedule-reboot\nreboot scheduled\n@@capkk changed\n\n@@capkk end schedule-reboot 0 5\n";
+                return Ok(ExecOutput {
+                    exit_code: Some(0),
+                    stdout: out.as_bytes().to_vec(),
+                    ..Default::default()
+                });
+            }
+            if !scheduled {
+                return Ok(ExecOutput {
+                    exit_code: Some(0),
+                    stdout: b"old-boot\n".to_vec(),
+                    ..Default::default()
+                });
+            }
+            let mut polls = self.polls.lock().unwrap();
+            *polls += 1;
+            match self.down {
+                Some(d) if *polls > d => Ok(ExecOutput {
+                    exit_code: Some(0),
+                    stdout: b"new-boot\n".to_vec(),
+                    ..Default::default()
+                }),
+                _ => Err(ExecError::Connect {
+                    host: "198.18.0.11".into(),
+                    message: "Connection refused".into(),
+                }),
+            }
+        }
+
+        async fn put(&self, _req: PutRequest) -> Result<u64, ExecError> {
+            Ok(0)
+        }
+
+        async fn get(&self, _path: &str, _limit: usize, _privileged: bool) -> Result<Vec<u8>, ExecError> {
+            Ok(Vec::new())
+        }
+
+        fn target(&self) -> String {
+            "198.18.0.11".into()
+        }
+    }
+
+    fn quick(wait: u64) -> RebootOptions {
+        RebootOptions {
+            delay: Duration::from_millis(1),
+            wait: Duration::from_millis(wait),
+            poll: Duration::from_millis(5),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_reboot_waits_through_refused_connections_until_the_host_answers_with_a_new_boot_id() {
+        let host = Rebooting::new(Some(3));
+        let progress = RecordingProgress::default();
+        let out = reboot(&*host, &quick(5_000), &progress, &Redactor::default())
+            .await
+            .expect("the host comes back");
+        assert_eq!(
+            (out.before.as_str(), out.after.as_str()),
+            ("old-boot", "new-boot")
+        );
+        assert_eq!(
+            *host.polls.lock().unwrap(),
+            4,
+            "three refused polls, then the answer"
+        );
+        let names: Vec<String> = progress.records().into_iter().map(|r| r.name).collect();
+        assert_eq!(names, ["schedule-reboot", "wait-for-host"]);
+    }
+
+    #[tokio::test]
+    async fn a_host_that_does_not_come_back_in_time_is_host_not_back_naming_the_last_error() {
+        let host = Rebooting::new(None);
+        let err = reboot(
+            &*host,
+            &quick(60),
+            &RecordingProgress::default(),
+            &Redactor::default(),
+        )
+        .await
+        .expect_err("never back");
+        match &err {
+            Error::HostNotBack { host, last, .. } => {
+                assert_eq!(host, "198.18.0.11");
+                assert!(last.contains("Connection refused"), "{last}");
+            }
+            e => panic!("not HostNotBack: {e}"),
+        }
+        assert!(
+            !err.is_transient(),
+            "the controller counts it as a failed attempt"
+        );
+    }
+
+    #[test]
+    fn the_scripts_carry_their_bounds_as_quoted_variables() {
+        let r = restart_script(&RestartOptions {
+            wait: Duration::from_secs(45),
+        })
+        .render();
+        assert!(r.contains("WAIT='45'") || r.contains("WAIT=45"), "{r}");
+        assert!(r.contains("systemctl restart \"$_u\""));
+        let b = reboot_script(&RebootOptions::default()).render();
+        assert!(b.contains("DELAY='3'") || b.contains("DELAY=3"), "{b}");
+    }
+}
