@@ -56,6 +56,19 @@ pub enum Error {
         /// Why.
         message: String,
     },
+    /// A controller-side download was refused before connecting: its destination is one the manager must
+    /// not be made a client of (its loopback, link-local and metadata addresses, the cluster's own ranges)
+    /// or is off the operator's allow-list. Terminal: the spec or the manager's flags must change.
+    #[error("download from {url} ({field}) refused: {reason}")]
+    DownloadRefused {
+        /// The field that named the URL, e.g. `spec.component.overrides[id=kubeadm].url`.
+        field: String,
+        /// The URL, without userinfo.
+        url: String,
+        /// Why, naming the kind of address and the flag that governs it (never the address a name
+        /// resolved to).
+        reason: String,
+    },
     /// An artifact's SHA-256 did not match; nothing was installed. The digest of what was fetched is not
     /// carried: a tenant who can set the URL and read the condition would learn the digest of any body the
     /// manager can fetch, set it as the expected checksum and get that body installed.

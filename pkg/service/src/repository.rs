@@ -277,15 +277,22 @@ async fn upload_iso(
     let ov = cfg.component.overrides.iter().find(|o| o.id == "iso");
     let host = cfg.component.host.as_deref().filter(|h| !h.is_empty());
     let base = host.unwrap_or("https://github.com").trim_end_matches('/');
-    let url = match ov {
-        Some(o) if o.url.as_deref().is_some_and(|u| !u.is_empty()) => o.url.clone().unwrap_or_default(),
-        Some(o) if o.path.as_deref().is_some_and(|p| !p.is_empty()) => {
+    let (url, url_field) = match ov {
+        Some(o) if o.url.as_deref().is_some_and(|u| !u.is_empty()) => (
+            o.url.clone().unwrap_or_default(),
+            "spec.component.overrides[id=iso].url",
+        ),
+        Some(o) if o.path.as_deref().is_some_and(|p| !p.is_empty()) => (
             format!(
                 "{base}/{}",
                 o.path.as_deref().unwrap_or_default().trim_start_matches('/')
-            )
-        }
-        _ => format!("{base}/kubesphere/kubekey/releases/download/v2.2.2/{name}"),
+            ),
+            "spec.component.overrides[id=iso].path",
+        ),
+        _ => (
+            format!("{base}/kubesphere/kubekey/releases/download/v2.2.2/{name}"),
+            "spec.component.host",
+        ),
     };
     let field = "spec.component.overrides[id=iso].checksum";
     // The digest names the cached file and the staged file on the host: exactly 64 hex digits, whatever
@@ -301,7 +308,7 @@ async fn upload_iso(
         } else {
             format!("{base}/{}", p.trim_start_matches('/'))
         };
-        let text = cache.fetch_text(&curl).await?;
+        let text = cache.fetch_text(&curl, &format!("{field}.path")).await?;
         let sha = catalogue::parse_checksum_file(&text, name).ok_or_else(|| Error::InvalidInput {
             field: format!("{field}.path"),
             message: format!(
@@ -332,7 +339,7 @@ async fn upload_iso(
         runner.record_skip("upload-iso", "ISO already on the host");
         return Ok(0);
     }
-    let local = cache.fetch(&url, &sha, &format!("iso {name}")).await?;
+    let local = cache.fetch(&url, url_field, &sha, &format!("iso {name}")).await?;
     let start = std::time::Instant::now();
     let sent = exec
         .put(PutRequest::file(&dest, &local, 0o600))

@@ -1174,6 +1174,9 @@ async fn one_controller_download_serves_many_hosts() {
     let si = stand_ins(&f.arch, "shared");
     si.serve(&mirror);
     let c = cache("shared");
+    // A private mirror (198.18.0.0/15) is reached under the default download policy, which refuses
+    // loopback and link-local addresses.
+    assert_eq!(*c.download_policy(), binary::DownloadPolicy::default());
     let cfg = binary_config(&f, si.source(&mirror, DownloadOn::Controller));
     let (a, b) = tokio::join!(
         binary::ensure(&*ex4, &cfg, &f, &c, &progress, &redactor),

@@ -8,6 +8,11 @@
 //! ([`check_sha256`]) before it becomes part of a path, whatever the caller validated before. Downloads are
 //! capped while they stream ([`ArtifactCache::max_artifact_bytes`], checksum files at 1 MiB), so one object
 //! naming a huge or endless URL cannot fill the controller's memory or disk.
+//!
+//! Every download is checked against the [`DownloadPolicy`] first and connects only to the addresses that
+//! check passed (see [`super::policy`]); a redirect is followed only to the same host, so it is pinned the
+//! same way. Proxies from the environment are not used: through a proxy the address checked would not be
+//! the address reached.
 
 use std::{
     collections::HashMap,
@@ -23,6 +28,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 use tracing::{debug, instrument};
 
+use super::policy::{DownloadPolicy, PinError, Pinned};
 use crate::{Error, Result};
 
 /// Largest checksum file accepted.
@@ -62,7 +68,7 @@ pub fn strip_userinfo(url: &str) -> String {
 /// The cache. Cheap to share behind an `Arc`; one per controller process.
 pub struct ArtifactCache {
     root: PathBuf,
-    client: reqwest::Client,
+    policy: Mutex<Arc<DownloadPolicy>>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     max_artifact_bytes: AtomicU64,
     downloads: AtomicU64,
@@ -94,6 +100,19 @@ fn same_host_redirects(attempt: reqwest::redirect::Attempt<'_>) -> reqwest::redi
     }
 }
 
+/// The resolver of a download's client: names are resolved (and checked) before the client exists and
+/// given to it as overrides, so any other name reaching the resolver is one nobody checked.
+struct Unchecked;
+
+impl reqwest::dns::Resolve for Unchecked {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let name = name.as_str().to_owned();
+        Box::pin(
+            async move { Err(format!("{name} was not checked by the download policy; not resolved").into()) },
+        )
+    }
+}
+
 fn local_io(path: &Path, source: std::io::Error) -> Error {
     Error::LocalIo {
         path: path.display().to_string(),
@@ -108,19 +127,9 @@ impl ArtifactCache {
         for d in [root.join("sha256"), root.join("tmp")] {
             std::fs::create_dir_all(&d).map_err(|e| local_io(&d, e))?;
         }
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(30))
-            .read_timeout(Duration::from_secs(120))
-            .user_agent(concat!("capkk-rs/", env!("CARGO_PKG_VERSION")))
-            .redirect(reqwest::redirect::Policy::custom(same_host_redirects))
-            .build()
-            .map_err(|e| Error::Download {
-                url: String::new(),
-                message: format!("building the HTTP client: {e}"),
-            })?;
         Ok(Self {
             root,
-            client,
+            policy: Mutex::new(Arc::default()),
             locks: Mutex::new(HashMap::new()),
             max_artifact_bytes: AtomicU64::new(DEFAULT_MAX_ARTIFACT_BYTES),
             downloads: AtomicU64::new(0),
@@ -149,6 +158,51 @@ impl ArtifactCache {
         self.max_artifact_bytes.store(limit.max(1), Ordering::Relaxed);
     }
 
+    /// Where downloads may connect (default: [`DownloadPolicy::default`], which refuses loopback).
+    pub fn download_policy(&self) -> Arc<DownloadPolicy> {
+        self.policy.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Change where downloads may connect (the controller's `--download-*` flags).
+    pub fn set_download_policy(&self, policy: DownloadPolicy) {
+        *self.policy.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
+    }
+
+    /// A client for one download from `url`, which `field` named: the URL's host is resolved and checked
+    /// here, and the client connects only to the addresses that passed.
+    async fn client_for(&self, url: &str, field: &str) -> Result<reqwest::Client> {
+        let shown = || strip_userinfo(url);
+        let Pinned { name, addrs } = self.download_policy().pin(url).await.map_err(|e| match e {
+            PinError::NotHttp(why) => Error::InvalidInput {
+                field: field.to_owned(),
+                message: format!("{} is not an http(s) URL: {why}", shown()),
+            },
+            PinError::Refused(reason) => Error::DownloadRefused {
+                field: field.to_owned(),
+                url: shown(),
+                reason,
+            },
+            PinError::Unresolved(message) => Error::Download {
+                url: shown(),
+                message,
+            },
+        })?;
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(30))
+            .read_timeout(Duration::from_secs(120))
+            .user_agent(concat!("capkk-rs/", env!("CARGO_PKG_VERSION")))
+            .redirect(reqwest::redirect::Policy::custom(same_host_redirects))
+            .no_proxy()
+            .dns_resolver(Arc::new(Unchecked));
+        if let Some(name) = name {
+            builder = builder.resolve_to_addrs(&name, &addrs);
+        }
+        builder.build().map_err(|e| Error::Download {
+            url: shown(),
+            message: format!("building the HTTP client: {e}"),
+        })
+    }
+
     /// Number of completed artifact downloads since creation.
     pub fn downloads(&self) -> u64 {
         self.downloads.load(Ordering::Relaxed)
@@ -164,10 +218,11 @@ impl ArtifactCache {
         locks.entry(sha256.to_owned()).or_default().clone()
     }
 
-    /// The cached file for `sha256`, downloading it from `url` first when missing. A download whose digest
-    /// differs is discarded and reported as [`Error::ChecksumMismatch`] for `artifact`.
+    /// The cached file for `sha256`, downloading it from `url` (named by the spec field `field`) first when
+    /// missing. A download whose digest differs is discarded and reported as [`Error::ChecksumMismatch`] for
+    /// `artifact`; a destination the [`DownloadPolicy`] refuses is [`Error::DownloadRefused`] naming `field`.
     #[instrument(skip(self, url), fields(url = %strip_userinfo(url)))]
-    pub async fn fetch(&self, url: &str, sha256: &str, artifact: &str) -> Result<PathBuf> {
+    pub async fn fetch(&self, url: &str, field: &str, sha256: &str, artifact: &str) -> Result<PathBuf> {
         let sha256 = check_sha256(&format!("checksum of {artifact}"), sha256)?;
         let dest = self.path_for(&sha256)?;
         if dest.is_file() {
@@ -182,7 +237,7 @@ impl ArtifactCache {
             .root
             .join("tmp")
             .join(format!("{sha256}.{}.{}", std::process::id(), rand_suffix()));
-        let result = self.download_to(url, &tmp).await;
+        let result = self.download_to(url, field, &tmp).await;
         let (actual, size) = match result {
             Ok(v) => v,
             Err(e) => {
@@ -206,14 +261,15 @@ impl ArtifactCache {
         Ok(dest)
     }
 
-    async fn download_to(&self, url: &str, tmp: &Path) -> Result<(String, u64)> {
+    async fn download_to(&self, url: &str, field: &str, tmp: &Path) -> Result<(String, u64)> {
         let dl = |message: String| Error::Download {
             url: strip_userinfo(url),
             message,
         };
         let limit = self.max_artifact_bytes();
         let mut resp = self
-            .client
+            .client_for(url, field)
+            .await?
             .get(url)
             .timeout(Duration::from_secs(30 * 60))
             .send()
@@ -245,14 +301,16 @@ impl ArtifactCache {
         Ok((hex::encode(hasher.finalize()), size))
     }
 
-    /// Fetch a small text file (a checksum file), at most 1 MiB, counted while it streams.
-    pub async fn fetch_text(&self, url: &str) -> Result<String> {
+    /// Fetch a small text file (a checksum file) from `url`, named by the spec field `field`, at most 1 MiB,
+    /// counted while it streams; checked against the [`DownloadPolicy`] like [`ArtifactCache::fetch`].
+    pub async fn fetch_text(&self, url: &str, field: &str) -> Result<String> {
         let dl = |message: String| Error::Download {
             url: strip_userinfo(url),
             message,
         };
         let mut resp = self
-            .client
+            .client_for(url, field)
+            .await?
             .get(url)
             .timeout(Duration::from_secs(60))
             .send()
@@ -310,6 +368,7 @@ fn rand_suffix() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
 
     #[tokio::test]
     async fn artifact_cache_cannot_address_a_file_outside_its_root() {
@@ -327,7 +386,7 @@ mod tests {
             &"g".repeat(64),
         ] {
             let err = cache
-                .fetch("http://198.18.0.1:9/x", sha, "test")
+                .fetch("http://198.18.0.1:9/x", FIELD, sha, "test")
                 .await
                 .expect_err(&format!("{sha:?} must be refused"));
             assert!(matches!(err, Error::InvalidInput { .. }), "{sha:?}: {err}");
@@ -367,9 +426,17 @@ mod tests {
         format!("http://{addr}")
     }
 
-    fn temp_cache(name: &str) -> (tempfile::TempDir, ArtifactCache) {
+    const FIELD: &str = "spec.component.overrides[id=kubeadm].url";
+
+    /// A cache whose downloads may reach loopback (the test mirrors listen there), opted in the way the
+    /// manager's `--download-allow-loopback` does; the default refuses loopback.
+    fn loopback_cache(name: &str) -> (tempfile::TempDir, ArtifactCache) {
         let dir = tempfile::Builder::new().prefix(name).tempdir().unwrap();
         let cache = ArtifactCache::new(dir.path().join("cache")).unwrap();
+        cache.set_download_policy(DownloadPolicy {
+            allow_loopback: true,
+            ..DownloadPolicy::default()
+        });
         (dir, cache)
     }
 
@@ -385,10 +452,10 @@ mod tests {
         let body = b"the manager's loopback answer".to_vec();
         let actual = hex::encode(Sha256::digest(&body));
         let url = serve(body, true).await;
-        let (_dir, cache) = temp_cache("capkk-cache-mismatch");
+        let (_dir, cache) = loopback_cache("capkk-cache-mismatch");
         let expected = "0".repeat(64);
         let err = cache
-            .fetch(&format!("{url}/metadata"), &expected, "kubeadm v1.32.0")
+            .fetch(&format!("{url}/metadata"), FIELD, &expected, "kubeadm v1.32.0")
             .await
             .expect_err("a body with another digest must be refused");
         let text = err.to_string();
@@ -407,17 +474,23 @@ mod tests {
 
     #[tokio::test]
     async fn userinfo_of_a_download_url_never_reaches_the_error() {
-        let (_dir, cache) = temp_cache("capkk-cache-userinfo");
+        let (_dir, cache) = loopback_cache("capkk-cache-userinfo");
         let url = serve(b"x".to_vec(), true).await;
         let with_user = url.replace("http://", "http://mirror-user:hunter2-pass@");
         let err = cache
-            .fetch(&format!("{with_user}/a"), &"0".repeat(64), "kubelet v1.32.0")
+            .fetch(
+                &format!("{with_user}/a"),
+                FIELD,
+                &"0".repeat(64),
+                "kubelet v1.32.0",
+            )
             .await
             .expect_err("mismatch");
         // And a refused connection (nothing listens on the discard port).
         let refused = cache
             .fetch(
                 "http://mirror-user:hunter2-pass@127.0.0.1:9/a",
+                FIELD,
                 &"0".repeat(64),
                 "kubelet",
             )
@@ -472,18 +545,191 @@ mod tests {
                 let _ = s.shutdown().await;
             }
         });
-        let (_dir, cache) = temp_cache("capkk-cache-redirect");
+        let (_dir, cache) = loopback_cache("capkk-cache-redirect");
         let err = cache
-            .fetch(&format!("http://{mirror_addr}/moved"), &digest, "kubeadm")
+            .fetch(&format!("http://{mirror_addr}/moved"), FIELD, &digest, "kubeadm")
             .await
             .expect_err("a redirect to 127.0.0.2 must not be followed");
         assert!(err.to_string().contains("another host"), "{err}");
         assert_eq!(hit.load(Ordering::Relaxed), 0, "the other host was contacted");
         // A redirect within the mirror is followed.
         cache
-            .fetch(&format!("http://{mirror_addr}/same"), &digest, "kubeadm")
+            .fetch(&format!("http://{mirror_addr}/same"), FIELD, &digest, "kubeadm")
             .await
             .expect("a redirect to the same host is followed");
+    }
+
+    /// A listener on `addr` answering every request with `body`, counting the connections it accepted.
+    async fn counting_mirror(addr: &str, body: &'static [u8]) -> (SocketAddr, Arc<AtomicU64>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind((addr, 0)).await.unwrap();
+        let local = listener.local_addr().unwrap();
+        let hits = Arc::new(AtomicU64::new(0));
+        let seen = hits.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                seen.fetch_add(1, Ordering::Relaxed);
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf).await;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = s.write_all(head.as_bytes()).await;
+                let _ = s.write_all(body).await;
+                let _ = s.shutdown().await;
+            }
+        });
+        (local, hits)
+    }
+
+    fn default_cache(name: &str) -> (tempfile::TempDir, ArtifactCache) {
+        let dir = tempfile::Builder::new().prefix(name).tempdir().unwrap();
+        let cache = ArtifactCache::new(dir.path().join("cache")).unwrap();
+        (dir, cache)
+    }
+
+    /// The refusal of `err`: a [`Error::DownloadRefused`] naming [`FIELD`], terminal, whose text contains
+    /// `why`.
+    fn assert_refused(err: &Error, why: &str) {
+        let text = err.to_string();
+        assert!(
+            matches!(err, Error::DownloadRefused { field, .. } if field == FIELD),
+            "{text}"
+        );
+        assert!(text.contains(why), "{text}");
+        assert!(
+            !err.is_transient(),
+            "a refusal waits for a spec or flag change: {text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_mirror_on_loopback_is_refused_by_default_and_never_contacted() {
+        const BODY: &[u8] = b"the manager's own loopback";
+        let digest = hex::encode(Sha256::digest(BODY));
+        let (addr, hits) = counting_mirror("127.0.0.1", BODY).await;
+        let (_dir, cache) = default_cache("capkk-cache-loopback");
+        for url in [
+            format!("http://{addr}/kubeadm"),
+            format!("http://localhost:{}/kubeadm", addr.port()),
+            format!("http://[::ffff:127.0.0.1]:{}/kubeadm", addr.port()),
+            // Spellings URL parsers read as 127.0.0.1.
+            format!("http://2130706433:{}/kubeadm", addr.port()),
+            format!("http://0x7f.1:{}/kubeadm", addr.port()),
+        ] {
+            let err = cache
+                .fetch(&url, FIELD, &digest, "kubeadm")
+                .await
+                .expect_err("loopback is refused by default");
+            assert_refused(
+                &err,
+                "a loopback address (allowed only by --download-allow-loopback)",
+            );
+            let err = cache
+                .fetch_text(&url, FIELD)
+                .await
+                .expect_err("also for checksum files");
+            assert_refused(&err, "loopback");
+        }
+        assert_eq!(
+            hits.load(Ordering::Relaxed),
+            0,
+            "the loopback mirror was contacted"
+        );
+        // The same mirror, opted in.
+        cache.set_download_policy(DownloadPolicy {
+            allow_loopback: true,
+            ..DownloadPolicy::default()
+        });
+        cache
+            .fetch(&format!("http://{addr}/kubeadm"), FIELD, &digest, "kubeadm")
+            .await
+            .expect("reached with --download-allow-loopback");
+        assert_eq!(hits.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn the_clusters_own_ranges_are_refused_and_never_contacted() {
+        const BODY: &[u8] = b"an in-cluster Service";
+        let digest = hex::encode(Sha256::digest(BODY));
+        // 127.0.0.2 stands for the Service range: loopback is allowed, the range is not.
+        let (addr, hits) = counting_mirror("127.0.0.2", BODY).await;
+        let (_dir, cache) = loopback_cache("capkk-cache-deny");
+        cache.set_download_policy(DownloadPolicy {
+            deny: vec!["127.0.0.2/32".parse().unwrap()],
+            allow_loopback: true,
+            ..DownloadPolicy::default()
+        });
+        let err = cache
+            .fetch(&format!("http://{addr}/x"), FIELD, &digest, "kubeadm")
+            .await
+            .expect_err("a cluster range is refused");
+        assert_refused(
+            &err,
+            "is an address in 127.0.0.2/32, one of the cluster's own ranges (--download-deny-cidr)",
+        );
+        assert_eq!(hits.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn with_an_allow_list_only_the_mirrors_it_names_are_reached() {
+        const BODY: &[u8] = b"an allowed mirror";
+        let digest = hex::encode(Sha256::digest(BODY));
+        let (allowed, allowed_hits) = counting_mirror("127.0.0.3", BODY).await;
+        let (other, other_hits) = counting_mirror("127.0.0.1", BODY).await;
+        let (_dir, cache) = loopback_cache("capkk-cache-allow");
+        cache.set_download_policy(DownloadPolicy {
+            allow: vec!["127.0.0.3/32".parse().unwrap(), "localhost".parse().unwrap()],
+            allow_loopback: true,
+            ..DownloadPolicy::default()
+        });
+        let err = cache
+            .fetch(&format!("http://{other}/x"), FIELD, &digest, "kubeadm")
+            .await
+            .expect_err("an address off the allow-list is refused");
+        assert_refused(
+            &err,
+            "127.0.0.1 is not on the download allow-list (--download-allow)",
+        );
+        assert_eq!(
+            other_hits.load(Ordering::Relaxed),
+            0,
+            "a mirror off the list was contacted"
+        );
+        cache
+            .fetch(&format!("http://{allowed}/x"), FIELD, &digest, "kubeadm")
+            .await
+            .expect("an address in an allowed range is reached");
+        assert_eq!(allowed_hits.load(Ordering::Relaxed), 1);
+        // A name on the list is reached at the addresses it resolves to (localhost: the other mirror's).
+        cache
+            .fetch_text(&format!("http://localhost:{}/sums", other.port()), FIELD)
+            .await
+            .expect("a name on the allow-list is reached");
+        assert_eq!(other_hits.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn a_download_client_resolves_no_name_but_the_one_checked() {
+        const BODY: &[u8] = b"unchecked";
+        let (addr, hits) = counting_mirror("127.0.0.1", BODY).await;
+        let (_dir, cache) = loopback_cache("capkk-cache-pin");
+        // A client made for the checked address 127.0.0.1 asked to reach a name: it does not resolve it.
+        let client = cache
+            .client_for(&format!("http://{addr}/x"), FIELD)
+            .await
+            .unwrap();
+        let err = client
+            .get(format!("http://localhost:{}/x", addr.port()))
+            .send()
+            .await
+            .expect_err("an unchecked name is not resolved");
+        assert!(
+            without_url(&err).contains("not checked by the download policy"),
+            "{err}"
+        );
+        assert_eq!(hits.load(Ordering::Relaxed), 0);
     }
 
     #[tokio::test]
@@ -493,10 +739,10 @@ mod tests {
         let digest = hex::encode(Sha256::digest(&body));
         for length in [true, false] {
             let url = serve(body.clone(), length).await;
-            let (_dir, cache) = temp_cache("capkk-cache-cap");
+            let (_dir, cache) = loopback_cache("capkk-cache-cap");
             cache.set_max_artifact_bytes(cap);
             let err = cache
-                .fetch(&format!("{url}/big"), &digest, "kubeadm")
+                .fetch(&format!("{url}/big"), FIELD, &digest, "kubeadm")
                 .await
                 .expect_err("over the cap");
             assert!(

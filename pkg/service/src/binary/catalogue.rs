@@ -363,6 +363,9 @@ pub struct Artifact {
     pub arch: String,
     /// Download URL.
     pub url: String,
+    /// The spec field the URL comes from (an override's `url` or `path`, `spec.component.host`), named
+    /// when a download from it is refused.
+    pub url_field: String,
     /// Checksum source.
     pub checksum: ChecksumSource,
     /// How it is installed.
@@ -538,17 +541,22 @@ pub fn resolve(req: &ArtifactRequest, source: &ComponentSource) -> Result<Artifa
                 .is_none_or(|ver| ver.is_empty() || normalize_version(&req.id, ver) == v)
     });
     let field = |name: &str| format!("spec.component.overrides[id={}].{name}", req.id);
-    let url = match ov {
-        Some(o) if o.url.as_deref().is_some_and(|u| !u.trim().is_empty()) => {
-            o.url.as_deref().unwrap_or_default().trim().to_owned()
-        }
+    let (url, url_field) = match ov {
+        Some(o) if o.url.as_deref().is_some_and(|u| !u.trim().is_empty()) => (
+            o.url.as_deref().unwrap_or_default().trim().to_owned(),
+            field("url"),
+        ),
         Some(o) if o.path.as_deref().is_some_and(|p| !p.trim().is_empty()) => {
             let base = host
                 .map(str::to_owned)
                 .unwrap_or_else(|| origin(&default_url).to_owned());
-            join(&base, o.path.as_deref().unwrap_or_default().trim())
+            (
+                join(&base, o.path.as_deref().unwrap_or_default().trim()),
+                field("path"),
+            )
         }
-        _ => default_url,
+        _ if cn && host.is_none() => (default_url, "spec.component.zone".to_owned()),
+        _ => (default_url, "spec.component.host".to_owned()),
     };
     if !(url.starts_with("http://") || url.starts_with("https://")) {
         return Err(Error::InvalidInput {
@@ -603,6 +611,7 @@ pub fn resolve(req: &ArtifactRequest, source: &ComponentSource) -> Result<Artifa
         version: v,
         arch,
         url,
+        url_field,
         checksum,
         install: install_of(&req.id),
     })
@@ -657,6 +666,10 @@ mod tests {
         let a = resolve(&ArtifactRequest::new("kubeadm", "1.32.0", "x86_64"), &src()).unwrap();
         assert_eq!(a.url, "https://dl.k8s.io/release/v1.32.0/bin/linux/amd64/kubeadm");
         assert_eq!(
+            a.url_field, "spec.component.host",
+            "the field that would change it"
+        );
+        assert_eq!(
             a.checksum,
             ChecksumSource::Value("8a10abe691a693d6deeeb1c992bc75da9d8c76718a22327688f7eb1d7c15f0d6".into())
         );
@@ -676,6 +689,7 @@ mod tests {
             c.url,
             "https://kubernetes-release.pek3b.qingstor.com/containerd/containerd/releases/download/v1.7.13/containerd-1.7.13-linux-arm64.tar.gz"
         );
+        assert_eq!(c.url_field, "spec.component.zone");
         let host = ComponentSource {
             zone: Some("cn".into()),
             host: Some("http://198.18.3.1:8080/".into()),
@@ -686,6 +700,7 @@ mod tests {
             k.url,
             "http://198.18.3.1:8080/kubernetes-release/release/v1.31.4/bin/linux/amd64/kubelet"
         );
+        assert_eq!(k.url_field, "spec.component.host");
         let ov = ComponentSource {
             host: Some("http://mirror:80".into()),
             overrides: vec![
@@ -707,9 +722,11 @@ mod tests {
         };
         let s = resolve(&ArtifactRequest::new("kubeadm", "v1.34.1", "amd64"), &ov).unwrap();
         assert_eq!(s.url, "http://mirror:80/sim/kubeadm");
+        assert_eq!(s.url_field, "spec.component.overrides[id=kubeadm].path");
         assert_eq!(s.checksum, ChecksumSource::Value("ab".repeat(32)));
         let r = resolve(&ArtifactRequest::new("runc", "1.1.12", "amd64"), &ov).unwrap();
         assert_eq!(r.url, "https://example.test/runc");
+        assert_eq!(r.url_field, "spec.component.overrides[id=runc].url");
         assert_eq!(
             r.checksum,
             ChecksumSource::File {

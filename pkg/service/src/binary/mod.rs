@@ -14,6 +14,7 @@
 
 pub mod cache;
 pub mod catalogue;
+pub mod policy;
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -25,6 +26,7 @@ pub use catalogue::{
     Artifact, ArtifactOverride, ArtifactRequest, ChecksumSource, ComponentSource, DownloadOn, Install,
     resolve,
 };
+pub use policy::{AllowEntry, Cidr, DownloadPolicy};
 
 use crate::{
     Error, Result,
@@ -274,7 +276,7 @@ pub async fn expected_sha256(a: &Artifact, cache: &ArtifactCache) -> Result<Stri
         ),
         ChecksumSource::File { url, file_name } => {
             let field = format!("spec.component.overrides[id={}].checksum.path", a.id);
-            let text = cache.fetch_text(url).await?;
+            let text = cache.fetch_text(url, &field).await?;
             let sha =
                 catalogue::parse_checksum_file(&text, file_name).ok_or_else(|| Error::InvalidInput {
                     field: field.clone(),
@@ -290,7 +292,7 @@ pub async fn expected_sha256(a: &Artifact, cache: &ArtifactCache) -> Result<Stri
                 "pin it with spec.component.overrides[] (id {}, version {}, checksum.value)",
                 a.id, a.version
             );
-            let text = cache.fetch_text(url).await.map_err(|e| match e {
+            let text = cache.fetch_text(url, &a.url_field).await.map_err(|e| match e {
                 Error::Download { url, message } => Error::Download {
                     message: format!(
                         "{message}: no published checksum for {} (a mirror must serve upstream's checksum files \
@@ -411,7 +413,7 @@ pub async fn stage_gated(
             // Everything is fetched and verified before the first upload: a bad artifact uploads nothing.
             let mut local = Vec::new();
             for (a, sha) in &needed {
-                local.push(cache.fetch(&a.url, sha, &a.label()).await?);
+                local.push(cache.fetch(&a.url, &a.url_field, sha, &a.label()).await?);
             }
             for ((a, sha), path) in needed.iter().zip(local) {
                 let start = std::time::Instant::now();
@@ -538,6 +540,7 @@ mod tests {
             arch: "amd64".into(),
             // Port 9 on the loopback refuses at once: the download fails after the label was printed.
             url: format!("http://127.0.0.1:9/$(touch {})", pwned.display()),
+            url_field: "spec.component.overrides[id=kubeadm].url".into(),
             checksum: ChecksumSource::Value("a".repeat(64)),
             install: Install::Archive {
                 dir: dir.join("opt").display().to_string(),
