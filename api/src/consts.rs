@@ -131,4 +131,7 @@ pub mod reasons {
     pub const QUARANTINED: &str = "Quarantined";
     /// A host's address is listed by another KKCluster that holds it (claimed or quarantined there).
     pub const ADDRESS_IN_USE: &str = "AddressInUse";
+    /// A controller-side download's destination is refused (loopback, link-local, the cluster's ranges, off
+    /// the allow-list); the message names the field and the manager flag.
+    pub const DOWNLOAD_REFUSED: &str = "DownloadRefused";
 }

@@ -71,6 +71,10 @@ pub(crate) fn service_failure(phase: Phase, e: capkk_service::Error) -> Failure 
             reason: reasons::INVALID_SPEC,
             message: format!("{p}: invalid {field}: {message}"),
         },
+        e @ S::DownloadRefused { .. } => Failure::Terminal {
+            reason: reasons::DOWNLOAD_REFUSED,
+            message: format!("{p}: {e}"),
+        },
         e if e.is_transient() => Failure::Transient(format!("{p}: {e}")),
         e => Failure::Terminal {
             reason: reasons::COMMAND_FAILED,
@@ -128,5 +132,31 @@ mod tests {
             },
         );
         assert_eq!(terminal_reason(i), Some(reasons::INVALID_SPEC));
+    }
+
+    #[test]
+    fn a_refused_download_is_terminal_and_names_the_field_and_why() {
+        let f = service_failure(
+            Phase::Binary,
+            capkk_service::Error::DownloadRefused {
+                field: "spec.component.overrides[id=kubeadm].url".into(),
+                url: "http://metadata.internal/latest".into(),
+                reason: "metadata.internal resolves to a link-local address (where cloud metadata services \
+                         answer)"
+                    .into(),
+            },
+        );
+        match f {
+            Failure::Terminal { reason, message } => {
+                assert_eq!(reason, reasons::DOWNLOAD_REFUSED);
+                assert_eq!(
+                    message,
+                    "binary: download from http://metadata.internal/latest \
+                     (spec.component.overrides[id=kubeadm].url) refused: metadata.internal resolves to a \
+                     link-local address (where cloud metadata services answer)"
+                );
+            }
+            Failure::Transient(m) => panic!("transient: {m}"),
+        }
     }
 }

@@ -9,6 +9,7 @@
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use anyhow::Context as _;
+use capkk_service::binary::{AllowEntry, Cidr, DownloadPolicy};
 use clap::{Parser, ValueEnum};
 
 /// Log output format.
@@ -24,6 +25,21 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     capkk_api::parse_duration_seconds(s)
         .map(Duration::from_secs)
         .ok_or_else(|| format!("{s:?} is not a duration like 30s, 10m or 1h"))
+}
+
+/// `--download-deny-cidr`'s default: kubeadm's default Service range and kind's default Pod range.
+pub(crate) const DEFAULT_DOWNLOAD_DENY_CIDRS: [&str; 2] = ["10.96.0.0/12", "10.244.0.0/16"];
+
+fn parse_deny_cidr(s: &str) -> Result<Option<Cidr>, String> {
+    if s.trim().is_empty() {
+        Ok(None)
+    } else {
+        s.parse().map(Some)
+    }
+}
+
+fn parse_allow(s: &str) -> Result<AllowEntry, String> {
+    s.parse()
 }
 
 /// Command-line flags of the manager.
@@ -123,6 +139,26 @@ pub struct Args {
     /// Largest artifact (binary, archive, ISO) a download may bring into the cache, in bytes.
     #[arg(long, env = "CAPKK_MAX_ARTIFACT_BYTES", default_value_t = capkk_service::binary::cache::DEFAULT_MAX_ARTIFACT_BYTES)]
     pub max_artifact_bytes: u64,
+    /// Ranges controller-side downloads never connect to: the management cluster's Service and Pod ranges
+    /// (repeat the flag or separate by commas; an empty value clears the list) [default: 10.96.0.0/12,
+    /// 10.244.0.0/16: kubeadm's Service and kind's Pod defaults]. Loopback, link-local (cloud metadata),
+    /// unspecified and multicast addresses are refused whatever this says.
+    #[arg(
+        long = "download-deny-cidr",
+        value_delimiter = ',',
+        action = clap::ArgAction::Append,
+        default_values = DEFAULT_DOWNLOAD_DENY_CIDRS,
+        value_parser = parse_deny_cidr
+    )]
+    pub download_deny_cidrs: Vec<Option<Cidr>>,
+    /// Host names (`mirror.example`, `*.example`) and ranges (`10.20.0.0/16`) controller-side downloads are
+    /// limited to (repeat or separate by commas; default: any destination not refused). A name or range here
+    /// never makes a refused address reachable.
+    #[arg(long = "download-allow", value_delimiter = ',', action = clap::ArgAction::Append, value_parser = parse_allow)]
+    pub download_allow: Vec<AllowEntry>,
+    /// Let controller-side downloads reach loopback addresses (a mirror in the manager's own Pod).
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub download_allow_loopback: bool,
     /// The only directory `privateKeyPath` keys may be read from; unset or empty (default) refuses
     /// `privateKeyPath` (a path in a tenant's object must not read the manager's files).
     #[arg(long, env = "CAPKK_PRIVATE_KEY_DIR")]
@@ -199,6 +235,16 @@ impl Args {
             kkcluster: self.kkcluster_concurrency.unwrap_or(all),
             kkmachine: self.kkmachine_concurrency.unwrap_or(all),
             kkinstance: self.kkinstance_concurrency.unwrap_or(all),
+        }
+    }
+
+    /// Where controller-side downloads may connect: --download-deny-cidr, --download-allow,
+    /// --download-allow-loopback.
+    pub(crate) fn download_policy(&self) -> DownloadPolicy {
+        DownloadPolicy {
+            deny: self.download_deny_cidrs.iter().flatten().copied().collect(),
+            allow: self.download_allow.clone(),
+            allow_loopback: self.download_allow_loopback,
         }
     }
 
@@ -358,10 +404,61 @@ mod tests {
         .unwrap();
         assert_eq!(a.private_key_dir, Some(PathBuf::from("/etc/capkk/keys")));
         assert_eq!(a.max_artifact_bytes, 1024);
+        assert_eq!(
+            a.download_policy(),
+            DownloadPolicy {
+                deny: DEFAULT_DOWNLOAD_DENY_CIDRS
+                    .iter()
+                    .map(|c| c.parse().unwrap())
+                    .collect(),
+                allow: vec![],
+                allow_loopback: false,
+            },
+            "the cluster's default ranges are refused, loopback is not allowed, no allow-list"
+        );
         let a = Args::try_parse_from(["manager", "--leader-elect=false", "--log-format=json"]).unwrap();
         assert!(!a.leader_elect);
         assert_eq!(a.log_format, LogFormat::Json);
         assert!(Args::try_parse_from(["manager", "--quarantine-after=soon"]).is_err());
+    }
+
+    #[test]
+    fn download_flags_repeat_take_comma_lists_and_refuse_what_is_not_a_range_or_a_name() {
+        let a = Args::try_parse_from([
+            "manager",
+            "--download-deny-cidr=10.43.0.0/16",
+            "--download-deny-cidr=10.42.0.0/16,fd00:10:96::/112",
+            "--download-allow=mirror.example,*.corp.example",
+            "--download-allow",
+            "198.18.0.0/15",
+            "--download-allow-loopback",
+        ])
+        .unwrap();
+        let p = a.download_policy();
+        let shown: Vec<String> = p.deny.iter().map(ToString::to_string).collect();
+        assert_eq!(shown, ["10.43.0.0/16", "10.42.0.0/16", "fd00:10:96::/112"]);
+        assert_eq!(
+            p.allow,
+            [
+                AllowEntry::Host("mirror.example".into()),
+                AllowEntry::Host("*.corp.example".into()),
+                AllowEntry::Range("198.18.0.0/15".parse().unwrap()),
+            ]
+        );
+        assert!(p.allow_loopback);
+        let cleared = Args::try_parse_from(["manager", "--download-deny-cidr="]).unwrap();
+        assert!(
+            cleared.download_policy().deny.is_empty(),
+            "an empty value clears the list"
+        );
+        for bad in [
+            "--download-deny-cidr=10.0.0.0/40",
+            "--download-deny-cidr=mirror.example",
+            "--download-allow=http://mirror.example/",
+            "--download-allow-loopback=maybe",
+        ] {
+            assert!(Args::try_parse_from(["manager", bad]).is_err(), "{bad}");
+        }
     }
 
     /// What the Cluster API Operator (v0.29) writes into the manager container's args from an

@@ -149,6 +149,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let services = ServiceLayer::new(&args.artifact_cache_dir)
         .with_context(|| format!("artifact cache {}", args.artifact_cache_dir.display()))?;
     services.cache().set_max_artifact_bytes(args.max_artifact_bytes);
+    let policy = args.download_policy();
+    info!(
+        deny = ?policy.deny.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        allow = ?policy.allow,
+        allow_loopback = policy.allow_loopback,
+        "Controller-side downloads: loopback, link-local, metadata, unspecified and multicast addresses and \
+         the deny ranges are refused"
+    );
+    services.cache().set_download_policy(policy);
     crate::hosts::set_private_key_dir(args.private_key_dir.clone().filter(|d| !d.as_os_str().is_empty()));
     let pool = SshPool::new(PoolConfig {
         connect_timeout: args.ssh_connect_timeout,
