@@ -70,6 +70,7 @@ include test/vm/vm.mk
 include pkg/cloudinit/cloudinit.mk
 include test/vm/artifacts/artifacts.mk
 include test/clusterctl/clusterctl.mk
+include test/capi-e2e/capi-e2e.mk
 
 .PHONY: help deps build test test-build test-unit test-integration verify fmt clippy crds verify-crds shellcheck \
         verify-deps deny docs-diagrams image image-test docker-build release-manifests clean

@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Make glue of CAPI's own provider test suite (test/capi-e2e, see README.md):
+#
+#   capi-e2e.sh build    the Ginkgo test binary, cached by content hash in $CAPKK_CACHE/capi-e2e/<hash>/
+#   capi-e2e.sh run      build, then run it against the run named by CAPI_E2E_FROM:
+#                          sandbox:NAME  the local management plane with the sandbox hosts of `test/e2e/e2e.sh hosts`
+#                                        (E2E_NAME=NAME; make capi-e2e-hosts): QuickStartSpec only, default flavor
+#                          real:NAME     a kept `test/vm/real.sh clusterctl` run (REAL_NAME=NAME, REAL_KEEP=1,
+#                                        REAL_TO=clusterctl_init, REAL_EXTRA_VMS=2): its VM cluster, where clusterctl
+#                                        init installed every provider, is the bootstrap cluster; the fleet's VMs in no
+#                                        cluster are the spec clusters' hosts; "tcg" flavor; both specs
+#
+# Environment: CAPI_E2E_FOCUS (a Ginkgo focus regexp, default per mode), CAPI_E2E_OUT (default target/capi-e2e/NAME:
+# artifacts, the clusterctl configuration, the flavor), CAPI_E2E_ARGS (more arguments for the binary), VERSION.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+CAPKK_CACHE=${CAPKK_CACHE:-$HOME/.cache/capkk-rs}
+VERSION=${VERSION:-v0.1.0}
+export CAPKK_CACHE CLUSTERCTL_DISABLE_VERSIONCHECK=true CAPKK_VERSION=$VERSION
+log() { echo "[capi-e2e $(date +%H:%M:%S)] $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# Bump when the build command changes in a way the hashed files do not show.
+RECIPE=1
+binary_hash() {
+  {
+    cd "$HERE" && LC_ALL=C sha256sum go.mod go.sum ./*.go
+    go env GOVERSION
+    echo "recipe=$RECIPE"
+  } | sha256sum | cut -c1-16
+}
+
+# build: prints the binary's path. Compiling takes minutes cold: nice (the machine is shared), a line every 30 s.
+build() {
+  command -v go >/dev/null || die "go is required (make deps)"
+  local dir bin t0 pid rc=0
+  dir=$CAPKK_CACHE/capi-e2e/$(binary_hash)
+  bin=$dir/capi-e2e.test
+  mkdir -p "$dir"
+  exec 8>"$dir/.build.lock"
+  flock 8
+  if [ -x "$bin" ]; then
+    log "test binary cached: $bin"
+    echo "$bin"
+    return 0
+  fi
+  log "building the test binary (go test -c, nice; cluster-api/test $(awk '$1 == "sigs.k8s.io/cluster-api/test" {print $2}' "$HERE/go.mod")) into $dir"
+  t0=$(date +%s)
+  (cd "$HERE" && nice -n 10 go test -c -vet=off -trimpath -o "$dir/.capi-e2e.test.tmp" .) >"$dir/build.log" 2>&1 &
+  pid=$!
+  while ! wait_secs 30 "$pid"; do
+    log "  still compiling, $(($(date +%s) - t0))s (load $(cut -d' ' -f1-3 /proc/loadavg))"
+  done
+  wait "$pid" || rc=$?
+  [ "$rc" = 0 ] || { tail -n 30 "$dir/build.log" >&2; die "go test -c failed (exit $rc, log $dir/build.log)"; }
+  mv -f "$dir/.capi-e2e.test.tmp" "$bin"
+  echo "$(($(date +%s) - t0))s, load $(cut -d' ' -f1-3 /proc/loadavg)" >"$dir/build-time.txt"
+  log "built in $(($(date +%s) - t0))s: $bin"
+  echo "$bin"
+}
+wait_secs() { # wait_secs N PID: 0 once PID has exited, 1 after N seconds while it still runs
+  local _
+  for _ in $(seq "$1"); do
+    kill -0 "$2" 2>/dev/null || return 0
+    sleep 1
+  done
+  ! kill -0 "$2" 2>/dev/null
+}
+
+mgmt_path() { # the management plane's kubectl and clusterctl (release-manifests.sh and config.sh run them)
+  local bin_dir
+  bin_dir=$(bash -c 'source "$1/test/mgmt/scripts/common.sh" && echo "$BIN_DIR"' _ "$ROOT")
+  [ -x "$bin_dir/clusterctl" ] || die "clusterctl not built: make mgmt-bin"
+  export PATH=$bin_dir:$PATH
+}
+
+# sandbox:NAME: what `test/e2e/e2e.sh hosts` left (its hosts.env); our local repository of that run.
+from_sandbox() {
+  local work=${E2E_WORK:-$ROOT/target/e2e/$1}
+  [ -s "$work/hosts.env" ] || die "no $work/hosts.env: run 'make capi-e2e-hosts' (test/e2e/e2e.sh hosts, E2E_NAME=$1) first"
+  set -a
+  # shellcheck disable=SC1091
+  source "$work/hosts.env"
+  set +a
+  CCONF=$work/repo/clusterctl.yaml
+  [ -f "$CCONF" ] || die "no $CCONF (the e2e run's local repository)"
+  export CAPI_E2E_FLAVOR=""
+  # SelfHostedSpec runs clusterctl init into the spec's cluster: its Pods need a kubelet, which sandbox hosts (the
+  # kubeadm simulator) do not have.
+  FOCUS=${CAPI_E2E_FOCUS:-QuickStart}
+  [ "$FOCUS" = QuickStart ] ||
+    log "note: CAPI_E2E_FOCUS=$FOCUS on sandbox hosts: SelfHostedSpec cannot pass there (no kubelet runs clusterctl init's Pods)"
+  log "sandbox:$1: bootstrap cluster = the local management plane ($CAPI_E2E_KUBECONFIG), hosts of $work/hosts.env, default flavor"
+}
+
+# real:NAME: a kept run of test/vm/real.sh (its work dir, fleet state, serve.env, registry credentials, rendered
+# cluster). The spec clusters get the fleet's VMs that are in none of that run's clusters, the same mirror component,
+# registry and node artifacts, and the "tcg" flavor: templates/cluster-template.yaml through test/vm/tcg-knobs.py,
+# real.sh's own knobs, with the values left as template variables.
+from_real() {
+  local name=$1 work=${REAL_WORK:-$ROOT/target/real/$1} state=/tmp/capkk-sandbox/$1/state.json f
+  for f in "$state" "$work/serve/serve.env" "$work/serve/registry.cred" "$work/workload.kubeconfig" "$work/cluster.yaml"; do
+    [ -s "$f" ] || die "no $f: keep a run first (see test/capi-e2e/README.md: REAL_NAME=$name REAL_KEEP=1 REAL_TO=clusterctl_init REAL_EXTRA_VMS=2 make e2e-clusterctl)"
+  done
+  # shellcheck disable=SC1091
+  source "$CAPKK_CACHE/node-artifacts/current.env"
+  # shellcheck disable=SC1091
+  source "$work/serve/serve.env"
+  # shellcheck disable=SC1091
+  source "$work/serve/registry.cred"
+  local hosts
+  hosts=$(python3 - "$state" "$work/cluster.yaml" <<'PY'
+import json, sys, yaml
+state = json.load(open(sys.argv[1]))
+used = set()
+for d in yaml.safe_load_all(open(sys.argv[2])):
+    if d and d.get("kind") == "KKCluster":
+        used |= {i["address"] for i in d["spec"]["nodes"]["instances"]}
+        component = d["spec"].get("component")
+free = [v for v in state["vms"] if v["address"] not in used]
+if len(free) < 2:
+    sys.exit(f"{len(free)} VM(s) of the fleet are in no cluster; the specs need 2 (REAL_EXTRA_VMS=2)")
+cp, w = free[0], free[1]
+inst = lambda v, role: {"name": v["name"], "address": v["address"], "roles": [role], "hostKeys": [v["host_key_fingerprint"]]}
+print("KUBEKEY_INSTANCES=" + json.dumps(json.dumps([inst(cp, "control-plane"), inst(w, "worker")])))
+print("KUBEKEY_COMPONENT=" + json.dumps(json.dumps(component)))
+print("CP_ADDRESS=" + cp["address"])
+print("WORKER_ADDRESS=" + w["address"])
+print("CAPI_E2E_SSH_KEY_FILE=" + state["private_key"])
+PY
+  ) || die "cannot choose the spec clusters' hosts from $state and $work/cluster.yaml"
+  set -a
+  eval "$hosts"
+  set +a
+  # The template's variables (clusterctl reads them from the environment) and the suite's settings.
+  export KUBERNETES_VERSION=$KUBE_VERSION NODE_REGISTRY CONTAINERD_VERSION RUNC_VERSION CRICTL_VERSION PAUSE_VERSION
+  # The fleet's 198.19.N.0/24 belongs to the management cluster's Pods and Services; these exist only inside the
+  # spec cluster's VMs (the bridge CNI masquerades what leaves a node).
+  export POD_CIDR=10.244.0.0/24 SERVICE_CIDR=10.96.0.0/24 CP_POD_CIDR=10.244.0.0/26 WORKER_POD_CIDR=10.244.0.64/26
+  export CAPI_E2E_REGISTRY_USER=$REGISTRY_USER CAPI_E2E_REGISTRY_PASSWORD=$REGISTRY_PASSWORD
+  export CAPI_E2E_KUBECONFIG=$work/workload.kubeconfig CAPI_E2E_FLAVOR=tcg
+  # The clusterctl configuration of `make e2e-clusterctl` (the same registry, so SelfHostedSpec's clusterctl init
+  # pulls what the management cluster's did), written afresh into OUT, plus the tcg flavor in our repository.
+  "$ROOT/test/clusterctl/config.sh" "$NODE_REGISTRY" "$OUT/clusterctl" "$VERSION" >/dev/null
+  CCONF=$OUT/clusterctl/clusterctl.yaml
+  # shellcheck disable=SC2016 # the ${...} are the flavor's template variables, for clusterctl to fill
+  python3 "$ROOT/test/vm/tcg-knobs.py" "$ROOT/templates/cluster-template.yaml" \
+    "$OUT/clusterctl/infrastructure-kubekey/$VERSION/cluster-template-tcg.yaml" \
+    --registry '${NODE_REGISTRY}' --registry-secret capi-e2e-registry \
+    --containerd '${CONTAINERD_VERSION}' --runc '${RUNC_VERSION}' --crictl '${CRICTL_VERSION}' \
+    --pause '${NODE_REGISTRY}/pause:${PAUSE_VERSION}' --pod-cidr '${CP_POD_CIDR}' --worker-pod-cidr '${WORKER_POD_CIDR}' \
+    --cp-routes '${WORKER_POD_CIDR}=${WORKER_ADDRESS}' --worker-routes '${CP_POD_CIDR}=${CP_ADDRESS}' --addons-after-init
+  FOCUS=${CAPI_E2E_FOCUS:-QuickStart|SelfHosted}
+  log "real:$name: bootstrap cluster = its VM cluster ($CAPI_E2E_KUBECONFIG), hosts $CP_ADDRESS (control plane) and $WORKER_ADDRESS (worker), registry $NODE_REGISTRY, tcg flavor"
+}
+
+run() {
+  local bin from=${CAPI_E2E_FROM:-} name rc=0 t0
+  [ -n "$from" ] || die "set CAPI_E2E_FROM=sandbox:NAME or real:NAME (see test/capi-e2e/README.md)"
+  name=${from#*:}
+  OUT=${CAPI_E2E_OUT:-$ROOT/target/capi-e2e/$name}
+  mkdir -p "$OUT"
+  OUT=$(cd "$OUT" && pwd)
+  bin=$(build)
+  mgmt_path
+  case $from in
+    sandbox:?*) from_sandbox "$name" ;;
+    real:?*) from_real "$name" ;;
+    *) die "CAPI_E2E_FROM=$from: expected sandbox:NAME or real:NAME" ;;
+  esac
+  local artifacts
+  artifacts=$OUT/artifacts-$(date +%Y%m%d-%H%M%S)
+  log "focus '$FOCUS', artifacts $artifacts (ginkgo-log.txt, clusters/*/, clusterctl logs)"
+  t0=$(date +%s)
+  # -ginkgo.poll-progress-after: a spec waiting minutes on a TCG node reports what it waits on every minute.
+  # shellcheck disable=SC2086 # CAPI_E2E_ARGS: words
+  (cd "$HERE" && "$bin" -test.v -ginkgo.v -ginkgo.no-color -ginkgo.focus="$FOCUS" -ginkgo.timeout=10h \
+    -ginkgo.poll-progress-after=60s -ginkgo.poll-progress-interval=60s \
+    -e2e.config="$HERE/config/capkk.yaml" -e2e.artifacts-folder="$artifacts" \
+    -e2e.clusterctl-config="$CCONF" -e2e.use-existing-cluster=true ${CAPI_E2E_ARGS:-}) || rc=$?
+  log "suite exit $rc after $(($(date +%s) - t0))s; artifacts $artifacts"
+  return "$rc"
+}
+
+case ${1:-} in
+  build) build >/dev/null ;;
+  run) run ;;
+  *) die "usage: $0 build|run" ;;
+esac

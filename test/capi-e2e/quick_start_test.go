@@ -1,0 +1,27 @@
+package capie2e
+
+import (
+	. "github.com/onsi/ginkgo/v2"
+	"k8s.io/utils/ptr"
+
+	capie2e "sigs.k8s.io/cluster-api/test/e2e"
+)
+
+// CAPI's quick start: one control plane and one worker from our cluster template, every Machine Ready, the
+// Cluster Available, then deleted (every host reset).
+var _ = Describe("When following the Cluster API quick-start [QuickStart]", func() {
+	capie2e.QuickStartSpec(ctx, func() capie2e.QuickStartSpecInput {
+		return capie2e.QuickStartSpecInput{
+			E2EConfig:                e2eConfig,
+			ClusterctlConfigPath:     clusterctlConfigPath,
+			BootstrapClusterProxy:    bootstrapClusterProxy,
+			ArtifactFolder:           artifactFolder,
+			SkipCleanup:              skipCleanup,
+			InfrastructureProvider:   ptr.To(infrastructureProvider()),
+			Flavor:                   ptr.To(flavor()),
+			ControlPlaneMachineCount: ptr.To[int64](1),
+			WorkerMachineCount:       ptr.To[int64](1),
+			PostNamespaceCreated:     createHostSecrets,
+		}
+	})
+})
