@@ -4,6 +4,9 @@
 #   test/e2e/e2e.sh run          e2e: assert and time every stage, tear everything down (make e2e)
 #   test/e2e/e2e.sh quickstart   the same flow for a person: stops once the cluster is Running and leaves it up
 #   test/e2e/e2e.sh down         tear down what quickstart (or a crashed run) left (make quickstart-down)
+#   test/e2e/e2e.sh hosts        the setup stages only, left running: the plane, the manager watching every
+#                                namespace, 4 free sandbox hosts and the mirror; $WORK/hosts.env describes them for
+#                                CAPI's test framework (make capi-e2e-hosts, test/capi-e2e); `down` removes them
 #
 # Pieces: the local management plane (test/mgmt: etcd, kube-apiserver, CAPI core/CABPK/KCP), 4 sandbox hosts
 # (test/sandbox), the provider's CRDs + RBAC from `clusterctl generate provider` of our local repository
@@ -18,7 +21,7 @@ set -euo pipefail
 
 MODE=${1:-run}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-NAME=${E2E_NAME:-$([ "$MODE" = run ] && echo e2e || echo quickstart)}
+case $MODE in run) NAME=${E2E_NAME:-e2e} ;; hosts) NAME=${E2E_NAME:-capi-e2e} ;; *) NAME=${E2E_NAME:-quickstart} ;; esac
 CLUSTER=${E2E_CLUSTER:-$NAME}
 NS=${E2E_NAMESPACE:-capkk-$NAME}
 WORK=${E2E_WORK:-$ROOT/target/e2e/$NAME}
@@ -553,6 +556,27 @@ worker_rolled_out() { # worker_rolled_out SELECTOR OLD_MACHINE
     [ "$(kubectl get kkmachines -n "$NS" -l capkk.rs/e2e-rotation=v2 -o name | grep -c .)" = 1 ]
 }
 
+# hosts.env: what a cluster on these hosts needs, for another harness (test/capi-e2e): every host (1 the
+# control-plane candidate), their pinned keys, the mirror with its checksums, the private key file.
+hosts_env() {
+  local i instances="" fp role
+  for i in $(seq "$HOSTS"); do
+    fp=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['hosts'][int(sys.argv[2])-1]['host_key_fingerprint'])" "$SB_DIR/state.json" "$i")
+    role=worker
+    [ "$i" = 1 ] && role=control-plane
+    instances+="${instances:+, }{name: $(host_name "$i"), address: $(host_addr "$i"), roles: [$role], hostKeys: [\"$fp\"]}"
+  done
+  {
+    printf 'KUBEKEY_INSTANCES=%q\n' "[$instances]"
+    printf 'KUBEKEY_COMPONENT=%q\n' "$COMPONENT"
+    printf 'KUBERNETES_VERSION=%q\n' "$KUBE_VERSION"
+    printf 'CAPI_E2E_SSH_KEY_FILE=%q\n' "$(python3 -c "import json; print(json.load(open('$SB_DIR/state.json'))['credentials']['ed25519_key'])")"
+    printf 'CAPI_E2E_KUBECONFIG=%q\n' "$KUBECONFIG"
+    printf 'CAPI_E2E_MANAGER_LOG=%q\n' "$WORK/manager.log"
+  } >"$WORK/hosts.env"
+  check "hosts.env describes $HOSTS hosts" grep -q "^KUBEKEY_INSTANCES=" "$WORK/hosts.env"
+}
+
 teardown() {
   stop_manager
   stop_mirror
@@ -619,12 +643,25 @@ Files: rendered cluster $WORK/cluster.yaml, manager log $WORK/manager.log, mirro
 Tear down: make quickstart-down
 EOF
     ;;
+  hosts)
+    trap 'rc=$?; if [ $rc != 0 ]; then end_stage failed; timing_table; log "failed; E2E_NAME=$NAME test/e2e/e2e.sh down cleans up"; fi' EXIT
+    export MANAGER_ALL_NAMESPACES=1
+    build
+    mgmt_up
+    release
+    install_provider
+    hosts_up
+    hosts_env
+    end_stage
+    timing_table
+    log "hosts left running for CAPI's test framework: $WORK/hosts.env (tear down: E2E_NAME=$NAME test/e2e/e2e.sh down)"
+    ;;
   down)
     mgmt_env
     teardown
     log "quickstart torn down (the management plane stays up: make mgmt-down)"
     ;;
-  *) die "usage: $0 run|quickstart|down" ;;
+  *) die "usage: $0 run|quickstart|hosts|down" ;;
 esac
 }
 

@@ -60,14 +60,16 @@ EOF
 }
 
 # start_manager READY_TIMEOUT [ARG...]: the manager as a local process (ARGs added to its command line) with leader
-# election, as in the Deployment, until its /readyz answers.
+# election, as in the Deployment, until its /readyz answers. It watches NS only, unless MANAGER_ALL_NAMESPACES=1
+# (as the Deployment does: CAPI's test framework creates a namespace of its own per spec).
 start_manager() {
-  local timeout=$1 port
+  local timeout=$1 port ns=(--namespace "$NS")
   shift
+  [ "${MANAGER_ALL_NAMESPACES:-0}" != 1 ] || ns=()
   stop_manager
   port=$(free_port_pair)
   KUBECONFIG=$WORK/manager.kubeconfig POD_NAME=$NAME-manager POD_NAMESPACE=$MANAGER_SA_NS RUST_LOG=${RUST_LOG:-info} \
-    setsid "$MANAGER" --namespace "$NS" --leader-elect --leader-election-namespace "$MANAGER_SA_NS" \
+    setsid "$MANAGER" "${ns[@]}" --leader-elect --leader-election-namespace "$MANAGER_SA_NS" \
     --leader-election-id "capkk-$NAME" --health-probe-bind-address "127.0.0.1:$port" \
     --metrics-bind-address "127.0.0.1:$((port + 1))" "$@" --log-format text \
     </dev/null >>"$WORK/manager.log" 2>&1 &
