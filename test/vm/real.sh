@@ -26,7 +26,10 @@
 # REAL_NAME names the run (default real-smoke, real-e2e, real-quickstart: VMs, namespace, work dir); use one of
 # your own when others run on the machine. REAL_KEEP=1 leaves everything running at the end, passed or failed
 # (the VMs then have no watchdog: the matching down mode removes them). REAL_FROM=STAGE, with REAL_KEEP=1 runs
-# of the same REAL_NAME: start at that stage of e2e (after a kept run reached it; e.g. scale-down).
+# of the same REAL_NAME: start at that stage of e2e (after a kept run reached it; e.g. scale-down). REAL_TO=STAGE
+# ends the run after that stage (with REAL_KEEP=1: e.g. REAL_TO=clusterctl_init leaves a management cluster on VMs).
+# REAL_EXTRA_VMS=N boots N more VMs (2 vCPU, 2 GiB) in the fleet, with the package mirror as their apt source and
+# in no cluster: free hosts for clusters made from the kept one (CAPI's test framework, test/capi-e2e).
 #
 # Nothing here reaches into the product: the cluster is rendered by the real `clusterctl generate cluster` from
 # our default template; the TCG knobs (ECDSA keys, leader-election leases, kubeadm timeouts, probe thresholds),
@@ -49,6 +52,8 @@ case $MODE in
 esac
 KEEP=${REAL_KEEP:-0}
 FROM=${REAL_FROM:-}
+TO=${REAL_TO:-}
+EXTRA_VMS=${REAL_EXTRA_VMS:-0}
 CLUSTER=$NAME
 NS=capkk-$NAME
 WORK=${REAL_WORK:-$ROOT/target/real/$NAME}
@@ -169,6 +174,8 @@ vms_up() {
   stage "VMs boot to SSH ($VMS VM(s), image from cache or built)"
   local specs=(--vm 2x3072)
   [ "$VMS" = 2 ] && specs+=(--vm 1x2048)
+  local _e
+  for _e in $(seq "$EXTRA_VMS"); do specs+=(--vm 2x2048); done
   # A watchdog tears the VMs down when this script exits; a kept run's and the quickstart's VMs live until the
   # down mode (a failed quickstart is torn down by its EXIT trap).
   [ "$KEEP" = 1 ] || [ "$MODE" = quickstart ] || specs+=(--guard-pid $$)
@@ -205,7 +212,7 @@ serve_up() {
   check "the mirror serves kubeadm ($NODE_MIRROR_URL)" \
     http_ok "$NODE_MIRROR_URL/kubernetes-release/release/$KUBE_VERSION/bin/linux/amd64/kubeadm.sha256"
   local i
-  for i in $(seq "$VMS"); do
+  for i in $(seq "$((VMS + EXTRA_VMS))"); do
     # The host's package mirror: the one thing a user's pre-made machine brings along.
     vmsh "$i" "rm -f /etc/apt/sources.list.d/*; echo '$NODE_APT_SOURCE' > /etc/apt/sources.list"
   done
@@ -704,10 +711,14 @@ main() {
     started=0
     attach
   fi
+  if [ -n "$TO" ]; then
+    [[ " ${steps[*]} " == *" ${TO//-/_} "* ]] || die "REAL_TO=$TO: not a stage of $MODE (${steps[*]})"
+  fi
   for step in "${steps[@]}"; do
     [ "$step" = "$FROM" ] && started=1
     [ "$started" = 1 ] || continue
     "$step"
+    [ "$step" != "${TO//-/_}" ] || break
   done
   end_stage
   [ "$FAILED" = 0 ]
