@@ -87,6 +87,8 @@ from_sandbox() {
   CCONF=$work/repo/clusterctl.yaml
   [ -f "$CCONF" ] || die "no $CCONF (the e2e run's local repository)"
   export CAPI_E2E_FLAVOR=""
+  # The e2e config's intervals are for TCG VMs; here a control plane is Running within a minute.
+  export CAPI_E2E_INTERVAL_MAX=${CAPI_E2E_INTERVAL_MAX:-10m}
   # SelfHostedSpec runs clusterctl init into the spec's cluster: its Pods need a kubelet, which sandbox hosts (the
   # kubeadm simulator) do not have.
   FOCUS=${CAPI_E2E_FOCUS:-QuickStart}
@@ -175,9 +177,10 @@ run() {
   log "focus '$FOCUS', artifacts $artifacts (ginkgo-log.txt, clusters/*/, clusterctl logs)"
   t0=$(date +%s)
   # -ginkgo.poll-progress-after: a spec waiting minutes on a TCG node reports what it waits on every minute.
+  # -ginkgo.grace-period: after Ctrl-C the spec's cleanup deletes its cluster (host resets take minutes on VMs).
   # shellcheck disable=SC2086 # CAPI_E2E_ARGS: words
   (cd "$HERE" && "$bin" -test.v -ginkgo.v -ginkgo.no-color -ginkgo.focus="$FOCUS" -ginkgo.timeout=10h \
-    -ginkgo.poll-progress-after=60s -ginkgo.poll-progress-interval=60s \
+    -ginkgo.poll-progress-after=60s -ginkgo.poll-progress-interval=60s -ginkgo.grace-period=45m \
     -e2e.config="$HERE/config/capkk.yaml" -e2e.artifacts-folder="$artifacts" \
     -e2e.clusterctl-config="$CCONF" -e2e.use-existing-cluster=true ${CAPI_E2E_ARGS:-}) || rc=$?
   log "suite exit $rc after $(($(date +%s) - t0))s; artifacts $artifacts"

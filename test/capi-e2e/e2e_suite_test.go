@@ -48,6 +48,9 @@ const (
 	envRegistryPassword = "CAPI_E2E_REGISTRY_PASSWORD"
 	// envFlavor selects the cluster template flavor ("" = the default template, "tcg" = the VM flavor).
 	envFlavor = "CAPI_E2E_FLAVOR"
+	// envIntervalMax caps every interval's timeout (a Go duration): the config's are for TCG VMs, sandbox hosts
+	// answer in seconds and a spec that cannot pass there should fail in minutes, not hours.
+	envIntervalMax = "CAPI_E2E_INTERVAL_MAX"
 
 	// The Secrets every spec namespace gets; the flavors reference them by these names.
 	sshSecretName      = "capi-e2e-ssh"
@@ -65,7 +68,9 @@ var (
 	useExistingCluster bool
 	skipCleanup        bool
 
-	ctx = ctrl.SetupSignalHandler()
+	// Not a signal context: on Ctrl-C Ginkgo interrupts the spec and then runs its cleanup (AfterEach deletes the
+	// spec's cluster, which resets the hosts), which a cancelled context would fail at once.
+	ctx = context.Background()
 
 	watchesCtx, cancelWatches = context.WithCancel(ctx)
 
@@ -105,7 +110,7 @@ var _ = SynchronizedBeforeSuite(func() []byte {
 	Expect(clusterctlConfig).To(BeAnExistingFile(), "-e2e.clusterctl-config must be an existing file (test/clusterctl/config.sh writes it)")
 
 	Byf("Loading the e2e config %q", configPath)
-	e2eConfig = clusterctl.LoadE2EConfig(ctx, clusterctl.LoadE2EConfigInput{ConfigPath: configPath})
+	e2eConfig = loadE2EConfig(configPath)
 
 	// The template variables go into a copy of the clusterctl configuration (values from the environment win over
 	// the e2e config's, as everywhere in the framework), so that `clusterctl generate cluster` of every spec sees
@@ -130,7 +135,7 @@ var _ = SynchronizedBeforeSuite(func() []byte {
 	parts := strings.Split(string(data), ",")
 	Expect(parts).To(HaveLen(4))
 	artifactFolder, configPath, clusterctlConfigPath = parts[0], parts[1], parts[2]
-	e2eConfig = clusterctl.LoadE2EConfig(ctx, clusterctl.LoadE2EConfigInput{ConfigPath: configPath})
+	e2eConfig = loadE2EConfig(configPath)
 	bootstrapClusterProxy = framework.NewClusterProxy("bootstrap", parts[3], initScheme())
 })
 
@@ -141,6 +146,24 @@ var _ = SynchronizedAfterSuite(func() {}, func() {
 		bootstrapClusterProxy.Dispose(ctx)
 	}
 })
+
+func loadE2EConfig(path string) *clusterctl.E2EConfig {
+	config := clusterctl.LoadE2EConfig(ctx, clusterctl.LoadE2EConfigInput{ConfigPath: path})
+	limit := os.Getenv(envIntervalMax)
+	if limit == "" {
+		return config
+	}
+	capped, err := time.ParseDuration(limit)
+	Expect(err).NotTo(HaveOccurred(), "%s=%q is not a duration", envIntervalMax, limit)
+	for key, interval := range config.Intervals {
+		timeout, err := time.ParseDuration(interval[0])
+		Expect(err).NotTo(HaveOccurred(), "interval %s: %q is not a duration", key, interval[0])
+		if timeout > capped {
+			config.Intervals[key] = append([]string{limit}, interval[1:]...)
+		}
+	}
+	return config
+}
 
 func initScheme() *runtime.Scheme {
 	scheme := runtime.NewScheme()

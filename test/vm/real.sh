@@ -28,7 +28,7 @@
 # (the VMs then have no watchdog: the matching down mode removes them). REAL_FROM=STAGE, with REAL_KEEP=1 runs
 # of the same REAL_NAME: start at that stage of e2e (after a kept run reached it; e.g. scale-down). REAL_TO=STAGE
 # ends the run after that stage (with REAL_KEEP=1: e.g. REAL_TO=clusterctl_init leaves a management cluster on VMs).
-# REAL_EXTRA_VMS=N boots N more VMs (2 vCPU, 2 GiB) in the fleet, with the package mirror as their apt source and
+# REAL_EXTRA_VMS=N boots N more VMs (2 vCPU, 3 GiB) in the fleet, with the package mirror as their apt source and
 # in no cluster: free hosts for clusters made from the kept one (CAPI's test framework, test/capi-e2e).
 #
 # Nothing here reaches into the product: the cluster is rendered by the real `clusterctl generate cluster` from
@@ -175,7 +175,7 @@ vms_up() {
   local specs=(--vm 2x3072)
   [ "$VMS" = 2 ] && specs+=(--vm 1x2048)
   local _e
-  for _e in $(seq "$EXTRA_VMS"); do specs+=(--vm 2x2048); done
+  for _e in $(seq "$EXTRA_VMS"); do specs+=(--vm 2x3072); done
   # A watchdog tears the VMs down when this script exits; a kept run's and the quickstart's VMs live until the
   # down mode (a failed quickstart is torn down by its EXIT trap).
   [ "$KEEP" = 1 ] || [ "$MODE" = quickstart ] || specs+=(--guard-pid $$)
