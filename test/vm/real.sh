@@ -500,6 +500,12 @@ pivot() {
   n=$(cluster_machines)
   stage "clusterctl move: $CLUSTER manages itself (pivot)"
   host_journals "$WORK/journals-before-move.txt" $(seq "$n")
+  # clusterctl discovers what to move by the label `clusterctl init` puts on every provider's CRDs; the local
+  # plane's CAPI CRDs were applied without init (test/mgmt), so they get it here (ours have it from the components).
+  local crd
+  for crd in $(kubectl get crd -o name | grep -E '\.cluster\.x-k8s\.io$' | grep -v '\.clusterctl\.cluster\.x-k8s\.io$'); do
+    kubectl label --overwrite "$crd" clusterctl.cluster.x-k8s.io= >/dev/null
+  done
   run_bg "$WORK/clusterctl-move.log" "clusterctl move to $CLUSTER finished" 1200 \
     clusterctl move -n "$NS" --to-kubeconfig "$WORK/workload.kubeconfig" -v 3
   sed 's/^/    /' "$WORK/clusterctl-move.log" | tail -n 30
