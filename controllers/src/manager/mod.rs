@@ -154,8 +154,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         deny = ?policy.deny.iter().map(ToString::to_string).collect::<Vec<_>>(),
         allow = ?policy.allow,
         allow_loopback = policy.allow_loopback,
-        "Controller-side downloads: loopback, link-local, metadata, unspecified and multicast addresses and \
-         the deny ranges are refused"
+        "Controller-side download policy (unspecified, link-local, metadata and multicast addresses are \
+         refused whatever it says)"
     );
     services.cache().set_download_policy(policy);
     crate::hosts::set_private_key_dir(args.private_key_dir.clone().filter(|d| !d.as_os_str().is_empty()));
