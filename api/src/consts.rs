@@ -8,6 +8,8 @@ pub const KKCLUSTER_FINALIZER: &str = "kkcluster.infrastructure.cluster.x-k8s.io
 pub const KKMACHINE_FINALIZER: &str = "kkmachine.infrastructure.cluster.x-k8s.io";
 /// Finalizer on KKInstance.
 pub const KKINSTANCE_FINALIZER: &str = "kkinstance.infrastructure.cluster.x-k8s.io";
+/// Finalizer on KKRemediation (a running attempt is stopped before the object goes).
+pub const KKREMEDIATION_FINALIZER: &str = "kkremediation.infrastructure.cluster.x-k8s.io";
 
 // Labels.
 
@@ -60,6 +62,8 @@ pub const FIELD_MANAGER: &str = "capkk-manager";
 pub const HOSTWORK_FIELD_MANAGER: &str = "capkk-manager/hostwork";
 /// The field manager of `KKInstance.status.nodeRef` (written by the KKMachine reconciler).
 pub const NODE_REF_FIELD_MANAGER: &str = "capkk-manager/noderef";
+/// The field manager of the `OwnerRemediated` condition a KKRemediation sets on its Machine when it gives up.
+pub const REMEDIATION_FIELD_MANAGER: &str = "capkk-manager/remediation";
 /// The controller name the manager's events are reported under.
 pub const EVENT_REPORTER: &str = "capkk-manager";
 
@@ -91,6 +95,14 @@ pub mod conditions {
     pub const PROVISIONED: &str = "Provisioned";
     /// KKInstance: reset on delete.
     pub const DELETING: &str = "Deleting";
+    /// KKRemediation: the first tier (containerd and the kubelet restarted) ran; the message names the attempt.
+    pub const SERVICES_RESTARTED: &str = "ServicesRestarted";
+    /// KKRemediation: the second tier (reboot, host back with a new boot ID) ran.
+    pub const HOST_REBOOTED: &str = "HostRebooted";
+    /// KKRemediation: remediation gave up and handed the Machine to its owner for replacement.
+    pub const OWNER_REMEDIATION_REQUESTED: &str = "OwnerRemediationRequested";
+    /// CAPI Machine (v1beta2): its owner (MachineSet, KubeadmControlPlane) is to remediate it when False.
+    pub const MACHINE_OWNER_REMEDIATED: &str = "OwnerRemediated";
 }
 
 /// Condition reasons.
@@ -134,4 +146,16 @@ pub mod reasons {
     /// A controller-side download's destination is refused (loopback, link-local, the cluster's ranges, off
     /// the allow-list); the message names the field and the manager flag.
     pub const DOWNLOAD_REFUSED: &str = "DownloadRefused";
+    /// KKRemediation: containerd and the kubelet were restarted and are active.
+    pub const SERVICES_RESTARTED: &str = "ServicesRestarted";
+    /// KKRemediation: the host rebooted and answered with a new boot ID.
+    pub const HOST_REBOOTED: &str = "HostRebooted";
+    /// KKRemediation: a rebooted host did not answer within the strategy's timeout.
+    pub const HOST_NOT_BACK: &str = "HostNotBack";
+    /// KKRemediation: every attempt of `retryLimit` was used.
+    pub const RETRY_LIMIT_REACHED: &str = "RetryLimitReached";
+    /// KKRemediation: the Machine has no host to remediate (no KKMachine, or no claimed KKInstance).
+    pub const NO_HOST: &str = "NoHost";
+    /// CAPI's reason on a Machine's `OwnerRemediated` condition: the owner is to remediate it.
+    pub const WAITING_FOR_REMEDIATION: &str = "WaitingForRemediation";
 }

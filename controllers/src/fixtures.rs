@@ -24,7 +24,7 @@ use std::{
 };
 
 use async_trait::async_trait;
-use capkk_api::{KKCluster, KKInstance, KKMachine};
+use capkk_api::{KKCluster, KKInstance, KKMachine, KKRemediation, RemediationTier};
 use capkk_executor::{ExecError, ExecOutput, ExecRequest, Executor, PutRequest};
 use capkk_service::{Error as ServiceError, Result as ServiceResult};
 use capkk_ssh::HostTarget;
@@ -336,6 +336,8 @@ pub(crate) struct TestContext {
     pub ssh: Arc<FakeSsh>,
     /// KKInstances the code under test asked to reconcile now.
     pub instance_triggers: UnboundedReceiver<ObjectRef<KKInstance>>,
+    /// KKRemediations the code under test asked to reconcile now (finished attempts).
+    pub remediation_triggers: UnboundedReceiver<ObjectRef<KKRemediation>>,
 }
 
 impl TestContext {
@@ -361,6 +363,7 @@ impl TestContext {
         let (instance_tx, instance_triggers) = unbounded();
         let (cluster_tx, _) = unbounded();
         let (machine_tx, _) = unbounded();
+        let (remediation_tx, remediation_triggers) = unbounded();
         let services = Arc::new(FakeServices::default());
         let ssh = Arc::new(FakeSsh::default());
         let ctx = Context::new(
@@ -373,6 +376,7 @@ impl TestContext {
                 instances: instance_tx,
                 clusters: cluster_tx,
                 machines: machine_tx,
+                remediations: remediation_tx,
             },
             Stores {
                 instances: instances_r,
@@ -398,6 +402,7 @@ impl TestContext {
             services,
             ssh,
             instance_triggers,
+            remediation_triggers,
         }
     }
 }
@@ -408,6 +413,8 @@ pub(crate) struct FakeServices {
     ran: Mutex<Vec<Phase>>,
     resets: Mutex<usize>,
     failing: Mutex<BTreeMap<&'static str, String>>,
+    remediated: Mutex<Vec<RemediationTier>>,
+    failing_tiers: Mutex<Vec<RemediationTier>>,
 }
 
 impl FakeServices {
@@ -419,6 +426,18 @@ impl FakeServices {
     /// Host resets so far.
     pub(crate) fn resets(&self) -> usize {
         self.resets.lock().map(|r| *r).unwrap_or_default()
+    }
+
+    /// The remediation tiers run so far, in order.
+    pub(crate) fn remediated(&self) -> Vec<RemediationTier> {
+        self.remediated.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// Make `tier` fail as a command that exited 1.
+    pub(crate) fn fail_tier(&self, tier: RemediationTier) {
+        if let Ok(mut f) = self.failing_tiers.lock() {
+            f.push(tier);
+        }
     }
 
     /// Make `phase` fail as a command that exited 1 with `output`.
@@ -456,6 +475,26 @@ impl HostServices for FakeServices {
             *r += 1;
         }
         Ok(())
+    }
+
+    async fn remediate(
+        &self,
+        tier: RemediationTier,
+        _wait: Duration,
+        _host: HostCall<'_>,
+    ) -> ServiceResult<String> {
+        if let Ok(mut r) = self.remediated.lock() {
+            r.push(tier);
+        }
+        if self.failing_tiers.lock().is_ok_and(|f| f.contains(&tier)) {
+            return Err(ServiceError::CommandFailed {
+                step: format!("remediation/{tier:?}"),
+                command: "remediation (fake)".into(),
+                exit_code: Some(1),
+                output_tail: "kubelet.service failed (fake)".into(),
+            });
+        }
+        Ok(format!("{tier:?} done (fake)"))
     }
 }
 

@@ -1,4 +1,4 @@
-//! KKCluster, KKMachine and KKInstance reconcilers and the manager that runs them.
+//! KKCluster, KKMachine, KKInstance and KKRemediation reconcilers and the manager that runs them.
 //!
 //! - [`reconcile`]: the skeleton every kind runs (filter, owner, pause, finalizer, status once by
 //!   server-side apply, one error policy with a per-object backoff).
@@ -7,6 +7,8 @@
 //!   AlreadyExists makes a claim atomic across managers), mirrors progress, patches the Node's providerID.
 //! - [`kkinstance`]: the host state machine (`classify`), host work as background tasks keyed by UID;
 //!   release, reset and quarantine.
+//! - [`kkremediation`]: CAPI's external remediation: restart the services, reboot, then hand the Machine to its
+//!   owner for replacement.
 //! - [`context`]: what the reconcilers share (client, settings, caches, background-work registries).
 //! - [`watches`]: one watch per kind shared by the controllers; each kind's own wiring is in its
 //!   `watches` module.
@@ -25,6 +27,7 @@ pub(crate) mod hosts;
 pub(crate) mod kkcluster;
 pub(crate) mod kkinstance;
 pub(crate) mod kkmachine;
+pub(crate) mod kkremediation;
 pub mod manager;
 pub(crate) mod metrics;
 pub(crate) mod reconcile;

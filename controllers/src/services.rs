@@ -3,7 +3,7 @@
 //! `capkk-service`.
 
 use async_trait::async_trait;
-use capkk_api::{Component, KKClusterSpec, KKInstanceSpec, consts::conditions as cond};
+use capkk_api::{Component, KKClusterSpec, KKInstanceSpec, RemediationTier, consts::conditions as cond};
 use capkk_executor::Executor;
 use capkk_service::{
     Error as ServiceError, Result as ServiceResult,
@@ -122,6 +122,15 @@ pub(crate) trait HostServices: Send + Sync {
 
     /// Undo what the phases did (kubeadm reset, remove the sentinel and the files the bootstrap wrote).
     async fn reset(&self, host: HostCall<'_>) -> ServiceResult<()>;
+
+    /// Run one remediation tier on a provisioned host; `wait` bounds a reboot's return. Returns what
+    /// happened, for the tier's condition.
+    async fn remediate(
+        &self,
+        tier: RemediationTier,
+        wait: std::time::Duration,
+        host: HostCall<'_>,
+    ) -> ServiceResult<String>;
 }
 
 /// The sentinel CABPK's bootstrap data writes once kubeadm succeeded.
@@ -346,5 +355,37 @@ impl HostServices for ServiceLayer {
         };
         capkk_service::bootstrap::reset(exec, &opts, progress, &input.redactor).await?;
         Ok(())
+    }
+
+    async fn remediate(
+        &self,
+        tier: RemediationTier,
+        wait: std::time::Duration,
+        host: HostCall<'_>,
+    ) -> ServiceResult<String> {
+        use capkk_service::remediation::{RebootOptions, RestartOptions, reboot, restart_services};
+        let HostCall {
+            exec,
+            input,
+            progress,
+        } = host;
+        match tier {
+            RemediationTier::RestartServices => {
+                let opts = RestartOptions::default();
+                restart_services(exec, &opts, progress, &input.redactor).await?;
+                Ok("containerd and the kubelet were restarted and are active".into())
+            }
+            RemediationTier::Reboot => {
+                let opts = RebootOptions {
+                    wait,
+                    ..Default::default()
+                };
+                let out = reboot(exec, &opts, progress, &input.redactor).await?;
+                Ok(format!(
+                    "the host rebooted and answered with a new boot ID after {} s",
+                    out.took.as_secs()
+                ))
+            }
+        }
     }
 }

@@ -15,7 +15,7 @@ pub(crate) mod tasks;
 
 use std::{sync::Arc, time::Duration};
 
-use capkk_api::{KKCluster, KKInstance, KKMachine};
+use capkk_api::{KKCluster, KKInstance, KKMachine, KKRemediation};
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
@@ -96,6 +96,8 @@ pub(crate) struct Triggers {
     pub clusters: UnboundedSender<ObjectRef<KKCluster>>,
     /// KKMachine reconciles (a workload Node registered).
     pub machines: UnboundedSender<ObjectRef<KKMachine>>,
+    /// KKRemediation reconciles (an attempt finished).
+    pub remediations: UnboundedSender<ObjectRef<KKRemediation>>,
 }
 
 /// Context shared by all reconcilers.
@@ -126,6 +128,8 @@ pub(crate) struct Context {
     pub workloads: crate::workload::WorkloadClients,
     /// Hosts being claimed by this manager's KKMachine reconciles.
     pub reservations: Reservations,
+    /// Remediation attempts and their outcomes.
+    pub remediations: crate::kkremediation::task::Attempts,
 }
 
 impl Context {
@@ -160,6 +164,7 @@ impl Context {
             stores,
             workloads: Default::default(),
             reservations: Reservations::default(),
+            remediations: Default::default(),
         }
     }
 

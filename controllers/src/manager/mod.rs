@@ -14,7 +14,7 @@ use std::{
 };
 
 use anyhow::Context as _;
-use capkk_api::{KKCluster, KKInstance, KKMachine};
+use capkk_api::{KKCluster, KKInstance, KKMachine, KKRemediation};
 use capkk_ssh::{PoolConfig, SshPool};
 use kube::{
     Client, Config,
@@ -32,7 +32,7 @@ use self::{
 };
 use crate::{
     context::{Context, Settings, Triggers},
-    kkcluster, kkinstance, kkmachine,
+    kkcluster, kkinstance, kkmachine, kkremediation,
     metrics::Metrics,
     services::ServiceLayer,
     watches::Watches,
@@ -166,6 +166,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (instance_tx, instance_rx) = futures::channel::mpsc::unbounded::<ObjectRef<KKInstance>>();
     let (cluster_tx, cluster_rx) = futures::channel::mpsc::unbounded::<ObjectRef<KKCluster>>();
     let (machine_tx, machine_rx) = futures::channel::mpsc::unbounded::<ObjectRef<KKMachine>>();
+    let (remediation_tx, remediation_rx) = futures::channel::mpsc::unbounded::<ObjectRef<KKRemediation>>();
     let ns = args.namespace.clone();
     // Each kind is watched once; the controllers subscribe to the watches they are woken by, and read the
     // same caches (crate::watches).
@@ -182,6 +183,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             instances: instance_tx,
             clusters: cluster_tx,
             machines: machine_tx,
+            remediations: remediation_tx,
         },
         stores,
     ));
@@ -190,6 +192,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let clusters = kkcluster::watches::controller(&mut watches, cluster_rx, ctx.clone());
     let machines = kkmachine::watches::controller(&mut watches, machine_rx, ctx.clone());
     let instances = kkinstance::watches::controller(&mut watches, instance_rx, ctx.clone());
+    let remediations =
+        kkremediation::watches::controller(&mut watches, &client, ns.as_deref(), remediation_rx, ctx.clone());
     // The watches; they run until the controllers stop.
     let watches = watches.run(&client, ns.as_deref(), ctx.settings.watch_filter.as_deref());
     // A changed Secret wakes the KKInstances that read it (metadata only; see secrets.rs). It ends with the
@@ -202,7 +206,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut drain = shutdown_rx.clone();
     let controllers = async {
         tokio::select! {
-            _ = futures::future::join3(clusters, machines, instances) => {}
+            _ = futures::future::join4(clusters, machines, instances, remediations) => {}
             _ = secret_watch => {}
             _ = watches => { error!("the watches ended"); }
             _ = async {
@@ -224,6 +228,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     ctx.tasks.abort_all();
     ctx.probes.abort_all();
+    ctx.remediations.abort_all();
     if let Some(e) = &elector {
         e.release().await;
     }

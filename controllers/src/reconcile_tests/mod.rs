@@ -5,6 +5,7 @@
 
 mod kkinstance;
 mod kkmachine;
+mod kkremediation;
 
 use std::{future::Future, sync::Arc};
 

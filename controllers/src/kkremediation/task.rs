@@ -1,0 +1,208 @@
+//! Remediation attempts as background tasks (one per KKRemediation UID; they take a slot of
+//! `--max-concurrent-hosts` like host work): connect, run the tier, publish an event, record the outcome and
+//! wake the KKRemediation. The reconcile writes the status; the task writes nothing but the event.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use capkk_api::{KKCluster, KKInstance, KKRemediation, RemediationTier, consts::reasons};
+use capkk_service::journal::{Progress, StepRecord};
+use kube::{ResourceExt, runtime::reflector::ObjectRef};
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use super::state::AttemptOutcome;
+use crate::{
+    context::Context,
+    kkinstance::{failure::Failure, inputs::connect},
+    services::{HostCall, PhaseInput},
+};
+
+/// Running attempts and the outcome of each KKRemediation's latest one.
+#[derive(Default)]
+pub(crate) struct Attempts {
+    running: Mutex<HashMap<String, JoinHandle<()>>>,
+    outcomes: Mutex<HashMap<String, (u32, AttemptOutcome)>>,
+}
+
+impl Attempts {
+    /// True while an attempt of `uid` runs (a finished one is dropped).
+    pub(crate) fn running(&self, uid: &str) -> bool {
+        let Ok(mut r) = self.running.lock() else {
+            return false;
+        };
+        match r.get(uid) {
+            Some(h) if h.is_finished() => {
+                r.remove(uid);
+                false
+            }
+            Some(_) => true,
+            None => false,
+        }
+    }
+
+    /// Start `fut` as the attempt of `uid` unless one runs; false when one was running.
+    pub(crate) fn spawn<F>(&self, uid: &str, fut: F) -> bool
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        if self.running(uid) {
+            return false;
+        }
+        let handle = tokio::spawn(fut);
+        if let Ok(mut r) = self.running.lock() {
+            r.insert(uid.to_owned(), handle);
+        }
+        true
+    }
+
+    /// Record how attempt `attempt` of `uid` ended.
+    pub(crate) fn record(&self, uid: &str, attempt: u32, outcome: AttemptOutcome) {
+        if let Ok(mut o) = self.outcomes.lock() {
+            o.insert(uid.to_owned(), (attempt, outcome));
+        }
+    }
+
+    /// How attempt `attempt` of `uid` ended, if this manager saw it end.
+    pub(crate) fn outcome(&self, uid: &str, attempt: u32) -> Option<AttemptOutcome> {
+        self.outcomes
+            .lock()
+            .ok()?
+            .get(uid)
+            .filter(|(a, _)| *a == attempt)
+            .map(|(_, o)| o.clone())
+    }
+
+    /// Stop the attempt of `uid` and forget it (the KKRemediation is gone).
+    pub(crate) fn forget(&self, uid: &str) {
+        if let Ok(mut r) = self.running.lock()
+            && let Some(h) = r.remove(uid)
+        {
+            h.abort();
+        }
+        if let Ok(mut o) = self.outcomes.lock() {
+            o.remove(uid);
+        }
+    }
+
+    /// Abort every attempt (shutdown; a new manager waits out the attempt's timeout).
+    pub(crate) fn abort_all(&self) {
+        if let Ok(mut r) = self.running.lock() {
+            for (_, h) in r.drain() {
+                h.abort();
+            }
+        }
+    }
+}
+
+/// The event reason of a tier that ran (or failed).
+pub(crate) fn tier_event(tier: RemediationTier, ok: bool) -> &'static str {
+    match (tier, ok) {
+        (RemediationTier::RestartServices, true) => reasons::SERVICES_RESTARTED,
+        (RemediationTier::Reboot, true) => reasons::HOST_REBOOTED,
+        (RemediationTier::RestartServices, false) => "ServicesRestartFailed",
+        (RemediationTier::Reboot, false) => "RebootFailed",
+    }
+}
+
+/// What an attempt needs.
+pub(crate) struct AttemptSpec {
+    /// The KKRemediation (for its events and the wake-up).
+    pub remediation: KKRemediation,
+    /// The host's KKInstance.
+    pub instance: KKInstance,
+    /// Its KKCluster (credentials, bastion).
+    pub kkcluster: Option<KKCluster>,
+    /// 1-based attempt.
+    pub attempt: u32,
+    /// `retryLimit`.
+    pub limit: u32,
+    /// The tier.
+    pub tier: RemediationTier,
+    /// `timeout`: bounds a reboot's return.
+    pub wait: Duration,
+}
+
+/// Journal lines of an attempt go to the log (the KKRemediation's status keeps only the outcome).
+struct LogProgress;
+
+impl Progress for LogProgress {
+    fn step_started(&self, _: &str, _: usize, _: usize, _: &str) {}
+    fn step_finished(&self, r: &StepRecord) {
+        info!(step = %r.name, exit_code = ?r.exit_code, took = ?r.duration, "Remediation step finished");
+    }
+}
+
+/// Run one attempt, then record its outcome and wake the KKRemediation.
+pub(crate) async fn attempt_task(ctx: Arc<Context>, spec: AttemptSpec) {
+    let uid = spec.remediation.uid().unwrap_or_default();
+    // A slot of the hosts worked on at once; a closed semaphore (shutdown) just runs unbounded.
+    let _permit = ctx.tasks.permits.clone().acquire_owned().await.ok();
+    let outcome = run(&ctx, &spec).await;
+    let (warning, note) = match &outcome {
+        AttemptOutcome::Succeeded(m) => (false, m.clone()),
+        AttemptOutcome::Failed { message, .. } => (true, message.clone()),
+    };
+    let host = &spec.instance.spec.name;
+    if warning {
+        warn!(%host, attempt = spec.attempt, tier = ?spec.tier, %note, "Remediation attempt failed");
+    } else {
+        info!(%host, attempt = spec.attempt, tier = ?spec.tier, "Remediation attempt finished");
+    }
+    ctx.event(
+        &spec.remediation,
+        warning,
+        tier_event(spec.tier, !warning),
+        "Remediate",
+        format!(
+            "attempt {} of {} on host {host}: {note}",
+            spec.attempt, spec.limit
+        ),
+    )
+    .await;
+    ctx.remediations.record(&uid, spec.attempt, outcome);
+    let _ = ctx
+        .triggers
+        .remediations
+        .unbounded_send(ObjectRef::from_obj(&spec.remediation));
+}
+
+async fn run(ctx: &Context, spec: &AttemptSpec) -> AttemptOutcome {
+    let (exec, _) = match connect(ctx, &spec.instance, spec.kkcluster.as_ref()).await {
+        Ok(c) => c,
+        Err(Failure::Transient(m)) => {
+            return AttemptOutcome::Failed {
+                reason: reasons::UNREACHABLE,
+                message: m,
+            };
+        }
+        Err(Failure::Terminal { reason, message }) => return AttemptOutcome::Failed { reason, message },
+    };
+    let input = PhaseInput {
+        instance: spec.instance.spec.clone(),
+        ..Default::default()
+    };
+    let host = HostCall {
+        exec: &*exec,
+        input: &input,
+        progress: &LogProgress,
+    };
+    match ctx.services.remediate(spec.tier, spec.wait, host).await {
+        Ok(m) => AttemptOutcome::Succeeded(m),
+        Err(e @ capkk_service::Error::HostNotBack { .. }) => AttemptOutcome::Failed {
+            reason: reasons::HOST_NOT_BACK,
+            message: e.to_string(),
+        },
+        Err(e) if e.is_transient() => AttemptOutcome::Failed {
+            reason: reasons::UNREACHABLE,
+            message: e.to_string(),
+        },
+        Err(e) => AttemptOutcome::Failed {
+            reason: reasons::COMMAND_FAILED,
+            message: e.to_string(),
+        },
+    }
+}

@@ -1,0 +1,338 @@
+//! KKRemediation reconciles: which tier an attempt runs on the Machine's host, what the status and the events
+//! say about it, and how the Machine is handed to its owner when remediation gives up.
+
+use std::{sync::Arc, time::Duration};
+
+use capkk_api::{
+    KKRemediation, KKRemediationSpec, KKRemediationStatus, RemediationPhase, RemediationStrategy,
+    RemediationTier,
+    consts::{KKREMEDIATION_FINALIZER, REMEDIATION_FIELD_MANAGER, conditions as cond, reasons},
+};
+use futures::{StreamExt, channel::mpsc::UnboundedReceiver};
+use k8s_openapi::{
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+    jiff::{SignedDuration, Timestamp},
+};
+use kube::runtime::{controller::Action, reflector::ObjectRef};
+use serde_json::Value;
+
+use super::*;
+use crate::{
+    fixtures::TestContext,
+    reconcile::{reconcile, requeue},
+};
+
+/// A test context whose caches hold Cluster `c`, Machine `m`, KKCluster `c` (host node1), KKMachine `m` and,
+/// when `claimed`, the KKInstance `c.node1` it recorded.
+fn world(claimed: bool) -> TestContext {
+    let mut t = TestContext::new();
+    t.caches.capi_cluster(capi_cluster());
+    t.caches.capi_machine(machine());
+    t.caches.cluster(kkcluster(&[("node1", "10.0.0.1")]));
+    let mut km = kkmachine();
+    if claimed {
+        km.spec.instance_id = Some("c.node1".into());
+        t.caches.instance(claim(&km, "node1", "10.0.0.1", &[]));
+    }
+    t.caches.machine(km);
+    t
+}
+
+/// KKRemediation `m` as CAPI's MachineHealthCheck creates it (the Machine as owner, the cluster label), with
+/// the finalizer in place and `status`.
+fn remediation(strategy: RemediationStrategy, status: Option<KKRemediationStatus>) -> KKRemediation {
+    let mut r = stored(KKRemediation::new("m", KKRemediationSpec { strategy }));
+    r.metadata.owner_references = Some(vec![OwnerReference {
+        controller: None,
+        block_owner_deletion: None,
+        ..controller_ref(&machine())
+    }]);
+    r.metadata.labels = Some([(CLUSTER_NAME_LABEL.to_owned(), "c".to_owned())].into());
+    r.metadata.finalizers = Some(vec![KKREMEDIATION_FINALIZER.into()]);
+    r.status = status;
+    r
+}
+
+/// A status after `attempts` attempts, the last started `ago` seconds ago.
+fn after(attempts: i32, ago: i64, tier_condition: &str) -> KKRemediationStatus {
+    KKRemediationStatus {
+        phase: Some(RemediationPhase::Waiting),
+        retry_count: Some(attempts),
+        last_remediated: Some(Time(Timestamp::now() - SignedDuration::from_secs(ago))),
+        conditions: vec![Condition {
+            type_: tier_condition.into(),
+            status: "True".into(),
+            reason: reasons::SERVICES_RESTARTED.into(),
+            message: "earlier".into(),
+            observed_generation: Some(1),
+            last_transition_time: Time(Timestamp::now()),
+        }],
+    }
+}
+
+/// Answer every request (attempts run in the background, so their order is not scripted): KKRemediation
+/// writes with `rem`, Machine writes with the Machine, the rest as the API server would.
+fn serve(api: crate::fixtures::ApiServer, rem: &KKRemediation) -> crate::fixtures::Served {
+    let rem = serde_json::to_value(rem).expect("serializes");
+    let m = serde_json::to_value(machine()).expect("serializes");
+    api.serve(move |call| {
+        if call.path.contains("/kkremediations/") {
+            Some(rem.clone())
+        } else if call.path.contains("/machines/") {
+            Some(m.clone())
+        } else {
+            None
+        }
+    })
+}
+
+/// The condition `type_` of a status write's body.
+fn condition<'a>(body: &'a Value, type_: &str) -> Option<&'a Value> {
+    body["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+/// The KKRemediation a finished attempt woke (`None` when none ended in time).
+async fn attempt_end(triggers: &mut UnboundedReceiver<ObjectRef<KKRemediation>>) -> Option<String> {
+    let woken = tokio::time::timeout(Duration::from_secs(5), triggers.next()).await;
+    woken.ok().flatten().map(|r| r.name)
+}
+
+fn status_writes(requests: &[(String, String, Value)]) -> Vec<Value> {
+    requests
+        .iter()
+        .filter(|(m, p, _)| m == "PATCH" && p == &path("kkremediations", "m/status"))
+        .map(|(_, _, b)| b.clone())
+        .collect()
+}
+
+fn event_reasons(requests: &[(String, String, Value)]) -> Vec<String> {
+    requests
+        .iter()
+        .filter(|(m, p, _)| m == "POST" && p == EVENTS)
+        .map(|(_, _, b)| b["reason"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_new_remediation_restarts_the_services_on_the_machines_host_then_waits_for_the_node() {
+    let mut t = world(true);
+    let rem = remediation(RemediationStrategy::default(), None);
+    let served = serve(t.api, &rem);
+    let res = reconcile(Arc::new(rem.clone()), t.ctx.clone()).await;
+    assert_eq!(res.expect("reconciled"), Action::requeue(requeue::HOST_WORK));
+    assert_eq!(
+        attempt_end(&mut t.remediation_triggers).await,
+        Some("m".into()),
+        "the finished attempt wakes its KKRemediation"
+    );
+    assert_eq!(t.services.remediated(), [RemediationTier::RestartServices]);
+    assert_eq!(t.ssh.reached(), ["10.0.0.1"], "the Machine's host, and only it");
+
+    // The status the first reconcile wrote: attempt 1 runs.
+    let writes = status_writes(&served.requests());
+    assert_eq!(writes.len(), 1, "status once per reconcile");
+    let first = &writes[0];
+    assert_eq!(first["status"]["phase"], "Running");
+    assert_eq!(first["status"]["retryCount"], 1);
+    assert!(first["status"]["lastRemediated"].is_string());
+    let c = condition(first, cond::SERVICES_RESTARTED).expect("the tier's condition");
+    assert_eq!(
+        (c["status"].as_str(), c["reason"].as_str()),
+        (Some("False"), Some(reasons::IN_PROGRESS))
+    );
+    assert!(
+        c["message"].as_str().unwrap().starts_with("attempt 1 of 2"),
+        "{c}"
+    );
+
+    // The next reconcile (woken by the attempt) reports the tier that ran and waits out the timeout.
+    let mut woken = rem;
+    woken.status = Some(serde_json::from_value(first["status"].clone()).expect("a status"));
+    let res = reconcile(Arc::new(woken), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    assert_ne!(
+        res,
+        Action::requeue(requeue::HOST_WORK),
+        "no other attempt starts"
+    );
+    let requests = served.finish();
+    let writes = status_writes(&requests);
+    let second = writes.last().expect("a second status write");
+    assert_eq!(second["status"]["phase"], "Waiting");
+    let c = condition(second, cond::SERVICES_RESTARTED).expect("the tier's condition");
+    assert_eq!(
+        (c["status"].as_str(), c["reason"].as_str()),
+        (Some("True"), Some(reasons::SERVICES_RESTARTED))
+    );
+    assert_eq!(
+        event_reasons(&requests),
+        ["RestartingServices", reasons::SERVICES_RESTARTED],
+        "events say which tier started and that it ran"
+    );
+    assert_eq!(
+        t.services.remediated().len(),
+        1,
+        "no second attempt before the timeout"
+    );
+}
+
+#[tokio::test]
+async fn once_the_timeout_passed_the_second_attempt_reboots_the_host() {
+    let mut t = world(true);
+    let rem = remediation(
+        RemediationStrategy::default(),
+        Some(after(1, 301, cond::SERVICES_RESTARTED)),
+    );
+    let served = serve(t.api, &rem);
+    reconcile(Arc::new(rem), t.ctx.clone()).await.expect("reconciled");
+    assert!(attempt_end(&mut t.remediation_triggers).await.is_some());
+    assert_eq!(t.services.remediated(), [RemediationTier::Reboot]);
+    let requests = served.finish();
+    let writes = status_writes(&requests);
+    assert_eq!(writes[0]["status"]["retryCount"], 2);
+    let c = condition(&writes[0], cond::HOST_REBOOTED).expect("the reboot's condition");
+    assert!(
+        c["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("attempt 2 of 2: rebooting"),
+        "{c}"
+    );
+    assert_eq!(event_reasons(&requests), ["Rebooting", reasons::HOST_REBOOTED]);
+}
+
+#[tokio::test]
+async fn a_failed_restart_is_reported_as_a_failed_tier_with_a_warning_event() {
+    let mut t = world(true);
+    t.services.fail_tier(RemediationTier::RestartServices);
+    let rem = remediation(RemediationStrategy::default(), None);
+    let served = serve(t.api, &rem);
+    reconcile(Arc::new(rem.clone()), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    assert!(attempt_end(&mut t.remediation_triggers).await.is_some());
+    let first = status_writes(&served.requests())[0].clone();
+    let mut woken = rem;
+    woken.status = Some(serde_json::from_value(first["status"].clone()).expect("a status"));
+    reconcile(Arc::new(woken), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    let requests = served.finish();
+    let last = status_writes(&requests).pop().expect("a status write");
+    let c = condition(&last, cond::SERVICES_RESTARTED).expect("the tier's condition");
+    assert_eq!(
+        (c["status"].as_str(), c["reason"].as_str()),
+        (Some("False"), Some(reasons::COMMAND_FAILED))
+    );
+    assert!(
+        c["message"].as_str().unwrap().contains("kubelet.service failed"),
+        "{c}"
+    );
+    let warned = requests.iter().any(|(m, p, b)| {
+        m == "POST" && p == EVENTS && b["reason"] == "ServicesRestartFailed" && b["type"] == "Warning"
+    });
+    assert!(warned, "a warning event names the failed tier: {requests:#?}");
+}
+
+#[tokio::test]
+async fn when_the_attempts_are_used_up_the_machine_is_handed_to_its_owner_for_replacement() {
+    let t = world(true);
+    let rem = remediation(
+        RemediationStrategy::default(),
+        Some(after(2, 301, cond::HOST_REBOOTED)),
+    );
+    let res = scripted(t.ctx.clone(), t.api, rem, |mut api| async move {
+        let c = api.expect("PATCH", &path("machines", "m/status")).await;
+        assert!(
+            c.query.contains(&format!(
+                "fieldManager={}",
+                REMEDIATION_FIELD_MANAGER.replace('/', "%2F")
+            )),
+            "its own field manager: {}",
+            c.query
+        );
+        let conds = c.body["status"]["conditions"]
+            .as_array()
+            .expect("conditions")
+            .clone();
+        assert_eq!(conds.len(), 1, "only the one condition is applied: {conds:?}");
+        assert_eq!(conds[0]["type"], cond::MACHINE_OWNER_REMEDIATED);
+        assert_eq!(conds[0]["status"], "False");
+        assert_eq!(conds[0]["reason"], reasons::WAITING_FOR_REMEDIATION);
+        c.reply(&machine());
+        let e = api.expect("POST", EVENTS).await;
+        assert_eq!(
+            (e.body["reason"].as_str(), e.body["type"].as_str()),
+            (Some(reasons::RETRY_LIMIT_REACHED), Some("Warning"))
+        );
+        e.echo();
+        let s = api.expect("PATCH", &path("kkremediations", "m/status")).await;
+        assert_eq!(s.body["status"]["phase"], "Exhausted");
+        let c = condition(&s.body, cond::OWNER_REMEDIATION_REQUESTED).expect("the hand-over condition");
+        assert_eq!(
+            (c["status"].as_str(), c["reason"].as_str()),
+            (Some("True"), Some(reasons::RETRY_LIMIT_REACHED))
+        );
+        assert!(
+            c["message"].as_str().unwrap().contains("after attempt 2 of 2"),
+            "{c}"
+        );
+        s.reply(&remediation(RemediationStrategy::default(), None));
+        api
+    })
+    .await;
+    assert_eq!(res.expect("reconciled"), Action::await_change());
+    assert!(t.services.remediated().is_empty(), "no third attempt");
+}
+
+#[tokio::test]
+async fn a_machine_whose_kkmachine_holds_no_host_is_handed_over_at_once() {
+    let t = world(false);
+    let rem = remediation(RemediationStrategy::default(), None);
+    let res = scripted(t.ctx.clone(), t.api, rem, |mut api| async move {
+        api.expect("PATCH", &path("machines", "m/status"))
+            .await
+            .reply(&machine());
+        api.expect("POST", EVENTS).await.echo();
+        let s = api.expect("PATCH", &path("kkremediations", "m/status")).await;
+        assert_eq!(s.body["status"]["phase"], "Failed");
+        let c = condition(&s.body, cond::OWNER_REMEDIATION_REQUESTED).expect("the hand-over condition");
+        assert_eq!(c["reason"], reasons::NO_HOST);
+        assert!(
+            c["message"]
+                .as_str()
+                .unwrap()
+                .contains("KKMachine m holds no host"),
+            "{c}"
+        );
+        s.reply(&remediation(RemediationStrategy::default(), None));
+        api
+    })
+    .await;
+    assert_eq!(res.expect("reconciled"), Action::await_change());
+    assert!(t.services.remediated().is_empty());
+}
+
+#[tokio::test]
+async fn a_remediation_that_gave_up_does_nothing_more() {
+    let t = world(true);
+    let mut status = after(2, 1000, cond::HOST_REBOOTED);
+    status.phase = Some(RemediationPhase::Exhausted);
+    // Reported as not paused already: nothing in the status changes, so nothing is written.
+    status.conditions.push(Condition {
+        type_: cond::PAUSED.into(),
+        status: "False".into(),
+        reason: reasons::NOT_PAUSED.into(),
+        message: String::new(),
+        observed_generation: Some(1),
+        last_transition_time: Time(Timestamp::now()),
+    });
+    let rem = remediation(RemediationStrategy::default(), Some(status));
+    let res = scripted(t.ctx.clone(), t.api, rem, |api| async move { api }).await;
+    assert_eq!(res.expect("reconciled"), Action::await_change());
+    assert!(t.services.remediated().is_empty());
+}
