@@ -382,12 +382,17 @@ deployment_available() { # deployment_available NAMESPACE/NAME
 process_done() { ! kill -0 "$1" 2>/dev/null; }
 
 # CAPI's controllers come with liveness probes of 1 s timeout and no initial delay (30 s to answer): under TCG they
-# start slower than that and are killed over and over. A TCG knob like those of tcg-knobs.py, set the way a user on
-# slow machines would: longer probe timeouts and a start delay, patched into the Deployments clusterctl created.
+# start slower than that and are killed over and over. Their leader election (15 s lease, 10 s renew deadline) was
+# lost under load once they ran (a renew took longer than 10 s; the manager exits and crash-loops). TCG knobs like
+# those of tcg-knobs.py, set the way a user on slow machines would: longer probe timeouts and a start delay, and
+# the leases tcg-knobs.py gives kube-controller-manager, patched into the Deployments clusterctl created.
 TCG_PROBES='[{"op":"add","path":"/spec/template/spec/containers/0/livenessProbe/initialDelaySeconds","value":60},
 {"op":"add","path":"/spec/template/spec/containers/0/livenessProbe/timeoutSeconds","value":10},
 {"op":"add","path":"/spec/template/spec/containers/0/livenessProbe/failureThreshold","value":12},
-{"op":"add","path":"/spec/template/spec/containers/0/readinessProbe/timeoutSeconds","value":10}]'
+{"op":"add","path":"/spec/template/spec/containers/0/readinessProbe/timeoutSeconds","value":10},
+{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--leader-elect-lease-duration=60s"},
+{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--leader-elect-renew-deadline=40s"},
+{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--leader-elect-retry-period=10s"}]'
 
 # The workload cluster becomes a management cluster the way every CAPI user makes one: the real clusterctl, our
 # provider by name, a configuration file (test/clusterctl/config.sh) naming local repositories and the bridge
