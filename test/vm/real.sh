@@ -521,7 +521,7 @@ pivot() {
     on_mgmt machines_running "cluster.x-k8s.io/cluster-name=$CLUSTER" "$n"
   wait_for "$n KKMachines report provisioned from the manager Pod" 900 on_mgmt kkmachines_provisioned "$n"
   wait_for "Cluster $CLUSTER is Provisioned in $CLUSTER" 600 on_mgmt cluster_provisioned
-  check "the manager Pod's log shows it reconciling the moved KKMachines" pod_log_has "kind=\"KKMachine\" name=$CLUSTER-"
+  check "the manager Pod's log shows it reconciling the moved KKMachines" pod_log_has "\"kind\":\"KKMachine\",\"name\":\"$CLUSTER-"
   log "  $CLUSTER after the pivot, kubectl get pods -A -o wide:"
   wl get pods -A -o wide 2>&1 | tee "$WORK/pods-after-move.txt" | sed 's/^/    /'
   check "no step ran again on any VM (provisioning journals unchanged)" \
