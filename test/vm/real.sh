@@ -826,6 +826,10 @@ attach() {
   INNER=$(fleet_json "d['inner_cidr']")
   pod_subnets
   [ -s "$WORK/workload.kubeconfig" ] || workload_kubeconfig
+  # After the pivot the cluster's objects live in the VM cluster: the progress lines list them there.
+  if ! kubectl get cluster -n "$NS" "$CLUSTER" >/dev/null 2>&1 && wl get cluster -n "$NS" "$CLUSTER" >/dev/null 2>&1; then
+    KK_CTX=(--kubeconfig "$WORK/workload.kubeconfig")
+  fi
   local pid
   pid=$(cat "$WORK/manager.pid" 2>/dev/null || true)
   if [ -z "$pid" ] || [ "$(cat "/proc/$pid/comm" 2>/dev/null)" != manager ]; then start_manager 120; fi
