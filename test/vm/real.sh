@@ -104,7 +104,8 @@ progress() {
 }
 
 diagnostics() {
-  provider_diagnostics 30
+  # After the pivot the cluster's objects live in the VM cluster.
+  if [ ${#KK_CTX[@]} -gt 0 ]; then KUBECONFIG=$WORK/workload.kubeconfig provider_diagnostics 30; else provider_diagnostics 30; fi
   local i
   for i in $(seq "${VMS:-0}"); do
     log "-- VM $i: kubelet and containers"
