@@ -189,6 +189,14 @@ async fn apply(
     let gen_ = rem.metadata.generation;
     let strategy = &rem.spec.strategy;
     let limit = strategy.retry_limit();
+    if let Some((attempt, at)) = ctx.remediations.latest_started(&uid)
+        && attempt > status.retry_count.unwrap_or(0).max(0) as u32
+    {
+        // The cached object predates the status write that recorded this attempt.
+        status.retry_count = Some(attempt as i32);
+        status.last_remediated = Some(at);
+        status.phase = Some(RemediationPhase::Running);
+    }
     let retry_count = status.retry_count.unwrap_or(0).max(0) as u32;
     let running = ctx.remediations.running(&uid);
     let outcome = (retry_count > 0)
@@ -250,8 +258,10 @@ async fn apply(
                 ),
             };
             let host_name = instance.spec.name.clone();
+            let now = Time(Timestamp::now());
+            ctx.remediations.started(&uid, attempt, now.clone());
             status.retry_count = Some(attempt as i32);
-            status.last_remediated = Some(Time(Timestamp::now()));
+            status.last_remediated = Some(now);
             status.phase = Some(RemediationPhase::Running);
             conditions::set(
                 &mut status.conditions,

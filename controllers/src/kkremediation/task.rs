@@ -10,6 +10,7 @@ use std::{
 
 use capkk_api::{KKCluster, KKInstance, KKRemediation, RemediationTier, consts::reasons};
 use capkk_service::journal::{Progress, StepRecord};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{ResourceExt, runtime::reflector::ObjectRef};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -21,11 +22,12 @@ use crate::{
     services::{HostCall, PhaseInput},
 };
 
-/// Running attempts and the outcome of each KKRemediation's latest one.
+/// Running attempts, the latest one started and the outcome of each KKRemediation's latest one.
 #[derive(Default)]
 pub(crate) struct Attempts {
     running: Mutex<HashMap<String, JoinHandle<()>>>,
     outcomes: Mutex<HashMap<String, (u32, AttemptOutcome)>>,
+    started: Mutex<HashMap<String, (u32, Time)>>,
 }
 
 impl Attempts {
@@ -59,6 +61,20 @@ impl Attempts {
         true
     }
 
+    /// Remember that attempt `attempt` of `uid` started `at`.
+    pub(crate) fn started(&self, uid: &str, attempt: u32, at: Time) {
+        if let Ok(mut s) = self.started.lock() {
+            s.insert(uid.to_owned(), (attempt, at));
+        }
+    }
+
+    /// The latest attempt of `uid` this manager started, and when. A reconcile woken by a quick attempt's end
+    /// may read the object from a cache that does not hold the status recording that attempt yet; this keeps
+    /// it from starting the same attempt again.
+    pub(crate) fn latest_started(&self, uid: &str) -> Option<(u32, Time)> {
+        self.started.lock().ok()?.get(uid).cloned()
+    }
+
     /// Record how attempt `attempt` of `uid` ended.
     pub(crate) fn record(&self, uid: &str, attempt: u32, outcome: AttemptOutcome) {
         if let Ok(mut o) = self.outcomes.lock() {
@@ -85,6 +101,9 @@ impl Attempts {
         }
         if let Ok(mut o) = self.outcomes.lock() {
             o.remove(uid);
+        }
+        if let Ok(mut s) = self.started.lock() {
+            s.remove(uid);
         }
     }
 

@@ -336,3 +336,28 @@ async fn a_remediation_that_gave_up_does_nothing_more() {
     assert_eq!(res.expect("reconciled"), Action::await_change());
     assert!(t.services.remediated().is_empty());
 }
+
+#[tokio::test]
+async fn a_reconcile_that_reads_the_object_before_its_attempt_was_recorded_does_not_start_it_again() {
+    let mut t = world(true);
+    let rem = remediation(RemediationStrategy::default(), None);
+    let served = serve(t.api, &rem);
+    reconcile(Arc::new(rem.clone()), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    assert!(attempt_end(&mut t.remediation_triggers).await.is_some());
+    // Woken by the attempt's end, with a cache still holding the object as it was before the first status
+    // write: no status at all.
+    reconcile(Arc::new(rem), t.ctx.clone()).await.expect("reconciled");
+    let requests = served.finish();
+    assert_eq!(
+        t.services.remediated(),
+        [RemediationTier::RestartServices],
+        "attempt 1 ran once"
+    );
+    let last = status_writes(&requests).pop().expect("a status write");
+    assert_eq!(last["status"]["retryCount"], 1);
+    assert_eq!(last["status"]["phase"], "Waiting");
+    let c = condition(&last, cond::SERVICES_RESTARTED).expect("the tier's condition");
+    assert_eq!(c["status"], "True");
+}
