@@ -12,7 +12,7 @@ use std::{
 
 use tokio::{sync::Semaphore, task::JoinHandle};
 
-use super::backoff::backoff;
+use super::backoff::jittered;
 
 /// What a background host task does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,10 +154,10 @@ impl TaskRegistry {
     /// task ends at once (it does not sleep through the backoff holding its slot).
     pub(crate) fn transient_failure(&self, uid: &str, message: &str) -> Duration {
         let Ok(mut f) = self.failures.lock() else {
-            return backoff(1);
+            return jittered(uid, 1);
         };
         let n = f.get(uid).map(|(n, _)| n + 1).unwrap_or(1);
-        let d = backoff(n);
+        let d = jittered(uid, n);
         f.insert(
             uid.to_owned(),
             (
