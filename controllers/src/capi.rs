@@ -155,6 +155,32 @@ pub(crate) fn capi_owner<'a>(
         .find(|o| o.kind == kind && o.api_version.split('/').next() == Some(CAPI_GROUP))
 }
 
+/// The Machine that owns `meta` through a CAPI Machine ownerReference: `None` without such a reference, else the
+/// reference and the Machine from the cache (from the API when the cache does not show it yet: just created),
+/// `None` when it does not exist. The reconcilers of the objects a Machine owns (KKMachine, KKRemediation) start here.
+pub(crate) async fn owner_machine(
+    ctx: &crate::context::Context,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> crate::Result<
+    Option<(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+        Option<Machine>,
+    )>,
+> {
+    let Some(owner) = capi_owner(meta, "Machine").cloned() else {
+        return Ok(None);
+    };
+    let ns = meta.namespace.as_deref().unwrap_or_default();
+    let machine = crate::context::cached_or_get(
+        ctx.stores.capi_machine(ns, &owner.name).await,
+        &ctx.client,
+        ns,
+        &owner.name,
+    )
+    .await?;
+    Ok(Some((owner, machine)))
+}
+
 /// The name of the Cluster an object belongs to: its Cluster owner, else CAPI's cluster-name label (the owner
 /// reference comes only once CAPI has adopted the object; the label is set by whoever created it).
 pub(crate) fn cluster_name(

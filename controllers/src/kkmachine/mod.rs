@@ -38,7 +38,7 @@ use self::{
     node::{patch_node_provider_id, record_node_ref},
 };
 use crate::{
-    capi::{Cluster, Machine, capi_owner},
+    capi::{Cluster, Machine},
     conditions,
     context::{Context, cached_or_get},
     error::{Error, Result},
@@ -64,20 +64,12 @@ impl Reconciler for KKMachine {
 
     async fn owner(&self, ctx: &Context) -> Result<Owner<MachineOwner>> {
         let ns = self.namespace().unwrap_or_default();
-        let Some(owner) = capi_owner(&self.metadata, "Machine").cloned() else {
+        let Some((owner, machine)) = crate::capi::owner_machine(ctx, &self.metadata).await? else {
             return Ok(Owner::Missing {
                 what: "the owner Machine to set its ownerReference".into(),
                 retry: None,
             });
         };
-        // From the caches; an object the cache does not show yet (just created) is read from the API.
-        let machine = cached_or_get(
-            ctx.stores.capi_machine(&ns, &owner.name).await,
-            &ctx.client,
-            &ns,
-            &owner.name,
-        )
-        .await?;
         let Some(machine) = machine else {
             return Ok(Owner::Missing {
                 what: format!("Machine {}", owner.name),

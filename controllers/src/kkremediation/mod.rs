@@ -38,7 +38,7 @@ use self::{
     task::{AttemptSpec, attempt_task},
 };
 use crate::{
-    capi::{Cluster, Machine, capi_owner},
+    capi::{Cluster, Machine},
     conditions,
     context::{Context, cached_or_get},
     error::{Error, Result},
@@ -73,19 +73,12 @@ impl Reconciler for KKRemediation {
 
     async fn owner(&self, ctx: &Context) -> Result<Owner<RemediationOwner>> {
         let ns = self.namespace().unwrap_or_default();
-        let Some(owner) = capi_owner(&self.metadata, "Machine").cloned() else {
+        let Some((owner, machine)) = crate::capi::owner_machine(ctx, &self.metadata).await? else {
             return Ok(Owner::Missing {
                 what: "the owner Machine (CAPI's MachineHealthCheck sets it)".into(),
                 retry: None,
             });
         };
-        let machine = cached_or_get(
-            ctx.stores.capi_machine(&ns, &owner.name).await,
-            &ctx.client,
-            &ns,
-            &owner.name,
-        )
-        .await?;
         let Some(machine) = machine.filter(|m| m.uid().as_deref() == Some(owner.uid.as_str())) else {
             return Ok(Owner::Missing {
                 what: format!("Machine {}", owner.name),
