@@ -57,6 +57,8 @@ async fn crds_install_and_carry_the_capi_contract_label() -> anyhow::Result<()> 
         "kkinstances",
         "kkmachines",
         "kkmachinetemplates",
+        "kkremediations",
+        "kkremediationtemplates",
     ]
     .into_iter()
     .collect();
@@ -227,6 +229,8 @@ fn base(kind: &str, name: &str) -> Value {
         "KKInstance" => json!({"name": "cp-1", "address": "198.18.0.11"}),
         "KKMachine" => json!({"roles": ["worker"]}),
         "KKMachineTemplate" => json!({"template": {"spec": {"roles": ["worker"]}}}),
+        "KKRemediation" => json!({"strategy": {"retryLimit": 2, "timeout": "300s"}}),
+        "KKRemediationTemplate" => json!({"template": {"spec": {"strategy": {"timeout": "5m"}}}}),
         other => panic!("no base object for {other}"),
     };
     json!({"apiVersion": GROUP_VERSION, "kind": kind, "metadata": {"name": name}, "spec": spec})
@@ -338,6 +342,24 @@ fn cases() -> Vec<Case> {
                 bad,
             });
         }
+    }
+    // A remediation's timeout: a duration in s/m/h, from 30s to 24h.
+    for (kind, prefix) in [
+        ("KKRemediation", "spec."),
+        ("KKRemediationTemplate", "spec.template.spec."),
+    ] {
+        cases.push(Case {
+            kind,
+            message: format!("{prefix}strategy.timeout in body should match"),
+            when: When::Create,
+            bad: |s| s["strategy"] = json!({"timeout": "5 min"}),
+        });
+        cases.push(Case {
+            kind,
+            message: "timeout must be between 30s and 24h".into(),
+            when: When::Create,
+            bad: |s| s["strategy"] = json!({"timeout": "10s"}),
+        });
     }
     cases.extend([
         Case {
@@ -583,7 +605,9 @@ fn pattern_rules() -> Vec<(&'static str, &'static str, Edit)> {
 /// The part of the object a case's functions edit.
 fn target<'a>(kind: &str, obj: &'a mut Value) -> &'a mut Value {
     match kind {
-        "KKClusterTemplate" | "KKMachineTemplate" => &mut obj["spec"]["template"]["spec"],
+        "KKClusterTemplate" | "KKMachineTemplate" | "KKRemediationTemplate" => {
+            &mut obj["spec"]["template"]["spec"]
+        }
         _ => &mut obj["spec"],
     }
 }
@@ -703,6 +727,8 @@ async fn every_cel_rule_rejects_a_bad_object_with_its_message() -> anyhow::Resul
         "KKInstance",
         "KKMachine",
         "KKMachineTemplate",
+        "KKRemediation",
+        "KKRemediationTemplate",
     ] {
         let mut obj = base(kind, &format!("valid-{}", kind.to_lowercase()));
         obj["metadata"]["namespace"] = json!(ns);
