@@ -65,6 +65,12 @@ _k8s_shims() { # PIDs of the shims serving CRI's namespace (k8s.io); other names
   done
   return 0
 }
+_kill_pod_cgroups() { # kill what runs in the kubelet's pod cgroups (cgroup v2's cgroup.kill; systemd and cgroupfs drivers)
+  for _cg in /sys/fs/cgroup/kubepods.slice /sys/fs/cgroup/kubepods; do
+    [ -w "$_cg/cgroup.kill" ] && echo 1 >"$_cg/cgroup.kill" && echo "killed what ran in $_cg"
+  done
+  return 0
+}
 if command -v systemctl >/dev/null 2>&1; then
   if systemctl is-active -q kubelet >/dev/null 2>&1; then systemctl stop kubelet; echo "stopped kubelet"; CHANGED=1; fi
   if systemctl is-active -q containerd >/dev/null 2>&1; then
@@ -76,11 +82,9 @@ if command -v systemctl >/dev/null 2>&1; then
         _pods=$(crictl --timeout 60s --runtime-endpoint "$_ep" pods -q 2>/dev/null) || break
         [ -n "$_pods" ] || break
         if [ "$_round" = 4 ]; then
-          # Two rounds did not empty the list: whatever still runs in the kubelet's pod cgroups is killed
-          # (cgroup v2's cgroup.kill; systemd and cgroupfs drivers), then containerd can remove the sandboxes.
-          for _cg in /sys/fs/cgroup/kubepods.slice /sys/fs/cgroup/kubepods; do
-            [ -w "$_cg/cgroup.kill" ] && echo 1 >"$_cg/cgroup.kill" && echo "killed what ran in $_cg"
-          done
+          # Three rounds did not empty the list: whatever still runs in the pods is killed, then containerd can
+          # remove the sandboxes.
+          _kill_pod_cgroups
         fi
         # shellcheck disable=SC2086 # one pod ID per word
         crictl --timeout 60s --runtime-endpoint "$_ep" rmp -f $_pods >/dev/null 2>&1 || true
@@ -93,9 +97,7 @@ if command -v systemctl >/dev/null 2>&1; then
   _shims=$(_k8s_shims)
   if [ -n "$_shims" ]; then
     # The containers first (through the pod cgroups), so that none is orphaned when its shim goes.
-    for _cg in /sys/fs/cgroup/kubepods.slice /sys/fs/cgroup/kubepods; do
-      [ -w "$_cg/cgroup.kill" ] && echo 1 >"$_cg/cgroup.kill" && echo "killed what ran in $_cg"
-    done
+    _kill_pod_cgroups
     # shellcheck disable=SC2086 # one PID per word
     kill -9 $_shims 2>/dev/null || true
     echo "killed shims containerd left behind: $(echo "$_shims" | tr "\n" " ")"; CHANGED=1
