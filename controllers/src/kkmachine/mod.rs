@@ -263,7 +263,8 @@ async fn apply(
         .await
         {
             Ok(Ok(Some(node))) => {
-                info!(node = %node.name_any(), "Workload Node carries the providerID");
+                // Logged at info where it is set (node.rs): this runs on every poll until CAPI sets the nodeRef.
+                debug!(node = %node.name_any(), "Workload Node carries the providerID");
                 record_node_ref(ctx, &inst, &node).await?;
             }
             Ok(Ok(None)) => debug!(node = %inst.spec.name, "Workload Node not registered yet"),

@@ -10,7 +10,7 @@ use kube::{
     api::{ListParams, Patch, PatchParams},
 };
 use serde_json::json;
-use tracing::debug;
+use tracing::{debug, info};
 
 use crate::{
     context::Context,
@@ -119,6 +119,7 @@ pub(crate) async fn patch_node_provider_id(
                 .patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .map_err(|e| werr(format!("patch Node {}: {e}", node.name_any())))?;
+            info!(node = %node.name_any(), provider_id = %pid, "Set the workload Node's providerID");
             Ok(Some(node))
         }
     }
