@@ -462,6 +462,20 @@ mod tests {
     }
 
     #[test]
+    fn a_host_claimed_again_by_a_machine_of_another_version_gets_an_instance_of_that_version() {
+        let a = kkc("a", vec![host("node1", "10.0.0.1")]);
+        let (candidates, _) = choose_hosts::<KKInstance>(&a, &[Role::Worker], &[]);
+        let km = KKMachine::new("m", Default::default());
+        for v in ["v1.35.2", "v1.36.3"] {
+            let mut m = Machine::new("m", Default::default());
+            m.spec.version = Some(v.into());
+            let inst = new_instance(&km, &m, &a, candidates[0], "a.node1", "s");
+            // The binary service installs what this names, whatever the host ran before the reset.
+            assert_eq!(inst.spec.kubernetes_version.as_deref(), Some(v));
+        }
+    }
+
+    #[test]
     fn the_claim_record_carries_the_missing_kkcluster_label_and_the_resource_version_guard() {
         let inst = claim_of("a", "node1", "10.0.0.1");
         let p = claim_record(&inst, Some("42"), Some("a"));

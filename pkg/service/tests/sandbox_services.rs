@@ -1,11 +1,11 @@
 //! Host services against real sandbox hosts (netns + overlay root + sshd, see `capkk-sandbox`) over the real
 //! SSH client, with stand-in release artifacts served by a local HTTP mirror on the sandbox bridge.
 //!
-//! One sandbox (`svc-tests`, 11 hosts) is shared by the tests of this binary; each test owns its hosts:
+//! One sandbox (`svc-tests`, 12 hosts) is shared by the tests of this binary; each test owns its hosts:
 //! 0 apt end to end + reset, 1 dnf host (non-root login with sudo), 2 checksum mismatches, 3 host-download
 //! mode, 4+5 two hosts sharing one controller download, 6 ISO repository mode, 7 a pre-existing containerd
 //! (login with a sudo password), 8 reset with volumes still mounted, 9 the rendering property test, 10 unpinned versions through
-//! upstream-style published checksum files. Fake package managers and kernel tools
+//! upstream-style published checksum files, 11 a host reused across Kubernetes versions. Fake package managers and kernel tools
 //! (`test/assets/`) are put into each host's `/usr/local/sbin` so nothing reaches the network or changes the
 //! machine's kernel state. Without root/sshd the tests fail naming what is missing (skipped only with CAPKK_ALLOW_SKIP=1).
 
@@ -41,7 +41,7 @@ fn sandbox() -> Option<&'static Sandbox> {
     if skip_unless_supported() {
         return None;
     }
-    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("svc-tests", 11)).expect("sandbox up")))
+    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("svc-tests", 12)).expect("sandbox up")))
 }
 
 fn pool() -> &'static SshPool {
@@ -173,22 +173,32 @@ fn tarball(dir: &Path, name: &str, members: &[(&str, Vec<u8>)]) -> Vec<u8> {
 }
 
 fn stand_ins(arch: &str, tag: &str) -> StandIns {
+    stand_ins_of(arch, tag, K8S)
+}
+
+/// Stand-ins of Kubernetes `k8s`: its kubelet answers `--version` and its kubeadm `version -o short` with
+/// `k8s`, as the real ones do, so a test can ask the host which version it runs.
+fn stand_ins_of(arch: &str, tag: &str, k8s: &str) -> StandIns {
     let dir = std::env::temp_dir().join(format!("capkk-svc-standins-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let mut files = HashMap::new();
     let mut binaries = Vec::new();
     for id in ["kubeadm", "kubelet", "kubectl"] {
-        let extra = if id == "kubeadm" {
-            "echo \"kubeadm $*\" >> /var/log/capkk-kubeadm.log\n"
-        } else {
-            ""
+        let extra = match id {
+            "kubeadm" => format!(
+                "if [ \"$*\" = 'version -o short' ]; then echo {k8s}; exit 0; fi\necho \"kubeadm $*\" >> /var/log/capkk-kubeadm.log\n"
+            ),
+            "kubelet" => {
+                format!("if [ \"$1\" = --version ]; then echo 'Kubernetes {k8s}'; exit 0; fi\n")
+            }
+            _ => String::new(),
         };
-        let body = script_bytes(&format!("{id} {K8S} {tag}"), extra);
+        let body = script_bytes(&format!("{id} {k8s} {tag}"), &extra);
         files.insert(
             id,
             (
-                format!("/kubernetes-release/release/{K8S}/bin/linux/{arch}/{id}"),
+                format!("/kubernetes-release/release/{k8s}/bin/linux/{arch}/{id}"),
                 body.clone(),
             ),
         );
@@ -1562,4 +1572,120 @@ async fn rendered_scripts_from_random_fields_touch_only_their_own_paths() {
         );
     }
     assert!(ran >= 12, "only {ran} of 24 random payloads parsed: {refused:#?}");
+}
+
+/// The older of the two versions a reused host sees (the newer is [`K8S`]).
+const K8S_OLD: &str = "v1.31.4";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_reset_and_claimed_for_another_kubernetes_version_runs_that_versions_kubelet_kubeadm_and_kubectl()
+ {
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[11];
+    let ex = executor(sb, 11, "root");
+    install_fakes(host, &*ex).await;
+    let progress = RecordingProgress::default();
+    let redactor = Redactor::default();
+    let f = facts::gather(&*ex, &progress, &redactor).await.unwrap();
+    let mirror = Mirror::start(sb).expect("mirror on the sandbox bridge");
+    let old = stand_ins_of(&f.arch, "reuse", K8S_OLD);
+    let new = stand_ins_of(&f.arch, "reuse", K8S);
+    // Both serve the CNI archive at one path: the old one's (served last) is the one its checksum pins.
+    new.serve(&mirror);
+    old.serve(&mirror);
+    // One KKCluster's component overrides carry both versions, each pinned to its own version, as a cluster
+    // in the middle of an upgrade has them: which one applies is the Machine's version alone.
+    let pinned = |si: &StandIns, v: &str| {
+        si.overrides(&["containerd", "runc", "crictl"])
+            .into_iter()
+            .map(|o| ArtifactOverride {
+                version: (o.id != "cni").then(|| v.to_owned()),
+                ..o
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut overrides = pinned(&old, K8S_OLD);
+    overrides.extend(pinned(&new, K8S).into_iter().filter(|o| o.id != "cni"));
+    let source = ComponentSource {
+        zone: None,
+        host: Some(mirror.base.clone()),
+        overrides,
+        download_on: DownloadOn::Controller,
+    };
+    let c = cache("reuse");
+    let version_of = |si: &StandIns| {
+        si.binaries
+            .iter()
+            .filter(|(p, _)| p.starts_with("/usr/local/bin/"))
+            .map(|(p, body)| format!("{p} 755 {}", sha(body)))
+            .collect::<Vec<_>>()
+    };
+    let paths = [
+        "/usr/local/bin/kubeadm",
+        "/usr/local/bin/kubelet",
+        "/usr/local/bin/kubectl",
+    ];
+    let installed = |v: &'static str| {
+        let cfg = BinaryConfig {
+            kubernetes_version: v.into(),
+            ..binary_config(&f, source.clone())
+        };
+        let (ex, c, progress, redactor, f) = (&ex, &c, &progress, &redactor, &f);
+        async move {
+            binary::ensure(&**ex, &cfg, f, c, progress, redactor)
+                .await
+                .unwrap_or_else(|e| panic!("binaries of {v}: {e}"))
+        }
+    };
+
+    // Version A, as the first Machine on this host had it.
+    let first = installed(K8S_OLD).await;
+    assert!(first.changed, "{first:?}");
+    assert_eq!(file_states(host, &paths), version_of(&old));
+    assert_eq!(
+        sh(host, "kubelet --version; kubeadm version -o short"),
+        format!("Kubernetes {K8S_OLD}\n{K8S_OLD}\n")
+    );
+    // A kubeadm-built node as reset finds it; the binaries are not reset-owned and stay.
+    sh(
+        host,
+        "mkdir -p /etc/kubernetes/pki /var/lib/kubelet && echo admin > /etc/kubernetes/admin.conf",
+    );
+    bootstrap::reset(&*ex, &ResetOptions::default(), &progress, &redactor)
+        .await
+        .unwrap();
+    assert_eq!(
+        file_states(host, &paths),
+        version_of(&old),
+        "reset keeps the binaries: the next claim must replace them"
+    );
+
+    // Version B: the host is claimed for a Machine of another version.
+    let second = installed(K8S).await;
+    assert!(second.changed, "{second:?}");
+    let mut replaced = second.uploaded.clone();
+    replaced.sort();
+    assert_eq!(
+        replaced,
+        [
+            format!("cni {CNI} ({})", f.arch),
+            format!("kubeadm {K8S} ({})", f.arch),
+            format!("kubectl {K8S} ({})", f.arch),
+            format!("kubelet {K8S} ({})", f.arch),
+        ],
+        "every Kubernetes binary of {K8S} is installed (and the CNI plugins, as reset removes /opt/cni)"
+    );
+    assert_eq!(
+        file_states(host, &paths),
+        version_of(&new),
+        "the host still runs {K8S_OLD}'s binaries after a claim for {K8S}"
+    );
+    assert_eq!(
+        sh(host, "kubelet --version; kubeadm version -o short"),
+        format!("Kubernetes {K8S}\n{K8S}\n"),
+        "the kubelet on the reused host is not {K8S}'s"
+    );
+    // And back: a host is never stuck on the newest version it ever ran either.
+    installed(K8S_OLD).await;
+    assert_eq!(file_states(host, &paths), version_of(&old));
 }
