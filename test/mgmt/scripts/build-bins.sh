@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# Builds the management plane binaries from the Go modules pinned in test/mgmt/tools/*/go.mod into
-# $CAPKK_CACHE/bin/<pins hash>/ (outside the repo). Idempotent: binaries already built for the same pins
+# Builds the management plane binaries from the Go modules pinned in test/mgmt/tools/{capi,etcd,kube}/go.mod
+# into $CAPKK_CACHE/bin/<pins hash>/ (outside the repo). Idempotent: binaries already built for the same pins
 # are skipped. etcd, kube-apiserver and kubectl are taken from $KUBEBUILDER_ASSETS when it holds them.
+#   build-bins.sh flux   Flux's source-controller and kustomize-controller (tools/flux) and their CRDs into
+#                        $CAPKK_CACHE/bin/flux-<hash of tools/flux>/ instead (make flux-bin)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
+SET=${1:-plane}
+case $SET in
+  plane) ;;
+  flux) BIN_DIR=$FLUX_BIN_DIR ;;
+  *) log "usage: $0 [flux]"; exit 2 ;;
+esac
 command -v go >/dev/null || { log "go is required to build the management plane binaries"; exit 1; }
 mkdir -p "$BIN_DIR"
 exec 9>"$BIN_DIR/.build.lock"
@@ -71,6 +79,27 @@ build_module() { # <tools subdir> <ldflags> <output name>=<package>...: the miss
 }
 
 T0=$(date +%s)
+if [ "$SET" = flux ]; then
+  log "pins: flux source-controller and kustomize-controller $FLUX_VERSION, $(go_version)"
+  log "output: $BIN_DIR"
+  build_module flux "-s -w" source-controller=github.com/fluxcd/source-controller \
+    kustomize-controller=github.com/fluxcd/kustomize-controller
+  # Their CRDs from the pinned module source (as capi-src below): the test installs them from here.
+  if [ ! -f "$BIN_DIR/crds/.complete" ]; then
+    rm -rf "$BIN_DIR/crds" && mkdir -p "$BIN_DIR/crds"
+    for m in source-controller kustomize-controller; do
+      src=$(cd "$TOOLS_DIR/flux" && go list -m -f '{{.Dir}}' "github.com/fluxcd/$m")
+      { [ -n "$src" ] && [ -d "$src/config/crd/bases" ]; } || { log "cannot locate the $m module source"; exit 1; }
+      cp "$src"/config/crd/bases/*.yaml "$BIN_DIR/crds/"
+    done
+    chmod -R u+w "$BIN_DIR/crds"
+    echo "$FLUX_VERSION" >"$BIN_DIR/crds/.complete"
+    log "crds: copied the CRDs of source-controller and kustomize-controller $FLUX_VERSION"
+  fi
+  echo "flux $FLUX_VERSION" >"$BIN_DIR/VERSIONS"
+  log "flux binaries ready in $(( $(date +%s) - T0 ))s"
+  exit 0
+fi
 log "pins: kubernetes $KUBE_VERSION, etcd $ETCD_VERSION, cluster-api $CAPI_VERSION, $(go_version)"
 log "output: $BIN_DIR"
 

@@ -23,11 +23,21 @@ CAPI_VERSION=$(mod_version capi sigs.k8s.io/cluster-api)
 go_version() { go env GOVERSION 2>/dev/null || echo no-go; }
 
 # Directory for binaries built from the current pins: $CAPKK_CACHE/bin/<hash of pins + go version + recipe>.
-pins_hash() {
-  { cat "$TOOLS_DIR"/*/go.mod "$TOOLS_DIR"/*/go.sum; go_version; echo "recipe=$BUILD_RECIPE"; } \
-    | sha256sum | cut -c1-16
+# The plane's pin sets are named, not globbed: Flux (tools/flux) is a set of its own, so that changing its pins
+# rebuilds only Flux, and adding it did not rebuild the plane.
+PLANE_PINS="capi etcd kube"
+pins_hash() { # [<tools subdir>...]: default the plane's
+  local dirs=("$@") d
+  [ ${#dirs[@]} -gt 0 ] || read -ra dirs <<<"$PLANE_PINS"
+  { for d in "${dirs[@]}"; do cat "$TOOLS_DIR/$d/go.mod"; done
+    for d in "${dirs[@]}"; do cat "$TOOLS_DIR/$d/go.sum"; done
+    go_version; echo "recipe=$BUILD_RECIPE"; } | sha256sum | cut -c1-16
 }
 BIN_DIR=$CAPKK_CACHE/bin/$(pins_hash)
+# Flux's source-controller and kustomize-controller and their CRDs (make flux-bin; test/gitops).
+FLUX_BIN_DIR=$CAPKK_CACHE/bin/flux-$(pins_hash flux)
+FLUX_VERSION=$(mod_version flux github.com/fluxcd/source-controller)
+FLUX_BINS="source-controller kustomize-controller"
 
 # Binaries that KUBEBUILDER_ASSETS (envtest's etcd, kube-apiserver, kubectl) may provide instead.
 asset_bin() { # <name>: prints the path to use for etcd / kube-apiserver / kubectl

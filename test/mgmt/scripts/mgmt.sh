@@ -5,6 +5,7 @@
 #   status      show the processes and whether everything answers (exit 1 if not)
 #   kubeconfig  print the kubeconfig path
 #   bin-dir     print the directory of the pinned binaries (kubectl, clusterctl, ...)
+#   flux-dir    print the directory of the pinned Flux controllers and their CRDs (make flux-bin)
 #   env         print `export KUBECONFIG=... PATH=<bin-dir>:$PATH` for eval
 # Set CAPKK_MGMT_AUTOBUILD=1 to let `up` build missing binaries (slow when the Go cache is cold).
 # A second, independent plane: CAPKK_MGMT_DIR=<other dir> CAPKK_MGMT_PORT_OFFSET=<n> (ports shift by n).
@@ -63,12 +64,15 @@ case "$cmd" in
   bin-dir)
     echo "$BIN_DIR"
     ;;
+  flux-dir)
+    echo "$FLUX_BIN_DIR"
+    ;;
   env)
     # eval "$(test/mgmt/scripts/mgmt.sh env)": kubectl/clusterctl of the pinned versions + the plane's kubeconfig
     echo "export KUBECONFIG='$CAPKK_MGMT_DIR/kubeconfig' PATH='$BIN_DIR':\"\$PATH\""
     ;;
   *)
-    echo "usage: $0 up|down|status|kubeconfig|bin-dir|env" >&2
+    echo "usage: $0 up|down|status|kubeconfig|bin-dir|flux-dir|env" >&2
     exit 2
     ;;
 esac
