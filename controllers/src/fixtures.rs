@@ -496,6 +496,11 @@ impl HostServices for FakeServices {
         }
         Ok(format!("{tier:?} done (fake)"))
     }
+
+    async fn upgrade(&self, host: HostCall<'_>) -> ServiceResult<String> {
+        let v = host.input.instance.kubernetes_version.clone().unwrap_or_default();
+        Ok(format!("upgraded to {v} (fake)"))
+    }
 }
 
 /// An SSH factory whose hosts answer every command with exit 0 (or refuse connections when told to), and

@@ -9,6 +9,8 @@
 //!   release, reset and quarantine.
 //! - [`kkremediation`]: CAPI's external remediation: restart the services, reboot, then hand the Machine to its
 //!   owner for replacement.
+//! - [`inplace`]: CAPI's in-place update hooks (Runtime Extension over HTTPS): a worker's version bump done
+//!   over SSH on the same host.
 //! - [`context`]: what the reconcilers share (client, settings, caches, background-work registries).
 //! - [`watches`]: one watch per kind shared by the controllers; each kind's own wiring is in its
 //!   `watches` module.
@@ -24,6 +26,7 @@ pub(crate) mod error;
 #[cfg(test)]
 mod fixtures;
 pub(crate) mod hosts;
+pub(crate) mod inplace;
 pub(crate) mod kkcluster;
 pub(crate) mod kkinstance;
 pub(crate) mod kkmachine;

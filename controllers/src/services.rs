@@ -131,6 +131,10 @@ pub(crate) trait HostServices: Send + Sync {
         wait: std::time::Duration,
         host: HostCall<'_>,
     ) -> ServiceResult<String>;
+
+    /// Upgrade a provisioned worker in place to `host.input.instance.kubernetes_version` (that version's
+    /// binaries, `kubeadm upgrade node`, a kubelet restart). Returns what happened, for the event.
+    async fn upgrade(&self, host: HostCall<'_>) -> ServiceResult<String>;
 }
 
 /// The sentinel CABPK's bootstrap data writes once kubeadm succeeded.
@@ -201,6 +205,25 @@ async fn facts(exec: &dyn Executor, input: &PhaseInput, progress: &dyn Progress)
     Ok(f)
 }
 
+/// The binary service's inputs for the host of `spec` (the Kubernetes version is the spec's).
+fn binary_config(
+    spec: &KKInstanceSpec,
+    arch: String,
+    component: Option<&Component>,
+) -> ServiceResult<BinaryConfig> {
+    Ok(BinaryConfig {
+        kubernetes_version: spec.kubernetes_version.clone().unwrap_or_default(),
+        arch,
+        cni_version: None,
+        source: component_source(component)?,
+        node_ip: spec
+            .internal_address
+            .clone()
+            .or_else(|| Some(spec.address.clone())),
+        node_name: Some(spec.name.clone()),
+    })
+}
+
 fn skip(progress: &dyn Progress, phase: Phase, why: &str) {
     progress.step_finished(&StepRecord {
         phase: phase.name().into(),
@@ -260,17 +283,7 @@ impl HostServices for ServiceLayer {
             }
             Phase::Binary => {
                 let f = facts(exec, input, progress).await?;
-                let cfg = BinaryConfig {
-                    kubernetes_version: spec.kubernetes_version.clone().unwrap_or_default(),
-                    arch,
-                    cni_version: None,
-                    source: component_source(component)?,
-                    node_ip: spec
-                        .internal_address
-                        .clone()
-                        .or_else(|| Some(spec.address.clone())),
-                    node_name: Some(spec.name.clone()),
-                };
+                let cfg = binary_config(spec, arch, component)?;
                 capkk_service::binary::ensure(exec, &cfg, &f, &self.cache, progress, r).await?;
                 Ok(())
             }
@@ -387,5 +400,35 @@ impl HostServices for ServiceLayer {
                 ))
             }
         }
+    }
+
+    async fn upgrade(&self, host: HostCall<'_>) -> ServiceResult<String> {
+        use capkk_service::upgrade::{UpgradeOptions, upgrade_node};
+        let HostCall {
+            exec,
+            input,
+            progress,
+        } = host;
+        let spec = &input.instance;
+        let arch = spec.arch.clone().unwrap_or_else(|| "amd64".into());
+        let component = input.cluster.as_ref().and_then(|c| c.component.as_ref());
+        let f = facts(exec, input, progress).await?;
+        let cfg = binary_config(spec, arch, component)?;
+        let out = upgrade_node(
+            exec,
+            &cfg,
+            &f,
+            &self.cache,
+            &UpgradeOptions::default(),
+            progress,
+            &input.redactor,
+        )
+        .await?;
+        Ok(format!(
+            "upgraded in place to {}: {} binaries installed ({} bytes uploaded), kubeadm upgrade node, kubelet restarted",
+            cfg.kubernetes_version,
+            out.binaries.uploaded.len() + out.binaries.host_downloaded.len(),
+            out.binaries.bytes_uploaded
+        ))
     }
 }

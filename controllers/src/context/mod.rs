@@ -130,6 +130,8 @@ pub(crate) struct Context {
     pub reservations: Reservations,
     /// Remediation attempts and their outcomes.
     pub remediations: crate::kkremediation::task::Attempts,
+    /// In-place upgrades (CAPI's `UpdateMachine`) and their outcomes.
+    pub upgrades: crate::inplace::update::Updates,
 }
 
 impl Context {
@@ -165,6 +167,7 @@ impl Context {
             workloads: Default::default(),
             reservations: Reservations::default(),
             remediations: Default::default(),
+            upgrades: Default::default(),
         }
     }
 

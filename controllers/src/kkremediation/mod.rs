@@ -119,7 +119,7 @@ impl Reconciler for KKRemediation {
 
 /// The host behind `machine`: its KKMachine's claimed KKInstance and that host's KKCluster, or why there is
 /// none to work on.
-async fn host_of(
+pub(crate) async fn host_of(
     ctx: &Context,
     ns: &str,
     machine: &Machine,

@@ -163,6 +163,17 @@ pub struct Args {
     /// `privateKeyPath` (a path in a tenant's object must not read the manager's files).
     #[arg(long, env = "CAPKK_PRIVATE_KEY_DIR")]
     pub private_key_dir: Option<PathBuf>,
+    /// Address of the Runtime Extension serving CAPI's in-place update hooks over HTTPS ("0", the default,
+    /// disables it; docs/upgrades.md).
+    #[arg(long, env = "CAPKK_RUNTIME_EXTENSION_BIND_ADDRESS", default_value = "0")]
+    pub runtime_extension_bind_address: String,
+    /// Directory holding the Runtime Extension's `tls.crt` and `tls.key` (cert-manager's Secret, mounted).
+    #[arg(
+        long,
+        env = "CAPKK_RUNTIME_EXTENSION_CERT_DIR",
+        default_value = "/tmp/runtime-extension/serving-certs"
+    )]
+    pub runtime_extension_cert_dir: PathBuf,
     /// Log format. Alias: --logging-format.
     #[arg(
         long,

@@ -80,6 +80,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let metrics_addr = parse_bind(args.metrics_address())?;
     let health_addr = parse_bind(&args.health_probe_bind_address)?;
+    let extension_addr = parse_bind(&args.runtime_extension_bind_address)?;
     let client = client(&args).await?;
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -188,6 +189,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         stores,
     ));
     info!(namespace = ?args.namespace, watch_filter = %args.watch_filter, %identity, "Starting controllers");
+    // The hooks start with the controllers (after the leader election): a standby must not work on hosts.
+    if let Some(addr) = extension_addr {
+        crate::inplace::server::serve(
+            addr,
+            args.runtime_extension_cert_dir.clone(),
+            Some(ctx.clone()),
+            shutdown_rx.clone(),
+        )
+        .await?;
+    }
 
     let clusters = kkcluster::watches::controller(&mut watches, cluster_rx, ctx.clone());
     let machines = kkmachine::watches::controller(&mut watches, machine_rx, ctx.clone());

@@ -15,7 +15,7 @@ use crate::{
     facts::{self, PackageManager, script::Script},
     host::tpl,
     provisioning::script as prov,
-    remediation, repository,
+    remediation, repository, upgrade,
 };
 
 /// A script (checked with `sh -n` and shellcheck) or a unit/config file.
@@ -204,6 +204,11 @@ pub(crate) fn renderings() -> Vec<(String, Kind, String)> {
         "remediation-boot-id.sh",
         Kind::Script,
         tpl::REMEDIATION_BOOT_ID.to_owned(),
+    );
+    add(
+        "upgrade-node.sh",
+        Kind::Script,
+        upgrade::upgrade_script("v1.36.3", &upgrade::UpgradeOptions::default()).render(),
     );
     let vars = TemplateVars::new()
         .local_hostname("node-a")

@@ -77,6 +77,8 @@ pub(crate) mod tpl {
         REMEDIATION_RESTART => "remediation/restart-services.sh",
         REMEDIATION_REBOOT => "remediation/reboot.sh",
         REMEDIATION_BOOT_ID => "remediation/boot-id.sh",
+        UPGRADE_NODE => "upgrade/kubeadm-upgrade-node.sh",
+        UPGRADE_RESTART_KUBELET => "upgrade/restart-kubelet.sh",
     }
 }
 

@@ -1,7 +1,8 @@
 //! Host services: everything the provider does *on a host*, through [`capkk_executor::Executor`] only.
 //!
 //! Order on create: [`bootstrap`] → [`repository`] → [`binary`] → [`containermanager`] → [`provisioning`];
-//! on delete: [`bootstrap::reset`](bootstrap); on an unhealthy Node: [`remediation`]. Each service reports
+//! on delete: [`bootstrap::reset`](bootstrap); on an unhealthy Node: [`remediation`]; on a version change done in
+//! place: [`upgrade`]. Each service reports
 //! every step to a [`journal::Progress`] sink (name, exit code, duration, redacted output tail). This crate
 //! never talks to Kubernetes.
 
@@ -19,5 +20,6 @@ mod prop_render;
 pub mod provisioning;
 pub mod remediation;
 pub mod repository;
+pub mod upgrade;
 
 pub use error::{Error, Result};

@@ -1,0 +1,183 @@
+//! The Runtime Extension's HTTPS endpoint: CAPI's runtime client POSTs JSON requests to
+//! `/hooks.runtime.cluster.x-k8s.io/v1alpha1/<hook>[/<handler>]` and accepts only HTTPS, verifying the
+//! certificate against the ExtensionConfig's `caBundle` (cert-manager injects it, see
+//! `config/runtime-extension/`).
+//!
+//! The certificate (`tls.crt`, `tls.key` in the cert dir, as a mounted Secret) is read again for every
+//! connection, so a renewal by cert-manager is picked up without a restart.
+
+use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+
+use anyhow::Context as _;
+use axum::{Json, Router, extract::State, routing::post};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tracing::{debug, error, info, warn};
+
+use super::{decide, update};
+use crate::context::Context;
+
+/// Path prefix of every hook.
+pub(crate) const PREFIX: &str = "/hooks.runtime.cluster.x-k8s.io/v1alpha1";
+
+/// The handlers this extension registers: (name, hook, timeout seconds). `UpdateMachine` answers from a
+/// background task, so every call is short.
+pub(crate) const HANDLERS: [(&str, &str, i32); 3] = [
+    ("can-update-machine", "CanUpdateMachine", 10),
+    ("can-update-machine-set", "CanUpdateMachineSet", 10),
+    ("update-machine", "UpdateMachine", 10),
+];
+
+/// The `DiscoveryResponse`.
+pub(crate) fn discovery() -> Value {
+    let handlers: Vec<Value> = HANDLERS
+        .iter()
+        .map(|(name, hook, timeout)| {
+            json!({
+                "name": name,
+                "requestHook": {"apiVersion": decide::HOOKS_API_VERSION, "hook": hook},
+                "timeoutSeconds": timeout,
+                "failurePolicy": "Fail",
+            })
+        })
+        .collect();
+    json!({
+        "apiVersion": decide::HOOKS_API_VERSION,
+        "kind": "DiscoveryResponse",
+        "status": "Success",
+        "handlers": handlers,
+    })
+}
+
+/// What the handlers need: the manager's context for `UpdateMachine` (None in tests of the decisions only).
+#[derive(Clone)]
+pub(crate) struct Hooks {
+    ctx: Option<Arc<Context>>,
+}
+
+/// The router of the hooks (HTTP; [`serve`] puts it behind TLS).
+pub(crate) fn router(ctx: Option<Arc<Context>>) -> Router {
+    Router::new()
+        .route(&format!("{PREFIX}/discovery"), post(|| async { Json(discovery()) }))
+        .route(
+            &format!("{PREFIX}/canupdatemachine/{{handler}}"),
+            post(|Json(req): Json<Value>| async move {
+                let (resp, answer) = decide::can_update_machine(&req);
+                info!(machine = %req["current"]["machine"]["metadata"]["name"], ?answer, "CanUpdateMachine");
+                Json(resp)
+            }),
+        )
+        .route(
+            &format!("{PREFIX}/canupdatemachineset/{{handler}}"),
+            post(|Json(req): Json<Value>| async move {
+                let (resp, answer) = decide::can_update_machine_set(&req);
+                info!(machineset = %req["current"]["machineSet"]["metadata"]["name"], ?answer, "CanUpdateMachineSet");
+                Json(resp)
+            }),
+        )
+        .route(
+            &format!("{PREFIX}/updatemachine/{{handler}}"),
+            post(|State(h): State<Hooks>, Json(req): Json<Value>| async move {
+                let resp = match h.ctx {
+                    Some(ctx) => update::update_machine(ctx, &req).await,
+                    None => json!({"apiVersion": decide::HOOKS_API_VERSION, "kind": "UpdateMachineResponse",
+                        "status": "Failure", "message": "no controller context", "retryAfterSeconds": 0}),
+                };
+                info!(machine = %req["desired"]["machine"]["metadata"]["name"], status = %resp["status"],
+                    retry_after = %resp["retryAfterSeconds"], message = %resp["message"], "UpdateMachine");
+                Json(resp)
+            }),
+        )
+        .with_state(Hooks { ctx })
+}
+
+/// The TLS configuration from `dir/tls.crt` and `dir/tls.key` (PEM).
+pub(crate) fn tls_config(dir: &std::path::Path) -> anyhow::Result<rustls::ServerConfig> {
+    let crt = dir.join("tls.crt");
+    let key = dir.join("tls.key");
+    let certs = CertificateDer::pem_file_iter(&crt)
+        .with_context(|| format!("reading {}", crt.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("parsing {}", crt.display()))?;
+    anyhow::ensure!(!certs.is_empty(), "{} holds no certificate", crt.display());
+    let key = PrivateKeyDer::from_pem_file(&key).with_context(|| format!("reading {}", key.display()))?;
+    let mut cfg = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .context("the certificate and key do not match")?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+/// TLS connections for `axum::serve`: the handshake runs in `accept` (bounded), failures are logged and
+/// skipped.
+struct TlsListener {
+    tcp: tokio::net::TcpListener,
+    dir: PathBuf,
+}
+
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let (stream, peer) = match self.tcp.accept().await {
+                Ok(c) => c,
+                Err(e) => {
+                    warn!(error = %e, "runtime extension: accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let cfg = match tls_config(&self.dir) {
+                Ok(c) => c,
+                Err(e) => {
+                    error!(error = %format!("{e:#}"), "runtime extension: no usable certificate");
+                    continue;
+                }
+            };
+            let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => return (tls, peer),
+                Ok(Err(e)) => debug!(%peer, error = %e, "runtime extension: TLS handshake failed"),
+                Err(_) => debug!(%peer, "runtime extension: TLS handshake timed out"),
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.tcp.local_addr()
+    }
+}
+
+/// Serve the hooks on `addr` over TLS with the certificate in `cert_dir` until `shutdown`; returns the bound
+/// address. The certificate must be readable at start (a typo in the flag fails the manager, not CAPI later).
+pub(crate) async fn serve(
+    addr: SocketAddr,
+    cert_dir: PathBuf,
+    ctx: Option<Arc<Context>>,
+    mut shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<SocketAddr> {
+    tls_config(&cert_dir).context("runtime extension certificate (--runtime-extension-cert-dir)")?;
+    let tcp = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the runtime extension on {addr}"))?;
+    let bound = tcp.local_addr()?;
+    info!(addr = %bound, cert_dir = %cert_dir.display(), "runtime extension (in-place update hooks) listening");
+    let listener = TlsListener { tcp, dir: cert_dir };
+    tokio::spawn(async move {
+        let res = axum::serve(listener, router(ctx))
+            .with_graceful_shutdown(async move {
+                let _ = shutdown.wait_for(|v| *v).await;
+            })
+            .await;
+        if let Err(e) = res {
+            error!(error = %e, "runtime extension server failed");
+        }
+    });
+    Ok(bound)
+}

@@ -1,0 +1,176 @@
+//! The in-place upgrade service: a provisioned worker moves to another Kubernetes version on the same host,
+//! without a reset (what CAPI's `UpdateMachine` hook asks of the controller).
+//!
+//! | step | what runs | round trips |
+//! |---|---|---|
+//! | binaries | [`binary::ensure`] with the new version: kubeadm, kubelet and kubectl of that version (by digest), the kubelet unit | probe + uploads + one exec |
+//! | [`upgrade_script`] | `kubeadm upgrade node` (refused unless the host's kubeadm is the new version), `systemctl restart kubelet` (refused unless the kubelet answers `--version` with it), then waits for the unit to be active | one exec |
+//!
+//! Every step is idempotent: a repeated call installs nothing and `kubeadm upgrade node` finds the node
+//! upgraded. Whether the Node reports the new version is for the controller to see (this crate never talks to
+//! Kubernetes).
+
+use std::time::Duration;
+
+use tracing::instrument;
+
+use crate::{
+    Result,
+    binary::{self, ArtifactCache, BinaryConfig, BinaryOutcome},
+    facts::{HostFacts, script::Script},
+    host::{Vars, tpl},
+    journal::{Progress, Redactor},
+};
+
+/// Options of [`upgrade_node`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpgradeOptions {
+    /// How long the kubelet may take to be active after its restart.
+    pub wait: Duration,
+    /// Bound on `kubeadm upgrade node` plus the restart.
+    pub timeout: Duration,
+}
+
+impl Default for UpgradeOptions {
+    fn default() -> Self {
+        Self {
+            wait: Duration::from_secs(60),
+            timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// What [`upgrade_node`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UpgradeOutcome {
+    /// The binary step.
+    pub binaries: BinaryOutcome,
+    /// Names of the upgrade steps that changed something.
+    pub changed: Vec<String>,
+}
+
+/// The script run after the binaries are in place (pure; the golden rendering uses it). `version` must have
+/// passed [`binary::check_version`].
+pub fn upgrade_script(version: &str, opts: &UpgradeOptions) -> Script {
+    let mut s = Script::new();
+    s.step(
+        "kubeadm-upgrade-node",
+        Vars::new().var("VERSION", version).render(tpl::UPGRADE_NODE),
+    );
+    s.step(
+        "restart-kubelet",
+        Vars::new()
+            .var("VERSION", version)
+            .var("WAIT", opts.wait.as_secs().to_string())
+            .render(tpl::UPGRADE_RESTART_KUBELET),
+    );
+    s
+}
+
+/// Move the node on `exec` to `cfg.kubernetes_version` in place: that version's binaries, `kubeadm upgrade
+/// node`, a kubelet restart on the new binary.
+#[instrument(skip_all, fields(host = %exec.target(), version = %cfg.kubernetes_version))]
+pub async fn upgrade_node(
+    exec: &dyn capkk_executor::Executor,
+    cfg: &BinaryConfig,
+    facts: &HostFacts,
+    cache: &ArtifactCache,
+    opts: &UpgradeOptions,
+    progress: &dyn Progress,
+    redactor: &Redactor,
+) -> Result<UpgradeOutcome> {
+    // ensure() validates the version before anything reaches the host.
+    let binaries = binary::ensure(exec, cfg, facts, cache, progress, redactor).await?;
+    let run = upgrade_script(&cfg.kubernetes_version, opts)
+        .run(exec, "upgrade", progress, redactor, opts.timeout)
+        .await?;
+    Ok(UpgradeOutcome {
+        binaries,
+        changed: run.changed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs the rendered script under `sh` with stand-in `kubeadm`, `kubelet` and `systemctl` on PATH; returns
+    /// (exit status, output, calls the stand-ins logged).
+    fn run_with_stand_ins(version: &str, kubeadm_says: &str, kubelet_says: &str) -> (bool, String, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let log = dir.path().join("calls");
+        let conf = dir.path().join("kubelet.conf");
+        std::fs::write(&conf, "x").unwrap();
+        let tool = |name: &str, body: String| {
+            let p = bin.join(name);
+            std::fs::write(
+                &p,
+                format!("#!/bin/sh\necho \"{name} $*\" >> '{}'\n{body}", log.display()),
+            )
+            .unwrap();
+            std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        };
+        tool(
+            "kubeadm",
+            format!("[ \"$1\" = version ] && echo '{kubeadm_says}'\nexit 0\n"),
+        );
+        tool("kubelet", format!("echo '{kubelet_says}'\n"));
+        tool("systemctl", "exit 0\n".into());
+        let text = upgrade_script(version, &UpgradeOptions::default())
+            .render()
+            .replace("/etc/kubernetes/kubelet.conf", &conf.display().to_string());
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&text)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .output()
+            .unwrap();
+        let calls = std::fs::read_to_string(&log).unwrap_or_default();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            calls,
+        )
+    }
+
+    #[test]
+    fn the_upgrade_runs_kubeadm_upgrade_node_then_restarts_the_kubelet_on_the_new_binary() {
+        let (ok, out, calls) = run_with_stand_ins("v1.36.3", "v1.36.3", "Kubernetes v1.36.3");
+        assert!(ok, "{out}");
+        let calls: Vec<&str> = calls.lines().filter(|l| !l.contains(" is-active")).collect();
+        assert_eq!(
+            calls,
+            [
+                "kubeadm version -o short",
+                "kubeadm upgrade node",
+                "kubelet --version",
+                "systemctl daemon-reload",
+                "systemctl restart kubelet",
+            ],
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_host_whose_kubeadm_or_kubelet_is_still_the_old_version_is_not_upgraded_and_says_why() {
+        let (ok, out, calls) = run_with_stand_ins("v1.36.3", "v1.35.2", "Kubernetes v1.36.3");
+        assert!(!ok);
+        assert!(
+            out.contains("kubeadm on the host is v1.35.2, not v1.36.3"),
+            "{out}"
+        );
+        assert!(!calls.contains("upgrade node"), "{calls}");
+        let (ok, out, calls) = run_with_stand_ins("v1.36.3", "v1.36.3", "Kubernetes v1.35.2");
+        assert!(!ok);
+        assert!(
+            out.contains("the kubelet on the host answers 'Kubernetes v1.35.2', not v1.36.3"),
+            "{out}"
+        );
+        assert!(!calls.contains("restart kubelet"), "{calls}");
+        // A version that only starts like the desired one is not it.
+        let (ok, _, _) = run_with_stand_ins("v1.36.3", "v1.36.3", "Kubernetes v1.36.30");
+        assert!(!ok);
+    }
+}
