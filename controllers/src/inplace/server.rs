@@ -181,3 +181,200 @@ pub(crate) async fn serve(
     });
     Ok(bound)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A CA and a serving certificate for 127.0.0.1 signed by it (openssl, as cert-manager would issue
+    /// them); returns the CA's PEM.
+    fn issue(dir: &std::path::Path) -> Vec<u8> {
+        let run = |args: &[&str]| {
+            let out = std::process::Command::new("openssl")
+                .args(args)
+                .current_dir(dir)
+                .output()
+                .expect("openssl runs (hack/deps.list)");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        run(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=test-ca",
+        ]);
+        run(&[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            "tls.key",
+            "-out",
+            "tls.csr",
+            "-subj",
+            "/CN=capkk-runtime-extension",
+        ]);
+        std::fs::write(
+            dir.join("ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:capkk-runtime-extension.capkk-system.svc\nbasicConstraints=CA:FALSE\n",
+        )
+        .unwrap();
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            "tls.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "tls.crt",
+            "-days",
+            "1",
+            "-extfile",
+            "ext",
+        ]);
+        std::fs::read(dir.join("ca.crt")).unwrap()
+    }
+
+    /// POST `body` to `path` over TLS, trusting only `ca`; returns the JSON body of the answer.
+    async fn post(addr: SocketAddr, ca: &[u8], path: &str, body: &Value) -> Value {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(ca) {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let cfg = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::from(addr.ip());
+        let mut tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+            .connect(name, tcp)
+            .await
+            .expect("the server's certificate verifies against the CA");
+        let body = body.to_string();
+        let req = format!(
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        tls.write_all(req.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        let _ = tls.read_to_end(&mut out).await;
+        let text = String::from_utf8_lossy(&out);
+        let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+    }
+
+    #[tokio::test]
+    async fn the_hooks_answer_over_tls_with_a_certificate_from_the_cert_dir_and_discovery_lists_them() {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let dir = std::env::temp_dir().join(format!("capkk-rtext-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = issue(&dir);
+        let (_tx, rx) = watch::channel(false);
+        let addr = serve("127.0.0.1:0".parse().unwrap(), dir.clone(), None, rx)
+            .await
+            .unwrap();
+
+        let d = post(
+            addr,
+            &ca,
+            &format!("{PREFIX}/discovery"),
+            &json!({"apiVersion": decide::HOOKS_API_VERSION, "kind": "DiscoveryRequest"}),
+        )
+        .await;
+        assert_eq!(d["kind"], "DiscoveryResponse");
+        let hooks: Vec<(&str, &str)> = d["handlers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                (
+                    h["name"].as_str().unwrap(),
+                    h["requestHook"]["hook"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            hooks,
+            [
+                ("can-update-machine", "CanUpdateMachine"),
+                ("can-update-machine-set", "CanUpdateMachineSet"),
+                ("update-machine", "UpdateMachine"),
+            ]
+        );
+        // CAPI calls <prefix>/<hook in lower case>/<handler name>.
+        let spec = |v: &str| json!({"clusterName": "c", "version": v});
+        let ms = |v: &str| json!({"metadata": {"name": "ms"}, "spec": {"template": {"spec": spec(v)}}});
+        let req = json!({
+            "current": {"machineSet": ms("v1.35.2"), "infrastructureMachineTemplate": {}, "bootstrapConfigTemplate": {}},
+            "desired": {"machineSet": ms("v1.36.3"), "infrastructureMachineTemplate": {}, "bootstrapConfigTemplate": {}},
+        });
+        let a = post(
+            addr,
+            &ca,
+            &format!("{PREFIX}/canupdatemachineset/can-update-machine-set"),
+            &req,
+        )
+        .await;
+        assert_eq!(a["status"], "Success");
+        assert_eq!(a["machineSetPatch"]["patchType"], "JSONPatch");
+        // A certificate the client does not trust is refused.
+        let other = tempfile_dir("other");
+        let wrong_ca = issue(&other);
+        let cfg = {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(&wrong_ca) {
+                roots.add(c.unwrap()).unwrap();
+            }
+            rustls::ClientConfig::builder()
+                .with_root_certificates(roots)
+                .with_no_client_auth()
+        };
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let refused = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+            .connect(rustls::pki_types::ServerName::from(addr.ip()), tcp)
+            .await;
+        assert!(refused.is_err(), "a client trusting another CA connected");
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&other);
+    }
+
+    fn tempfile_dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("capkk-rtext-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_cert_dir_without_a_certificate_fails_naming_the_file() {
+        let d = tempfile_dir("empty");
+        let e = format!("{:#}", tls_config(&d).unwrap_err());
+        assert!(e.contains("tls.crt"), "{e}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
