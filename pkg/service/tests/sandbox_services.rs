@@ -26,6 +26,7 @@ use capkk_service::{
     facts::{self, HostFacts, OsFamily, PackageManager},
     journal::{RecordingProgress, Redactor},
     repository::{self, PackageSource, RepositoryConfig},
+    upgrade,
 };
 use capkk_ssh::{Auth, HostKeyPolicy, HostTarget, PoolConfig, SshPool};
 use sha2::{Digest, Sha256};
@@ -189,9 +190,10 @@ fn stand_ins_of(arch: &str, tag: &str, k8s: &str) -> StandIns {
             "kubeadm" => format!(
                 "if [ \"$*\" = 'version -o short' ]; then echo {k8s}; exit 0; fi\necho \"kubeadm $*\" >> /var/log/capkk-kubeadm.log\n"
             ),
-            "kubelet" => {
-                format!("if [ \"$1\" = --version ]; then echo 'Kubernetes {k8s}'; exit 0; fi\n")
-            }
+            // Runs like a daemon, so that the systemctl shim sees a restarted kubelet active.
+            "kubelet" => format!(
+                "if [ \"$1\" = --version ]; then echo 'Kubernetes {k8s}'; exit 0; fi\necho \"kubelet {k8s} stand-in $*\"\nexec sleep 86400\n"
+            ),
             _ => String::new(),
         };
         let body = script_bytes(&format!("{id} {k8s} {tag}"), &extra);
@@ -1688,4 +1690,39 @@ async fn a_host_reset_and_claimed_for_another_kubernetes_version_runs_that_versi
     // And back: a host is never stuck on the newest version it ever ran either.
     installed(K8S_OLD).await;
     assert_eq!(file_states(host, &paths), version_of(&old));
+
+    // In place (CAPI's UpdateMachine), no reset: a joined node of the old version moves to the new one.
+    sh(
+        host,
+        "mkdir -p /etc/kubernetes && echo kubelet > /etc/kubernetes/kubelet.conf && : > /var/log/capkk-kubeadm.log",
+    );
+    let cfg = BinaryConfig {
+        kubernetes_version: K8S.into(),
+        ..binary_config(&f, source.clone())
+    };
+    let opts = upgrade::UpgradeOptions::default();
+    let up = upgrade::upgrade_node(&*ex, &cfg, &f, &c, &opts, &progress, &redactor)
+        .await
+        .unwrap_or_else(|e| panic!("in-place upgrade: {e}"));
+    assert_eq!(up.changed, ["kubeadm-upgrade-node", "restart-kubelet"]);
+    assert_eq!(file_states(host, &paths), version_of(&new));
+    assert_eq!(
+        sh(host, "cat /var/log/capkk-kubeadm.log"),
+        "kubeadm upgrade node\n"
+    );
+    assert!(
+        systemctl_mutations(host).iter().any(|l| l == "restart kubelet"),
+        "{:?}",
+        systemctl_mutations(host)
+    );
+    assert_eq!(
+        sh(host, "systemctl is-active kubelet; kubelet --version"),
+        format!("active\nKubernetes {K8S}\n")
+    );
+    // CAPI calls UpdateMachine until done: a repeated run uploads nothing.
+    let again = upgrade::upgrade_node(&*ex, &cfg, &f, &c, &opts, &progress, &redactor)
+        .await
+        .unwrap();
+    assert!(again.binaries.uploaded.is_empty(), "{again:?}");
+    sh(host, "systemctl stop kubelet");
 }
