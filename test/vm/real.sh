@@ -42,7 +42,9 @@
 #
 # shellcheck disable=SC2016,SC2317 # single-quoted scripts are for the VMs' shells; most functions run only
 # through check, wait_for and the traps, where shellcheck does not see them called.
-set -euo pipefail
+set -Eeuo pipefail
+# A command that ends the run says so (set -e alone exits without a word; -E: also inside functions).
+trap 'log "FATAL: \"$BASH_COMMAND\" exited $? (line $LINENO)"' ERR
 
 MODE=${1:-smoke}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -297,6 +299,17 @@ MD=$CLUSTER-md-0
 MD_SEL="cluster.x-k8s.io/deployment-name=$MD"
 
 wl() { kubectl --kubeconfig "$WORK/workload.kubeconfig" --request-timeout=60s "$@"; }
+# wl_change ARGS...: a change to the VM cluster, tried again while its apiserver answers "etcdserver: request timed
+# out" and the like (a busy TCG control plane does; one such answer used to end a 20-minute run).
+wl_change() {
+  local i
+  for i in 1 2 3 4 5; do
+    wl "$@" && return 0
+    log "    kubectl $1 failed (try $i of 6), again in 15s"
+    sleep 15
+  done
+  wl "$@"
+}
 node_ready() { [ "$(wl get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
 node_provider_id_is_ours() { wl get node "$1" -o jsonpath='{.spec.providerID}' | grep -q "^kk:///$CLUSTER/$1\$"; }
 node_untainted() { ! wl get node "$1" -o jsonpath='{.spec.taints[*].key}' | grep -q node.cluster.x-k8s.io/uninitialized; }
@@ -417,7 +430,7 @@ clusterctl_init() {
   sed 's/^/    /' "$WORK/clusterctl-init.log" | tail -n 25
   check "clusterctl init --infrastructure kubekey exits 0 (exit $BG_RC)" test "$BG_RC" = 0
   for d in "${PROVIDER_DEPLOYMENTS[@]}"; do
-    case $d in capi-*) wl patch deployment -n "${d%/*}" "${d#*/}" --type json -p "$TCG_PROBES" >/dev/null ;; esac
+    case $d in capi-*) wl_change patch deployment -n "${d%/*}" "${d#*/}" --type json -p "$TCG_PROBES" >/dev/null ;; esac
   done
   for d in "${PROVIDER_DEPLOYMENTS[@]}"; do
     wait_for "$d Available" 1200 deployment_available "$d"
@@ -538,7 +551,7 @@ self_scale() {
   name=$(vm_name "$w") addr=$(vm_addr "$w")
   stage "from $CLUSTER itself: scale $MD $from -> $((from + 1)), the Pod claims $name over SSH"
   host_journals "$WORK/journals-before-scale.txt" $(seq "$((w - 1))")
-  wl scale machinedeployment -n "$NS" "$MD" --replicas "$((from + 1))" >/dev/null
+  wl_change scale machinedeployment -n "$NS" "$MD" --replicas "$((from + 1))" >/dev/null
   SCALED=1
   wait_for "$((from + 1)) worker Machine(s) Running with a nodeRef (in $CLUSTER)" "$SCALE_TIMEOUT" \
     on_mgmt machines_running "$MD_SEL" "$((from + 1))"
