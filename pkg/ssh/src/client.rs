@@ -67,6 +67,8 @@ struct Conn {
     channels: Arc<Semaphore>,
     /// The bastion connection this one is tunnelled through (kept alive as long as this one).
     _via: Option<Arc<Conn>>,
+    /// The IP address the TCP connection reached (`None` through a bastion: the bastion resolved the name).
+    peer: Option<std::net::IpAddr>,
     poisoned: AtomicBool,
     id: u64,
 }
@@ -86,6 +88,15 @@ pub struct PoolStats {
     pub identities: usize,
     /// Session channels a live server refused (and that were retried).
     pub refused_sessions: u64,
+}
+
+/// Who answered on a connection: what [`SshPool::observe`] learned without running a command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observed {
+    /// SHA256 fingerprint of the host key.
+    pub host_key_fingerprint: String,
+    /// The IP address the connection reached, when dialled directly (`None` through a bastion).
+    pub peer: Option<std::net::IpAddr>,
 }
 
 /// What [`SshPool::probe`] learned.
@@ -149,6 +160,26 @@ impl SshPool {
     /// The host-key fingerprint seen on the latest connection to `target` (for trust-on-first-use persistence).
     pub fn observed_fingerprint(&self, target: &HostTarget) -> Option<String> {
         self.inner.slot(target).fingerprint.lock().ok()?.clone()
+    }
+
+    /// Connect (or reuse the connection) and report who answered, without running anything on the host: the
+    /// host key and the address reached identify the host before anyone decides to work on it.
+    pub async fn observe(&self, target: &HostTarget) -> Result<Observed, ExecError> {
+        let slot = self.inner.slot(target);
+        let conn = self.inner.connection(&slot).await?;
+        let host_key_fingerprint = slot
+            .fingerprint
+            .lock()
+            .ok()
+            .and_then(|f| f.clone())
+            .ok_or_else(|| ExecError::Connect {
+                host: target.endpoint(),
+                message: "connected without seeing a host key".into(),
+            })?;
+        Ok(Observed {
+            host_key_fingerprint,
+            peer: conn.peer,
+        })
     }
 
     /// Connect (or reuse the connection), run `uname -srm` and report the host key and round trip.
@@ -369,6 +400,7 @@ impl PoolInner {
         };
 
         let mut via = None;
+        let mut peer = None;
         let connected = if let Some(bastion) = &t.bastion {
             let bslot = self.slot(bastion);
             let bconn = self.connection(&bslot).await?;
@@ -402,7 +434,17 @@ impl PoolInner {
             )
             .await
         } else {
-            let tcp = timeout(limit, TcpStream::connect((t.address.as_str(), t.port)))
+            let alias = cfg
+                .host_aliases
+                .get(&t.address.trim().to_ascii_lowercase())
+                .copied();
+            let dial = async {
+                match alias {
+                    Some(ip) => TcpStream::connect((ip, t.port)).await,
+                    None => TcpStream::connect((t.address.as_str(), t.port)).await,
+                }
+            };
+            let tcp = timeout(limit, dial)
                 .await
                 .map_err(|_| SshError::ConnectTimeout {
                     host: host.clone(),
@@ -418,6 +460,7 @@ impl PoolInner {
             if let Err(e) = tcp.set_nodelay(cfg.tcp_nodelay) {
                 warn!(%host, "setting TCP_NODELAY failed: {e}");
             }
+            peer = tcp.peer_addr().ok().map(|a| a.ip().to_canonical());
             timeout(limit, client::connect_stream(ssh_config, tcp, handler)).await
         };
         let observed = seen.lock().map(|s| s.clone()).unwrap_or(None);
@@ -469,6 +512,7 @@ impl PoolInner {
             handle,
             channels: Arc::new(Semaphore::new(cfg.max_channels.max(1))),
             _via: via,
+            peer,
             poisoned: AtomicBool::new(false),
             id,
         })

@@ -298,6 +298,10 @@ pub struct PoolConfig {
     /// Set TCP_NODELAY on direct connections (default true; without it every exec round trip waits on
     /// Nagle's algorithm + delayed ACKs). Only benchmarks turn it off, to compare.
     pub tcp_nodelay: bool,
+    /// Static host aliases (lowercase name -> IP address), consulted before the system resolver on direct
+    /// dials: the operator's answer for sites without DNS for their hosts (the manager's `--ssh-host-alias`),
+    /// and a name the tests resolve without touching `/etc/hosts`. Empty by default.
+    pub host_aliases: std::collections::BTreeMap<String, std::net::IpAddr>,
 }
 
 impl Default for PoolConfig {
@@ -309,6 +313,7 @@ impl Default for PoolConfig {
             max_channels: 8,
             chunk_size: 64 * 1024,
             tcp_nodelay: true,
+            host_aliases: Default::default(),
         }
     }
 }

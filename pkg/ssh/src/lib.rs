@@ -37,6 +37,6 @@ mod error;
 pub mod keyfile;
 mod short_scalar;
 
-pub use client::{PoolStats, Probe, SshExecutor, SshPool};
+pub use client::{Observed, PoolStats, Probe, SshExecutor, SshPool};
 pub use config::{Auth, HostKeyPolicy, HostTarget, KeySource, PoolConfig, Secret};
 pub use error::SshError;

@@ -876,3 +876,31 @@ async fn measure_exec_round_trip() {
         );
     }
 }
+
+#[tokio::test]
+async fn observing_a_host_reports_its_key_and_the_address_reached_and_the_connection_serves_later_commands() {
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[0];
+    let pool = pool();
+    // Trust on first use: the key is learned from the handshake, nothing runs on the host to learn it.
+    let tofu = HostTarget::new(host.address(), "root", key_auth(sb));
+    let seen = pool.observe(&tofu).await.unwrap();
+    assert_eq!(seen.host_key_fingerprint, host.fingerprint());
+    assert_eq!(
+        seen.peer.map(|p| p.to_string()).as_deref(),
+        Some(host.address()),
+        "the address the TCP connection reached"
+    );
+    assert_eq!(pool.stats().connects, 1);
+    let out = pool.executor(&tofu).exec(ExecRequest::new("true")).await.unwrap();
+    assert!(out.success());
+    assert_eq!(pool.stats().connects, 1, "the observed connection runs the work");
+
+    // Through a bastion the bastion resolves the name: no peer address is claimed for the target.
+    let bastion = sb.bastion().expect("bastion");
+    let inner = &sb.internal_hosts()[0];
+    let via = target(inner, "root", key_auth(sb)).via(target(&bastion, "root", key_auth(sb)));
+    let seen = pool.observe(&via).await.unwrap();
+    assert_eq!(seen.host_key_fingerprint, inner.fingerprint());
+    assert_eq!(seen.peer, None);
+}
