@@ -42,6 +42,9 @@ pub const RELEASE_ANNOTATION: &str = "kkinstance.infrastructure.cluster.x-k8s.io
 /// Comma-separated phases that finished on the host (bootstrap, repository, binary, containermanager,
 /// provisioning). A restarted manager skips them.
 pub const COMPLETED_PHASES_ANNOTATION: &str = "kkinstance.infrastructure.cluster.x-k8s.io/completed-phases";
+/// The host-identity Leases the KKInstance holds (comma-separated names in the manager's
+/// `--host-claim-namespace`): released when the KKInstance goes.
+pub const HOST_CLAIMS_ANNOTATION: &str = "kkinstance.infrastructure.cluster.x-k8s.io/host-claims";
 /// Set once host work started (the host may be dirty and needs a reset before it is freed).
 pub const TOUCHED_ANNOTATION: &str = "kkinstance.infrastructure.cluster.x-k8s.io/touched";
 /// Set when the host was reset successfully.
@@ -143,6 +146,9 @@ pub mod reasons {
     pub const QUARANTINED: &str = "Quarantined";
     /// A host's address is listed by another KKCluster that holds it (claimed or quarantined there).
     pub const ADDRESS_IN_USE: &str = "AddressInUse";
+    /// The host (recognized by its SSH host key or the address reached) is held by another KKInstance, in
+    /// any namespace: nothing ran on it.
+    pub const HOST_IN_USE: &str = "HostInUse";
     /// A controller-side download's destination is refused (loopback, link-local, the cluster's ranges, off
     /// the allow-list); the message names the field and the manager flag.
     pub const DOWNLOAD_REFUSED: &str = "DownloadRefused";

@@ -27,8 +27,9 @@ use async_trait::async_trait;
 use capkk_api::{KKCluster, KKInstance, KKMachine, KKRemediation, RemediationTier};
 use capkk_executor::{ExecError, ExecOutput, ExecRequest, Executor, PutRequest};
 use capkk_service::{Error as ServiceError, Result as ServiceResult};
-use capkk_ssh::HostTarget;
+use capkk_ssh::{HostTarget, Observed};
 use futures::channel::mpsc::{UnboundedReceiver, unbounded};
+use futures::future::BoxFuture;
 use http::{Request, Response};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{
@@ -193,9 +194,24 @@ impl ApiServer {
 
     /// Answer every request with `answer` (for background host work, whose writes are not the point of a
     /// test) and keep a record of them; [`Served::finish`] returns it.
-    pub(crate) fn serve<F>(mut self, answer: F) -> Served
+    pub(crate) fn serve<F>(self, answer: F) -> Served
     where
         F: Fn(&Call) -> Option<Value> + Send + 'static,
+    {
+        self.serve_calls(move |call| match answer(&call) {
+            Some(v) => {
+                call.reply(&v);
+                None
+            }
+            None => Some(call),
+        })
+    }
+
+    /// [`ApiServer::serve`] where `answer` may answer a call itself, with any status; it hands back the calls
+    /// it leaves to the defaults (GET: not found; anything else: echoed).
+    pub(crate) fn serve_calls<F>(mut self, answer: F) -> Served
+    where
+        F: Fn(Call) -> Option<Call> + Send + 'static,
     {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = seen.clone();
@@ -204,10 +220,10 @@ impl ApiServer {
                 if let Ok(mut l) = log.lock() {
                     l.push((call.method.clone(), call.path.clone(), call.body.clone()));
                 }
-                match answer(&call) {
-                    Some(v) => call.reply(&v),
-                    None if call.method == "GET" => call.not_found(),
-                    None => call.echo(),
+                match answer(call) {
+                    None => {}
+                    Some(call) if call.method == "GET" => call.not_found(),
+                    Some(call) => call.echo(),
                 }
             }
         });
@@ -508,6 +524,7 @@ impl HostServices for FakeServices {
 #[derive(Default)]
 pub(crate) struct FakeSsh {
     reached: Mutex<Vec<String>>,
+    observed: Mutex<Vec<String>>,
     forgotten: Mutex<Vec<String>>,
     down: Mutex<bool>,
 }
@@ -516,6 +533,11 @@ impl FakeSsh {
     /// Addresses an executor was made for, in order.
     pub(crate) fn reached(&self) -> Vec<String> {
         self.reached.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// Addresses connected to for their identity (before any executor), in order.
+    pub(crate) fn observed(&self) -> Vec<String> {
+        self.observed.lock().map(|r| r.clone()).unwrap_or_default()
     }
 
     /// Addresses whose pooled connections were dropped.
@@ -544,6 +566,24 @@ impl SshFactory for FakeSsh {
 
     fn observed_fingerprint(&self, _target: &HostTarget) -> Option<String> {
         Some("SHA256:fixture".into())
+    }
+
+    fn observe<'a>(&'a self, target: &'a HostTarget) -> BoxFuture<'a, Result<Observed, ExecError>> {
+        // Not recorded in `reached`: it counts executors (work), and observing runs nothing.
+        if let Ok(mut o) = self.observed.lock() {
+            o.push(target.address.clone());
+        }
+        let host = FakeHost {
+            address: target.address.clone(),
+            down: self.down.lock().map(|d| *d).unwrap_or(false),
+        };
+        Box::pin(async move {
+            host.reachable()?;
+            Ok(Observed {
+                host_key_fingerprint: "SHA256:fixture".into(),
+                peer: host.address.parse().ok(),
+            })
+        })
     }
 
     fn forget(&self, address: &str) {

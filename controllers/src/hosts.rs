@@ -4,8 +4,9 @@
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use capkk_api::{Auth as ApiAuth, Bastion, InstanceInfo, KKCluster, KKInstance};
-use capkk_executor::Executor;
-use capkk_ssh::{Auth, HostKeyPolicy, HostTarget, Secret, SshPool};
+use capkk_executor::{ExecError, Executor};
+use capkk_ssh::{Auth, HostKeyPolicy, HostTarget, Observed, Secret, SshPool};
+use futures::future::BoxFuture;
 use k8s_openapi::{ByteString, api::core::v1::Secret as K8sSecret};
 use kube::{Api, Client};
 
@@ -18,6 +19,9 @@ pub(crate) trait SshFactory: Send + Sync {
     fn executor(&self, target: &HostTarget) -> Arc<dyn Executor>;
     /// The host key fingerprint seen on the latest connection to `target` (trust on first use).
     fn observed_fingerprint(&self, target: &HostTarget) -> Option<String>;
+    /// Connect to `target` and report its host key and the address reached, running nothing on it (the
+    /// host's identity is settled before any work: [`crate::host_claims`]).
+    fn observe<'a>(&'a self, target: &'a HostTarget) -> BoxFuture<'a, Result<Observed, ExecError>>;
     /// Drop every pooled connection to `address` (its KKInstance is gone).
     fn forget(&self, _address: &str) {}
 }
@@ -29,6 +33,10 @@ impl SshFactory for SshPool {
 
     fn observed_fingerprint(&self, target: &HostTarget) -> Option<String> {
         SshPool::observed_fingerprint(self, target)
+    }
+
+    fn observe<'a>(&'a self, target: &'a HostTarget) -> BoxFuture<'a, Result<Observed, ExecError>> {
+        Box::pin(SshPool::observe(self, target))
     }
 
     fn forget(&self, address: &str) {

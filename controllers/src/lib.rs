@@ -14,6 +14,8 @@
 //! - [`context`]: what the reconcilers share (client, settings, caches, background-work registries).
 //! - [`watches`]: one watch per kind shared by the controllers; each kind's own wiring is in its
 //!   `watches` module.
+//! - [`host_claims`]: one host is one host across namespaces, KKClusters and managers (Leases keyed by the
+//!   host key and the address reached, taken before anything runs on a host).
 //! - [`secrets`]: the metadata-only Secret watch that wakes the KKInstances reading a changed Secret.
 //! - [`manager`]: flags, logging, metrics/health endpoints, leader election, graceful shutdown.
 
@@ -25,6 +27,7 @@ pub(crate) mod context;
 pub(crate) mod error;
 #[cfg(test)]
 mod fixtures;
+pub mod host_claims;
 pub(crate) mod hosts;
 pub(crate) mod inplace;
 pub(crate) mod kkcluster;

@@ -58,7 +58,13 @@ pub(crate) struct Settings {
     pub sync_period: Option<Duration>,
     /// Reconciles run at once per controller, by kind (`--<kind>-concurrency`; 0: unbounded).
     pub concurrency: Concurrency,
+    /// Namespace of the host-identity Leases (`--host-claim-namespace`; see [`crate::host_claims`]).
+    pub host_claim_namespace: String,
 }
+
+/// Where host-identity Leases live unless `--host-claim-namespace` says otherwise: one well-known namespace,
+/// so that every manager sharing the management cluster arbitrates in the same place.
+pub(crate) const DEFAULT_HOST_CLAIM_NAMESPACE: &str = "capkk-system";
 
 /// Reconciles run at once per controller (0: unbounded, kube-runtime's default).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -83,6 +89,7 @@ impl Default for Settings {
             workload_timeout: Duration::from_secs(10),
             sync_period: None,
             concurrency: Concurrency::default(),
+            host_claim_namespace: DEFAULT_HOST_CLAIM_NAMESPACE.into(),
         }
     }
 }

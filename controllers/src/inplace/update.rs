@@ -206,10 +206,13 @@ async fn run(
     kkc: Option<&capkk_api::KKCluster>,
     version: &str,
 ) -> Result<String, String> {
-    let (exec, _) = connect(ctx, inst, kkc).await.map_err(|f| match f {
-        Failure::Transient(m) => format!("host {} unreachable: {m}", inst.spec.name),
-        Failure::Terminal { message, .. } => message,
-    })?;
+    let exec = connect(ctx, inst, kkc)
+        .await
+        .map_err(|f| match f {
+            Failure::Transient(m) => format!("host {} unreachable: {m}", inst.spec.name),
+            Failure::Terminal { message, .. } => message,
+        })?
+        .exec;
     let mut spec = inst.spec.clone();
     spec.kubernetes_version = Some(version.to_owned());
     let input = PhaseInput {

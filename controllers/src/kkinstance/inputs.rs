@@ -13,6 +13,7 @@ use super::failure::{Failure, exec_failure};
 use crate::{
     context::Context,
     error::Error,
+    host_claims::{self, Holder, HostIdentity, Outcome},
     hosts,
     metrics::MeteredExecutor,
     services::{BootstrapData, PhaseInput},
@@ -21,12 +22,24 @@ use crate::{
 /// Bound on the first command that proves a connection works.
 const CONNECT_CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Connect to the host and run `true` (credentials and host key are checked here).
+/// A connection to a host this KKInstance holds.
+pub(crate) struct Connected {
+    /// Runs the work.
+    pub exec: Arc<dyn Executor>,
+    /// Who was dialled.
+    pub target: capkk_ssh::HostTarget,
+    /// The host-identity Leases held (see [`crate::host_claims`]).
+    pub claims: Vec<String>,
+}
+
+/// Connect to the host, make sure this KKInstance is its only claim, then run `true` (credentials and host
+/// key are checked here). A host held by another KKInstance (any namespace, any manager) is refused as
+/// [`reasons::HOST_IN_USE`] before anything runs on it.
 pub(crate) async fn connect(
     ctx: &Context,
     inst: &KKInstance,
     kkc: Option<&KKCluster>,
-) -> Result<(Arc<dyn Executor>, capkk_ssh::HostTarget), Failure> {
+) -> Result<Connected, Failure> {
     let target = hosts::instance_target(&ctx.client, inst, kkc)
         .await
         .map_err(|e| match e {
@@ -40,6 +53,37 @@ pub(crate) async fn connect(
             },
             e => Failure::Transient(e.to_string()),
         })?;
+    // Who answers is learned from the handshake alone; the claim on that identity is settled before the
+    // first command (a refused claim has run nothing on the host).
+    let seen = ctx.ssh.observe(&target).await.map_err(|e| exec_failure(&e))?;
+    let id = HostIdentity::new(
+        &seen.host_key_fingerprint,
+        &target.address,
+        seen.peer,
+        target.bastion.as_deref().map(|b| b.address.as_str()),
+    );
+    let outcome = host_claims::claim(
+        &ctx.client,
+        &ctx.settings.host_claim_namespace,
+        &id,
+        &Holder::of(inst),
+    )
+    .await
+    .map_err(|e| {
+        Failure::Transient(format!(
+            "claiming the host's identity (Leases in namespace {}): {e}",
+            ctx.settings.host_claim_namespace
+        ))
+    })?;
+    let claims = match outcome {
+        Outcome::Held(names) => names,
+        refused => {
+            return Err(Failure::Terminal {
+                reason: reasons::HOST_IN_USE,
+                message: refused.refusal().unwrap_or_default(),
+            });
+        }
+    };
     let exec: Arc<dyn Executor> = Arc::new(MeteredExecutor::new(
         ctx.ssh.executor(&target),
         ctx.metrics.clone(),
@@ -54,7 +98,7 @@ pub(crate) async fn connect(
             out.exit_code, inst.spec.address
         )));
     }
-    Ok((exec, target))
+    Ok(Connected { exec, target, claims })
 }
 
 /// The bootstrap data of the Machine (None when the KKInstance has no reference).

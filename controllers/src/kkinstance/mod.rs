@@ -18,8 +18,9 @@ use async_trait::async_trait;
 use capkk_api::{
     Distribution, KKCluster, KKInstance, KKInstanceStatus, KKMachine,
     consts::{
-        BLOCK_MOVE_ANNOTATION, CLUSTER_NAME_LABEL, FAILED_ANNOTATION, KKINSTANCE_FINALIZER,
-        QUARANTINED_LABEL, RETRY_ANNOTATION, TOUCHED_ANNOTATION, conditions as cond, reasons,
+        BLOCK_MOVE_ANNOTATION, CLUSTER_NAME_LABEL, FAILED_ANNOTATION, HOST_CLAIMS_ANNOTATION,
+        KKINSTANCE_FINALIZER, QUARANTINED_LABEL, RETRY_ANNOTATION, TOUCHED_ANNOTATION, conditions as cond,
+        reasons,
     },
 };
 use kube::{
@@ -233,6 +234,7 @@ impl Reconciler for KKInstance {
                 info!("Quarantined KKInstance deleted by a person: the host is claimable again");
                 ctx.tasks.abort(&uid);
                 ctx.tasks.succeeded(&uid);
+                release_host_claims(&obj, ctx).await?;
                 ctx.ssh.forget(&obj.spec.address);
                 Ok(Action::await_change())
             }
@@ -253,12 +255,34 @@ impl Reconciler for KKInstance {
             _ => {
                 ctx.tasks.abort(&uid);
                 ctx.tasks.succeeded(&uid);
-                // The claim is over: its pooled connections (and their first-seen keys) go with it.
+                // The claim is over: its host identity, pooled connections (and their first-seen keys) go
+                // with it.
+                release_host_claims(&obj, ctx).await?;
                 ctx.ssh.forget(&obj.spec.address);
                 Ok(Action::await_change())
             }
         }
     }
+}
+
+/// Give back the host-identity Leases `inst` recorded (none recorded: it never held the host, no request).
+async fn release_host_claims(inst: &KKInstance, ctx: &Context) -> Result<()> {
+    let Some(names) = inst.annotations().get(HOST_CLAIMS_ANNOTATION) else {
+        return Ok(());
+    };
+    let names: Vec<String> = names
+        .split(',')
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .collect();
+    crate::host_claims::release(
+        &ctx.client,
+        &ctx.settings.host_claim_namespace,
+        &names,
+        &inst.uid().unwrap_or_default(),
+    )
+    .await
+    .map_err(Error::kube("release the host-identity Leases"))
 }
 
 /// The object to decide on: the cached one, or a fresh read when host work ended since the last reconcile

@@ -16,8 +16,8 @@ use std::sync::{
 use capkk_api::{
     JournalRecord, KKInstance, KKInstanceStatus,
     consts::{
-        BLOCK_MOVE_ANNOTATION, COMPLETED_PHASES_ANNOTATION, FAILED_ANNOTATION, RESET_DONE_ANNOTATION,
-        UNREACHABLE_SINCE_ANNOTATION, conditions as cond, reasons,
+        BLOCK_MOVE_ANNOTATION, COMPLETED_PHASES_ANNOTATION, FAILED_ANNOTATION, HOST_CLAIMS_ANNOTATION,
+        RESET_DONE_ANNOTATION, TOUCHED_ANNOTATION, UNREACHABLE_SINCE_ANNOTATION, conditions as cond, reasons,
     },
 };
 use capkk_service::journal::{Progress, StepRecord};
@@ -28,7 +28,7 @@ use tracing::{info, warn};
 
 use super::{
     failure::{Failure, service_failure},
-    inputs::{bootstrap_data, connect, phase_input},
+    inputs::{Connected, bootstrap_data, connect, phase_input},
     release::quarantine,
     state::completed,
     writes::{Op, Writes},
@@ -213,7 +213,12 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
             .map_err(|e| Failure::Transient(e.to_string()))?;
         t.status.step = Some(CONNECTING_STEP.into());
         t.flush();
-        let (exec, target) = connect(&ctx, &inst, kkc.as_ref()).await?;
+        let Connected { exec, target, claims } = connect(&ctx, &inst, kkc.as_ref()).await?;
+        let claims = claims.join(",");
+        if inst.annotations().get(HOST_CLAIMS_ANNOTATION) != Some(&claims) {
+            // Recorded so that the claim is given back when the KKInstance goes.
+            t.annotate(&[(HOST_CLAIMS_ANNOTATION, Some(claims))]);
+        }
         if inst.spec.host_key.is_none()
             && inst.spec.host_keys.is_empty()
             && let Some(fp) = ctx.ssh.observed_fingerprint(&target)
@@ -339,6 +344,11 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
         }
         Err(Failure::Terminal { reason, message }) => {
             warn!(kkinstance = %t.name, %reason, "Host work failed terminally: {message}");
+            if reason == reasons::HOST_IN_USE && !inst.annotations().contains_key(HOST_CLAIMS_ANNOTATION) {
+                // Refused before anything ran, and never held before: the host is not dirty on this claim's
+                // account, so its release must not reset (touch) a host another claim holds.
+                t.annotate(&[(TOUCHED_ANNOTATION, None)]);
+            }
             t.set(current.condition(), false, reason, &message);
             t.flush();
             t.annotate(&[(FAILED_ANNOTATION, Some(reason.to_owned()))]);
@@ -362,7 +372,21 @@ pub(crate) async fn reset_task(ctx: Arc<Context>, inst: KKInstance, releasing: b
         let kkc = super::get_kkcluster(&ctx, &inst)
             .await
             .map_err(|e| Failure::Transient(e.to_string()))?;
-        let (exec, target) = connect(&ctx, &inst, kkc.as_ref()).await?;
+        let (exec, target) = match connect(&ctx, &inst, kkc.as_ref()).await {
+            Err(Failure::Terminal {
+                reason: reasons::HOST_IN_USE,
+                message,
+            }) => {
+                // Another claim holds the host: commands run only under the claim, so nothing of this
+                // KKInstance is on it to undo, and the other claim's work must not be reset.
+                info!(kkinstance = %t.name, "Nothing to reset: {message}");
+                return Ok(());
+            }
+            other => {
+                let c = other?;
+                (c.exec, c.target)
+            }
+        };
         let mut input = phase_input(&ctx, &inst, kkc.as_ref()).await?;
         target
             .secret_texts()

@@ -5,8 +5,9 @@ use std::net::IpAddr;
 
 use capkk_api::{
     InstanceState, KKInstance, KKMachineStatus, MachineAddress, MachinePhase,
-    consts::{conditions as cond, reasons},
+    consts::{FAILED_ANNOTATION, conditions as cond, reasons},
 };
+use kube::ResourceExt;
 
 use crate::conditions;
 
@@ -63,6 +64,19 @@ pub(crate) fn mirror(status: &mut KKMachineStatus, inst: &KKInstance, gen_: Opti
         gen_,
     );
     let ready = conditions::get(&ist.conditions, cond::READY);
+    if inst.annotations().get(FAILED_ANNOTATION).map(String::as_str) == Some(reasons::HOST_IN_USE) {
+        // The KKInstance is this namespace's claim, but the host is another's (same host key or address,
+        // any namespace): the machine has no host, and says whose it is.
+        let msg = ready.map(|c| c.message.clone()).unwrap_or_default();
+        conditions::set(
+            &mut status.conditions,
+            cond::HOST_CLAIMED,
+            false,
+            reasons::HOST_IN_USE,
+            msg,
+            gen_,
+        );
+    }
     match ready {
         Some(c) => conditions::set_raw(
             &mut status.conditions,

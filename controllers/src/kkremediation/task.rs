@@ -190,8 +190,8 @@ pub(crate) async fn attempt_task(ctx: Arc<Context>, spec: AttemptSpec) {
 }
 
 async fn run(ctx: &Context, spec: &AttemptSpec) -> AttemptOutcome {
-    let (exec, _) = match connect(ctx, &spec.instance, spec.kkcluster.as_ref()).await {
-        Ok(c) => c,
+    let exec = match connect(ctx, &spec.instance, spec.kkcluster.as_ref()).await {
+        Ok(c) => c.exec,
         Err(Failure::Transient(m)) => {
             return AttemptOutcome::Failed {
                 reason: reasons::UNREACHABLE,

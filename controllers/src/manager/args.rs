@@ -27,6 +27,19 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{s:?} is not a duration like 30s, 10m or 1h"))
 }
 
+fn parse_host_alias(s: &str) -> Result<(String, std::net::IpAddr), String> {
+    let (name, ip) = s.split_once('=').ok_or_else(|| format!("{s:?} is not NAME=IP"))?;
+    let name = name.trim().to_ascii_lowercase();
+    if !capkk_api::is_dns_subdomain(&name) {
+        return Err(format!("{name:?} (in {s:?}) is not a DNS name"));
+    }
+    let ip = ip
+        .trim()
+        .parse()
+        .map_err(|_| format!("{ip:?} (in {s:?}) is not an IP address"))?;
+    Ok((name, ip))
+}
+
 /// `--download-deny-cidr`'s default: kubeadm's default Service range and kind's default Pod range.
 pub(crate) const DEFAULT_DOWNLOAD_DENY_CIDRS: [&str; 2] = ["10.96.0.0/12", "10.244.0.0/16"];
 
@@ -101,6 +114,10 @@ pub struct Args {
     /// Interval between lease attempts. Alias: --leader-elect-retry-period.
     #[arg(long, alias = "leader-elect-retry-period", default_value = "2s", value_parser = parse_duration)]
     pub retry_period: Duration,
+    /// Namespace of the host-identity Leases (one per host key and per address a KKInstance works on). Every
+    /// manager sharing the management cluster must use the same one: exclusivity of a host lives there.
+    #[arg(long, env = "CAPKK_HOST_CLAIM_NAMESPACE", default_value = "capkk-system")]
+    pub host_claim_namespace: String,
     /// Reconcile every object again at least this often, also when nothing changed (default: only each
     /// kind's own requeues, e.g. the KKCluster re-probe every --probe-interval).
     #[arg(long, value_parser = parse_duration)]
@@ -133,6 +150,11 @@ pub struct Args {
     /// Bound on TCP connect + SSH handshake + authentication.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub ssh_connect_timeout: Duration,
+    /// A static address for a host name on direct SSH dials, NAME=IP (repeatable), consulted before DNS: for
+    /// sites whose hosts have no DNS entries. The address reached is what a host claim is keyed by, so a name
+    /// and its IP listed in two namespaces are still one host.
+    #[arg(long = "ssh-host-alias", value_parser = parse_host_alias)]
+    pub ssh_host_aliases: Vec<(String, std::net::IpAddr)>,
     /// Controller-side cache of downloaded artifacts (content-addressed).
     #[arg(long, env = "CAPKK_ARTIFACT_CACHE_DIR", default_value_os_t = default_cache_dir())]
     pub artifact_cache_dir: PathBuf,
@@ -467,6 +489,39 @@ mod tests {
             "--download-deny-cidr=mirror.example",
             "--download-allow=http://mirror.example/",
             "--download-allow-loopback=maybe",
+        ] {
+            assert!(Args::try_parse_from(["manager", bad]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn host_claims_have_a_shared_namespace_and_host_aliases_map_names_to_addresses() {
+        let a = Args::try_parse_from(["manager"]).unwrap();
+        assert_eq!(
+            a.host_claim_namespace,
+            crate::context::DEFAULT_HOST_CLAIM_NAMESPACE
+        );
+        assert!(a.ssh_host_aliases.is_empty());
+        let a = Args::try_parse_from([
+            "manager",
+            "--host-claim-namespace=claims",
+            "--ssh-host-alias=Node5.Example=198.18.5.11",
+            "--ssh-host-alias",
+            "n6=fd00::6",
+        ])
+        .unwrap();
+        assert_eq!(a.host_claim_namespace, "claims");
+        assert_eq!(
+            a.ssh_host_aliases,
+            [
+                ("node5.example".to_owned(), "198.18.5.11".parse().unwrap()),
+                ("n6".to_owned(), "fd00::6".parse().unwrap()),
+            ]
+        );
+        for bad in [
+            "--ssh-host-alias=n5",
+            "--ssh-host-alias=n5=host",
+            "--ssh-host-alias=a/b=10.0.0.1",
         ] {
             assert!(Args::try_parse_from(["manager", bad]).is_err(), "{bad}");
         }

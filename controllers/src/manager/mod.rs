@@ -145,6 +145,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         quarantine_after: args.quarantine_after,
         sync_period: args.sync_period,
         concurrency: args.concurrency(),
+        host_claim_namespace: args.host_claim_namespace.clone(),
         ..Settings::default()
     };
     let services = ServiceLayer::new(&args.artifact_cache_dir)
@@ -162,6 +163,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     crate::hosts::set_private_key_dir(args.private_key_dir.clone().filter(|d| !d.as_os_str().is_empty()));
     let pool = SshPool::new(PoolConfig {
         connect_timeout: args.ssh_connect_timeout,
+        host_aliases: args.ssh_host_aliases.iter().cloned().collect(),
         ..PoolConfig::default()
     });
     let (instance_tx, instance_rx) = futures::channel::mpsc::unbounded::<ObjectRef<KKInstance>>();

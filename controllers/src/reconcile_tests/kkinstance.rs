@@ -6,8 +6,8 @@ use std::{sync::Arc, time::Duration};
 use capkk_api::{
     Quarantine,
     consts::{
-        BLOCK_MOVE_ANNOTATION, COMPLETED_PHASES_ANNOTATION, FAILED_ANNOTATION, QUARANTINED_LABEL,
-        RELEASE_ANNOTATION, TOUCHED_ANNOTATION, UNREACHABLE_SINCE_ANNOTATION, reasons,
+        BLOCK_MOVE_ANNOTATION, COMPLETED_PHASES_ANNOTATION, FAILED_ANNOTATION, HOST_CLAIMS_ANNOTATION,
+        QUARANTINED_LABEL, RELEASE_ANNOTATION, TOUCHED_ANNOTATION, UNREACHABLE_SINCE_ANNOTATION, reasons,
     },
 };
 use futures::{StreamExt, channel::mpsc::UnboundedReceiver};
@@ -308,7 +308,11 @@ async fn a_host_that_refuses_connections_is_retried_with_backoff_and_not_before_
         ![Action::requeue(requeue::HOST_WORK), Action::await_change()].contains(&again),
         "the reconcile waits for the backoff, it does not start host work: {again:?}"
     );
-    assert_eq!(t.ssh.reached(), ["10.0.0.1"], "one attempt only");
+    assert_eq!(t.ssh.observed(), ["10.0.0.1"], "one attempt only");
+    assert!(
+        t.ssh.reached().is_empty(),
+        "no executor for a host that did not answer"
+    );
     assert!(t.services.ran().is_empty(), "no phase ran on an unreachable host");
     let reported = requests
         .iter()
@@ -349,4 +353,199 @@ async fn deleting_a_quarantined_kkinstance_makes_the_host_claimable_and_drops_it
     assert_eq!(res.expect("reconciled"), Action::await_change());
     assert_eq!(t.services.resets(), 0, "a quarantined host is not reset");
     assert_eq!(t.ssh.forgotten(), ["10.0.0.1"]);
+}
+
+/// The Leases of the host-identity claims (default `--host-claim-namespace`).
+fn leases_path(name: &str) -> String {
+    let base = "/apis/coordination.k8s.io/v1/namespaces/capkk-system/leases";
+    match name {
+        "" => base.to_owned(),
+        n => format!("{base}/{n}"),
+    }
+}
+
+/// A host-identity Lease held by KKInstance `ns/name` with UID `uid` of KKCluster `kkc`.
+fn held_lease(name: &str, ns: &str, instance: &str, uid: &str, kkc: &str) -> Value {
+    json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {
+            "name": name, "namespace": "capkk-system", "uid": format!("lease-{uid}"), "resourceVersion": "7",
+            "annotations": {
+                crate::host_claims::HOLDER_UID_ANNOTATION: uid,
+                crate::host_claims::HOLDER_KKCLUSTER_ANNOTATION: kkc,
+            },
+        },
+        "spec": { "holderIdentity": format!("{ns}/{instance}") },
+    })
+}
+
+#[tokio::test]
+async fn a_host_another_namespace_holds_is_refused_naming_the_holder_and_nothing_runs_on_it() {
+    let km = recorded_kkmachine();
+    let mut t = world(&km);
+    let inst = claim(&km, "node1", "10.0.0.1", &[]);
+    let stored = serde_json::to_value(&inst).expect("serializes");
+    let other = {
+        let mut o = claim(&km, "node1", "10.0.0.1", &[]);
+        o.metadata.namespace = Some("tenant-b".into());
+        o.metadata.uid = Some("uid-b".into());
+        serde_json::to_value(o).expect("serializes")
+    };
+    let served = t.api.serve_calls(move |call| {
+        if call.method == "POST" && call.path == leases_path("") {
+            // Another namespace's KKInstance created the host-key Lease first.
+            call.already_exists();
+        } else if call.method == "GET" && call.path.starts_with(&leases_path("capkk-host-key-")) {
+            let name = call.path.rsplit('/').next().unwrap_or_default().to_owned();
+            call.reply(&held_lease(&name, "tenant-b", "c.node1", "uid-b", "c"));
+        } else if call.method == "GET" && call.path.contains("/namespaces/tenant-b/kkinstances/c.node1") {
+            call.reply(&other);
+        } else if call.path.contains("/kkinstances/") {
+            call.reply(&stored);
+        } else {
+            return Some(call);
+        }
+        None
+    });
+    reconcile(Arc::new(inst), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    assert!(
+        task_end(&mut t.instance_triggers).await.is_some(),
+        "the attempt ended"
+    );
+    let requests = served.finish();
+    assert!(t.services.ran().is_empty(), "no phase ran");
+    assert!(
+        t.ssh.reached().is_empty(),
+        "no executor was made: nothing ran on the host"
+    );
+    let patched = |key: &str, value: Value| {
+        requests.iter().any(|(m, p, b)| {
+            m == "PATCH" && p == &path("kkinstances", "c.node1") && b["metadata"]["annotations"][key] == value
+        })
+    };
+    assert!(
+        patched(FAILED_ANNOTATION, json!(reasons::HOST_IN_USE)),
+        "refused as HostInUse: {requests:#?}"
+    );
+    assert!(
+        patched(TOUCHED_ANNOTATION, Value::Null),
+        "not touched: its release must not reset the other claim's host: {requests:#?}"
+    );
+    let event = requests
+        .iter()
+        .find(|(m, p, b)| m == "POST" && p == EVENTS && b["reason"] == reasons::HOST_IN_USE)
+        .map(|(_, _, b)| b["note"].as_str().unwrap_or_default().to_owned())
+        .expect("a HostInUse event");
+    assert!(
+        event.contains("tenant-b/c.node1") && event.contains("KKCluster tenant-b/c"),
+        "the event names the holder's namespace and KKCluster: {event}"
+    );
+    assert!(
+        !requests
+            .iter()
+            .any(|(m, p, _)| m == "DELETE" && p.starts_with(&leases_path(""))),
+        "a live holder's Lease is not taken over: {requests:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_free_host_is_claimed_by_key_and_address_before_any_phase_and_the_claims_are_recorded() {
+    let km = recorded_kkmachine();
+    let mut t = world(&km);
+    let inst = claim(&km, "node1", "10.0.0.1", &[]);
+    let served = serve_host_work(t.api, &inst);
+    reconcile(Arc::new(inst), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    assert!(
+        task_end(&mut t.instance_triggers).await.is_some(),
+        "the task ended"
+    );
+    let requests = served.finish();
+    let created: Vec<String> = requests
+        .iter()
+        .filter(|(m, p, _)| m == "POST" && p == &leases_path(""))
+        .map(|(_, _, b)| b["metadata"]["name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let id = crate::host_claims::HostIdentity::new("SHA256:fixture", "10.0.0.1", None, None);
+    let expected: Vec<String> = id.leases().into_iter().map(|(_, n, _)| n).collect();
+    assert_eq!(created, expected, "the host-key Lease, then the address Lease");
+    let holder = requests
+        .iter()
+        .find(|(m, p, _)| m == "POST" && p == &leases_path(""))
+        .map(|(_, _, b)| b["spec"]["holderIdentity"].clone());
+    assert_eq!(holder, Some(json!("ns/c.node1")));
+    assert!(
+        requests.iter().any(|(m, p, b)| m == "PATCH"
+            && p == &path("kkinstances", "c.node1")
+            && b["metadata"]["annotations"][HOST_CLAIMS_ANNOTATION] == json!(expected.join(","))),
+        "the claims are recorded for their release: {requests:#?}"
+    );
+    assert_eq!(t.services.ran(), Phase::ALL);
+}
+
+#[tokio::test]
+async fn a_claim_whose_holder_is_gone_is_taken_over_deleting_exactly_the_lease_read() {
+    let km = recorded_kkmachine();
+    let mut t = world(&km);
+    let inst = claim(&km, "node1", "10.0.0.1", &[]);
+    let stored = serde_json::to_value(&inst).expect("serializes");
+    let posts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let served = t.api.serve_calls(move |call| {
+        let first_post = call.method == "POST"
+            && call.path == leases_path("")
+            && posts.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+        if first_post {
+            call.already_exists();
+        } else if ["GET", "DELETE"].contains(&call.method.as_str())
+            && call.path.starts_with(&leases_path("capkk-host-key-"))
+        {
+            let name = call.path.rsplit('/').next().unwrap_or_default().to_owned();
+            call.reply(&held_lease(&name, "tenant-b", "c.node1", "uid-gone", "c"));
+        } else if call.path.contains("/namespaces/ns/kkinstances/") {
+            call.reply(&stored);
+        } else {
+            // GET tenant-b/c.node1: not found (the holder is gone); the second POST: echoed (created).
+            return Some(call);
+        }
+        None
+    });
+    reconcile(Arc::new(inst), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    assert!(
+        task_end(&mut t.instance_triggers).await.is_some(),
+        "the task ended"
+    );
+    let requests = served.finish();
+    let delete = requests
+        .iter()
+        .find(|(m, p, _)| m == "DELETE" && p.starts_with(&leases_path("capkk-host-key-")))
+        .map(|(_, _, b)| b.clone())
+        .expect("the abandoned Lease is deleted");
+    assert_eq!(delete["preconditions"]["uid"], "lease-uid-gone");
+    assert_eq!(delete["preconditions"]["resourceVersion"], "7");
+    assert_eq!(t.services.ran(), Phase::ALL, "the host is this claim's now");
+}
+
+#[tokio::test]
+async fn deleting_a_clean_kkinstance_gives_its_host_claims_back() {
+    let km = recorded_kkmachine();
+    let t = world(&km);
+    let key = crate::host_claims::lease_name("key", "SHA256:fixture");
+    let inst = deleted(claim(&km, "node1", "10.0.0.1", &[(HOST_CLAIMS_ANNOTATION, &key)]));
+    let held = held_lease(&key, "ns", "c.node1", "uid-c.node1", "c");
+    let res = scripted(t.ctx, t.api, inst, move |mut api: ApiServer| async move {
+        api.expect("GET", &leases_path(&key)).await.reply(&held);
+        let d = api.expect("DELETE", &leases_path(&key)).await;
+        assert_eq!(d.body["preconditions"]["uid"], "lease-uid-c.node1");
+        d.reply(&held);
+        let c = api.expect("PATCH", &path("kkinstances", "c.node1")).await;
+        c.reply(&claim(&km, "node1", "10.0.0.1", &[]));
+        api
+    })
+    .await;
+    assert_eq!(res.expect("reconciled"), Action::await_change());
 }

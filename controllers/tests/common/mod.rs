@@ -253,6 +253,9 @@ pub async fn secret(client: &Client, ns: &str, name: &str, data: &[(&str, &str)]
 /// Namespace of the test ServiceAccounts.
 const SA_NAMESPACE: &str = "capkk-test-system";
 
+/// The test managers' `--host-claim-namespace` (the namespace of the ServiceAccounts, created with them).
+pub const HOST_CLAIM_NAMESPACE: &str = SA_NAMESPACE;
+
 /// Creates a ServiceAccount bound to exactly the ClusterRole in config/rbac/role.yaml (and the leader
 /// election Role in `lease_ns`), and writes a kubeconfig using a TokenRequest token for it.
 pub async fn manager_kubeconfig(admin: &Client, lease_ns: &str, dir: &Path) -> anyhow::Result<PathBuf> {
@@ -346,6 +349,24 @@ pub async fn manager_kubeconfig_granted(
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
             "metadata": {"name": sa_name, "namespace": lease_ns},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "capkk-test-leader-election"},
+            "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": sa_ns}]
+        }),
+    )
+    .await?;
+
+    // Host-identity Leases (config/rbac/host_claim_role.yaml) in the one namespace every test manager shares,
+    // as every manager of a management cluster does: claims of one sandbox host from two tests meet there.
+    let mut hc = capkk_mgmt::read_yaml_docs(&rbac.join("host_claim_role.yaml"))?.remove(0);
+    hc["metadata"]["name"] = json!("capkk-test-host-claims");
+    hc["metadata"]["namespace"] = json!(HOST_CLAIM_NAMESPACE);
+    apply(admin, HOST_CLAIM_NAMESPACE, hc).await?;
+    apply(
+        admin,
+        HOST_CLAIM_NAMESPACE,
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": format!("{sa_name}-host-claims"), "namespace": HOST_CLAIM_NAMESPACE},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "capkk-test-host-claims"},
             "subjects": [{"kind": "ServiceAccount", "name": sa_name, "namespace": sa_ns}]
         }),
     )
@@ -658,6 +679,10 @@ impl TestEnv {
         if !args.iter().any(|a| a.starts_with("--artifact-cache-dir")) {
             all.push(&cache_arg);
         }
+        let claims_arg = format!("--host-claim-namespace={HOST_CLAIM_NAMESPACE}");
+        if !args.iter().any(|a| a.starts_with("--host-claim-namespace")) {
+            all.push(&claims_arg);
+        }
         all.extend_from_slice(args);
         Manager::start(&self.kubeconfig, &self.dir, name, &all)
     }
@@ -880,13 +905,16 @@ impl Drop for TestEnv {
     }
 }
 
-/// Delete the ServiceAccount a test's managers used and its ClusterRoleBinding.
+/// Delete the ServiceAccount a test's managers used, its ClusterRoleBinding and its host-claim RoleBinding.
 pub async fn cleanup_service_account(client: &Client, sa_name: &str) {
     let _ = Api::<ServiceAccount>::namespaced(client.clone(), SA_NAMESPACE)
         .delete(sa_name, &Default::default())
         .await;
     let _ = Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(client.clone())
         .delete(sa_name, &Default::default())
+        .await;
+    let _ = Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), HOST_CLAIM_NAMESPACE)
+        .delete(&format!("{sa_name}-host-claims"), &Default::default())
         .await;
 }
 

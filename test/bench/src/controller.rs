@@ -483,6 +483,8 @@ pub(crate) fn start_manager(
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(["--namespace", ns, "--leader-elect=false"])
+        // Host-identity Leases in the bench's own namespace (it exists; the admin kubeconfig may write there).
+        .args(["--host-claim-namespace", ns])
         .args([
             "--metrics-bind-address=127.0.0.1:0",
             "--health-probe-bind-address=127.0.0.1:0",
