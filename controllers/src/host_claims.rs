@@ -254,19 +254,7 @@ async fn acquire(
         if !holder_gone(client, &other).await {
             return Ok(Acquired::HeldBy(other));
         }
-        // Delete exactly the Lease that was read: a holder that took it over meanwhile keeps it.
-        let dp = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: current.uid(),
-                resource_version: current.resource_version(),
-            }),
-            ..Default::default()
-        };
-        match leases.delete(name, &dp).await {
-            Ok(_) => {}
-            Err(e) if is_status(&e, 404) || is_status(&e, 409) => {}
-            Err(e) => return Err(e),
-        }
+        delete_as_read(leases, name, &current).await?;
     }
     // Lost the takeover race twice: whoever holds it now is the holder.
     match leases.get_opt(name).await? {
@@ -315,20 +303,26 @@ pub async fn release(
         {
             continue;
         }
-        let dp = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: current.uid(),
-                resource_version: current.resource_version(),
-            }),
-            ..Default::default()
-        };
-        match leases.delete(name, &dp).await {
-            Ok(_) => {}
-            Err(e) if is_status(&e, 404) || is_status(&e, 409) => {}
-            Err(e) => return Err(e),
-        }
+        delete_as_read(&leases, name, &current).await?;
     }
     Ok(())
+}
+
+/// Delete Lease `name` only as it was read (`current`): one changed or taken over meanwhile is kept, and one
+/// already gone is fine.
+async fn delete_as_read(leases: &Api<Lease>, name: &str, current: &Lease) -> Result<(), kube::Error> {
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: current.uid(),
+            resource_version: current.resource_version(),
+        }),
+        ..Default::default()
+    };
+    match leases.delete(name, &dp).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 fn is_status(e: &kube::Error, code: u16) -> bool {
