@@ -151,8 +151,9 @@ pub struct Auth {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 65536))]
     pub private_key: Option<String>,
-    /// Path of a private key file on the controller's file system, under the manager's `--private-key-dir`
-    /// (no `..` component).
+    /// Path of a private key file on the controller's file system, in the namespace's own directory
+    /// `<--private-key-dir>/<namespace>/` of the manager (relative to it, or absolute inside it; no `..`
+    /// component).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1024), extend("pattern" = crate::patterns::KEY_PATH))]
     pub private_key_path: Option<String>,

@@ -89,15 +89,40 @@ async fn read_secret(client: &Client, ns: &str, name: &str) -> Result<BTreeMap<S
 
 static PRIVATE_KEY_DIR: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
 
-/// Set (once, at start-up) the only directory `privateKeyPath` may name a file in: the manager's
-/// `--private-key-dir`. Unset or `None`: `privateKeyPath` is refused (a path in a tenant's object must not
-/// read the manager's files).
+/// Set (once, at start-up) the directory whose per-namespace subdirectories `privateKeyPath` may name a file
+/// in ([`namespace_key_dir`]): the manager's `--private-key-dir`. Unset or `None`: `privateKeyPath` is refused
+/// (a path in a tenant's object must not read the manager's files).
 pub(crate) fn set_private_key_dir(dir: Option<std::path::PathBuf>) {
     let _ = PRIVATE_KEY_DIR.set(dir);
 }
 
 fn private_key_dir() -> Option<std::path::PathBuf> {
     PRIVATE_KEY_DIR.get().cloned().flatten()
+}
+
+/// The directory a namespace's `privateKeyPath` keys are read from: `<--private-key-dir>/<namespace>`. A
+/// namespace name is a DNS label (no `/`, never `.` or `..`), so each namespace has its own directory and none
+/// can name another's key, by a relative path or an absolute one.
+pub(crate) fn namespace_key_dir(dir: &std::path::Path, ns: &str) -> std::path::PathBuf {
+    dir.join(ns)
+}
+
+/// Reads the key `path` (relative to the namespace's key directory, or absolute inside it) for an object of
+/// namespace `ns`; `dir` is `--private-key-dir` (`None` refuses every path).
+async fn read_private_key_path(
+    dir: Option<&std::path::Path>,
+    ns: &str,
+    path: &str,
+    field: &str,
+) -> Result<Secret> {
+    let scoped = dir.map(|d| namespace_key_dir(d, ns));
+    capkk_ssh::keyfile::read_confined(
+        scoped.as_deref(),
+        std::path::Path::new(path),
+        capkk_ssh::keyfile::MAX_KEY_BYTES,
+    )
+    .await
+    .map_err(|m| Error::ResolveCredentials(format!("{field}.privateKeyPath: {m}")))
 }
 
 /// The host key the KKCluster's last probe recorded for `host` (trust on first use), unless keys are pinned.
@@ -198,14 +223,7 @@ pub(crate) async fn resolve_auth(client: &Client, ns: &str, auth: &ApiAuth, fiel
     } else if let Some(p) = password.clone() {
         Auth::Password(p)
     } else if let Some(path) = auth.private_key_path.as_deref().filter(|p| !p.is_empty()) {
-        let key = capkk_ssh::keyfile::read_confined(
-            private_key_dir().as_deref(),
-            std::path::Path::new(path),
-            capkk_ssh::keyfile::MAX_KEY_BYTES,
-        )
-        .await
-        .map_err(|m| Error::ResolveCredentials(format!("{field}.privateKeyPath: {m}")))?;
-        Auth::key_bytes(key)
+        Auth::key_bytes(read_private_key_path(private_key_dir().as_deref(), ns, path, field).await?)
     } else {
         return Err(Error::ResolveCredentials(format!(
             "{field} sets none of password, privateKey, privateKeyPath, secret or secretRef"
@@ -332,6 +350,51 @@ pub(crate) async fn instance_target(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_namespace_reads_only_its_own_key_directory_and_cannot_name_another_namespaces_key() {
+        let dir = std::env::temp_dir().join(format!("capkk-nskeys-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for ns in ["tenant-a", "tenant-b"] {
+            std::fs::create_dir_all(dir.join(ns)).unwrap();
+            std::fs::write(dir.join(ns).join("id"), format!("KEY-OF-{ns}")).unwrap();
+        }
+        std::fs::write(dir.join("shared"), "SHARED-KEY").unwrap();
+        let read = |ns: &'static str, path: String| {
+            let dir = dir.clone();
+            async move { read_private_key_path(Some(&dir), ns, &path, "spec.nodes.auth").await }
+        };
+        let own = read("tenant-a", "id".into())
+            .await
+            .expect("a relative path in a's directory");
+        assert_eq!(own.expose(), b"KEY-OF-tenant-a");
+        let own_abs = read("tenant-b", dir.join("tenant-b/id").display().to_string())
+            .await
+            .expect("absolute in b's");
+        assert_eq!(own_abs.expose(), b"KEY-OF-tenant-b");
+        for path in [
+            dir.join("tenant-b/id").display().to_string(),
+            "../tenant-b/id".into(),
+            dir.join("shared").display().to_string(),
+            "../shared".into(),
+        ] {
+            let e = read("tenant-a", path.clone()).await.expect_err(&path).to_string();
+            assert!(e.contains("spec.nodes.auth.privateKeyPath"), "{path}: {e}");
+            assert!(
+                e.contains(&dir.join("tenant-a").display().to_string()),
+                "names a's directory: {e}"
+            );
+            assert!(!e.contains("KEY-OF") && !e.contains("SHARED-KEY"), "{e}");
+        }
+        // A namespace without a directory reads nothing; no directory at all refuses every path.
+        assert!(read("tenant-c", "id".into()).await.is_err());
+        let off = read_private_key_path(None, "tenant-a", "id", "f")
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(off.contains("--private-key-dir"), "{off}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// A KKCluster with inline passwords (no Secret is read, so no apiserver is needed): `a` sets its own
     /// timeout, `b` inherits the global one; the bastion sets none.

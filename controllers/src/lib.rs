@@ -16,11 +16,13 @@
 //!   `watches` module.
 //! - [`host_claims`]: one host is one host across namespaces, KKClusters and managers (Leases keyed by the
 //!   host key and the address reached, taken before anything runs on a host).
-//! - [`secrets`]: the metadata-only Secret watch that wakes the KKInstances reading a changed Secret.
+//! - [`secrets`]: the by-name Secret check that wakes the KKInstances reading a changed Secret.
+//! - [`bounded_body`]: the size bound on workload API responses.
 //! - [`manager`]: flags, logging, metrics/health endpoints, leader election, graceful shutdown.
 
 #![warn(unreachable_pub)]
 
+pub(crate) mod bounded_body;
 pub(crate) mod capi;
 pub(crate) mod conditions;
 pub(crate) mod context;

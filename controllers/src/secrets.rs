@@ -1,9 +1,10 @@
 //! Secret → KKInstance: a change of a Secret a KKInstance reads (SSH credentials of the host or its bastion,
 //! registry credentials, bootstrap data) wakes that KKInstance instead of leaving it to a timer.
 //!
-//! The watch is metadata-only (`PartialObjectMeta<Secret>`: names and resourceVersions, never the data), so
-//! the manager's memory does not grow with the Secrets of the namespace; the data is still read by name when
-//! used. It needs `list` and `watch` on Secrets (config/rbac/role.yaml; docs/security.md says what that grants).
+//! The manager never lists or watches Secrets: it reads the metadata (resourceVersion, never the data) of
+//! each Secret a KKInstance names, by name, every `--secret-poll-interval` ([`poll`]); the data is read by name
+//! when used. So the ClusterRole grants `get` on Secrets and no `list`/`watch` (config/rbac/role.yaml), and a
+//! Secret no KKInstance names is never requested (docs/security.md has the cost and the trade-off).
 //!
 //! What a change does to each KKInstance that references the Secret:
 //! - a pending retry after a transient failure is due at once (the input it waited for may be there now);
@@ -11,8 +12,11 @@
 //!   retried as if the retry annotation had been set: the changed Secret is the fix that failure asked for.
 //!   Every other terminal failure still waits for the retry annotation.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+    time::Duration,
+};
 
 use capkk_api::{
     Auth,
@@ -20,14 +24,9 @@ use capkk_api::{
     kkcluster::KKCluster,
     kkinstance::KKInstance,
 };
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Secret;
-use kube::{
-    Api, Client, ResourceExt,
-    core::PartialObjectMeta,
-    runtime::{WatchStreamExt, reflector::ObjectRef, watcher},
-};
-use tracing::{info, warn};
+use kube::{Api, Client, ResourceExt, runtime::reflector::ObjectRef};
+use tracing::{debug, info, warn};
 
 use crate::{context::Context, hosts, kkinstance::annotate};
 
@@ -84,74 +83,108 @@ pub(crate) fn referencing<'a>(
         .collect()
 }
 
-/// Whether a watch event is a change worth acting on: a Secret seen before with another resourceVersion, or
-/// one created after the initial list. The initial list itself only records versions (every KKInstance is
-/// reconciled at start anyway), so a re-list does not retry anything by itself.
-fn changed(
-    seen: &mut HashMap<(String, String), String>,
-    meta: &PartialObjectMeta<Secret>,
-    initial: bool,
-) -> bool {
-    let key = (meta.namespace().unwrap_or_default(), meta.name_any());
-    let rv = meta.resource_version().unwrap_or_default();
+/// What the last metadata read of a Secret found: its resourceVersion, or `None` when it did not exist.
+type Seen = HashMap<(String, String), Option<String>>;
+
+/// What a read of a Secret means for its readers.
+#[derive(Debug, PartialEq, Eq)]
+enum Change {
+    /// Read before with the same result, or gone (a deleted Secret fixes nothing).
+    None,
+    /// Read for the first time, and it exists: only a reader still failed for want of credentials is woken
+    /// (it may have failed a moment before the Secret was created); every other reader reconciled at start.
+    First,
+    /// Created after a read found it missing, or updated.
+    Changed,
+}
+
+/// Records the result of a read of `key` (`rv` is `None` when the Secret does not exist) and says what it
+/// changed.
+fn observe(seen: &mut Seen, key: (String, String), rv: Option<String>) -> Change {
     match seen.insert(key, rv.clone()) {
-        Some(old) => old != rv && !initial,
-        None => !initial,
+        None if rv.is_some() => Change::First,
+        None => Change::None,
+        Some(old) if rv.is_some() && old != rv => Change::Changed,
+        Some(_) => Change::None,
     }
 }
 
-/// Runs the metadata watch of Secrets (in `namespace`, or everywhere) until the manager stops.
-pub(crate) async fn watch(client: Client, namespace: Option<String>, ctx: Arc<Context>) {
-    // An Api of PartialObjectMeta makes metadata-only list and watch requests.
-    let api: Api<PartialObjectMeta<Secret>> = match &namespace {
-        Some(ns) => Api::namespaced(client, ns),
-        None => Api::all(client),
-    };
-    let mut seen: HashMap<(String, String), String> = HashMap::new();
-    let mut initial = false;
-    let mut events = watcher(api, watcher::Config::default()).default_backoff().boxed();
+/// The Secrets (namespace, name) the known KKInstances read, each once.
+fn referenced_now(ctx: &Context) -> BTreeSet<(String, String)> {
+    let clusters = ctx.stores.clusters.clone();
+    let mut keys = BTreeSet::new();
+    for inst in ctx.stores.instances.state() {
+        let ns = inst.namespace().unwrap_or_default();
+        let kkc = inst
+            .spec
+            .cluster_name
+            .as_deref()
+            .and_then(|c| clusters.get(&ObjectRef::new(c).within(&ns)));
+        for name in referenced(&inst, kkc.as_deref()) {
+            keys.insert((ns.clone(), name));
+        }
+    }
+    keys
+}
+
+/// Checks the Secrets the KKInstances read, by name, until the manager stops: every `interval` one
+/// metadata-only GET per referenced Secret (spread over the interval), and a changed resourceVersion wakes
+/// its readers.
+///
+/// The manager neither lists nor watches Secrets: RBAC cannot narrow `list`/`watch` to some Secrets (a label
+/// selector is not part of the authorization), so a watch, even a label-selected one, needs read access to
+/// every Secret in scope. With `get` only, a Secret no KKInstance names is never requested.
+pub(crate) async fn poll(client: Client, ctx: Arc<Context>, interval: Duration) {
+    let mut seen = Seen::new();
     loop {
-        let event = match events.try_next().await {
-            Ok(Some(e)) => e,
-            Ok(None) => return,
-            Err(e) => {
-                warn!(error = %e, "Secret watch failed; it retries with backoff");
-                continue;
+        let keys = referenced_now(&ctx);
+        seen.retain(|k, _| keys.contains(k));
+        if keys.is_empty() {
+            tokio::time::sleep(interval).await;
+            continue;
+        }
+        let gap = interval / u32::try_from(keys.len()).unwrap_or(u32::MAX);
+        for (ns, name) in keys {
+            let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
+            match api.get_metadata_opt(&name).await {
+                Ok(meta) => {
+                    let rv = meta.map(|m| m.resource_version().unwrap_or_default());
+                    debug!(secret = %name, namespace = %ns, resource_version = ?rv, "Secret read (metadata)");
+                    match observe(&mut seen, (ns.clone(), name.clone()), rv) {
+                        Change::None => {}
+                        Change::First => wake(&ctx, &ns, &name, true).await,
+                        Change::Changed => {
+                            info!(secret = %name, namespace = %ns, "Secret changed: waking the KKInstances that read it");
+                            wake(&ctx, &ns, &name, false).await;
+                        }
+                    }
+                }
+                // Read again next round; the Secret's readers report their own read errors.
+                Err(e) => {
+                    debug!(secret = %name, namespace = %ns, error = %e, "reading a Secret's metadata failed")
+                }
             }
-        };
-        let meta = match event {
-            watcher::Event::Init => {
-                initial = true;
-                continue;
-            }
-            watcher::Event::InitDone => {
-                initial = false;
-                continue;
-            }
-            watcher::Event::Delete(m) => {
-                seen.remove(&(m.namespace().unwrap_or_default(), m.name_any()));
-                continue;
-            }
-            watcher::Event::InitApply(m) | watcher::Event::Apply(m) => m,
-        };
-        if changed(&mut seen, &meta, initial) {
-            wake(&ctx, &meta.namespace().unwrap_or_default(), &meta.name_any()).await;
+            tokio::time::sleep(gap).await;
         }
     }
 }
 
-/// Wakes the KKInstances that read `ns/name` (see the module docs for what that does).
-async fn wake(ctx: &Arc<Context>, ns: &str, name: &str) {
+/// Wakes the KKInstances that read `ns/name` (see the module docs for what that does); with
+/// `only_credentials_failed`, only those whose host work failed for want of credentials.
+async fn wake(ctx: &Arc<Context>, ns: &str, name: &str, only_credentials_failed: bool) {
     let instances = ctx.stores.instances.state();
     let clusters = ctx.stores.clusters.clone();
     let hits = referencing(ns, name, &instances, |c| {
         clusters.get(&ObjectRef::new(c).within(ns))
     });
     for inst in hits {
-        let uid = inst.uid().unwrap_or_default();
-        ctx.tasks.retry_now(&uid);
         let credentials_failed = inst.annotations().get(FAILED_ANNOTATION).map(String::as_str)
             == Some(reasons::CREDENTIALS_UNAVAILABLE);
+        if only_credentials_failed && !credentials_failed {
+            continue;
+        }
+        let uid = inst.uid().unwrap_or_default();
+        ctx.tasks.retry_now(&uid);
         if credentials_failed && !inst.annotations().contains_key(RETRY_ANNOTATION) {
             info!(kkinstance = %inst.name_any(), secret = %name, "Secret changed: retrying the host work that found no credentials");
             let api: Api<KKInstance> = Api::namespaced(ctx.client.clone(), ns);
@@ -250,27 +283,36 @@ mod tests {
         assert!(referencing("ns", "unrelated", &all, lookup).is_empty());
     }
 
-    fn meta(name: &str, rv: &str) -> PartialObjectMeta<Secret> {
-        let mut m = PartialObjectMeta::<Secret>::default();
-        m.metadata.name = Some(name.into());
-        m.metadata.namespace = Some("ns".into());
-        m.metadata.resource_version = Some(rv.into());
-        m
+    fn key(name: &str) -> (String, String) {
+        ("ns".into(), name.into())
     }
 
     #[test]
-    fn the_initial_list_only_records_versions_and_later_changes_count_once() {
-        let mut seen = HashMap::new();
-        assert!(!changed(&mut seen, &meta("a", "1"), true), "initial list");
-        assert!(!changed(&mut seen, &meta("a", "1"), false), "same version");
-        assert!(changed(&mut seen, &meta("a", "2"), false), "updated");
-        assert!(
-            changed(&mut seen, &meta("b", "5"), false),
-            "created after the list"
+    fn a_secret_read_first_wakes_only_credential_failures_and_later_changes_wake_once() {
+        let mut seen = Seen::new();
+        let rv = |v: &str| Some(v.to_owned());
+        assert_eq!(observe(&mut seen, key("a"), rv("1")), Change::First);
+        assert_eq!(
+            observe(&mut seen, key("a"), rv("1")),
+            Change::None,
+            "same version"
         );
-        assert!(
-            !changed(&mut seen, &meta("a", "3"), true),
-            "a re-list retries nothing"
+        assert_eq!(observe(&mut seen, key("a"), rv("2")), Change::Changed, "updated");
+        assert_eq!(observe(&mut seen, key("b"), None), Change::None, "missing");
+        assert_eq!(
+            observe(&mut seen, key("b"), rv("5")),
+            Change::Changed,
+            "created after a read found it missing"
+        );
+        assert_eq!(
+            observe(&mut seen, key("a"), None),
+            Change::None,
+            "deleted: nothing to retry"
+        );
+        assert_eq!(
+            observe(&mut seen, key("a"), rv("7")),
+            Change::Changed,
+            "created again"
         );
     }
 }

@@ -148,7 +148,17 @@ async fn build_clients(cluster: &str, secret: &Secret) -> Result<Clients> {
     // Count the read timeout from when the request is sent, not from when its pooled connection went idle
     // (which would fail a request handed a connection that sat idle for almost 30 s).
     config.reset_reader_on_write = true;
-    let build = |c: kube::Config| Client::try_from(c).map_err(|e| werr(format!("client: {e}")));
+    // The tenant's API server answers: its responses are bounded (crate::bounded_body).
+    let build = |c: kube::Config| {
+        kube::client::ClientBuilder::try_from(c)
+            .map(|b| {
+                b.with_layer(&crate::bounded_body::limit_layer(
+                    crate::bounded_body::WORKLOAD_MAX_RESPONSE_BYTES,
+                ))
+                .build()
+            })
+            .map_err(|e| werr(format!("client: {e}")))
+    };
     Ok(Clients {
         requests: build(config)?,
         watch: build(watch_config)?,

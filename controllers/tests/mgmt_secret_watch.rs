@@ -1,8 +1,8 @@
-//! Secret → KKInstance watch, on the real plane with a sandbox host and the manager bound to config/rbac only
-//! (so its `list`/`watch` on Secrets is what the ClusterRole grants): a KKInstance whose host work found a
-//! referenced Secret missing fails with `CredentialsUnavailable`; creating that Secret retries it through the
-//! manager's Secret watch (no retry annotation by anyone else, no timer: without the watch it stays failed)
-//! and the host is provisioned.
+//! Secret → KKInstance wake-up, on the real plane with a sandbox host and the manager bound to config/rbac only
+//! (`get` on Secrets, no `list`/`watch`): a KKInstance whose host work found a referenced Secret missing fails
+//! with `CredentialsUnavailable`; creating that Secret retries it through the manager's by-name Secret check
+//! (no retry annotation by anyone else, no timer: without the check it stays failed) and the host is
+//! provisioned.
 
 mod common;
 

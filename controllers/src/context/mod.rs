@@ -8,6 +8,7 @@
 //! - [`backoff`]: consecutive reconcile failures per object.
 
 pub(crate) mod backoff;
+pub(crate) mod permits;
 pub(crate) mod probes;
 pub(crate) mod reservations;
 pub(crate) mod stores;
@@ -43,6 +44,10 @@ pub(crate) struct Settings {
     pub watch_filter: Option<String>,
     /// Hosts worked on at once (background tasks).
     pub max_concurrent_hosts: usize,
+    /// Of those, at most this many for one namespace ([`permits`]).
+    pub max_concurrent_hosts_per_namespace: usize,
+    /// Bound on one phase of host work (`--max-host-phase-duration`).
+    pub max_host_phase_duration: Duration,
     /// Hosts probed at once per KKCluster.
     pub probe_concurrency: usize,
     /// Bound on one host probe.
@@ -82,6 +87,8 @@ impl Default for Settings {
         Self {
             watch_filter: None,
             max_concurrent_hosts: 10,
+            max_concurrent_hosts_per_namespace: 10,
+            max_host_phase_duration: Duration::from_secs(2 * 3600),
             probe_concurrency: 8,
             probe_timeout: Duration::from_secs(15),
             probe_interval: Duration::from_secs(300),
@@ -160,7 +167,10 @@ impl Context {
             },
         );
         Self {
-            tasks: TaskRegistry::new(settings.max_concurrent_hosts),
+            tasks: TaskRegistry::new(
+                settings.max_concurrent_hosts,
+                settings.max_concurrent_hosts_per_namespace,
+            ),
             backoff: Backoff::default(),
             client,
             settings,

@@ -1,5 +1,5 @@
-//! Background host work per KKInstance UID, bounded by a semaphore, and the transient failures it backs
-//! off from.
+//! Background host work per KKInstance UID, bounded fairly between namespaces (`permits`), and the transient
+//! failures it backs off from.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -10,9 +10,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tokio::{sync::Semaphore, task::JoinHandle};
+use tokio::task::JoinHandle;
 
-use super::backoff::jittered;
+use super::{backoff::jittered, permits::HostPermits};
 
 /// What a background host task does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,8 +52,8 @@ impl Retry {
 /// Background host tasks keyed by KKInstance UID, bounded by a semaphore.
 pub(crate) struct TaskRegistry {
     tasks: Mutex<HashMap<String, TaskEntry>>,
-    /// Global bound on hosts worked on at once.
-    pub permits: Arc<Semaphore>,
+    /// Bound on hosts worked on at once, shared fairly between namespaces.
+    pub permits: HostPermits,
     /// Consecutive transient failures per UID and when to retry.
     failures: Mutex<HashMap<String, (u32, Retry)>>,
     /// UIDs whose task ended since the last reconcile looked (their object is re-read from the API: the
@@ -62,11 +62,11 @@ pub(crate) struct TaskRegistry {
 }
 
 impl TaskRegistry {
-    /// A registry allowing `max` concurrent host tasks.
-    pub(crate) fn new(max: usize) -> Self {
+    /// A registry allowing `max` concurrent host tasks, at most `per_namespace` of one namespace.
+    pub(crate) fn new(max: usize, per_namespace: usize) -> Self {
         Self {
             tasks: Mutex::new(HashMap::new()),
-            permits: Arc::new(Semaphore::new(max.max(1))),
+            permits: HostPermits::new(max, per_namespace),
             failures: Mutex::new(HashMap::new()),
             finished: Mutex::new(HashSet::new()),
         }
@@ -203,7 +203,7 @@ mod tests {
 
     #[test]
     fn the_message_of_a_retried_host_changes_neither_while_it_waits_nor_from_one_attempt_to_the_next() {
-        let r = TaskRegistry::new(1);
+        let r = TaskRegistry::new(1, 1);
         let first_delay = r.transient_failure("u", "connecting to 10.0.0.1:22 failed");
         let mut retry = r.retry("u").expect("recorded");
         let first = retry.ready_message();
@@ -220,7 +220,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_transient_host_failure_records_when_to_retry_and_success_clears_it() {
-        let r = TaskRegistry::new(1);
+        let r = TaskRegistry::new(1, 1);
         let d = r.transient_failure("u", "host unreachable");
         let retry = r.retry("u").expect("recorded");
         assert_eq!(retry.message, "host unreachable");

@@ -161,7 +161,8 @@ pub(crate) async fn update_machine(ctx: Arc<Context>, req: &Value) -> Value {
     let task_ctx = ctx.clone();
     let (k, v) = (key.clone(), version.clone());
     tokio::spawn(async move {
-        let _permit = task_ctx.tasks.permits.clone().acquire_owned().await.ok();
+        // A slot of the hosts worked on at once, of the Machine's namespace's share.
+        let _permit = task_ctx.tasks.permits.acquire(&ns).await;
         let outcome = run(&task_ctx, &inst, kkc.as_ref(), &v).await;
         match &outcome {
             Ok(m) => {

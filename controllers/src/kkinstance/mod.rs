@@ -467,7 +467,7 @@ mod tests {
 
     #[test]
     fn an_attempt_at_a_host_that_failed_to_connect_reports_the_failure_until_it_gets_past_connecting() {
-        let r = TaskRegistry::new(1);
+        let r = TaskRegistry::new(1, 1);
         assert_eq!(
             retry_report(Some(task::CONNECTING_STEP), r.retry("u").as_ref()),
             None,

@@ -12,6 +12,7 @@ use std::sync::{
     Arc, Mutex,
     atomic::{AtomicBool, Ordering},
 };
+use std::{future::Future, time::Duration};
 
 use capkk_api::{
     JournalRecord, KKInstance, KKInstanceStatus,
@@ -20,7 +21,10 @@ use capkk_api::{
         RESET_DONE_ANNOTATION, TOUCHED_ANNOTATION, UNREACHABLE_SINCE_ANNOTATION, conditions as cond, reasons,
     },
 };
-use capkk_service::journal::{Progress, StepRecord};
+use capkk_service::{
+    Result as ServiceResult,
+    journal::{Progress, StepRecord},
+};
 use k8s_openapi::jiff::Timestamp;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -199,9 +203,37 @@ impl Task {
 /// transient failure, an attempt at this step keeps reporting that failure (see `quiet_retry`).
 pub(crate) const CONNECTING_STEP: &str = "connecting";
 
+/// Runs one phase for at most `limit` (`--max-host-phase-duration`). Each command already has its own bound,
+/// but bootstrap data decides how many commands there are: without a bound on the phase, one KKInstance could
+/// keep its slot of host work for days. Past the bound the phase fails terminally (the retry annotation resumes
+/// it from the host's journal); dropping it closes its SSH channel.
+pub(crate) async fn bounded_phase<F>(
+    phase: Phase,
+    limit: Duration,
+    run: F,
+) -> Result<ServiceResult<()>, Failure>
+where
+    F: Future<Output = ServiceResult<()>>,
+{
+    tokio::time::timeout(limit, run)
+        .await
+        .map_err(|_| Failure::Terminal {
+            reason: reasons::COMMAND_FAILED,
+            message: format!(
+                "{} ran longer than {} s (--max-host-phase-duration); set the retry annotation to resume it",
+                phase.name(),
+                limit.as_secs()
+            ),
+        })
+}
+
 /// Provision the host, phase by phase, skipping phases recorded as completed.
 pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<AtomicBool>, retry: bool) {
-    let permit = ctx.tasks.permits.clone().acquire_owned().await;
+    let permit = ctx
+        .tasks
+        .permits
+        .acquire(&inst.namespace().unwrap_or_default())
+        .await;
     let mut t = Task::new(ctx.clone(), &inst);
     ctx.metrics.set_tasks_running(ctx.tasks.len() as i64);
     let phases = Phase::ALL;
@@ -291,8 +323,14 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
                 input: &input,
                 progress: &progress,
             };
-            let res = ctx.services.run(phase, host).await;
+            let res = bounded_phase(
+                phase,
+                ctx.settings.max_host_phase_duration,
+                ctx.services.run(phase, host),
+            )
+            .await;
             t.journal(progress.drain());
+            let res = res?;
             if let Some(f) = input.facts.lock().ok().and_then(|f| f.clone()) {
                 t.status.host_info = Some(capkk_api::HostInfo {
                     os: Some(f.os_id.clone()).filter(|s| !s.is_empty()),
@@ -363,7 +401,11 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
 /// Reset the host (kubeadm reset, capkk state, bootstrap files). On release, a host whose reset fails
 /// terminally is quarantined.
 pub(crate) async fn reset_task(ctx: Arc<Context>, inst: KKInstance, releasing: bool) {
-    let permit = ctx.tasks.permits.clone().acquire_owned().await;
+    let permit = ctx
+        .tasks
+        .permits
+        .acquire(&inst.namespace().unwrap_or_default())
+        .await;
     let mut t = Task::new(ctx.clone(), &inst);
     t.status.step = Some("reset".into());
     t.set(cond::DELETING, false, reasons::IN_PROGRESS, "resetting the host");
@@ -449,4 +491,38 @@ pub(crate) async fn reset_task(ctx: Arc<Context>, inst: KKInstance, releasing: b
     }
     drop(permit);
     t.done().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_phase_that_runs_past_the_bound_ends_terminally_and_frees_its_slot() {
+        let limit = Duration::from_secs(2 * 3600);
+        let started = tokio::time::Instant::now();
+        // Bootstrap data of endless commands, each under its own bound.
+        let endless = futures::future::pending::<ServiceResult<()>>();
+        match bounded_phase(Phase::Provisioning, limit, endless).await {
+            Err(Failure::Terminal { reason, message }) => {
+                assert_eq!(reason, reasons::COMMAND_FAILED);
+                assert!(
+                    message.contains("provisioning ran longer than 7200 s (--max-host-phase-duration)"),
+                    "{message}"
+                );
+            }
+            Err(Failure::Transient(m)) => panic!("expected a terminal failure, got a transient one: {m}"),
+            Ok(r) => panic!(
+                "expected a terminal failure, the phase returned (ok: {})",
+                r.is_ok()
+            ),
+        }
+        assert_eq!(started.elapsed(), limit);
+        // A phase within the bound returns its own result.
+        let quick = async { Ok(()) };
+        assert!(matches!(
+            bounded_phase(Phase::Bootstrap, limit, quick).await,
+            Ok(Ok(()))
+        ));
+    }
 }

@@ -1,5 +1,5 @@
 //! What wakes a KKInstance besides its own changes: its KKMachine's spec and deletion, its Cluster's spec
-//! (pause), its finished host work, and a changed Secret it reads (the Secret watch, [`crate::secrets`]).
+//! (pause), its finished host work, and a changed Secret it reads (the by-name Secret check, [`crate::secrets`]).
 
 use std::{future::Future, sync::Arc};
 

@@ -158,8 +158,12 @@ impl Progress for LogProgress {
 /// Run one attempt, then record its outcome and wake the KKRemediation.
 pub(crate) async fn attempt_task(ctx: Arc<Context>, spec: AttemptSpec) {
     let uid = spec.remediation.uid().unwrap_or_default();
-    // A slot of the hosts worked on at once; a closed semaphore (shutdown) just runs unbounded.
-    let _permit = ctx.tasks.permits.clone().acquire_owned().await.ok();
+    // A slot of the hosts worked on at once, of the remediation's namespace's share.
+    let _permit = ctx
+        .tasks
+        .permits
+        .acquire(&spec.remediation.namespace().unwrap_or_default())
+        .await;
     let outcome = run(&ctx, &spec).await;
     let (warning, note) = match &outcome {
         AttemptOutcome::Succeeded(m) => (false, m.clone()),

@@ -55,6 +55,17 @@ fn parse_allow(s: &str) -> Result<AllowEntry, String> {
     s.parse()
 }
 
+/// `--max-concurrent-hosts-per-namespace`'s default: the whole bound for a manager of one namespace, else
+/// three quarters of it (rounded down) and at least one slot less than the whole when it has more than one.
+pub(crate) fn default_hosts_per_namespace(max: usize, one_namespace: bool) -> usize {
+    let max = max.max(1);
+    if one_namespace || max == 1 {
+        max
+    } else {
+        (max * 3 / 4).clamp(1, max - 1)
+    }
+}
+
 /// Command-line flags of the manager.
 #[derive(Clone, Debug, Parser)]
 #[command(
@@ -138,9 +149,23 @@ pub struct Args {
     /// Hosts worked on at once (SSH host tasks).
     #[arg(long, env = "CAPKK_MAX_CONCURRENT_HOSTS", default_value_t = 10)]
     pub max_concurrent_hosts: usize,
+    /// Of --max-concurrent-hosts, at most this many for the hosts of one namespace, so that one tenant's long
+    /// runs cannot hold every slot [default: all of them with --namespace (one tenant), else three quarters,
+    /// leaving at least one slot to the other namespaces].
+    #[arg(long, env = "CAPKK_MAX_CONCURRENT_HOSTS_PER_NAMESPACE")]
+    pub max_concurrent_hosts_per_namespace: Option<usize>,
+    /// Bound on one phase of a host's work (bootstrap, container runtime, provisioning): every command has
+    /// its own bound, this bounds how many of them bootstrap data may chain while holding a slot. Past it the
+    /// phase fails terminally; the retry annotation resumes it from the host's journal.
+    #[arg(long, env = "CAPKK_MAX_HOST_PHASE_DURATION", default_value = "2h", value_parser = parse_duration)]
+    pub max_host_phase_duration: Duration,
     /// Hosts probed at once per KKCluster.
     #[arg(long, default_value_t = 8)]
     pub probe_concurrency: usize,
+    /// Read the metadata of each Secret a KKInstance names this often (one GET per Secret per interval, spread
+    /// over it): a changed Secret wakes its readers. The manager never lists or watches Secrets.
+    #[arg(long, env = "CAPKK_SECRET_POLL_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub secret_poll_interval: Duration,
     /// Re-probe the inventory this often.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub probe_interval: Duration,
@@ -161,6 +186,10 @@ pub struct Args {
     /// Largest artifact (binary, archive, ISO) a download may bring into the cache, in bytes.
     #[arg(long, env = "CAPKK_MAX_ARTIFACT_BYTES", default_value_t = capkk_service::binary::cache::DEFAULT_MAX_ARTIFACT_BYTES)]
     pub max_artifact_bytes: u64,
+    /// Bound on the whole artifact cache in bytes, downloads in progress included: the least recently used
+    /// artifacts are evicted to make room (keep it below the cache volume's size; config/manager's is 4 GiB).
+    #[arg(long, env = "CAPKK_MAX_CACHE_BYTES", default_value_t = capkk_service::binary::cache::DEFAULT_MAX_CACHE_BYTES)]
+    pub max_cache_bytes: u64,
     /// Ranges controller-side downloads never connect to: the management cluster's Service and Pod ranges
     /// (repeat the flag or separate by commas; an empty value clears the list) [default: 10.96.0.0/12,
     /// 10.244.0.0/16: kubeadm's Service and kind's Pod defaults]. Loopback, link-local (cloud metadata),
@@ -181,7 +210,8 @@ pub struct Args {
     /// Let controller-side downloads reach loopback addresses (a mirror in the manager's own Pod).
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub download_allow_loopback: bool,
-    /// The only directory `privateKeyPath` keys may be read from; unset or empty (default) refuses
+    /// The directory `privateKeyPath` keys are read from, one subdirectory per namespace
+    /// (`<dir>/<namespace>/`: a namespace cannot name another's key); unset or empty (default) refuses
     /// `privateKeyPath` (a path in a tenant's object must not read the manager's files).
     #[arg(long, env = "CAPKK_PRIVATE_KEY_DIR")]
     pub private_key_dir: Option<PathBuf>,
@@ -396,6 +426,15 @@ pub(super) fn parse_bind(s: &str) -> anyhow::Result<Option<SocketAddr>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_namespace_gets_three_quarters_of_the_host_slots_unless_the_manager_serves_only_it() {
+        assert_eq!(default_hosts_per_namespace(10, false), 7);
+        assert_eq!(default_hosts_per_namespace(4, false), 3);
+        assert_eq!(default_hosts_per_namespace(2, false), 1);
+        assert_eq!(default_hosts_per_namespace(1, false), 1);
+        assert_eq!(default_hosts_per_namespace(10, true), 10);
+    }
 
     #[test]
     fn bind_addresses() {

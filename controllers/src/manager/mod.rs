@@ -140,7 +140,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let settings = Settings {
         watch_filter: Some(args.watch_filter.clone()).filter(|s| !s.is_empty()),
         max_concurrent_hosts: args.max_concurrent_hosts,
+        max_concurrent_hosts_per_namespace: args.max_concurrent_hosts_per_namespace.unwrap_or_else(|| {
+            args::default_hosts_per_namespace(args.max_concurrent_hosts, args.namespace.is_some())
+        }),
         probe_concurrency: args.probe_concurrency,
+        max_host_phase_duration: args.max_host_phase_duration,
         probe_interval: args.probe_interval,
         quarantine_after: args.quarantine_after,
         sync_period: args.sync_period,
@@ -151,6 +155,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let services = ServiceLayer::new(&args.artifact_cache_dir)
         .with_context(|| format!("artifact cache {}", args.artifact_cache_dir.display()))?;
     services.cache().set_max_artifact_bytes(args.max_artifact_bytes);
+    services.cache().set_max_cache_bytes(args.max_cache_bytes);
     let policy = args.download_policy();
     info!(
         deny = ?policy.deny.iter().map(ToString::to_string).collect::<Vec<_>>(),
@@ -209,9 +214,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         kkremediation::watches::controller(&mut watches, &client, ns.as_deref(), remediation_rx, ctx.clone());
     // The watches; they run until the controllers stop.
     let watches = watches.run(&client, ns.as_deref(), ctx.settings.watch_filter.as_deref());
-    // A changed Secret wakes the KKInstances that read it (metadata only; see secrets.rs). It ends with the
-    // controllers (shutdown or lost leadership drop this future).
-    let secret_watch = crate::secrets::watch(client.clone(), ns.clone(), ctx.clone());
+    // A changed Secret wakes the KKInstances that read it (metadata GETs by name; see secrets.rs). It ends with
+    // the controllers (shutdown or lost leadership drop this future).
+    let secret_watch = crate::secrets::poll(
+        client.clone(),
+        ctx.clone(),
+        args.secret_poll_interval.max(Duration::from_secs(1)),
+    );
     // After SIGTERM the controllers drain their in-flight reconciles, but only for SHUTDOWN_GRACE: a container
     // runtime kills after 10 s (podman) or 30 s (a Pod's default), and a drain with many objects to reconcile
     // can take longer than that (docs/benchmarks.md). Stopping mid-reconcile is safe: status is applied whole,

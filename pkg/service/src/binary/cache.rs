@@ -7,7 +7,12 @@
 //! The cache can only address files under its root: every digest it is given must be exactly 64 hex digits
 //! ([`check_sha256`]) before it becomes part of a path, whatever the caller validated before. Downloads are
 //! capped while they stream ([`ArtifactCache::max_artifact_bytes`], checksum files at 1 MiB), so one object
-//! naming a huge or endless URL cannot fill the controller's memory or disk.
+//! naming a huge or endless URL cannot fill the controller's memory or disk. The whole cache is bounded too
+//! ([`ArtifactCache::max_cache_bytes`]): a download that would pass the bound first evicts the artifacts used
+//! least recently (a hit refreshes a file's modification time), never one used in the last
+//! [`IN_USE_GRACE`] (a host may still be uploading it), and fails when that does not make room. So tenants
+//! naming many large artifacts cannot fill the cache volume (an `emptyDir` over its `sizeLimit` gets the
+//! manager's Pod evicted).
 //!
 //! Every download is checked against the [`DownloadPolicy`] first and connects only to the addresses that
 //! check passed (see [`super::policy`]); a redirect is followed only to the same host, so it is pinned the
@@ -35,6 +40,11 @@ use crate::{Error, Result};
 const CHECKSUM_FILE_LIMIT: usize = 1024 * 1024;
 /// Default largest artifact accepted (an ISO of OS packages is the largest kind).
 pub const DEFAULT_MAX_ARTIFACT_BYTES: u64 = 4 << 30;
+/// Default bound on the whole cache, downloads in progress included: below the 4 GiB `sizeLimit` of the
+/// manager's cache volume (config/manager), whose excess would get the Pod evicted.
+pub const DEFAULT_MAX_CACHE_BYTES: u64 = 3584 << 20;
+/// An artifact fetched this recently is not evicted: a host may still be uploading it.
+pub const IN_USE_GRACE: Duration = Duration::from_secs(10 * 60);
 
 /// `sha256` lower-cased when it is exactly 64 hex digits, else [`Error::InvalidInput`]: a digest names a file
 /// in the cache and on the host, so anything else (a path, `..`, an empty string) is refused.
@@ -71,6 +81,9 @@ pub struct ArtifactCache {
     policy: Mutex<Arc<DownloadPolicy>>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     max_artifact_bytes: AtomicU64,
+    max_cache_bytes: AtomicU64,
+    /// Bytes of the cached files plus those of downloads in progress.
+    used: Mutex<u64>,
     downloads: AtomicU64,
     bytes_downloaded: AtomicU64,
 }
@@ -127,11 +140,23 @@ impl ArtifactCache {
         for d in [root.join("sha256"), root.join("tmp")] {
             std::fs::create_dir_all(&d).map_err(|e| local_io(&d, e))?;
         }
+        // Partial downloads left by an earlier process are garbage. Only stale ones are removed: another
+        // process may share the directory (two managers of a test, a standby replica) and still be writing its
+        // own, which stay fresh while they stream.
+        let now = std::time::SystemTime::now();
+        for f in cached_files(&root.join("tmp")) {
+            if now.duration_since(f.modified).is_ok_and(|age| age > IN_USE_GRACE) {
+                let _ = std::fs::remove_file(&f.path);
+            }
+        }
+        let used = cached_files(&root.join("sha256")).iter().map(|f| f.size).sum();
         Ok(Self {
             root,
             policy: Mutex::new(Arc::default()),
             locks: Mutex::new(HashMap::new()),
             max_artifact_bytes: AtomicU64::new(DEFAULT_MAX_ARTIFACT_BYTES),
+            max_cache_bytes: AtomicU64::new(DEFAULT_MAX_CACHE_BYTES),
+            used: Mutex::new(used),
             downloads: AtomicU64::new(0),
             bytes_downloaded: AtomicU64::new(0),
         })
@@ -213,6 +238,63 @@ impl ArtifactCache {
         self.bytes_downloaded.load(Ordering::Relaxed)
     }
 
+    /// The bound on the whole cache (default [`DEFAULT_MAX_CACHE_BYTES`]).
+    pub fn max_cache_bytes(&self) -> u64 {
+        self.max_cache_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Change the bound on the whole cache (the controller's `--max-cache-bytes`).
+    pub fn set_max_cache_bytes(&self, limit: u64) {
+        self.max_cache_bytes.store(limit.max(1), Ordering::Relaxed);
+    }
+
+    /// Bytes the cache holds now, downloads in progress included.
+    pub fn used_bytes(&self) -> u64 {
+        *self.used.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts `n` more bytes against the cache's bound, evicting the least recently used artifacts not in use
+    /// when they would not fit; the error says why there is no room.
+    fn reserve(&self, n: u64) -> std::result::Result<(), String> {
+        let max = self.max_cache_bytes();
+        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        if used.saturating_add(n) > max {
+            let mut files = cached_files(&self.root.join("sha256"));
+            files.sort_by_key(|f| f.modified);
+            let now = std::time::SystemTime::now();
+            for f in files {
+                if used.saturating_add(n) <= max {
+                    break;
+                }
+                let recent = now
+                    .duration_since(f.modified)
+                    .map_or(true, |age| age < IN_USE_GRACE);
+                if recent {
+                    continue;
+                }
+                if std::fs::remove_file(&f.path).is_ok() {
+                    debug!(path = %f.path.display(), size = f.size, "evicted from the artifact cache");
+                    *used = used.saturating_sub(f.size);
+                }
+            }
+        }
+        if used.saturating_add(n) > max {
+            return Err(format!(
+                "the artifact cache is full ({max} bytes, --max-cache-bytes; the artifacts in it were used in the \
+                 last {} minutes)",
+                IN_USE_GRACE.as_secs() / 60
+            ));
+        }
+        *used += n;
+        Ok(())
+    }
+
+    /// Gives back `n` bytes counted by [`ArtifactCache::reserve`] (a discarded download).
+    fn release(&self, n: u64) {
+        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        *used = used.saturating_sub(n);
+    }
+
     fn lock_for(&self, sha256: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
         locks.entry(sha256.to_owned()).or_default().clone()
@@ -225,43 +307,56 @@ impl ArtifactCache {
     pub async fn fetch(&self, url: &str, field: &str, sha256: &str, artifact: &str) -> Result<PathBuf> {
         let sha256 = check_sha256(&format!("checksum of {artifact}"), sha256)?;
         let dest = self.path_for(&sha256)?;
-        if dest.is_file() {
+        if touch(&dest) {
             return Ok(dest);
         }
         let lock = self.lock_for(&sha256);
         let _guard = lock.lock().await;
-        if dest.is_file() {
+        if touch(&dest) {
             return Ok(dest);
         }
         let tmp = self
             .root
             .join("tmp")
             .join(format!("{sha256}.{}.{}", std::process::id(), rand_suffix()));
-        let result = self.download_to(url, field, &tmp).await;
+        let mut reserved = 0u64;
+        let result = self.download_to(url, field, &tmp, &mut reserved).await;
         let (actual, size) = match result {
             Ok(v) => v,
             Err(e) => {
                 let _ = tokio::fs::remove_file(&tmp).await;
+                self.release(reserved);
                 return Err(e);
             }
         };
         if actual != sha256 {
             let _ = tokio::fs::remove_file(&tmp).await;
+            self.release(reserved);
             return Err(Error::ChecksumMismatch {
                 artifact: format!("{artifact} from {}", strip_userinfo(url)),
                 expected: sha256,
             });
         }
-        tokio::fs::rename(&tmp, &dest)
-            .await
-            .map_err(|e| local_io(&dest, e))?;
+        if let Err(e) = tokio::fs::rename(&tmp, &dest).await {
+            let _ = tokio::fs::remove_file(&tmp).await;
+            self.release(reserved);
+            return Err(local_io(&dest, e));
+        }
         self.downloads.fetch_add(1, Ordering::Relaxed);
         self.bytes_downloaded.fetch_add(size, Ordering::Relaxed);
         debug!(size, "cached");
         Ok(dest)
     }
 
-    async fn download_to(&self, url: &str, field: &str, tmp: &Path) -> Result<(String, u64)> {
+    /// Streams `url` into `tmp`, counting each chunk against the cache's bound in `reserved` (which the
+    /// caller gives back when it discards the file).
+    async fn download_to(
+        &self,
+        url: &str,
+        field: &str,
+        tmp: &Path,
+        reserved: &mut u64,
+    ) -> Result<(String, u64)> {
         let dl = |message: String| Error::Download {
             url: strip_userinfo(url),
             message,
@@ -293,6 +388,8 @@ impl ArtifactCache {
                     "the artifact is larger than the limit of {limit} bytes (--max-artifact-bytes)"
                 )));
             }
+            self.reserve(chunk.len() as u64).map_err(dl)?;
+            *reserved += chunk.len() as u64;
             hasher.update(&chunk);
             file.write_all(&chunk).await.map_err(|e| local_io(tmp, e))?;
         }
@@ -351,6 +448,40 @@ fn without_url(e: &reqwest::Error) -> String {
         source = s.source();
     }
     text
+}
+
+/// A file of the cache: what eviction needs to know.
+struct Cached {
+    path: PathBuf,
+    size: u64,
+    modified: std::time::SystemTime,
+}
+
+/// The regular files directly under `dir`.
+fn cached_files(dir: &Path) -> Vec<Cached> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let meta = e.metadata().ok().filter(std::fs::Metadata::is_file)?;
+            Some(Cached {
+                path: e.path(),
+                size: meta.len(),
+                modified: meta.modified().unwrap_or(std::time::UNIX_EPOCH),
+            })
+        })
+        .collect()
+}
+
+/// Whether `path` is a cached file; if so, marks it used now (eviction takes the least recently used).
+fn touch(path: &Path) -> bool {
+    let Ok(file) = std::fs::File::options().append(true).open(path) else {
+        return false;
+    };
+    let _ = file.set_modified(std::time::SystemTime::now());
+    file.metadata().is_ok_and(|m| m.is_file())
 }
 
 fn rand_suffix() -> u64 {
@@ -755,6 +886,69 @@ mod tests {
             // file is removed either way.
             assert!(kept.is_empty(), "Content-Length {length}: left on disk: {kept:?}");
         }
+    }
+
+    /// Marks the cached file of `digest` as last used `ago` in the past.
+    fn age(cache: &ArtifactCache, digest: &str, ago: Duration) {
+        let f = std::fs::File::options()
+            .append(true)
+            .open(cache.path_for(digest).unwrap())
+            .unwrap();
+        f.set_modified(std::time::SystemTime::now() - ago).unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_cache_stays_under_its_bound_evicting_the_least_recently_used_artifacts_but_never_one_in_use()
+    {
+        let bodies: Vec<Vec<u8>> = (0..4u8).map(|i| vec![b'a' + i; 40 * 1024]).collect();
+        let digests: Vec<String> = bodies.iter().map(|b| hex::encode(Sha256::digest(b))).collect();
+        let mut urls = Vec::new();
+        for b in &bodies {
+            urls.push(serve(b.clone(), false).await);
+        }
+        let (_dir, cache) = loopback_cache("capkk-cache-total");
+        cache.set_max_cache_bytes(100 * 1024);
+        let fetch = |i: usize| cache.fetch(&urls[i], FIELD, &digests[i], "kubeadm");
+        fetch(0).await.unwrap();
+        fetch(1).await.unwrap();
+        // Both are in use (fetched moments ago): a third does not fit and nothing is evicted.
+        let err = fetch(2).await.expect_err("no room while both are in use");
+        assert!(
+            err.to_string()
+                .contains("the artifact cache is full (102400 bytes, --max-cache-bytes"),
+            "{err}"
+        );
+        assert_eq!(
+            cache.used_bytes(),
+            80 * 1024,
+            "the discarded download gave its bytes back"
+        );
+        assert!(files_under(&cache.root().join("tmp")).is_empty());
+        // Later: 0 was used an hour ago, 1 half an hour ago; 1 is hit again now.
+        age(&cache, &digests[0], Duration::from_secs(3600));
+        age(&cache, &digests[1], Duration::from_secs(1800));
+        fetch(2)
+            .await
+            .expect("0, the least recently used, is evicted to make room");
+        assert!(!cache.path_for(&digests[0]).unwrap().exists());
+        assert!(cache.path_for(&digests[1]).unwrap().exists());
+        age(&cache, &digests[1], Duration::from_secs(1800));
+        age(&cache, &digests[2], Duration::from_secs(3600));
+        fetch(1).await.expect("a hit refreshes 1");
+        fetch(3)
+            .await
+            .expect("2, now the least recently used, is evicted");
+        assert!(!cache.path_for(&digests[2]).unwrap().exists());
+        let on_disk: u64 = files_under(&cache.root().join("sha256"))
+            .iter()
+            .map(|p| std::fs::metadata(p).unwrap().len())
+            .sum();
+        assert_eq!(on_disk, 80 * 1024);
+        assert_eq!(cache.used_bytes(), on_disk);
+        assert!(on_disk <= cache.max_cache_bytes());
+        // A new process counts what is already there.
+        let again = ArtifactCache::new(cache.root()).unwrap();
+        assert_eq!(again.used_bytes(), on_disk);
     }
 
     #[test]
