@@ -91,8 +91,9 @@ type Seen = HashMap<(String, String), Option<String>>;
 enum Change {
     /// Read before with the same result, or gone (a deleted Secret fixes nothing).
     None,
-    /// Read for the first time, and it exists: only a reader still failed for want of credentials is woken
-    /// (it may have failed a moment before the Secret was created); every other reader reconciled at start.
+    /// Read for the first time, and it exists: only the readers still waiting for it are woken, those failed
+    /// for want of credentials or with a retry pending after a transient failure (either may have failed a
+    /// moment before the Secret was created); every other reader reconciled at start.
     First,
     /// Created after a read found it missing, or updated.
     Changed,
@@ -169,9 +170,16 @@ pub(crate) async fn poll(client: Client, ctx: Arc<Context>, interval: Duration) 
     }
 }
 
-/// Wakes the KKInstances that read `ns/name` (see the module docs for what that does); with
-/// `only_credentials_failed`, only those whose host work failed for want of credentials.
-async fn wake(ctx: &Arc<Context>, ns: &str, name: &str, only_credentials_failed: bool) {
+/// Whether a reader of a Secret is woken: on any change, yes; on the first read of the Secret, only a reader
+/// still waiting for it (host work failed for want of credentials, or a retry pending after a transient
+/// failure), so that the first round after a start does not reconcile every KKInstance again.
+fn wakes(first_read: bool, credentials_failed: bool, retry_pending: bool) -> bool {
+    !first_read || credentials_failed || retry_pending
+}
+
+/// Wakes the KKInstances that read `ns/name` (see the module docs for what that does); on the `first_read`
+/// of the Secret, only those still waiting for it ([`wakes`]).
+async fn wake(ctx: &Arc<Context>, ns: &str, name: &str, first_read: bool) {
     let instances = ctx.stores.instances.state();
     let clusters = ctx.stores.clusters.clone();
     let hits = referencing(ns, name, &instances, |c| {
@@ -180,10 +188,10 @@ async fn wake(ctx: &Arc<Context>, ns: &str, name: &str, only_credentials_failed:
     for inst in hits {
         let credentials_failed = inst.annotations().get(FAILED_ANNOTATION).map(String::as_str)
             == Some(reasons::CREDENTIALS_UNAVAILABLE);
-        if only_credentials_failed && !credentials_failed {
+        let uid = inst.uid().unwrap_or_default();
+        if !wakes(first_read, credentials_failed, ctx.tasks.retry(&uid).is_some()) {
             continue;
         }
-        let uid = inst.uid().unwrap_or_default();
         ctx.tasks.retry_now(&uid);
         if credentials_failed && !inst.annotations().contains_key(RETRY_ANNOTATION) {
             info!(kkinstance = %inst.name_any(), secret = %name, "Secret changed: retrying the host work that found no credentials");
@@ -288,7 +296,21 @@ mod tests {
     }
 
     #[test]
-    fn a_secret_read_first_wakes_only_credential_failures_and_later_changes_wake_once() {
+    fn the_first_read_of_a_secret_wakes_only_the_readers_still_waiting_for_it_and_a_change_wakes_all() {
+        assert!(wakes(true, true, false), "failed for want of credentials");
+        assert!(
+            wakes(true, false, true),
+            "a retry pending after a transient failure"
+        );
+        assert!(
+            !wakes(true, false, false),
+            "nothing to wait for: reconciled at start"
+        );
+        assert!(wakes(false, false, false), "changed: every reader");
+    }
+
+    #[test]
+    fn the_first_read_of_a_secret_is_told_apart_from_a_change_and_each_change_counts_once() {
         let mut seen = Seen::new();
         let rv = |v: &str| Some(v.to_owned());
         assert_eq!(observe(&mut seen, key("a"), rv("1")), Change::First);
