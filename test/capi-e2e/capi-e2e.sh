@@ -9,6 +9,11 @@
 #                                        REAL_TO=clusterctl_init, REAL_EXTRA_VMS=2): its VM cluster, where clusterctl
 #                                        init installed every provider, is the bootstrap cluster; the fleet's VMs in no
 #                                        cluster are the spec clusters' hosts; "tcg" flavor; both specs
+#                          plane:NAME    a kept `test/vm/real.sh clusterctl` run stopped before its own cluster
+#                                        (REAL_NAME=NAME REAL_KEEP=1 REAL_TO=serve_up REAL_VMS=2
+#                                        MANAGER_ALL_NAMESPACES=1): the local plane, with CAPI's controllers and ours
+#                                        as processes, is the bootstrap cluster; VM 1 and VM 2 are the hosts; "tcg"
+#                                        flavor, SelfHostedSpec on one untainted control-plane node ("tcg-single")
 #
 # Environment: CAPI_E2E_FOCUS (a Ginkgo focus regexp, default per mode), CAPI_E2E_OUT (default target/capi-e2e/NAME:
 # artifacts, the clusterctl configuration, the flavor), CAPI_E2E_ARGS (more arguments for the binary), VERSION.
@@ -144,23 +149,116 @@ PY
   export CAPI_E2E_REGISTRY_USER=$REGISTRY_USER CAPI_E2E_REGISTRY_PASSWORD=$REGISTRY_PASSWORD
   export CAPI_E2E_KUBECONFIG=$work/workload.kubeconfig CAPI_E2E_FLAVOR=tcg
   # The clusterctl configuration of `make e2e-clusterctl` (the same registry, so SelfHostedSpec's clusterctl init
-  # pulls what the management cluster's did), written afresh into OUT, plus the tcg flavor in our repository.
-  "$ROOT/test/clusterctl/config.sh" "$NODE_REGISTRY" "$OUT/clusterctl" "$VERSION" >/dev/null
-  CCONF=$OUT/clusterctl/clusterctl.yaml
-  # shellcheck disable=SC2016 # the ${...} are the flavor's template variables, for clusterctl to fill
-  python3 "$ROOT/test/vm/tcg-knobs.py" "$ROOT/templates/cluster-template.yaml" \
-    "$OUT/clusterctl/infrastructure-kubekey/$VERSION/cluster-template-tcg.yaml" \
-    --registry '${NODE_REGISTRY}' --registry-secret capi-e2e-registry \
-    --containerd '${CONTAINERD_VERSION}' --runc '${RUNC_VERSION}' --crictl '${CRICTL_VERSION}' \
-    --pause '${NODE_REGISTRY}/pause:${PAUSE_VERSION}' --pod-cidr '${CP_POD_CIDR}' --worker-pod-cidr '${WORKER_POD_CIDR}' \
-    --cp-routes '${WORKER_POD_CIDR}=${WORKER_ADDRESS}' --worker-routes '${CP_POD_CIDR}=${CP_ADDRESS}' --addons-after-init
+  # pulls what the management cluster's did), written afresh into OUT, plus the tcg flavors in our repository.
+  tcg_repository
   FOCUS=${CAPI_E2E_FOCUS:-QuickStart|SelfHosted}
   log "real:$name: bootstrap cluster = its VM cluster ($CAPI_E2E_KUBECONFIG), hosts $CP_ADDRESS (control plane) and $WORKER_ADDRESS (worker), registry $NODE_REGISTRY, tcg flavor"
 }
 
+# The tcg flavor (and tcg-single: the same, the control-plane node untainted) in our repository under OUT, with
+# the values left as template variables; CAPI's providers from TCG copies (tcg-providers.py).
+tcg_repository() {
+  "$ROOT/test/clusterctl/config.sh" "$NODE_REGISTRY" "$OUT/clusterctl" "$VERSION" >/dev/null
+  CCONF=$OUT/clusterctl/clusterctl.yaml
+  python3 "$HERE/tcg-providers.py" "$CCONF" "$OUT/clusterctl/capi-tcg"
+  local extra flavor
+  for flavor in tcg tcg-single; do
+    extra=()
+    [ "$flavor" = tcg ] || extra=(--untainted-control-plane)
+    # shellcheck disable=SC2016 # the ${...} are the flavor's template variables, for clusterctl to fill
+    python3 "$ROOT/test/vm/tcg-knobs.py" "$ROOT/templates/cluster-template.yaml" \
+      "$OUT/clusterctl/infrastructure-kubekey/$VERSION/cluster-template-$flavor.yaml" \
+      --registry '${NODE_REGISTRY}' --registry-secret capi-e2e-registry \
+      --containerd '${CONTAINERD_VERSION}' --runc '${RUNC_VERSION}' --crictl '${CRICTL_VERSION}' \
+      --pause '${NODE_REGISTRY}/pause:${PAUSE_VERSION}' --pod-cidr '${CP_POD_CIDR}' --worker-pod-cidr '${WORKER_POD_CIDR}' \
+      --cp-routes '${WORKER_POD_CIDR}=${WORKER_ADDRESS}' --worker-routes '${CP_POD_CIDR}=${CP_ADDRESS}' \
+      --addons-after-init "${extra[@]}"
+  done
+}
+
+# plane:NAME: a kept run of test/vm/real.sh stopped at serve_up: the local plane is the bootstrap cluster (CAPI's
+# controllers and ours run there as processes, ours watching every namespace), VMs 1 and 2 of its fleet the hosts.
+from_plane() {
+  local name=$1 work=${REAL_WORK:-$ROOT/target/real/$1} state=/tmp/capkk-sandbox/$1/state.json f
+  for f in "$state" "$work/serve/serve.env" "$work/serve/registry.cred" "$work/serve/component.yaml"; do
+    [ -s "$f" ] || die "no $f: keep a run first (see test/capi-e2e/README.md: REAL_NAME=$name REAL_KEEP=1 REAL_TO=serve_up REAL_VMS=2 MANAGER_ALL_NAMESPACES=1 make e2e-clusterctl)"
+  done
+  # shellcheck disable=SC1091
+  source "$CAPKK_CACHE/node-artifacts/current.env"
+  # shellcheck disable=SC1091
+  source "$work/serve/serve.env"
+  # shellcheck disable=SC1091
+  source "$work/serve/registry.cred"
+  local hosts
+  hosts=$(python3 - "$state" <<'PY'
+import json, sys
+state = json.load(open(sys.argv[1]))
+if len(state["vms"]) < 2:
+    sys.exit(f"the fleet has {len(state['vms'])} VM(s); the specs need 2 (REAL_VMS=2)")
+cp, w = state["vms"][0], state["vms"][1]
+inst = lambda v, role: {"name": v["name"], "address": v["address"], "roles": [role], "hostKeys": [v["host_key_fingerprint"]]}
+print("KUBEKEY_INSTANCES=" + json.dumps(json.dumps([inst(cp, "control-plane"), inst(w, "worker")])))
+print("CP_ADDRESS=" + cp["address"])
+print("WORKER_ADDRESS=" + w["address"])
+print("CAPI_E2E_SSH_KEY_FILE=" + state["private_key"])
+PY
+  ) || die "cannot choose the spec clusters' hosts from $state"
+  set -a
+  eval "$hosts"
+  set +a
+  KUBEKEY_COMPONENT=$(<"$work/serve/component.yaml")
+  export KUBEKEY_COMPONENT
+  export KUBERNETES_VERSION=$KUBE_VERSION NODE_REGISTRY CONTAINERD_VERSION RUNC_VERSION CRICTL_VERSION PAUSE_VERSION
+  export POD_CIDR=10.244.0.0/24 SERVICE_CIDR=10.96.0.0/24 CP_POD_CIDR=10.244.0.0/26 WORKER_POD_CIDR=10.244.0.64/26
+  export CAPI_E2E_REGISTRY_USER=$REGISTRY_USER CAPI_E2E_REGISTRY_PASSWORD=$REGISTRY_PASSWORD
+  export CAPI_E2E_KUBECONFIG=${CAPKK_MGMT_DIR:-$CAPKK_CACHE/mgmt}/kubeconfig CAPI_E2E_FLAVOR=tcg
+  export CAPI_E2E_SELF_HOSTED_FLAVOR=${CAPI_E2E_SELF_HOSTED_FLAVOR-tcg-single}
+  export CAPI_E2E_SELF_HOSTED_WORKERS=${CAPI_E2E_SELF_HOSTED_WORKERS-0}
+  tcg_repository
+  plane_for_move
+  FOCUS=${CAPI_E2E_FOCUS:-QuickStart|SelfHosted}
+  log "plane:$name: bootstrap cluster = the local plane ($CAPI_E2E_KUBECONFIG), hosts $CP_ADDRESS (control plane) and $WORKER_ADDRESS (worker), registry $NODE_REGISTRY, tcg flavor; SelfHosted: flavor '$CAPI_E2E_SELF_HOSTED_FLAVOR', $CAPI_E2E_SELF_HOSTED_WORKERS worker(s)"
+}
+
+# What `clusterctl init` would have left on the local plane, whose providers run as processes: the label by which
+# clusterctl move finds the CRDs to move, and the provider inventory (clusterctl move checks that its target runs
+# every provider of the source, at the same version or later: the move back of SelfHostedSpec needs it here).
+plane_for_move() {
+  local crd capi_src
+  for crd in $(kubectl --kubeconfig "$CAPI_E2E_KUBECONFIG" get crd -o name | grep -E '\.cluster\.x-k8s\.io$' | grep -v '\.clusterctl\.cluster\.x-k8s\.io$'); do
+    kubectl --kubeconfig "$CAPI_E2E_KUBECONFIG" label --overwrite "$crd" clusterctl.cluster.x-k8s.io= >/dev/null
+  done
+  # shellcheck disable=SC1091
+  source "$CAPKK_CACHE/clusterctl/current.env"
+  capi_src=$(cd "$HERE" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)
+  [ -f "$capi_src/cmd/clusterctl/config/manifest/clusterctl-api.yaml" ] || die "no clusterctl-api.yaml in $capi_src"
+  kubectl --kubeconfig "$CAPI_E2E_KUBECONFIG" apply --server-side --force-conflicts \
+    -f "$capi_src/cmd/clusterctl/config/manifest/clusterctl-api.yaml" >/dev/null
+  kubectl --kubeconfig "$CAPI_E2E_KUBECONFIG" wait --for condition=established --timeout=60s \
+    crd/providers.clusterctl.cluster.x-k8s.io >/dev/null
+  # shellcheck disable=SC2153 # CAPI_VERSION: from current.env
+  python3 - "$CAPI_VERSION" "$VERSION" <<'PY' | kubectl --kubeconfig "$CAPI_E2E_KUBECONFIG" apply --server-side --force-conflicts -f - >/dev/null
+import json, sys
+capi, ours = sys.argv[1], sys.argv[2]
+rows = [("cluster-api", "capi-system", "cluster-api", "CoreProvider", capi),
+        ("bootstrap-kubeadm", "capi-kubeadm-bootstrap-system", "kubeadm", "BootstrapProvider", capi),
+        ("control-plane-kubeadm", "capi-kubeadm-control-plane-system", "kubeadm", "ControlPlaneProvider", capi),
+        ("infrastructure-kubekey", "capkk-system", "kubekey", "InfrastructureProvider", ours)]
+items = []
+for name, ns, provider, kind, version in rows:
+    items.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    items.append({"apiVersion": "clusterctl.cluster.x-k8s.io/v1alpha3", "kind": "Provider",
+                  "metadata": {"name": name, "namespace": ns, "labels": {
+                      "clusterctl.cluster.x-k8s.io": "", "clusterctl.cluster.x-k8s.io/core": "inventory",
+                      "cluster.x-k8s.io/provider": name}},
+                  "providerName": provider, "type": kind, "version": version})
+print(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+PY
+}
+
 run() {
   local bin from=${CAPI_E2E_FROM:-} name rc=0 t0
-  [ -n "$from" ] || die "set CAPI_E2E_FROM=sandbox:NAME or real:NAME (see test/capi-e2e/README.md)"
+  [ -n "$from" ] || die "set CAPI_E2E_FROM=sandbox:NAME, real:NAME or plane:NAME (see test/capi-e2e/README.md)"
   name=${from#*:}
   OUT=${CAPI_E2E_OUT:-$ROOT/target/capi-e2e/$name}
   mkdir -p "$OUT"
@@ -170,7 +268,8 @@ run() {
   case $from in
     sandbox:?*) from_sandbox "$name" ;;
     real:?*) from_real "$name" ;;
-    *) die "CAPI_E2E_FROM=$from: expected sandbox:NAME or real:NAME" ;;
+    plane:?*) from_plane "$name" ;;
+    *) die "CAPI_E2E_FROM=$from: expected sandbox:NAME, real:NAME or plane:NAME" ;;
   esac
   local artifacts
   artifacts=$OUT/artifacts-$(date +%Y%m%d-%H%M%S)

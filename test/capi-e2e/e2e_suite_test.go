@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -48,6 +49,11 @@ const (
 	envRegistryPassword = "CAPI_E2E_REGISTRY_PASSWORD"
 	// envFlavor selects the cluster template flavor ("" = the default template, "tcg" = the VM flavor).
 	envFlavor = "CAPI_E2E_FLAVOR"
+	// envSelfHostedFlavor and envSelfHostedWorkers: SelfHostedSpec's flavor (default: envFlavor's) and worker
+	// count (default 1). On two TCG cores the cluster that becomes a management cluster fits as one untainted
+	// control-plane node running every provider's Pod (the shape make e2e-clusterctl measured).
+	envSelfHostedFlavor  = "CAPI_E2E_SELF_HOSTED_FLAVOR"
+	envSelfHostedWorkers = "CAPI_E2E_SELF_HOSTED_WORKERS"
 	// envIntervalMax caps every interval's timeout (a Go duration): the config's are for TCG VMs, sandbox hosts
 	// answer in seconds and a spec that cannot pass there should fail in minutes, not hours.
 	envIntervalMax = "CAPI_E2E_INTERVAL_MAX"
@@ -270,6 +276,26 @@ func infrastructureProvider() string { return "kubekey:" + e2eConfig.MustGetVari
 
 // flavor: the cluster template flavor of every spec ("" is clusterctl's default template).
 func flavor() string { return os.Getenv(envFlavor) }
+
+// selfHostedFlavor: SelfHostedSpec's flavor, envSelfHostedFlavor when set, else every spec's.
+func selfHostedFlavor() string {
+	if f, ok := os.LookupEnv(envSelfHostedFlavor); ok {
+		return f
+	}
+	return flavor()
+}
+
+// selfHostedWorkers: SelfHostedSpec's worker count, envSelfHostedWorkers when set (a bad value fails the spec).
+func selfHostedWorkers() int64 {
+	v, ok := os.LookupEnv(envSelfHostedWorkers)
+	if !ok {
+		return 1
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	Expect(err).NotTo(HaveOccurred(), "%s=%q: a worker count", envSelfHostedWorkers, v)
+	Expect(n).To(BeNumerically(">=", 0), "%s=%q: a worker count", envSelfHostedWorkers, v)
+	return n
+}
 
 // Byf is By with a format.
 func Byf(format string, a ...interface{}) { By(fmt.Sprintf(format, a...)) }

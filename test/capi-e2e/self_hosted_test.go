@@ -20,10 +20,10 @@ var _ = Describe("When testing Cluster API working on self-hosted clusters [Self
 			ArtifactFolder:           artifactFolder,
 			SkipCleanup:              skipCleanup,
 			InfrastructureProvider:   ptr.To(infrastructureProvider()),
-			Flavor:                   flavor(),
+			Flavor:                   selfHostedFlavor(),
 			SkipUpgrade:              true,
 			ControlPlaneMachineCount: ptr.To[int64](1),
-			WorkerMachineCount:       ptr.To[int64](1),
+			WorkerMachineCount:       ptr.To(selfHostedWorkers()),
 			PostNamespaceCreated:     createHostSecrets,
 		}
 	})

@@ -201,6 +201,21 @@ vms_up() {
   check "VM 1 answers over SSH with the pinned host key" vmsh 1 true
 }
 
+# KKCluster spec.component for this run: the bridge mirror, each binary's checksum file on it (one line of YAML).
+# Written at serve_up (test/capi-e2e reads it from a kept run, for clusters the framework makes).
+component_yaml() {
+  local m=$NODE_MIRROR_URL kv=$KUBE_VERSION
+  local component="{host: \"$m\", downloadOn: host, overrides: [
+ {id: kubeadm, checksum: {path: /kubernetes-release/release/$kv/bin/linux/amd64/kubeadm.sha256}},
+ {id: kubelet, checksum: {path: /kubernetes-release/release/$kv/bin/linux/amd64/kubelet.sha256}},
+ {id: kubectl, checksum: {path: /kubernetes-release/release/$kv/bin/linux/amd64/kubectl.sha256}},
+ {id: cni, checksum: {path: /containernetworking/plugins/releases/download/$CNI_VERSION/cni-plugins-linux-amd64-$CNI_VERSION.tgz.sha256}},
+ {id: crictl, checksum: {path: /cri-tools/releases/download/$CRICTL_VERSION/crictl-$CRICTL_VERSION-linux-amd64.tar.gz.sha256}},
+ {id: containerd, checksum: {path: /containerd/containerd/releases/download/v$CONTAINERD_VERSION/containerd-$CONTAINERD_VERSION-linux-amd64.tar.gz.sha256sum}},
+ {id: runc, checksum: {path: /opencontainers/runc/releases/download/$RUNC_VERSION/runc.sha256sum}}]}"
+  echo "$component" | tr -d '\n'
+}
+
 serve_up() {
   stage "mirror + registry on the bridge ($BRIDGE)"
   mkdir -p "$WORK/serve"
@@ -228,6 +243,7 @@ serve_up() {
     # The host's package mirror: the one thing a user's pre-made machine brings along.
     vmsh "$i" "rm -f /etc/apt/sources.list.d/*; echo '$NODE_APT_SOURCE' > /etc/apt/sources.list"
   done
+  component_yaml >"$WORK/serve/component.yaml"
 }
 
 serve_down() {
@@ -249,16 +265,8 @@ render_apply() {
     [ "$i" = 1 ] && role=control-plane
     instances+="${instances:+, }{name: $(vm_name "$i"), address: $(vm_addr "$i"), roles: [$role], hostKeys: [\"$fp\"]}"
   done
-  local m=$NODE_MIRROR_URL kv=$KUBE_VERSION
-  local component="{host: \"$m\", downloadOn: host, overrides: [
- {id: kubeadm, checksum: {path: /kubernetes-release/release/$kv/bin/linux/amd64/kubeadm.sha256}},
- {id: kubelet, checksum: {path: /kubernetes-release/release/$kv/bin/linux/amd64/kubelet.sha256}},
- {id: kubectl, checksum: {path: /kubernetes-release/release/$kv/bin/linux/amd64/kubectl.sha256}},
- {id: cni, checksum: {path: /containernetworking/plugins/releases/download/$CNI_VERSION/cni-plugins-linux-amd64-$CNI_VERSION.tgz.sha256}},
- {id: crictl, checksum: {path: /cri-tools/releases/download/$CRICTL_VERSION/crictl-$CRICTL_VERSION-linux-amd64.tar.gz.sha256}},
- {id: containerd, checksum: {path: /containerd/containerd/releases/download/v$CONTAINERD_VERSION/containerd-$CONTAINERD_VERSION-linux-amd64.tar.gz.sha256sum}},
- {id: runc, checksum: {path: /opencontainers/runc/releases/download/$RUNC_VERSION/runc.sha256sum}}]}"
-  component=$(echo "$component" | tr -d '\n')
+  local component
+  component=$(<"$WORK/serve/component.yaml")
   # Pods get 198.19.N.0/25, Services 198.19.N.128/25: inside the fleet's slot, never routed on the machine.
   # With a worker, each node's bridge CNI takes a /26 of the pod network (the control plane .0/26, the worker
   # .64/26: what kube-controller-manager assigns with node-cidr-mask-size 26) and a static route on each node

@@ -3,7 +3,7 @@
 
     tcg-knobs.py IN OUT --registry IP:PORT --registry-secret NAME --containerd V --runc V --crictl V
                  --pause IMAGE --pod-cidr CIDR [--worker-pod-cidr CIDR] [--cp-routes CIDR=VIA,...]
-                 [--worker-routes CIDR=VIA,...] [--addons-after-init]
+                 [--worker-routes CIDR=VIA,...] [--addons-after-init] [--untainted-control-plane]
 
 Everything here is a setting a user would make in their own cluster YAML; nothing reaches into the product:
 - KKCluster spec.registry: the local OCI registry as privateRegistry (plain HTTP, Basic auth from a Secret);
@@ -16,6 +16,8 @@ Everything here is a setting a user would make in their own cluster YAML; nothin
   in seconds, not milliseconds; a static bridge CNI config per node (enough for Ready and pod traffic on a node);
   with --addons-after-init, kubeadm's addon phase (CoreDNS, kube-proxy) moved out of `kubeadm init` into a
   retried `kubeadm init phase addon all` (see ADDONS below);
+- with --untainted-control-plane, the control plane's node registered without kubeadm's NoSchedule taint, as on
+  any single-node cluster (a one-node management cluster runs its providers' Pods there);
 - workers: the join timeouts, the worker's CNI config, static routes between the nodes' pod subnets.
 See ../shared/reference/real-nodes.md for the measurements behind the numbers.
 """
@@ -40,6 +42,7 @@ p.add_argument("--worker-pod-cidr", help="the worker node's pod subnet")
 p.add_argument("--cp-routes", default="", help="CIDR=VIA,... on the control-plane node: other nodes' pod subnets")
 p.add_argument("--worker-routes", default="", help="CIDR=VIA,... on worker nodes: other nodes' pod subnets")
 p.add_argument("--addons-after-init", action="store_true", help="kubeadm's addons in a retried phase after init")
+p.add_argument("--untainted-control-plane", action="store_true", help="the control-plane node takes workloads")
 a = p.parse_args()
 
 docs = [d for d in yaml.safe_load_all(open(a.src)) if d]
@@ -176,6 +179,9 @@ for d in docs:
         ic = k.setdefault("initConfiguration", {})
         ic["timeouts"] = INIT_TIMEOUTS
         ic["patches"] = {"directory": PATCH_DIR}
+        if a.untainted_control_plane:
+            # An empty list, not an absent one: absent means kubeadm's default control-plane taint.
+            ic.setdefault("nodeRegistration", {})["taints"] = []
         jc = k.setdefault("joinConfiguration", {})
         jc["timeouts"] = INIT_TIMEOUTS
         jc["patches"] = {"directory": PATCH_DIR}
