@@ -515,12 +515,19 @@ kkmachines_provisioned() { # kkmachines_provisioned COUNT: COUNT KKMachines in N
 cluster_absent() { ! kubectl get cluster -n "$NS" "$CLUSTER" >/dev/null 2>&1 && kubectl get ns >/dev/null; }
 leader_pod_log() { local pod; pod=$(lease_field holderIdentity); [ -n "$pod" ] && wl logs -n "$MANAGER_POD_NS" "$pod"; }
 # pod_reconciled CONTROLLER: the leader Pod's metrics count reconciles of CONTROLLER that did not fail (through the
-# apiserver's Pod proxy). Its log is no evidence: a reconcile that finds nothing to do logs nothing at info.
+# apiserver's Pod proxy). Its log is no evidence: a reconcile that finds nothing to do logs nothing at info. The
+# metrics go to a file first: `kubectl | grep -q` under pipefail fails when grep exits before kubectl has written
+# everything (SIGPIPE), and the metrics page is larger than a pipe's buffer.
 pod_reconciled() {
   local pod
   pod=$(lease_field holderIdentity)
-  [ -n "$pod" ] && wl get --raw "/api/v1/namespaces/$MANAGER_POD_NS/pods/$pod:8080/proxy/metrics" |
-    grep -qE "^controller_runtime_reconcile_total\{controller=\"$1\",result=\"(success|requeue|requeue_after)\"\} [1-9]"
+  [ -n "$pod" ] || return 1
+  wl get --raw "/api/v1/namespaces/$MANAGER_POD_NS/pods/$pod:8080/proxy/metrics" >"$WORK/pod-metrics.txt" 2>&1 || return 1
+  grep -qE "^controller_runtime_reconcile_total\{controller=\"$1\",result=\"(success|requeue|requeue_after)\"\} [1-9]" "$WORK/pod-metrics.txt"
+}
+pod_reconcile_counts() { # what the last pod_reconciled read: the reconcile counters (or the error)
+  grep -E '^controller_runtime_reconcile_total|^capkk_reconcile_errors' "$WORK/pod-metrics.txt" 2>/dev/null | sed 's/^/    /' ||
+    sed 's/^/    /' "$WORK/pod-metrics.txt" 2>/dev/null | head -n 5 || true
 }
 # the Machines of the cluster that exist at this point of the run (control plane + workers)
 cluster_machines() { echo "$((VMS - SPARE + SCALED))"; }
@@ -554,7 +561,10 @@ pivot() {
   wait_for "Cluster $CLUSTER is Provisioned in $CLUSTER" 600 on_mgmt cluster_provisioned
   log "  $CLUSTER after the pivot, kubectl get pods -A -o wide:"
   wl get pods -A -o wide 2>&1 | tee "$WORK/pods-after-move.txt" | sed 's/^/    /'
-  check "the manager Pod reconciled the moved KKMachines (its controller_runtime_reconcile_total)" pod_reconciled kkmachine
+  wait_for "the manager Pod reconciled the moved KKMachines (its controller_runtime_reconcile_total)" 300 pod_reconciled kkmachine ||
+    { pod_reconcile_counts; return 1; }
+  log "  the manager Pod's reconcile counters after the pivot:"
+  pod_reconcile_counts
   check "no step ran again on any VM (provisioning journals unchanged)" \
     journals_unchanged "$WORK/journals-before-move.txt" $(seq "$n")
 }
