@@ -216,8 +216,22 @@ PY
   export CAPI_E2E_SELF_HOSTED_WORKERS=${CAPI_E2E_SELF_HOSTED_WORKERS-0}
   tcg_repository
   plane_for_move
+  push_manager_image
   FOCUS=${CAPI_E2E_FOCUS:-QuickStart|SelfHosted}
   log "plane:$name: bootstrap cluster = the local plane ($CAPI_E2E_KUBECONFIG), hosts $CP_ADDRESS (control plane) and $WORKER_ADDRESS (worker), registry $NODE_REGISTRY, tcg flavor; SelfHosted: flavor '$CAPI_E2E_SELF_HOSTED_FLAVOR', $CAPI_E2E_SELF_HOSTED_WORKERS worker(s)"
+}
+
+# SelfHostedSpec's init pulls our manager from the bridge registry, as the components' image override says; in the
+# real:NAME mode make e2e-clusterctl's init pushed it already. The image is `make image`'s (IMG, PODMAN as in make).
+push_manager_image() {
+  local podman ref=$NODE_REGISTRY/capkk-manager:$VERSION img=${IMG:-ghcr.io/capkk-rs/capkk-manager:dev}
+  read -ra podman <<<"${PODMAN:-podman}"
+  "${podman[@]}" image exists "$img" || die "no image $img: make image (IMG, PODMAN as for make)"
+  "${podman[@]}" tag "$img" "$ref"
+  "${podman[@]}" push -q --tls-verify=false --creds "$REGISTRY_USER:$REGISTRY_PASSWORD" "$ref" ||
+    die "pushing $ref to the bridge registry failed"
+  "${podman[@]}" rmi "$ref" >/dev/null 2>&1 || true
+  log "pushed $img to the bridge registry as $ref"
 }
 
 # What `clusterctl init` would have left on the local plane, whose providers run as processes: the label by which
