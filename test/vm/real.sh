@@ -615,7 +615,7 @@ provider_upgrade() {
   on_mgmt clusterctl upgrade plan --config "$WORK/clusterctl/clusterctl.yaml" >"$WORK/upgrade-plan.txt" 2>&1 || true
   sed 's/^/    /' "$WORK/upgrade-plan.txt"
   check "clusterctl upgrade plan offers kubekey $VERSION -> $next" \
-    grep -qE "infrastructure-kubekey +capkk-system +$VERSION +$next" "$WORK/upgrade-plan.txt"
+    grep -qE "infrastructure-kubekey +capkk-system +(InfrastructureProvider +)?$VERSION +$next( |$)" "$WORK/upgrade-plan.txt"
   run_bg "$WORK/clusterctl-upgrade.log" "clusterctl upgrade apply finished" 1200 \
     env KUBECONFIG="$WORK/workload.kubeconfig" clusterctl upgrade apply --config "$WORK/clusterctl/clusterctl.yaml" \
     --infrastructure "capkk-system/kubekey:$next" -v 2
