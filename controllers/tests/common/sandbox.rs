@@ -51,18 +51,30 @@ pub fn kubeadm_standin() -> Vec<u8> {
 /// Publish stand-ins for every artifact on `mirror` and return the KKCluster `spec.component` pointing at
 /// it (overrides carry the stand-ins' SHA-256).
 pub fn publish_standins(mirror: &Mirror, dir: &Path, arch: &str) -> anyhow::Result<Value> {
+    publish_standins_for(mirror, dir, arch, K8S, kubeadm_standin())
+}
+
+/// [`publish_standins`] for Kubernetes version `k8s`, with `kubeadm` as the kubeadm binary (e.g. the kubeadm
+/// simulator of test/kubeadm-sim, which brings up a workload API server CAPI can reach).
+pub fn publish_standins_for(
+    mirror: &Mirror,
+    dir: &Path,
+    arch: &str,
+    k8s: &str,
+    kubeadm: Vec<u8>,
+) -> anyhow::Result<Value> {
     let dir = dir.join("standins");
     std::fs::create_dir_all(&dir)?;
     let mut files: Vec<(&str, String, Vec<u8>)> = Vec::new();
+    let mut kubeadm = Some(kubeadm);
     for id in ["kubeadm", "kubelet", "kubectl"] {
-        let body = if id == "kubeadm" {
-            kubeadm_standin()
-        } else {
-            script(id, "exit 0\n")
+        let body = match id {
+            "kubeadm" => kubeadm.take().unwrap_or_default(),
+            _ => script(id, "exit 0\n"),
         };
         files.push((
             id,
-            format!("/kubernetes-release/release/{K8S}/bin/linux/{arch}/{id}"),
+            format!("/kubernetes-release/release/{k8s}/bin/linux/{arch}/{id}"),
             body,
         ));
     }

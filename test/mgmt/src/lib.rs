@@ -314,6 +314,14 @@ pub async fn bin_dir() -> Result<PathBuf, Error> {
     Ok(PathBuf::from(out.trim()))
 }
 
+/// Directory of the pinned Flux controllers (`source-controller`, `kustomize-controller`) and their CRDs
+/// (`crds/`), as `mgmt.sh flux-dir` prints it. Built by `make flux-bin`, not by `up`: only the GitOps test
+/// needs them, and it fails naming that target when they are missing.
+pub async fn flux_dir() -> Result<PathBuf, Error> {
+    let out = run_script("flux-dir", Duration::from_secs(30), &[]).await?;
+    Ok(PathBuf::from(out.trim()))
+}
+
 /// Path of the management plane script (`test/mgmt/scripts/mgmt.sh`).
 pub fn script_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -93,7 +93,6 @@ const NOT_LISTED: &[(&str, &str)] = &[
         "make",
         "every entry point is a make target: a machine that runs them has make",
     ),
-    ("git", "the tree is a git clone"),
     (
         "docker",
         "only `make docker-build`, for those who build with Docker; `make test` never runs it",
