@@ -3,9 +3,11 @@
 //! and kustomize-controller (built from their Go modules, `make flux-bin`) apply it to the local management
 //! plane, and the real CAPI controllers and the provider bring it up on sandbox hosts, the kubeadm simulator
 //! (test/kubeadm-sim) standing in for kubeadm as in `make e2e`. Then:
-//! - a commit changing the MachineDeployment's replicas scales it;
+//! - a suspended Kustomization holds: a commit changing the MachineDeployment's replicas is fetched but not
+//!   applied for longer than Flux's interval; resumed, Flux applies it and the MachineDeployment scales;
 //! - a hand edit (`kubectl patch`) of a field in git is reverted by Flux on its own (its interval, no poke);
-//! - no field of an object Flux applied is owned by Flux and by the provider (managed fields);
+//! - no field of an object Flux applied is owned by Flux and by the provider (managed fields), and every
+//!   writer is named (the provider as `capkk-manager`, never the API server's "unknown");
 //! - removing the cluster from the repository (prune) deletes it and resets every host.
 //!
 //! The SSH Secret is not in git (docs/gitops.md: a sealed or external secret makes it); here the test creates
@@ -28,7 +30,10 @@ use serde_json::{Value, json};
 const CLUSTER: &str = "gitops";
 const MD: &str = "gitops-md-0";
 /// Flux's own pace: how often it fetches the repository and re-applies what git says (drift correction).
-const FLUX_INTERVAL: &str = "15s";
+const FLUX_INTERVAL: &str = "6s";
+/// How long a suspended Kustomization must hold a fetched commit: past Flux's interval (the periodic path) and
+/// well past the ~2-3 s a resumed one takes to apply a new commit (the event path).
+const HOLD: Duration = Duration::from_secs(9);
 const KUSTOMIZATION: &str = "gitops-cluster";
 
 /// Wall time of each step; printed as a table at the end, or when the test fails part-way (drop).
@@ -196,6 +201,34 @@ async fn poke_source(env: &TestEnv) -> anyhow::Result<()> {
     .await
 }
 
+/// Sets the Kustomization's `spec.suspend` (what `flux suspend/resume kustomization` do).
+async fn suspend(env: &TestEnv, on: bool) -> anyhow::Result<()> {
+    env.merge(
+        "kustomize.toolkit.fluxcd.io/v1",
+        "Kustomization",
+        KUSTOMIZATION,
+        json!({"spec": {"suspend": on}}),
+    )
+    .await
+}
+
+/// Waits until source-controller has an artifact of `commit` (fetched from the git server).
+async fn fetched(env: &TestEnv, commit: &str) -> anyhow::Result<()> {
+    eventually(
+        "source-controller fetched the commit",
+        Duration::from_secs(60),
+        || async {
+            let g = env
+                .get("source.toolkit.fluxcd.io/v1", "GitRepository", "fleet")
+                .await?
+                .unwrap_or_default();
+            let rev = g["status"]["artifact"]["revision"].as_str().unwrap_or_default();
+            Ok(rev.ends_with(commit).then_some(()))
+        },
+    )
+    .await
+}
+
 /// Every leaf field path of a managedFields `fieldsV1` tree (`f:spec.f:replicas`, `f:metadata.f:labels...`).
 fn leaves(prefix: &str, v: &Value, out: &mut Vec<String>) {
     match v.as_object() {
@@ -210,10 +243,13 @@ fn leaves(prefix: &str, v: &Value, out: &mut Vec<String>) {
     }
 }
 
+/// A field manager ("name (operation)") and the leaf paths of the fields it owns.
+type Owned = (String, Vec<String>);
+
 /// For an object: (manager, field) pairs where a field Flux owns is also owned by another manager (status
-/// subresource entries aside: Flux never writes status), and the managers present.
-fn shared_fields(obj: &Value) -> (Vec<(String, String)>, Vec<String>) {
-    let mut owned: Vec<(String, Vec<String>)> = Vec::new();
+/// subresource entries aside: Flux never writes status), and each manager present with the fields it owns.
+fn shared_fields(obj: &Value) -> (Vec<(String, String)>, Vec<Owned>) {
+    let mut owned: Vec<Owned> = Vec::new();
     for e in obj["metadata"]["managedFields"].as_array().into_iter().flatten() {
         if e["subresource"] == "status" {
             continue;
@@ -243,7 +279,7 @@ fn shared_fields(obj: &Value) -> (Vec<(String, String)>, Vec<String>) {
             }
         }
     }
-    (shared, owned.into_iter().map(|(m, _)| m).collect())
+    (shared, owned)
 }
 
 /// No sentinel, no kubeadm state, no simulated control plane left running: what a reset leaves.
@@ -396,7 +432,8 @@ async fn a_cluster_in_git_is_applied_scaled_held_and_pruned_by_flux() -> anyhow:
     .await?;
     t.step("-> worker Machine Running");
 
-    // Scale by commit.
+    // Scale by commit, first held by a suspended Kustomization.
+    suspend(&env, true).await?;
     let scaled = edit_doc(&cluster_yaml, "MachineDeployment", |d| {
         ensure!(
             d.matches("\n  replicas: 1\n").count() == 1,
@@ -406,7 +443,34 @@ async fn a_cluster_in_git_is_applied_scaled_held_and_pruned_by_flux() -> anyhow:
     })?;
     let c2 = git.commit(&[(&cluster_file, Some(&scaled))], "scale gitops-md-0 to 2")?;
     poke_source(&env).await?;
-    applied(&env, &c2, "Flux applied the scaling commit").await?;
+    fetched(&env, &c2).await?;
+    t.step("suspended: commit replicas 1 -> 2, fetched by source-controller");
+    let held = Instant::now();
+    while held.elapsed() < HOLD {
+        let k = env
+            .get("kustomize.toolkit.fluxcd.io/v1", "Kustomization", KUSTOMIZATION)
+            .await?
+            .unwrap_or_default();
+        let rev = k["status"]["lastAppliedRevision"].as_str().unwrap_or_default();
+        ensure!(
+            rev.ends_with(&c1),
+            "the suspended Kustomization applied {rev} after {:.1} s",
+            held.elapsed().as_secs_f64()
+        );
+        let md = env
+            .get(CAPI_V, "MachineDeployment", MD)
+            .await?
+            .unwrap_or_default();
+        ensure!(
+            md["spec"]["replicas"] == 1,
+            "MachineDeployment replicas {} while suspended",
+            md["spec"]["replicas"]
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    t.step("suspended: the fetched commit not applied (held past the interval)");
+    suspend(&env, false).await?;
+    applied(&env, &c2, "Flux applied the scaling commit once resumed").await?;
     let md = env
         .get(CAPI_V, "MachineDeployment", MD)
         .await?
@@ -416,7 +480,7 @@ async fn a_cluster_in_git_is_applied_scaled_held_and_pruned_by_flux() -> anyhow:
         "MachineDeployment replicas after the commit: {}",
         md["spec"]["replicas"]
     );
-    t.step("commit replicas 1 -> 2 -> applied");
+    t.step("resumed -> the scaling commit applied");
     running(
         &env,
         &format!("cluster.x-k8s.io/deployment-name={MD}"),
@@ -427,7 +491,7 @@ async fn a_cluster_in_git_is_applied_scaled_held_and_pruned_by_flux() -> anyhow:
     t.step("-> 2 worker Machines Running");
 
     // A hand edit of a field git holds: Flux puts it back on its own (drift correction every interval).
-    run(
+    let patched = run(
         &kubectl,
         &[
             "--kubeconfig",
@@ -440,12 +504,18 @@ async fn a_cluster_in_git_is_applied_scaled_held_and_pruned_by_flux() -> anyhow:
             "--type=merge",
             "-p",
             r#"{"spec":{"replicas":3}}"#,
+            "-o",
+            "jsonpath={.spec.replicas}",
         ],
         &[],
         &bin,
         &env.dir,
     )?;
     let hand = Instant::now();
+    ensure!(
+        patched.trim() == "3",
+        "kubectl patch answered replicas {patched:?}, not 3"
+    );
     eventually(
         "Flux reverted the hand edit (replicas 3 -> 2)",
         Duration::from_secs(60),
@@ -502,12 +572,31 @@ async fn a_cluster_in_git_is_applied_scaled_held_and_pruned_by_flux() -> anyhow:
             .get(&api_version, parts[3], parts[1])
             .await?
             .context(id.to_owned())?;
-        let (shared, managers) = shared_fields(&obj);
+        let (shared, owned) = shared_fields(&obj);
+        for (m, fields) in owned
+            .iter()
+            .filter(|(m, _)| !m.starts_with("kustomize-controller "))
+        {
+            eprintln!("gitops: {} {}: {m} owns {}", parts[3], parts[1], fields.join(" "));
+        }
+        let managers: Vec<&String> = owned.iter().map(|(m, _)| m).collect();
         eprintln!("gitops: {} {}: managers {managers:?}", parts[3], parts[1]);
         ensure!(
             managers.iter().any(|m| m.starts_with("kustomize-controller ")),
             "{id}: Flux owns no field of it"
         );
+        ensure!(
+            !managers
+                .iter()
+                .any(|m| m.starts_with("unknown ") || m.starts_with("<none> ")),
+            "{id}: a writer without a name (User-Agent) owns fields: {managers:?}"
+        );
+        if parts[3] == "KKCluster" {
+            ensure!(
+                managers.iter().any(|m| m.starts_with("capkk-manager ")),
+                "{id}: the provider's writes (finalizer, endpoint) are not under `capkk-manager`: {managers:?}"
+            );
+        }
         for (m, f) in shared {
             conflicts.push(format!("{} {}: {f} owned by Flux and {m}", parts[3], parts[1]));
         }
