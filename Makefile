@@ -10,9 +10,11 @@
 #   make test         every tier of TEST_TIERS, each a make target, in this order:
 #                       test-build        one cargo build of every test and binary (one feature set)
 #                       mgmt-bin          the management plane's Go binaries (etcd, kube-apiserver, CAPI, clusterctl)
+#                       flux-bin          Flux's source-controller and kustomize-controller (Go; for e2e-gitops)
 #                       test-unit         unit tests + tests on sandbox SSH hosts (root)
 #                       test-integration  tests against the local management plane (mgmt-up)
 #                       e2e               whole lifecycle on real CAPI controllers + sandbox hosts
+#                       e2e-gitops        a real Flux applies, scales, holds, reverts and prunes a cluster from git
 #                       image-test        the manager image (podman) against the plane
 #                       test-vm           VM test hosts under QEMU (test/vm/vm.mk)
 #                       test-real-smoke   one real node: kubeadm init on a VM through the controllers
@@ -44,14 +46,14 @@ export CARGO_TERM_COLOR ?= never
 
 # Tiers of `make test`, in this order; each is a make target. All run even when one fails, and `make test`
 # ends with a table of their results and times. A new tier is one line: TEST_TIERS += my-tier (in its .mk).
-TEST_TIERS := test-build mgmt-bin test-unit test-integration e2e
+TEST_TIERS := test-build mgmt-bin flux-bin test-unit test-integration e2e e2e-gitops
 # The image: manager compiled on the host into $(IMAGE_TARGET_DIR) (once per machine; a fresh clone reuses its
 # dependencies), the runtime base, the image test against the plane. Times: docs/benchmarks.md.
 TEST_TIERS += image-test
 # Tiers that start sandbox hosts (machine-global names): run under $(HOSTS_LOCK) when it is set, e.g.
 # HOSTS_LOCK="flock -o /tmp/capkk-hosts.lock" when several checkouts test on one machine (-o: daemons a tier
 # starts, e.g. the management plane, must not inherit the locked descriptor, or the lock outlives the tier).
-HOSTS_TIERS := test-unit test-integration e2e
+HOSTS_TIERS := test-unit test-integration e2e e2e-gitops
 HOSTS_LOCK ?=
 # Tests that cannot run fail, naming what is missing; CAPKK_ALLOW_SKIP=1 makes them skip instead, and each
 # skip is appended here (make test counts them by reason at the end).

@@ -11,7 +11,7 @@
 #   hack/test-targets.sh vm            the integration tests named vm_* (they boot QEMU VMs: their own tier,
 #                                      test-vm)
 #   hack/test-targets.sh e2e           the integration tests named e2e_* (whole flows with outside tools, e.g.
-#                                      Flux: run by `make e2e`)
+#                                      Flux: run by `make e2e-gitops`)
 #
 # Every tier selects targets, never packages: all tiers run `cargo test --workspace`, so cargo resolves one
 # feature set and no crate is compiled twice (selecting packages with -p/--exclude changes how features

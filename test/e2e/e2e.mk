@@ -2,7 +2,8 @@
 #
 #   make e2e               whole lifecycle on real CAPI controllers + sandbox hosts; asserts and times each stage
 #   make e2e-gitops        the e2e_* Rust tests (controllers/tests/e2e_gitops.rs): a real Flux applies the cluster
-#                          from a git repository, scales it by commit, reverts a hand edit, prunes it (needs root)
+#                          from a git repository, holds a commit while suspended, scales it by commit, reverts a
+#                          hand edit, prunes it (needs root; a tier of `make test`, after e2e)
 #   make quickstart        the same flow for a person: leaves a Running cluster and says how to explore it
 #   make quickstart-down   tear the quickstart down (hosts, manager, mirror, namespace; the mgmt plane stays)
 #   make kubeadm-sim-test  the kubeadm simulator's tests, including init/join/reset on two sandbox hosts
@@ -12,9 +13,9 @@
 e2e: kubeadm-sim-test ## end-to-end: 1 CP + 2 workers on 4 sandbox hosts, scale, GitOps diff, delete (needs root)
 	test/e2e/e2e.sh run
 
-# Not yet part of `make e2e`: it joins once it has passed there and its warm time is known (docs/gitops.md).
-e2e-gitops: flux-bin ## GitOps with Flux from a local git repository (needs root, make flux-bin)
-	sel=$$(hack/test-targets.sh e2e) && $(CARGO) test --workspace $$sel -- --nocapture
+# A tier of its own (after e2e in TEST_TIERS) so that `make test`'s table shows its time apart from e2e.sh's.
+e2e-gitops: flux-bin mgmt-up ## GitOps: a real Flux applies, scales, reverts, prunes a cluster from git (needs root)
+	@sel=$$(hack/test-targets.sh e2e) && set -x && $(CARGO) test --workspace --no-fail-fast $$sel -- --nocapture
 
 quickstart: deps ## a cluster up end to end on this machine, left running (needs root)
 	test/e2e/e2e.sh quickstart
