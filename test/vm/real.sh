@@ -595,10 +595,12 @@ deployment_image_is() { # deployment_image_is NAMESPACE/NAME IMAGE
   [ "$(wl get deployment -n "${1%/*}" "${1#*/}" -o jsonpath='{.spec.template.spec.containers[0].image}')" = "$2" ]
 }
 lease_holder_runs() { # lease_holder_runs IMAGE: the Lease's holder is a Running Pod of IMAGE
+  # (wait_for silences the command: an unbound variable here ends the whole run with its EXIT trap's output
+  # silenced too; $2 instead of $1 did exactly that in lead-pv6.)
   local holder
   holder=$(lease_field holderIdentity)
   [ -n "$holder" ] &&
-    [ "$(wl get pod -n "$MANAGER_POD_NS" "$holder" -o jsonpath='{.status.phase}/{.spec.containers[0].image}')" = "Running/$2" ]
+    [ "$(wl get pod -n "$MANAGER_POD_NS" "$holder" -o jsonpath='{.status.phase}/{.spec.containers[0].image}')" = "Running/$1" ]
 }
 
 # clusterctl upgrade of our provider in the self-hosted cluster, as a user takes a patch release. The next version
