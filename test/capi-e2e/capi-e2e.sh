@@ -102,6 +102,29 @@ from_sandbox() {
   log "sandbox:$1: bootstrap cluster = the local management plane ($CAPI_E2E_KUBECONFIG), hosts of $work/hosts.env, default flavor"
 }
 
+# spec_env WORK STATE [CLUSTER_YAML]: what both VM modes take from a kept real.sh run (WORK its work dir, STATE
+# its fleet): the node artifacts' versions, the bridge mirror and registry, the hosts (hosts.py), the template's
+# variables (clusterctl reads them from the environment) and the suite's settings.
+spec_env() {
+  local work=$1 hosts
+  shift
+  # shellcheck disable=SC1091
+  source "$CAPKK_CACHE/node-artifacts/current.env"
+  # shellcheck disable=SC1091
+  source "$work/serve/serve.env"
+  # shellcheck disable=SC1091
+  source "$work/serve/registry.cred"
+  hosts=$(python3 "$HERE/hosts.py" "$@") || die "cannot choose the spec clusters' hosts from $*"
+  set -a
+  eval "$hosts"
+  set +a
+  export KUBERNETES_VERSION=$KUBE_VERSION NODE_REGISTRY CONTAINERD_VERSION RUNC_VERSION CRICTL_VERSION PAUSE_VERSION
+  # The fleet's 198.19.N.0/24 belongs to the management cluster's Pods and Services; these exist only inside the
+  # spec cluster's VMs (the bridge CNI masquerades what leaves a node).
+  export POD_CIDR=10.244.0.0/24 SERVICE_CIDR=10.96.0.0/24 CP_POD_CIDR=10.244.0.0/26 WORKER_POD_CIDR=10.244.0.64/26
+  export CAPI_E2E_REGISTRY_USER=$REGISTRY_USER CAPI_E2E_REGISTRY_PASSWORD=$REGISTRY_PASSWORD
+}
+
 # real:NAME: a kept run of test/vm/real.sh (its work dir, fleet state, serve.env, registry credentials, rendered
 # cluster). The spec clusters get the fleet's VMs that are in none of that run's clusters, the same mirror component,
 # registry and node artifacts, and the "tcg" flavor: templates/cluster-template.yaml through test/vm/tcg-knobs.py,
@@ -111,42 +134,7 @@ from_real() {
   for f in "$state" "$work/serve/serve.env" "$work/serve/registry.cred" "$work/workload.kubeconfig" "$work/cluster.yaml"; do
     [ -s "$f" ] || die "no $f: keep a run first (see test/capi-e2e/README.md: REAL_NAME=$name REAL_KEEP=1 REAL_TO=clusterctl_init REAL_EXTRA_VMS=2 make e2e-clusterctl)"
   done
-  # shellcheck disable=SC1091
-  source "$CAPKK_CACHE/node-artifacts/current.env"
-  # shellcheck disable=SC1091
-  source "$work/serve/serve.env"
-  # shellcheck disable=SC1091
-  source "$work/serve/registry.cred"
-  local hosts
-  hosts=$(python3 - "$state" "$work/cluster.yaml" <<'PY'
-import json, sys, yaml
-state = json.load(open(sys.argv[1]))
-used = set()
-for d in yaml.safe_load_all(open(sys.argv[2])):
-    if d and d.get("kind") == "KKCluster":
-        used |= {i["address"] for i in d["spec"]["nodes"]["instances"]}
-        component = d["spec"].get("component")
-free = [v for v in state["vms"] if v["address"] not in used]
-if len(free) < 2:
-    sys.exit(f"{len(free)} VM(s) of the fleet are in no cluster; the specs need 2 (REAL_EXTRA_VMS=2)")
-cp, w = free[0], free[1]
-inst = lambda v, role: {"name": v["name"], "address": v["address"], "roles": [role], "hostKeys": [v["host_key_fingerprint"]]}
-print("KUBEKEY_INSTANCES=" + json.dumps(json.dumps([inst(cp, "control-plane"), inst(w, "worker")])))
-print("KUBEKEY_COMPONENT=" + json.dumps(json.dumps(component)))
-print("CP_ADDRESS=" + cp["address"])
-print("WORKER_ADDRESS=" + w["address"])
-print("CAPI_E2E_SSH_KEY_FILE=" + state["private_key"])
-PY
-  ) || die "cannot choose the spec clusters' hosts from $state and $work/cluster.yaml"
-  set -a
-  eval "$hosts"
-  set +a
-  # The template's variables (clusterctl reads them from the environment) and the suite's settings.
-  export KUBERNETES_VERSION=$KUBE_VERSION NODE_REGISTRY CONTAINERD_VERSION RUNC_VERSION CRICTL_VERSION PAUSE_VERSION
-  # The fleet's 198.19.N.0/24 belongs to the management cluster's Pods and Services; these exist only inside the
-  # spec cluster's VMs (the bridge CNI masquerades what leaves a node).
-  export POD_CIDR=10.244.0.0/24 SERVICE_CIDR=10.96.0.0/24 CP_POD_CIDR=10.244.0.0/26 WORKER_POD_CIDR=10.244.0.64/26
-  export CAPI_E2E_REGISTRY_USER=$REGISTRY_USER CAPI_E2E_REGISTRY_PASSWORD=$REGISTRY_PASSWORD
+  spec_env "$work" "$state" "$work/cluster.yaml"
   export CAPI_E2E_KUBECONFIG=$work/workload.kubeconfig CAPI_E2E_FLAVOR=tcg
   # The clusterctl configuration of `make e2e-clusterctl` (the same registry, so SelfHostedSpec's clusterctl init
   # pulls what the management cluster's did), written afresh into OUT, plus the tcg flavors in our repository.
@@ -183,34 +171,9 @@ from_plane() {
   for f in "$state" "$work/serve/serve.env" "$work/serve/registry.cred" "$work/serve/component.yaml"; do
     [ -s "$f" ] || die "no $f: keep a run first (see test/capi-e2e/README.md: REAL_NAME=$name REAL_KEEP=1 REAL_TO=serve_up REAL_VMS=2 MANAGER_ALL_NAMESPACES=1 make e2e-clusterctl)"
   done
-  # shellcheck disable=SC1091
-  source "$CAPKK_CACHE/node-artifacts/current.env"
-  # shellcheck disable=SC1091
-  source "$work/serve/serve.env"
-  # shellcheck disable=SC1091
-  source "$work/serve/registry.cred"
-  local hosts
-  hosts=$(python3 - "$state" <<'PY'
-import json, sys
-state = json.load(open(sys.argv[1]))
-if len(state["vms"]) < 2:
-    sys.exit(f"the fleet has {len(state['vms'])} VM(s); the specs need 2 (REAL_VMS=2)")
-cp, w = state["vms"][0], state["vms"][1]
-inst = lambda v, role: {"name": v["name"], "address": v["address"], "roles": [role], "hostKeys": [v["host_key_fingerprint"]]}
-print("KUBEKEY_INSTANCES=" + json.dumps(json.dumps([inst(cp, "control-plane"), inst(w, "worker")])))
-print("CP_ADDRESS=" + cp["address"])
-print("WORKER_ADDRESS=" + w["address"])
-print("CAPI_E2E_SSH_KEY_FILE=" + state["private_key"])
-PY
-  ) || die "cannot choose the spec clusters' hosts from $state"
-  set -a
-  eval "$hosts"
-  set +a
+  spec_env "$work" "$state"
   KUBEKEY_COMPONENT=$(<"$work/serve/component.yaml")
   export KUBEKEY_COMPONENT
-  export KUBERNETES_VERSION=$KUBE_VERSION NODE_REGISTRY CONTAINERD_VERSION RUNC_VERSION CRICTL_VERSION PAUSE_VERSION
-  export POD_CIDR=10.244.0.0/24 SERVICE_CIDR=10.96.0.0/24 CP_POD_CIDR=10.244.0.0/26 WORKER_POD_CIDR=10.244.0.64/26
-  export CAPI_E2E_REGISTRY_USER=$REGISTRY_USER CAPI_E2E_REGISTRY_PASSWORD=$REGISTRY_PASSWORD
   export CAPI_E2E_KUBECONFIG=${CAPKK_MGMT_DIR:-$CAPKK_CACHE/mgmt}/kubeconfig CAPI_E2E_FLAVOR=tcg
   export CAPI_E2E_SELF_HOSTED_FLAVOR=${CAPI_E2E_SELF_HOSTED_FLAVOR-tcg-single}
   export CAPI_E2E_SELF_HOSTED_WORKERS=${CAPI_E2E_SELF_HOSTED_WORKERS-0}
