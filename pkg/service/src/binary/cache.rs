@@ -75,6 +75,53 @@ pub fn strip_userinfo(url: &str) -> String {
     }
 }
 
+/// What the cache counts against its bound.
+#[derive(Debug, Default)]
+struct Usage {
+    /// Bytes of the files under `sha256/`, as last counted (another process sharing the directory may have
+    /// added or evicted some since: recounted whenever the bound is reached).
+    stored: u64,
+    /// Bytes reserved by this process's downloads in progress.
+    in_flight: u64,
+}
+
+/// The bytes a download reserved and its partial file under `tmp/`. Dropping it (a failed download, or the
+/// `fetch` future dropped at a deadline) gives the bytes back and removes the file, so a cancelled download
+/// cannot leave the cache counting bytes nobody holds; [`Reservation::stored`] hands them to the stored file.
+struct Reservation<'a> {
+    cache: &'a ArtifactCache,
+    tmp: PathBuf,
+    bytes: u64,
+}
+
+impl Reservation<'_> {
+    /// Counts `n` more bytes of this download against the cache's bound.
+    fn grow(&mut self, n: u64) -> std::result::Result<(), String> {
+        self.cache.reserve(n)?;
+        self.bytes += n;
+        Ok(())
+    }
+
+    /// The download was renamed into `sha256/`: its bytes now belong to the stored file.
+    fn stored(mut self) {
+        let mut used = self.cache.usage();
+        used.in_flight = used.in_flight.saturating_sub(self.bytes);
+        used.stored += self.bytes;
+        self.bytes = 0;
+        self.tmp = PathBuf::new();
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if !self.tmp.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+        let mut used = self.cache.usage();
+        used.in_flight = used.in_flight.saturating_sub(self.bytes);
+    }
+}
+
 /// The cache. Cheap to share behind an `Arc`; one per controller process.
 pub struct ArtifactCache {
     root: PathBuf,
@@ -82,8 +129,8 @@ pub struct ArtifactCache {
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     max_artifact_bytes: AtomicU64,
     max_cache_bytes: AtomicU64,
-    /// Bytes of the cached files plus those of downloads in progress.
-    used: Mutex<u64>,
+    /// Bytes counted against [`ArtifactCache::max_cache_bytes`].
+    used: Mutex<Usage>,
     downloads: AtomicU64,
     bytes_downloaded: AtomicU64,
 }
@@ -149,14 +196,14 @@ impl ArtifactCache {
                 let _ = std::fs::remove_file(&f.path);
             }
         }
-        let used = cached_files(&root.join("sha256")).iter().map(|f| f.size).sum();
+        let stored = stored_bytes(&root);
         Ok(Self {
             root,
             policy: Mutex::new(Arc::default()),
             locks: Mutex::new(HashMap::new()),
             max_artifact_bytes: AtomicU64::new(DEFAULT_MAX_ARTIFACT_BYTES),
             max_cache_bytes: AtomicU64::new(DEFAULT_MAX_CACHE_BYTES),
-            used: Mutex::new(used),
+            used: Mutex::new(Usage { stored, in_flight: 0 }),
             downloads: AtomicU64::new(0),
             bytes_downloaded: AtomicU64::new(0),
         })
@@ -250,20 +297,30 @@ impl ArtifactCache {
 
     /// Bytes the cache holds now, downloads in progress included.
     pub fn used_bytes(&self) -> u64 {
-        *self.used.lock().unwrap_or_else(|e| e.into_inner())
+        let used = self.usage();
+        used.stored + used.in_flight
     }
 
-    /// Counts `n` more bytes against the cache's bound, evicting the least recently used artifacts not in use
-    /// when they would not fit; the error says why there is no room.
+    fn usage(&self) -> std::sync::MutexGuard<'_, Usage> {
+        self.used.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts `n` more bytes of a download in progress against the cache's bound, evicting the least recently
+    /// used artifacts not in use when they would not fit; the error says why there is no room.
     fn reserve(&self, n: u64) -> std::result::Result<(), String> {
         let max = self.max_cache_bytes();
-        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        if used.saturating_add(n) > max {
+        let mut usage = self.usage();
+        if usage.stored + usage.in_flight + n > max {
+            // Another process sharing the directory may have stored or evicted files since this one counted:
+            // decide on what is there now.
+            usage.stored = stored_bytes(&self.root);
+            let in_flight = usage.in_flight;
+            let used = &mut usage.stored;
             let mut files = cached_files(&self.root.join("sha256"));
             files.sort_by_key(|f| f.modified);
             let now = std::time::SystemTime::now();
             for f in files {
-                if used.saturating_add(n) <= max {
+                if *used + in_flight + n <= max {
                     break;
                 }
                 let recent = now
@@ -278,21 +335,15 @@ impl ArtifactCache {
                 }
             }
         }
-        if used.saturating_add(n) > max {
+        if usage.stored + usage.in_flight + n > max {
             return Err(format!(
                 "the artifact cache is full ({max} bytes, --max-cache-bytes; the artifacts in it were used in the \
                  last {} minutes)",
                 IN_USE_GRACE.as_secs() / 60
             ));
         }
-        *used += n;
+        usage.in_flight += n;
         Ok(())
-    }
-
-    /// Gives back `n` bytes counted by [`ArtifactCache::reserve`] (a discarded download).
-    fn release(&self, n: u64) {
-        let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        *used = used.saturating_sub(n);
     }
 
     fn lock_for(&self, sha256: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -319,44 +370,38 @@ impl ArtifactCache {
             .root
             .join("tmp")
             .join(format!("{sha256}.{}.{}", std::process::id(), rand_suffix()));
-        let mut reserved = 0u64;
-        let result = self.download_to(url, field, &tmp, &mut reserved).await;
-        let (actual, size) = match result {
-            Ok(v) => v,
-            Err(e) => {
-                let _ = tokio::fs::remove_file(&tmp).await;
-                self.release(reserved);
-                return Err(e);
-            }
+        let mut reservation = Reservation {
+            cache: self,
+            tmp,
+            bytes: 0,
         };
+        let (actual, size) = self.download_to(url, field, &mut reservation).await?;
         if actual != sha256 {
-            let _ = tokio::fs::remove_file(&tmp).await;
-            self.release(reserved);
             return Err(Error::ChecksumMismatch {
                 artifact: format!("{artifact} from {}", strip_userinfo(url)),
                 expected: sha256,
             });
         }
-        if let Err(e) = tokio::fs::rename(&tmp, &dest).await {
-            let _ = tokio::fs::remove_file(&tmp).await;
-            self.release(reserved);
-            return Err(local_io(&dest, e));
-        }
+        tokio::fs::rename(&reservation.tmp, &dest)
+            .await
+            .map_err(|e| local_io(&dest, e))?;
+        reservation.stored();
         self.downloads.fetch_add(1, Ordering::Relaxed);
         self.bytes_downloaded.fetch_add(size, Ordering::Relaxed);
         debug!(size, "cached");
         Ok(dest)
     }
 
-    /// Streams `url` into `tmp`, counting each chunk against the cache's bound in `reserved` (which the
-    /// caller gives back when it discards the file).
+    /// Streams `url` into the reservation's partial file, counting each chunk against the cache's bound in
+    /// it (given back when the reservation is dropped).
     async fn download_to(
         &self,
         url: &str,
         field: &str,
-        tmp: &Path,
-        reserved: &mut u64,
+        reservation: &mut Reservation<'_>,
     ) -> Result<(String, u64)> {
+        let tmp = reservation.tmp.clone();
+        let tmp = tmp.as_path();
         let dl = |message: String| Error::Download {
             url: strip_userinfo(url),
             message,
@@ -388,8 +433,7 @@ impl ArtifactCache {
                     "the artifact is larger than the limit of {limit} bytes (--max-artifact-bytes)"
                 )));
             }
-            self.reserve(chunk.len() as u64).map_err(dl)?;
-            *reserved += chunk.len() as u64;
+            reservation.grow(chunk.len() as u64).map_err(dl)?;
             hasher.update(&chunk);
             file.write_all(&chunk).await.map_err(|e| local_io(tmp, e))?;
         }
@@ -473,6 +517,11 @@ fn cached_files(dir: &Path) -> Vec<Cached> {
             })
         })
         .collect()
+}
+
+/// Bytes of the files stored under `<root>/sha256/`.
+fn stored_bytes(root: &Path) -> u64 {
+    cached_files(&root.join("sha256")).iter().map(|f| f.size).sum()
 }
 
 /// Whether `path` is a cached file; if so, marks it used now (eviction takes the least recently used).
@@ -949,6 +998,105 @@ mod tests {
         // A new process counts what is already there.
         let again = ArtifactCache::new(cache.root()).unwrap();
         assert_eq!(again.used_bytes(), on_disk);
+    }
+
+    #[tokio::test]
+    async fn a_download_dropped_midway_gives_its_bytes_back_and_leaves_no_partial_file() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // A mirror that sends the first 16 KiB of an artifact, then stalls: the download is in progress
+        // when the phase's deadline drops it.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = s.read(&mut buf).await;
+                    let _ = s
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1048576\r\n\r\n")
+                        .await;
+                    let _ = s.write_all(&[b'x'; 16 * 1024]).await;
+                    tokio::time::sleep(Duration::from_secs(600)).await;
+                });
+            }
+        });
+        let stored = b"an artifact stored before".to_vec();
+        let stored_digest = hex::encode(Sha256::digest(&stored));
+        let url = serve(stored, true).await;
+        let (_dir, cache) = loopback_cache("capkk-cache-cancel");
+        cache.fetch(&url, FIELD, &stored_digest, "kubeadm").await.unwrap();
+        let before = cache.used_bytes();
+        assert!(before > 0);
+        let url = format!("http://{addr}/stalls");
+        let digest = "a".repeat(64);
+        let mut fetch = Box::pin(cache.fetch(&url, FIELD, &digest, "kubelet"));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while cache.used_bytes() == before {
+            tokio::select! {
+                r = &mut fetch => panic!("the stalled download ended: {r:?}"),
+                () = tokio::time::sleep(Duration::from_millis(10)) => {}
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no byte of the stalled download arrived in 30 s"
+            );
+        }
+        assert_eq!(
+            files_under(&cache.root().join("tmp")).len(),
+            1,
+            "the download is streaming to its partial file"
+        );
+        drop(fetch);
+        assert_eq!(
+            cache.used_bytes(),
+            before,
+            "the dropped download kept its reservation"
+        );
+        assert!(files_under(&cache.root().join("tmp")).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_manager_at_its_bound_recounts_the_files_another_manager_sharing_the_directory_evicted() {
+        let bodies: Vec<Vec<u8>> = (0..4u8).map(|i| vec![b'a' + i; 40 * 1024]).collect();
+        let digests: Vec<String> = bodies.iter().map(|b| hex::encode(Sha256::digest(b))).collect();
+        let mut urls = Vec::new();
+        for b in &bodies {
+            urls.push(serve(b.clone(), false).await);
+        }
+        let (_dir, first) = loopback_cache("capkk-cache-shared");
+        first.set_max_cache_bytes(100 * 1024);
+        first
+            .fetch(&urls[0], FIELD, &digests[0], "kubeadm")
+            .await
+            .unwrap();
+        first
+            .fetch(&urls[1], FIELD, &digests[1], "kubeadm")
+            .await
+            .unwrap();
+        // A second manager on the same directory, with a smaller bound, evicts both (unused for an hour).
+        let second = ArtifactCache::new(first.root()).unwrap();
+        second.set_download_policy(first.download_policy().as_ref().clone());
+        second.set_max_cache_bytes(40 * 1024);
+        age(&first, &digests[0], Duration::from_secs(3600));
+        age(&first, &digests[1], Duration::from_secs(3600));
+        second
+            .fetch(&urls[2], FIELD, &digests[2], "kubeadm")
+            .await
+            .unwrap();
+        assert_eq!(files_under(&first.root().join("sha256")).len(), 1);
+        // The first still counts the 80 KiB it stored; at its bound it recounts and finds room without
+        // evicting 2, which is in use.
+        first
+            .fetch(&urls[3], FIELD, &digests[3], "kubeadm")
+            .await
+            .expect("the files the other manager evicted are not counted");
+        assert!(first.path_for(&digests[2]).unwrap().exists());
+        let on_disk: u64 = files_under(&first.root().join("sha256"))
+            .iter()
+            .map(|p| std::fs::metadata(p).unwrap().len())
+            .sum();
+        assert_eq!(on_disk, 80 * 1024);
+        assert_eq!(first.used_bytes(), on_disk);
     }
 
     #[test]
