@@ -197,11 +197,23 @@ push_manager_image() {
   log "pushed $img to the bridge registry as $ref"
 }
 
+plane_inventory_remove() {
+  local p
+  for p in capi-system/cluster-api capi-kubeadm-bootstrap-system/bootstrap-kubeadm \
+    capi-kubeadm-control-plane-system/control-plane-kubeadm capkk-system/infrastructure-kubekey; do
+    kubectl --kubeconfig "$CAPI_E2E_KUBECONFIG" delete --ignore-not-found -n "${p%/*}" \
+      "provider.clusterctl.cluster.x-k8s.io/${p#*/}" >/dev/null 2>&1 || true
+  done
+}
+
 # What `clusterctl init` would have left on the local plane, whose providers run as processes: the label by which
 # clusterctl move finds the CRDs to move, and the provider inventory (clusterctl move checks that its target runs
 # every provider of the source, at the same version or later: the move back of SelfHostedSpec needs it here).
 plane_for_move() {
   local crd capi_src
+  # Undone when the run ends: a provider inventory left on the shared plane would make every later
+  # `clusterctl move` from it (mgmt_clusterctl_move in make test) require its target to run these providers.
+  trap plane_inventory_remove EXIT
   for crd in $(kubectl --kubeconfig "$CAPI_E2E_KUBECONFIG" get crd -o name | grep -E '\.cluster\.x-k8s\.io$' | grep -v '\.clusterctl\.cluster\.x-k8s\.io$'); do
     kubectl --kubeconfig "$CAPI_E2E_KUBECONFIG" label --overwrite "$crd" clusterctl.cluster.x-k8s.io= >/dev/null
   done

@@ -845,6 +845,11 @@ strip_finalizers() {
 teardown() {
   stop_manager
   serve_down
+  # The provider inventory move_back copied onto the shared local plane: left there, every later `clusterctl move`
+  # from that plane (mgmt_clusterctl_move in make test) requires its target to run those providers.
+  if [ -n "${KUBECONFIG:-}" ] && [ -s "$WORK/inventory.json" ]; then
+    kubectl delete --ignore-not-found -f "$WORK/inventory.json" >/dev/null 2>&1 || true
+  fi
   if [ -n "${KUBECONFIG:-}" ] && kubectl get ns "$NS" >/dev/null 2>&1; then
     strip_finalizers
   fi
