@@ -305,7 +305,10 @@ pub async fn expected_sha256(a: &Artifact, cache: &ArtifactCache) -> Result<Stri
             })?;
             catalogue::parse_checksum_file(&text, file_name).ok_or_else(|| Error::InvalidInput {
                 field: format!("spec.component.overrides[id={}].checksum", a.id),
-                message: format!("published checksum file {url} has no SHA-256 for {file_name}; {pin}"),
+                message: format!(
+                    "published checksum file {} has no SHA-256 for {file_name}; {pin}",
+                    strip_userinfo(url)
+                ),
             })
         }
     }
@@ -517,6 +520,70 @@ impl PutTimeout for PutRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A mirror on 127.0.0.1 that answers every request with `body` (one connection per request).
+    async fn mirror(body: &'static str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf).await;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = s.write_all(head.as_bytes()).await;
+                let _ = s.write_all(body.as_bytes()).await;
+                let _ = s.shutdown().await;
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn a_published_checksum_file_without_the_artifact_is_reported_without_the_urls_userinfo() {
+        // Two entries, neither for kubeadm (a file of one entry is taken as the artifact's own).
+        let base = mirror(concat!(
+            "0000000000000000000000000000000000000000000000000000000000000000  kubelet\n",
+            "1111111111111111111111111111111111111111111111111111111111111111  kubectl\n",
+        ))
+        .await;
+        let with_user = base.replace("http://", "http://mirror-user:hunter2-pass@");
+        let dir = tempfile::tempdir().unwrap();
+        // The test mirror listens on loopback, which the manager allows only when the operator opts in.
+        let cache = ArtifactCache::new(dir.path().join("cache")).unwrap();
+        cache.set_download_policy(DownloadPolicy {
+            allow_loopback: true,
+            ..DownloadPolicy::default()
+        });
+        let artifact = Artifact {
+            id: "kubeadm".into(),
+            version: "v1.32.0".into(),
+            arch: "amd64".into(),
+            url: format!("{with_user}/kubeadm"),
+            url_field: "spec.component.host".into(),
+            checksum: ChecksumSource::Published {
+                url: format!("{with_user}/kubeadm.sha256"),
+                file_name: "kubeadm".into(),
+            },
+            install: Install::Binary {
+                dest: "/usr/local/bin/kubeadm".into(),
+                mode: 0o755,
+            },
+        };
+        let err = expected_sha256(&artifact, &cache)
+            .await
+            .expect_err("the file lists no kubeadm");
+        for shown in [err.to_string(), format!("{err:?}")] {
+            assert!(shown.contains("has no SHA-256 for kubeadm"), "{shown}");
+            assert!(
+                !shown.contains("hunter2-pass") && !shown.contains("mirror-user"),
+                "userinfo reaches the condition: {shown}"
+            );
+        }
+    }
 
     #[test]
     fn dropin_carries_node_ip_and_name() {
