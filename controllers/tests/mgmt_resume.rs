@@ -2,7 +2,7 @@
 //! (SIGKILL, no lease release) while the bootstrap data's slow command runs on the host. The standby takes
 //! the lease once it expires and finishes without repeating completed work: the phases recorded in the
 //! KKInstance's annotation are skipped, and the provisioning journal on the host keeps the bootstrap
-//! commands from running twice.
+//! commands from running twice. And how a candidate judges that a lease expired: by its own clock.
 
 mod common;
 
@@ -10,8 +10,12 @@ use std::time::Duration;
 
 use anyhow::ensure;
 use common::{sandbox::*, *};
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::Api;
+use k8s_openapi::{
+    api::coordination::v1::{Lease, LeaseSpec},
+    apimachinery::pkg::apis::meta::v1::MicroTime,
+    jiff::{SignedDuration, Timestamp},
+};
+use kube::{Api, api::PostParams};
 use serde_json::json;
 
 const RUNS: &str = "/root/capkk-runs";
@@ -146,6 +150,124 @@ async fn sigkilled_leader_is_replaced_and_work_resumes_without_repeats() -> anyh
     standby.terminate();
     env.assert_no_canary(&[key.lines().nth(2).unwrap_or("-")], &[killed_logs, standby_logs])
         .await?;
+    env.finish().await;
+    Ok(())
+}
+
+/// The Lease as another replica would have written it: `holder`, renewed at `renewed` by that replica's own
+/// wall clock.
+fn foreign_lease(holder: &str, renewed: Timestamp) -> Lease {
+    Lease {
+        metadata: kube::api::ObjectMeta {
+            name: Some(LEASE.into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.into()),
+            lease_duration_seconds: Some(5),
+            acquire_time: Some(MicroTime(renewed)),
+            renew_time: Some(MicroTime(renewed)),
+            lease_transitions: Some(0),
+            ..Default::default()
+        }),
+    }
+}
+
+/// `holder`'s write of the Lease, over whatever is there now (as that replica's renewal would be).
+async fn write_foreign(leases: &Api<Lease>, holder: &str, renewed: Timestamp) -> anyhow::Result<()> {
+    let mut lease = foreign_lease(holder, renewed);
+    match leases.get_opt(LEASE).await? {
+        Some(current) => {
+            lease.metadata.resource_version = current.metadata.resource_version;
+            leases.replace(LEASE, &PostParams::default(), &lease).await?;
+        }
+        None => {
+            leases.create(&PostParams::default(), &lease).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn holder(leases: &Api<Lease>) -> anyhow::Result<String> {
+    Ok(leases
+        .get(LEASE)
+        .await?
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default())
+}
+
+const LEASE: &str = "capkk-manager-leader";
+const HOUR: SignedDuration = SignedDuration::from_secs(3600);
+
+/// A candidate judges expiry by its own clock, as client-go does, never by the holder's `renewTime` (another
+/// replica's wall clock): a holder whose clock runs an hour ahead and has stopped renewing is taken over
+/// after the lease duration; a holder whose clock runs an hour behind and keeps renewing is never overtaken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_expiry_is_judged_by_the_candidates_own_clock() -> anyhow::Result<()> {
+    let env = TestEnv::new("leaderclock").await?;
+    let ns = env.ns.clone();
+    let leases: Api<Lease> = env.api();
+    let args = [
+        "--leader-elect",
+        "--leader-election-namespace",
+        &ns,
+        "--lease-duration=5s",
+        "--renew-deadline=4s",
+        "--retry-period=1s",
+    ];
+
+    // Ahead: renewTime an hour in the future, never renewed again.
+    write_foreign(&leases, "clock-ahead", Timestamp::now().checked_add(HOUR)?).await?;
+    let mut ahead = env.manager("ahead", &args)?;
+    let pid = ahead.pid().unwrap_or(0);
+    let t0 = std::time::Instant::now();
+    eventually(
+        "the manager takes over the silent lease dated an hour ahead",
+        Duration::from_secs(60),
+        || async { Ok(holder(&leases).await?.ends_with(&format!("_{pid}")).then_some(())) },
+    )
+    .await?;
+    let took = t0.elapsed();
+    ensure!(
+        took >= Duration::from_secs(5),
+        "not before a full lease duration of its own clock ({took:?})"
+    );
+    ahead.kill();
+
+    // Behind: renewTime an hour in the past, renewed every second (the date moves on, still an hour old).
+    let behind_since = Timestamp::now().checked_sub(HOUR)?;
+    write_foreign(&leases, "clock-behind", behind_since).await?;
+    let mut behind = env.manager("behind", &args)?;
+    let pid = behind.pid().unwrap_or(0);
+    eventually(
+        "the second manager is a candidate",
+        Duration::from_secs(60),
+        || async { Ok(behind.logs().contains("waiting for leadership").then_some(())) },
+    )
+    .await?;
+    for k in 1..=15 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let h = holder(&leases).await?;
+        ensure!(
+            h == "clock-behind",
+            "a renewing holder keeps the lease however old its renewTime looks (after {k} s: {h})"
+        );
+        write_foreign(
+            &leases,
+            "clock-behind",
+            behind_since.checked_add(SignedDuration::from_secs(k))?,
+        )
+        .await?;
+    }
+    // It stops renewing: taken over after the lease duration.
+    eventually(
+        "the manager takes over once the renewals stop",
+        Duration::from_secs(60),
+        || async { Ok(holder(&leases).await?.ends_with(&format!("_{pid}")).then_some(())) },
+    )
+    .await?;
+    behind.terminate();
     env.finish().await;
     Ok(())
 }

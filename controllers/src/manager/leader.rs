@@ -1,8 +1,14 @@
 //! A small leader elector on a `coordination.k8s.io/v1` Lease (the same protocol as client-go's
 //! leaderelection: holderIdentity, leaseDurationSeconds, renewTime; optimistic concurrency on
 //! resourceVersion).
+//!
+//! Like client-go, a candidate judges expiry by its own monotonic clock: the Lease is free once its record
+//! has stayed unchanged for the lease duration *as this process observed it*. The holder's `renewTime` is
+//! another machine's wall clock; judging by it made a replica whose clock ran ahead take a live lease (two
+//! leaders) and one whose clock ran behind wait for hours.
 
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::{
     api::coordination::v1::{Lease, LeaseSpec},
@@ -31,10 +37,50 @@ pub(super) struct LeaderConfig {
     pub retry_period: Duration,
 }
 
+/// What identifies one write of the Lease: any renewal or takeover changes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Record {
+    holder: String,
+    resource_version: String,
+}
+
+/// A record and the local instant this process first saw it.
+#[derive(Clone, Debug)]
+struct Observed {
+    record: Record,
+    at: Instant,
+}
+
+/// Whether the lease `current` may be taken over at `now`, given what was observed before (`last`), and
+/// what to remember for the next attempt. A free lease (no holder) may be taken at once; a held one only
+/// after its record stayed unchanged for `duration` of this process's own clock.
+fn judge(last: Option<&Observed>, current: Record, duration: Duration, now: Instant) -> (bool, Observed) {
+    if current.holder.is_empty() {
+        return (
+            true,
+            Observed {
+                record: current,
+                at: now,
+            },
+        );
+    }
+    match last {
+        Some(seen) if seen.record == current => (now.duration_since(seen.at) >= duration, seen.clone()),
+        _ => (
+            false,
+            Observed {
+                record: current,
+                at: now,
+            },
+        ),
+    }
+}
+
 /// Lease-based leader election.
 pub(super) struct LeaderElector {
     api: Api<Lease>,
     cfg: LeaderConfig,
+    observed: Mutex<Option<Observed>>,
 }
 
 impl LeaderElector {
@@ -43,11 +89,23 @@ impl LeaderElector {
         Self {
             api: Api::namespaced(client, &cfg.namespace),
             cfg,
+            observed: Mutex::new(None),
         }
     }
 
-    /// Try once to acquire or renew the lease. Returns true when this process holds it.
-    pub(super) async fn try_acquire_or_renew(&self) -> Result<bool> {
+    /// Try once to acquire or renew the lease, within the renew deadline (a request hanging on a busy API
+    /// server must not keep a leader believing it leads). Returns true when this process holds it.
+    pub(super) async fn try_acquire_or_renew(&self) -> std::result::Result<bool, String> {
+        match tokio::time::timeout(self.cfg.renew_deadline, self.attempt()).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err(format!(
+                "the Lease request took longer than the renew deadline ({:?})",
+                self.cfg.renew_deadline
+            )),
+        }
+    }
+
+    async fn attempt(&self) -> Result<bool> {
         let now = Timestamp::now();
         let me = self.cfg.identity.clone();
         let secs = self.cfg.lease_duration.as_secs() as i32;
@@ -80,9 +138,16 @@ impl LeaderElector {
         };
         let spec = lease.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().unwrap_or_default();
-        let expired = match (spec.renew_time.as_ref(), spec.lease_duration_seconds) {
-            (Some(t), Some(d)) => now.duration_since(t.0).as_secs() > i64::from(d),
-            _ => true,
+        let duration = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(0).max(0) as u64);
+        let record = Record {
+            holder: holder.clone(),
+            resource_version: lease.metadata.resource_version.clone().unwrap_or_default(),
+        };
+        let expired = {
+            let mut observed = self.observed.lock().unwrap_or_else(|e| e.into_inner());
+            let (expired, seen) = judge(observed.as_ref(), record, duration, Instant::now());
+            *observed = Some(seen);
+            expired
         };
         if holder != me && !holder.is_empty() && !expired {
             debug!(%holder, "lease held by another manager");
@@ -118,7 +183,7 @@ impl LeaderElector {
                     return;
                 }
                 Ok(false) => {}
-                Err(e) => warn!(error = %e, "leader election attempt failed"),
+                Err(error) => warn!(%error, "leader election attempt failed"),
             }
             tokio::time::sleep(self.cfg.retry_period).await;
         }
@@ -136,7 +201,7 @@ impl LeaderElector {
                     warn!("lease taken by another manager");
                     return;
                 }
-                Err(e) => warn!(error = %e, "renewing the lease failed"),
+                Err(error) => warn!(%error, "renewing the lease failed"),
             }
             if last_ok.elapsed() > self.cfg.renew_deadline {
                 warn!("could not renew the lease within the renew deadline");
@@ -165,5 +230,63 @@ impl LeaderElector {
         } else {
             info!("lease released");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(holder: &str, rv: &str) -> Record {
+        Record {
+            holder: holder.into(),
+            resource_version: rv.into(),
+        }
+    }
+
+    const LEASE: Duration = Duration::from_secs(15);
+
+    #[test]
+    fn a_lease_first_seen_is_not_expired_whatever_its_renew_time_says() {
+        let now = Instant::now();
+        let (expired, seen) = judge(None, record("other", "7"), LEASE, now);
+        assert!(!expired);
+        assert_eq!(seen.at, now);
+    }
+
+    #[test]
+    fn a_lease_unchanged_for_the_duration_by_the_local_clock_is_expired() {
+        let t0 = Instant::now();
+        let (_, seen) = judge(None, record("other", "7"), LEASE, t0);
+        let (early, seen) = judge(
+            Some(&seen),
+            record("other", "7"),
+            LEASE,
+            t0 + LEASE - Duration::from_millis(1),
+        );
+        assert!(!early, "one millisecond short of the duration");
+        assert_eq!(seen.at, t0, "the first observation's instant is kept");
+        let (expired, _) = judge(Some(&seen), record("other", "7"), LEASE, t0 + LEASE);
+        assert!(expired);
+    }
+
+    #[test]
+    fn every_renewal_restarts_the_local_count() {
+        let t0 = Instant::now();
+        let (_, seen) = judge(None, record("other", "7"), LEASE, t0);
+        let later = t0 + LEASE * 4;
+        let (expired, seen) = judge(Some(&seen), record("other", "8"), LEASE, later);
+        assert!(!expired, "the holder renewed (new resourceVersion)");
+        assert_eq!(seen.at, later);
+        let (taken_over, _) = judge(Some(&seen), record("third", "9"), LEASE, later + LEASE);
+        assert!(!taken_over, "another holder is a new record too");
+    }
+
+    #[test]
+    fn a_released_lease_is_free_at_once() {
+        let t0 = Instant::now();
+        let (_, seen) = judge(None, record("other", "7"), LEASE, t0);
+        let (free, _) = judge(Some(&seen), record("", "8"), LEASE, t0);
+        assert!(free);
     }
 }
