@@ -5,7 +5,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use capkk_api::{Auth as ApiAuth, Bastion, InstanceInfo, KKCluster, KKInstance};
 use capkk_executor::{ExecError, Executor};
-use capkk_ssh::{Auth, HostKeyPolicy, HostTarget, Observed, Secret, SshPool};
+use capkk_ssh::{Auth, HostKeyPolicy, HostTarget, KeySource, Observed, SecretSlice, SshPool};
 use futures::future::BoxFuture;
 use k8s_openapi::{ByteString, api::core::v1::Secret as K8sSecret};
 use kube::{Api, Client};
@@ -65,10 +65,10 @@ pub(crate) fn effective_bastion(cluster: &KKCluster) -> Option<Bastion> {
     })
 }
 
-fn secret_value(data: &BTreeMap<String, ByteString>, key: &str) -> Option<Secret> {
+fn secret_value(data: &BTreeMap<String, ByteString>, key: &str) -> Option<SecretSlice<u8>> {
     data.get(key)
         .filter(|v| !v.0.is_empty())
-        .map(|v| Secret::new(v.0.clone()))
+        .map(|v| SecretSlice::from(v.0.clone()))
 }
 
 async fn read_secret(client: &Client, ns: &str, name: &str) -> Result<BTreeMap<String, ByteString>> {
@@ -114,7 +114,7 @@ async fn read_private_key_path(
     ns: &str,
     path: &str,
     field: &str,
-) -> Result<Secret> {
+) -> Result<SecretSlice<u8>> {
     let scoped = dir.map(|d| namespace_key_dir(d, ns));
     capkk_ssh::keyfile::read_confined(
         scoped.as_deref(),
@@ -149,7 +149,7 @@ pub(crate) struct Resolved {
     /// Credentials.
     pub auth: Auth,
     /// Password for sudo (non-root users).
-    pub sudo_password: Option<Secret>,
+    pub sudo_password: Option<SecretSlice<u8>>,
     /// The auth's `timeout` (connect bound); `None` when unset: the manager's `--ssh-connect-timeout`.
     pub connect_timeout: Option<Duration>,
 }
@@ -182,16 +182,16 @@ pub(crate) async fn resolve_auth(client: &Client, ns: &str, auth: &ApiAuth, fiel
             message: format!("{port} is not a TCP port"),
         })?;
     let connect_timeout = connect_timeout(auth, field)?;
-    let mut password: Option<Secret> = auth
+    let mut password: Option<SecretSlice<u8>> = auth
         .password
         .as_deref()
         .filter(|p| !p.is_empty())
-        .map(Secret::from);
-    let mut key: Option<Secret> = auth
+        .map(|p| SecretSlice::from(p.as_bytes().to_vec()));
+    let mut key: Option<SecretSlice<u8>> = auth
         .private_key
         .as_deref()
         .filter(|p| !p.is_empty())
-        .map(Secret::from);
+        .map(|k| SecretSlice::from(k.as_bytes().to_vec()));
     let mut passphrase = None;
     let mut sudo = None;
     let secret_name = auth
@@ -215,15 +215,19 @@ pub(crate) async fn resolve_auth(client: &Client, ns: &str, auth: &ApiAuth, fiel
         }
     }
     let creds = if let Some(k) = key {
-        let a = Auth::key_bytes(k);
-        match passphrase {
-            Some(p) => a.with_passphrase(p),
-            None => a,
+        Auth::PrivateKey {
+            key: KeySource::Bytes(k),
+            passphrase,
         }
     } else if let Some(p) = password.clone() {
         Auth::Password(p)
     } else if let Some(path) = auth.private_key_path.as_deref().filter(|p| !p.is_empty()) {
-        Auth::key_bytes(read_private_key_path(private_key_dir().as_deref(), ns, path, field).await?)
+        Auth::PrivateKey {
+            key: KeySource::Bytes(
+                read_private_key_path(private_key_dir().as_deref(), ns, path, field).await?,
+            ),
+            passphrase: None,
+        }
     } else {
         return Err(Error::ResolveCredentials(format!(
             "{field} sets none of password, privateKey, privateKeyPath, secret or secretRef"
@@ -350,6 +354,7 @@ pub(crate) async fn instance_target(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use capkk_ssh::ExposeSecret;
 
     #[tokio::test]
     async fn a_namespace_reads_only_its_own_key_directory_and_cannot_name_another_namespaces_key() {
@@ -367,11 +372,11 @@ mod tests {
         let own = read("tenant-a", "id".into())
             .await
             .expect("a relative path in a's directory");
-        assert_eq!(own.expose(), b"KEY-OF-tenant-a");
+        assert_eq!(own.expose_secret(), b"KEY-OF-tenant-a");
         let own_abs = read("tenant-b", dir.join("tenant-b/id").display().to_string())
             .await
             .expect("absolute in b's");
-        assert_eq!(own_abs.expose(), b"KEY-OF-tenant-b");
+        assert_eq!(own_abs.expose_secret(), b"KEY-OF-tenant-b");
         for path in [
             dir.join("tenant-b/id").display().to_string(),
             "../tenant-b/id".into(),

@@ -15,7 +15,7 @@ use capkk_service::{
     provisioning::Outcome,
     repository::RepositoryConfig,
 };
-use capkk_ssh::Secret;
+use capkk_ssh::{ExposeSecret, SecretSlice};
 
 /// One phase of host work, in execution order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -68,7 +68,7 @@ impl Phase {
 /// The bootstrap data (`value`, `format`) of the Machine. Secret: never printed.
 pub(crate) struct BootstrapData {
     /// The payload.
-    pub value: Secret,
+    pub value: SecretSlice<u8>,
     /// `cloud-config` (default) or `ignition`.
     pub format: String,
 }
@@ -325,7 +325,7 @@ impl HostServices for ServiceLayer {
                 if let Some(p) = spec.provider_id.clone() {
                     vars = vars.provider_id(p);
                 }
-                let plan = capkk_cloudinit::parse(data.value.expose(), &data.format, &vars)?;
+                let plan = capkk_cloudinit::parse(data.value.expose_secret(), &data.format, &vars)?;
                 let opts = capkk_service::provisioning::RunOptions {
                     rerun_failed: input.rerun_failed,
                     ..Default::default()

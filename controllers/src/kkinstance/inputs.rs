@@ -132,7 +132,7 @@ pub(crate) async fn bootstrap_data(
         .filter(|f| !f.is_empty())
         .unwrap_or_else(|| "cloud-config".into());
     Ok(Some(BootstrapData {
-        value: capkk_ssh::Secret::new(value),
+        value: capkk_ssh::SecretSlice::from(value),
         format,
     }))
 }

@@ -1319,7 +1319,7 @@ async fn a_running_foreign_containerd_is_left_alone_via_password_sudo() {
         Auth::key_file(&sb.credentials().ed25519_key),
     )
     .host_key(HostKeyPolicy::pinned(host.fingerprint()))
-    .sudo_password(capkk_ssh::Secret::new(sb.credentials().password.clone()));
+    .sudo_password(sb.credentials().password.clone());
     let ex = pool().executor(&target);
     let progress = RecordingProgress::default();
     let redactor = Redactor::new([sb.credentials().password.clone()]);

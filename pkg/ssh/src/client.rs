@@ -21,12 +21,13 @@ use russh::{
     client::{self, AuthResult, Handle},
     keys::{HashAlg, PrivateKey, PrivateKeyWithHashAlg, PublicKeyOrCertificate},
 };
+use secrecy::{ExposeSecret, SecretSlice};
 use tokio::{io::AsyncWriteExt, net::TcpStream, sync::Semaphore, time::timeout};
 use tracing::{debug, info, instrument, warn};
 use zeroize::Zeroizing;
 
 use crate::{
-    config::{Auth, HostKeyPolicy, HostTarget, KeySource, PoolConfig, Secret},
+    config::{Auth, HostKeyPolicy, HostTarget, KeySource, PoolConfig},
     error::SshError,
 };
 
@@ -246,18 +247,18 @@ impl PoolInner {
         match &t.auth {
             Auth::Password(p) => {
                 0u8.hash(&mut h);
-                p.expose().hash(&mut h);
+                p.expose_secret().hash(&mut h);
             }
             Auth::PrivateKey { key, passphrase } => {
                 1u8.hash(&mut h);
                 match key {
-                    KeySource::Bytes(b) => b.expose().hash(&mut h),
+                    KeySource::Bytes(b) => b.expose_secret().hash(&mut h),
                     KeySource::File(p) => p.hash(&mut h),
                 }
-                passphrase.as_ref().map(|p| p.expose()).hash(&mut h);
+                passphrase.as_ref().map(|p| p.expose_secret()).hash(&mut h);
             }
         }
-        t.sudo_password.as_ref().map(|p| p.expose()).hash(&mut h);
+        t.sudo_password.as_ref().map(|p| p.expose_secret()).hash(&mut h);
         format!("{:?}", t.host_key).hash(&mut h);
         // A changed connect timeout gets a new slot (the old one goes like rotated credentials): a pooled
         // slot keeps the target it was created with and reconnects with its limit.
@@ -532,7 +533,7 @@ async fn authenticate(
     };
     let result = match &t.auth {
         Auth::Password(p) => {
-            let pw = Zeroizing::new(p.expose_str().unwrap_or_default().to_owned());
+            let pw = Zeroizing::new(crate::config::expose_str(p).unwrap_or_default().to_owned());
             handle
                 .authenticate_password(t.user.clone(), pw.as_str())
                 .await
@@ -570,7 +571,7 @@ async fn authenticate(
 /// (and checked for secrets) like the rest of the connection's output.
 async fn load_key(
     key: &KeySource,
-    passphrase: Option<&Secret>,
+    passphrase: Option<&SecretSlice<u8>>,
     t: &HostTarget,
 ) -> Result<PrivateKey, SshError> {
     let err = |message: String| SshError::LoadKey {
@@ -581,7 +582,7 @@ async fn load_key(
     let (text, origin) = match key {
         KeySource::Bytes(b) => (
             Zeroizing::new(
-                b.expose_str()
+                crate::config::expose_str(b)
                     .ok_or_else(|| err("key is not UTF-8 text".into()))?
                     .to_owned(),
             ),
@@ -591,15 +592,14 @@ async fn load_key(
             let bytes = crate::keyfile::read_key_file(p, crate::keyfile::MAX_KEY_BYTES)
                 .await
                 .map_err(err)?;
-            let text = bytes
-                .expose_str()
+            let text = crate::config::expose_str(&bytes)
                 .ok_or_else(|| err(format!("{} is not UTF-8 text", p.display())))?
                 .to_owned();
             (Zeroizing::new(text), Some(p.display().to_string()))
         }
     };
     let passphrase = passphrase
-        .and_then(|p| p.expose_str())
+        .and_then(crate::config::expose_str)
         .map(|p| Zeroizing::new(p.to_owned()));
     let dispatch = tracing::dispatcher::get_default(|d| d.clone());
     let span = tracing::Span::current();
@@ -813,7 +813,7 @@ impl SshExecutor {
                             .target
                             .sudo_password
                             .as_ref()
-                            .map(|p| p.expose().to_vec())
+                            .map(|p| p.expose_secret().to_vec())
                             .unwrap_or_default(),
                     ),
                 };
@@ -1252,7 +1252,6 @@ impl Executor for SshExecutor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Secret;
 
     #[test]
     fn identity_separates_credentials_and_hides_them() {
@@ -1415,11 +1414,7 @@ mod tests {
         )
         .sudo_password("SUDO-CANARY")
         .via(HostTarget::new("b", "u", Auth::password("PW-CANARY")));
-        let text = format!(
-            "{t:?} {:?} {}",
-            Secret::from("S-CANARY"),
-            Secret::from("S-CANARY")
-        );
+        let text = format!("{t:?} {:?}", SecretSlice::from(b"S-CANARY".to_vec()));
         assert!(!text.contains("CANARY"), "{text}");
     }
 

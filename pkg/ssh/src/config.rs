@@ -1,70 +1,20 @@
-//! Targets, credentials, host-key policy and pool settings. Secrets are zeroized and never printed.
+//! Targets, credentials, host-key policy and pool settings. Secret bytes are `secrecy`'s [`SecretSlice`]:
+//! zeroized on drop, redacted in Debug, read only through [`ExposeSecret::expose_secret`].
 
 use std::{fmt, path::PathBuf, time::Duration};
 
-use zeroize::{Zeroize, ZeroizeOnDrop};
+use secrecy::{ExposeSecret, SecretSlice};
 
-/// Secret bytes (a password, a private key, a passphrase): zeroized on drop, redacted in Debug and Display.
-#[derive(Clone, Default, PartialEq, Eq, Zeroize, ZeroizeOnDrop)]
-pub struct Secret(Vec<u8>);
-
-impl Secret {
-    /// Wrap secret bytes.
-    pub fn new(bytes: impl Into<Vec<u8>>) -> Self {
-        Secret(bytes.into())
-    }
-
-    /// The raw bytes. Keep the borrow short; never log it.
-    pub fn expose(&self) -> &[u8] {
-        &self.0
-    }
-
-    /// The bytes as UTF-8, or `None` when they are not valid UTF-8.
-    pub fn expose_str(&self) -> Option<&str> {
-        std::str::from_utf8(&self.0).ok()
-    }
-
-    /// True when empty.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl From<&str> for Secret {
-    fn from(s: &str) -> Self {
-        Secret(s.as_bytes().to_vec())
-    }
-}
-
-impl From<String> for Secret {
-    fn from(s: String) -> Self {
-        Secret(s.into_bytes())
-    }
-}
-
-impl From<Vec<u8>> for Secret {
-    fn from(v: Vec<u8>) -> Self {
-        Secret(v)
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(<redacted>)")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
+/// The UTF-8 text of secret bytes, or `None` when they are not valid UTF-8. Keep the borrow short; never log it.
+pub(crate) fn expose_str(secret: &SecretSlice<u8>) -> Option<&str> {
+    std::str::from_utf8(secret.expose_secret()).ok()
 }
 
 /// Where a private key comes from.
 #[derive(Clone)]
 pub enum KeySource {
     /// OpenSSH / PEM / PuTTY key text (e.g. from a Kubernetes Secret).
-    Bytes(Secret),
+    Bytes(SecretSlice<u8>),
     /// A key file on the controller's file system.
     File(PathBuf),
 }
@@ -82,26 +32,26 @@ impl fmt::Debug for KeySource {
 #[derive(Clone)]
 pub enum Auth {
     /// Password authentication.
-    Password(Secret),
+    Password(SecretSlice<u8>),
     /// Public-key authentication (ed25519, rsa, ecdsa), with an optional passphrase for an encrypted key.
     PrivateKey {
         /// The key.
         key: KeySource,
         /// Passphrase of an encrypted key.
-        passphrase: Option<Secret>,
+        passphrase: Option<SecretSlice<u8>>,
     },
 }
 
 impl Auth {
     /// Password authentication.
-    pub fn password(password: impl Into<Secret>) -> Self {
-        Auth::Password(password.into())
+    pub fn password(password: impl Into<Vec<u8>>) -> Self {
+        Auth::Password(SecretSlice::from(password.into()))
     }
 
     /// An unencrypted private key given as text.
-    pub fn key_bytes(key: impl Into<Secret>) -> Self {
+    pub fn key_bytes(key: impl Into<Vec<u8>>) -> Self {
         Auth::PrivateKey {
-            key: KeySource::Bytes(key.into()),
+            key: KeySource::Bytes(SecretSlice::from(key.into())),
             passphrase: None,
         }
     }
@@ -115,11 +65,11 @@ impl Auth {
     }
 
     /// The same key, decrypted with this passphrase.
-    pub fn with_passphrase(self, passphrase: impl Into<Secret>) -> Self {
+    pub fn with_passphrase(self, passphrase: impl Into<Vec<u8>>) -> Self {
         match self {
             Auth::PrivateKey { key, .. } => Auth::PrivateKey {
                 key,
-                passphrase: Some(passphrase.into()),
+                passphrase: Some(SecretSlice::from(passphrase.into())),
             },
             other => other,
         }
@@ -173,7 +123,7 @@ pub struct HostTarget {
     /// Host-key policy.
     pub host_key: HostKeyPolicy,
     /// Password for `sudo` when the login user is not root and sudo asks for one.
-    pub sudo_password: Option<Secret>,
+    pub sudo_password: Option<SecretSlice<u8>>,
     /// Jump host: the connection to this target is tunnelled through an SSH connection to the bastion.
     pub bastion: Option<Box<HostTarget>>,
     /// Bound on TCP connect + SSH handshake + authentication for this target (e.g. a KKCluster host's
@@ -209,8 +159,8 @@ impl HostTarget {
     }
 
     /// Set the sudo password.
-    pub fn sudo_password(mut self, password: impl Into<Secret>) -> Self {
-        self.sudo_password = Some(password.into());
+    pub fn sudo_password(mut self, password: impl Into<Vec<u8>>) -> Self {
+        self.sudo_password = Some(SecretSlice::from(password.into()));
         self
     }
 
@@ -239,7 +189,7 @@ impl HostTarget {
     /// Every secret this target (and its bastion) carries, as text to hand to an output redactor: login
     /// password, sudo password, key passphrase, and each line of an inline private key.
     pub fn secret_texts(&self) -> Vec<String> {
-        let text = |s: &Secret| String::from_utf8_lossy(s.expose()).into_owned();
+        let text = |s: &SecretSlice<u8>| String::from_utf8_lossy(s.expose_secret()).into_owned();
         let mut out = Vec::new();
         match &self.auth {
             Auth::Password(p) => out.push(text(p)),

@@ -8,14 +8,14 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::Secret;
+use secrecy::SecretSlice;
 
 /// Largest key file read (an RSA-16384 key in PEM is about 13 KiB).
 pub const MAX_KEY_BYTES: u64 = 64 * 1024;
 
 /// Read the key at `path` when it is a regular file inside `dir` (after resolving symlinks), at most
 /// `max` bytes; `dir == None` refuses. The error says why without any file content.
-pub async fn read_confined(dir: Option<&Path>, path: &Path, max: u64) -> Result<Secret, String> {
+pub async fn read_confined(dir: Option<&Path>, path: &Path, max: u64) -> Result<SecretSlice<u8>, String> {
     let Some(dir) = dir else {
         return Err(format!(
             "privateKeyPath {} is not allowed: the manager runs without --private-key-dir (use a Secret)",
@@ -32,7 +32,7 @@ pub async fn read_confined(dir: Option<&Path>, path: &Path, max: u64) -> Result<
 }
 
 /// Read the key file at `path` (a regular file of at most `max` bytes).
-pub async fn read_key_file(path: &Path, max: u64) -> Result<Secret, String> {
+pub async fn read_key_file(path: &Path, max: u64) -> Result<SecretSlice<u8>, String> {
     let path = path.to_path_buf();
     tokio::task::spawn_blocking(move || read_blocking(&path, &path, max))
         .await
@@ -62,7 +62,7 @@ fn confine(dir: &Path, path: &Path) -> Result<PathBuf, String> {
     Ok(real)
 }
 
-fn read_blocking(real: &Path, shown: &Path, max: u64) -> Result<Secret, String> {
+fn read_blocking(real: &Path, shown: &Path, max: u64) -> Result<SecretSlice<u8>, String> {
     use std::io::Read as _;
     let shown = shown.display();
     let file = std::fs::File::open(real).map_err(|e| format!("key file {shown}: {e}"))?;
@@ -80,12 +80,13 @@ fn read_blocking(real: &Path, shown: &Path, max: u64) -> Result<Secret, String> 
     if buf.len() as u64 > max {
         return Err(format!("key file {shown} is larger than {max} bytes"));
     }
-    Ok(Secret::new(buf))
+    Ok(SecretSlice::from(buf))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use secrecy::ExposeSecret;
 
     #[tokio::test]
     async fn private_key_path_outside_the_key_dir_a_device_or_a_huge_file_is_refused() {
@@ -102,9 +103,12 @@ mod tests {
             read_confined(dir.as_deref(), &p, MAX_KEY_BYTES).await
         };
         let ok = read(Some(keys.clone()), keys.join("id")).await.unwrap();
-        assert_eq!(ok.expose(), b"KEY");
+        assert_eq!(ok.expose_secret(), b"KEY");
         assert_eq!(
-            read(Some(keys.clone()), "id".into()).await.unwrap().expose(),
+            read(Some(keys.clone()), "id".into())
+                .await
+                .unwrap()
+                .expose_secret(),
             b"KEY"
         );
         let off = read(None, keys.join("id")).await.unwrap_err();

@@ -9,7 +9,8 @@
 //!   command line); `put` streams a file to a temp file beside the destination, sets mode/owner and renames it.
 //! - Host keys are pinned by SHA-256 fingerprint (`SHA256:...` as `ssh-keygen -lf` prints) or trusted on first
 //!   use; a mismatch fails with [`capkk_executor::ExecError::HostKeyMismatch`] before credentials are sent.
-//! - Secrets ([`Secret`]) are zeroized on drop and redacted in Debug/Display; nothing secret is traced.
+//! - Secrets are `secrecy`'s [`SecretSlice`] (zeroized on drop, redacted in Debug, read only through
+//!   [`ExposeSecret::expose_secret`]); nothing secret is traced.
 //!   (russh itself copies a login password into a plain `String` for the duration of the auth request.)
 //!
 //! ```no_run
@@ -38,5 +39,6 @@ pub mod keyfile;
 mod short_scalar;
 
 pub use client::{Observed, PoolStats, Probe, SshExecutor, SshPool};
-pub use config::{Auth, HostKeyPolicy, HostTarget, KeySource, PoolConfig, Secret};
+pub use config::{Auth, HostKeyPolicy, HostTarget, KeySource, PoolConfig};
 pub use error::SshError;
+pub use secrecy::{ExposeSecret, SecretSlice};
