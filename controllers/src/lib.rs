@@ -43,6 +43,7 @@ pub(crate) mod reconcile;
 mod reconcile_tests;
 pub(crate) mod secrets;
 pub(crate) mod services;
+mod tls_listener;
 pub(crate) mod watches;
 pub(crate) mod workload;
 pub(crate) mod workload_kubeconfig;

@@ -6,14 +6,14 @@
 //! The certificate (`tls.crt`, `tls.key` in the cert dir, as a mounted Secret) is read again for every
 //! connection, so a renewal by cert-manager is picked up without a restart.
 
-use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, sync::Arc};
 
 use anyhow::Context as _;
 use axum::{Json, Router, extract::State, routing::post};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 use serde_json::{Value, json};
 use tokio::sync::watch;
-use tracing::{debug, error, info, warn};
+use tracing::{error, info};
 
 use super::{decide, update};
 use crate::context::Context;
@@ -110,50 +110,6 @@ pub(crate) fn tls_config(dir: &std::path::Path) -> anyhow::Result<rustls::Server
     Ok(cfg)
 }
 
-/// TLS connections for `axum::serve`: the handshake runs in `accept` (bounded), failures are logged and
-/// skipped.
-struct TlsListener {
-    tcp: tokio::net::TcpListener,
-    dir: PathBuf,
-}
-
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-impl axum::serve::Listener for TlsListener {
-    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            let (stream, peer) = match self.tcp.accept().await {
-                Ok(c) => c,
-                Err(e) => {
-                    warn!(error = %e, "runtime extension: accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            let cfg = match tls_config(&self.dir) {
-                Ok(c) => c,
-                Err(e) => {
-                    error!(error = %format!("{e:#}"), "runtime extension: no usable certificate");
-                    continue;
-                }
-            };
-            let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                Ok(Ok(tls)) => return (tls, peer),
-                Ok(Err(e)) => debug!(%peer, error = %e, "runtime extension: TLS handshake failed"),
-                Err(_) => debug!(%peer, "runtime extension: TLS handshake timed out"),
-            }
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.tcp.local_addr()
-    }
-}
-
 /// Serve the hooks on `addr` over TLS with the certificate in `cert_dir` until `shutdown`; returns the bound
 /// address. The certificate must be readable at start (a typo in the flag fails the manager, not CAPI later).
 pub(crate) async fn serve(
@@ -168,7 +124,11 @@ pub(crate) async fn serve(
         .with_context(|| format!("binding the runtime extension on {addr}"))?;
     let bound = tcp.local_addr()?;
     info!(addr = %bound, cert_dir = %cert_dir.display(), "runtime extension (in-place update hooks) listening");
-    let listener = TlsListener { tcp, dir: cert_dir };
+    let listener = crate::tls_listener::TlsListener::new(
+        tcp,
+        Box::new(move || tls_config(&cert_dir).map(Arc::new)),
+        "runtime extension",
+    );
     tokio::spawn(async move {
         let res = axum::serve(listener, router(ctx))
             .with_graceful_shutdown(async move {

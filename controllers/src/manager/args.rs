@@ -86,16 +86,18 @@ pub struct Args {
     /// Only reconcile objects labelled cluster.x-k8s.io/watch-filter=<value> (empty: all).
     #[arg(long, env = "CAPKK_WATCH_FILTER", default_value = "")]
     pub watch_filter: String,
-    /// Address of the /metrics endpoint ("0" disables it) [default: --diagnostics-address, else
-    /// 127.0.0.1:8080]. Alias: --metrics-bind-addr.
+    /// Serve /metrics here as plain HTTP without authentication ("0" disables /metrics). Given, it wins over
+    /// --diagnostics-address, which is then not served (CAPI's deprecated --metrics-bind-addr did the same).
+    /// Alias: --metrics-bind-addr.
     #[arg(long, alias = "metrics-bind-addr", env = "CAPKK_METRICS_BIND_ADDRESS")]
     pub metrics_bind_address: Option<String>,
-    /// CAPI's name for the metrics address; served as plain HTTP like --metrics-bind-address (this manager
-    /// has no authenticated HTTPS endpoint; see --insecure-diagnostics).
+    /// The diagnostics endpoint, CAPI's convention: /metrics over HTTPS with a self-signed certificate made at
+    /// start, every request authenticated by a TokenReview of its bearer token and authorized by a
+    /// SubjectAccessReview (non-resource URL, verb from the method): 401 or 403 otherwise ("0" disables it)
+    /// [default: :8443].
     #[arg(long)]
     pub diagnostics_address: Option<String>,
-    /// CAPI's switch between HTTPS with authentication (false) and plain HTTP (true) on
-    /// --diagnostics-address. The endpoint here is plain HTTP either way; false is logged as such.
+    /// Serve --diagnostics-address as plain HTTP without authentication (CAPI's opt-out).
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub insecure_diagnostics: bool,
     /// Address of the /healthz and /readyz endpoints ("0" disables them). Alias: --health-addr.
@@ -264,16 +266,39 @@ pub struct Args {
     pub identity: Option<String>,
 }
 
+/// `--diagnostics-address`'s default, CAPI's.
+pub(crate) const DEFAULT_DIAGNOSTICS_ADDRESS: &str = ":8443";
+
+/// How the manager serves `/metrics` ([`Args::metrics_endpoint`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MetricsEndpoint {
+    /// Not served.
+    Off,
+    /// Plain HTTP, no authentication.
+    Plain(SocketAddr),
+    /// HTTPS with a self-signed certificate; TokenReview and SubjectAccessReview for every request.
+    Secure(SocketAddr),
+}
+
 /// Lease name used without --leader-election-id and without --watch-filter.
 const DEFAULT_LEASE: &str = "capkk-manager-leader";
 
 impl Args {
-    /// The address of /metrics: --metrics-bind-address, else --diagnostics-address, else 127.0.0.1:8080.
-    pub(crate) fn metrics_address(&self) -> &str {
-        self.metrics_bind_address
+    /// How /metrics is served: --metrics-bind-address (plain HTTP) when given, else --diagnostics-address
+    /// (default :8443), HTTPS with authentication unless --insecure-diagnostics.
+    pub(crate) fn metrics_endpoint(&self) -> anyhow::Result<MetricsEndpoint> {
+        if let Some(plain) = &self.metrics_bind_address {
+            return Ok(parse_bind(plain)?.map_or(MetricsEndpoint::Off, MetricsEndpoint::Plain));
+        }
+        let addr = self
+            .diagnostics_address
             .as_deref()
-            .or(self.diagnostics_address.as_deref())
-            .unwrap_or("127.0.0.1:8080")
+            .unwrap_or(DEFAULT_DIAGNOSTICS_ADDRESS);
+        Ok(match parse_bind(addr)? {
+            None => MetricsEndpoint::Off,
+            Some(a) if self.insecure_diagnostics => MetricsEndpoint::Plain(a),
+            Some(a) => MetricsEndpoint::Secure(a),
+        })
     }
 
     /// The leader Lease: (namespace from `--leader-election-id=namespace/name`, if given that way; name).
@@ -358,11 +383,14 @@ impl Args {
             self.kube_api_burst.map(|b| b.to_string()),
             NO_RATE_LIMIT,
         );
-        if self.diagnostics_address.is_some() && !self.insecure_diagnostics {
+        if self.metrics_bind_address.is_some() {
+            const PLAIN: &str = "--metrics-bind-address is given: /metrics is served there as plain HTTP without \
+                                 authentication, and no diagnostics endpoint";
+            add("--diagnostics-address", self.diagnostics_address.clone(), PLAIN);
             add(
                 "--insecure-diagnostics",
-                Some("false".into()),
-                "/metrics is served as plain HTTP without authentication (no HTTPS endpoint here)",
+                self.insecure_diagnostics.then(|| "true".to_owned()),
+                PLAIN,
             );
         }
         out
@@ -596,8 +624,8 @@ mod tests {
             Args::try_parse_from(std::iter::once("manager").chain(OPERATOR_ARGS.iter().copied())).unwrap();
         assert!(a.leader_elect);
         assert_eq!(
-            a.metrics_address(),
-            "127.0.0.1:9090",
+            a.metrics_endpoint().unwrap(),
+            MetricsEndpoint::Plain("127.0.0.1:9090".parse().unwrap()),
             "the later alias wins, as Go's flag does"
         );
         assert_eq!(a.health_probe_bind_address, ":9440");
@@ -639,21 +667,99 @@ mod tests {
             "-v=6",
         ])
         .unwrap();
-        assert_eq!(a.metrics_address(), ":8443");
+        assert_eq!(
+            a.metrics_endpoint().unwrap(),
+            MetricsEndpoint::Secure("0.0.0.0:8443".parse().unwrap())
+        );
         assert_eq!(a.log_format, LogFormat::Json);
         assert_eq!(a.log_level(), Some("trace"));
         assert_eq!(a.sync_period, Some(Duration::from_secs(600)));
         assert_eq!(a.concurrency().kkinstance, 20);
         assert_eq!(a.concurrency().kkcluster, 0, "unbounded unless asked");
         let ignored: Vec<_> = a.ignored().into_iter().map(|(f, _, _)| f).collect();
-        assert_eq!(
-            ignored,
-            ["--kube-api-qps", "--kube-api-burst", "--insecure-diagnostics"]
-        );
+        assert_eq!(ignored, ["--kube-api-qps", "--kube-api-burst"]);
         let quiet = Args::try_parse_from(["manager"]).unwrap();
         assert!(quiet.ignored().is_empty(), "nothing given, nothing to report");
-        assert_eq!(quiet.metrics_address(), "127.0.0.1:8080");
+        assert_eq!(
+            quiet.metrics_endpoint().unwrap(),
+            MetricsEndpoint::Secure("0.0.0.0:8443".parse().unwrap()),
+            "CAPI's default: authenticated HTTPS on :8443"
+        );
         assert_eq!(quiet.log_level(), None);
+    }
+
+    #[test]
+    fn metrics_are_served_plain_only_when_asked_and_an_explicit_metrics_bind_address_wins() {
+        let endpoint = |args: &[&str]| {
+            Args::try_parse_from(std::iter::once("manager").chain(args.iter().copied()))
+                .unwrap()
+                .metrics_endpoint()
+        };
+        let secure = |a: &str| MetricsEndpoint::Secure(a.parse().unwrap());
+        let plain = |a: &str| MetricsEndpoint::Plain(a.parse().unwrap());
+        assert_eq!(endpoint(&[]).unwrap(), secure("0.0.0.0:8443"));
+        assert_eq!(
+            endpoint(&["--diagnostics-address=127.0.0.1:9443"]).unwrap(),
+            secure("127.0.0.1:9443")
+        );
+        assert_eq!(
+            endpoint(&["--insecure-diagnostics"]).unwrap(),
+            plain("0.0.0.0:8443"),
+            "the opt-out keeps the address and drops TLS and authentication"
+        );
+        assert_eq!(
+            endpoint(&["--diagnostics-address=:9000", "--insecure-diagnostics=true"]).unwrap(),
+            plain("0.0.0.0:9000")
+        );
+        assert_eq!(
+            endpoint(&["--diagnostics-address=0"]).unwrap(),
+            MetricsEndpoint::Off
+        );
+        assert_eq!(
+            endpoint(&["--metrics-bind-address=:8080"]).unwrap(),
+            plain("0.0.0.0:8080"),
+            "what the test harnesses and make image-test pass"
+        );
+        assert_eq!(
+            endpoint(&["--diagnostics-address=:8080", "--insecure-diagnostics=true"]).unwrap(),
+            plain("0.0.0.0:8080"),
+            "config/default with its clusterctl variables' defaults: plain :8080 as before"
+        );
+        assert_eq!(
+            endpoint(&[
+                "--diagnostics-address=:8443",
+                "--metrics-bind-address=127.0.0.1:8080"
+            ])
+            .unwrap(),
+            plain("127.0.0.1:8080"),
+            "an explicit plain address wins, whatever the order"
+        );
+        assert_eq!(
+            endpoint(&["--metrics-bind-address=0", "--diagnostics-address=:8443"]).unwrap(),
+            MetricsEndpoint::Off,
+            "--metrics-bind-address=0 turns /metrics off; it does not fall back to diagnostics"
+        );
+        assert!(endpoint(&["--diagnostics-address=everywhere"]).is_err());
+        assert!(
+            Args::try_parse_from(["manager", "--insecure-diagnostics=maybe"]).is_err(),
+            "a boolean or nothing"
+        );
+        // Both given: the unused diagnostics flags are said at startup, never dropped silently.
+        let both = Args::try_parse_from([
+            "manager",
+            "--metrics-bind-address=:8080",
+            "--diagnostics-address=:8443",
+            "--insecure-diagnostics",
+        ])
+        .unwrap();
+        let ignored: Vec<_> = both.ignored().into_iter().map(|(f, v, _)| (f, v)).collect();
+        assert_eq!(
+            ignored,
+            [
+                ("--diagnostics-address", ":8443".to_owned()),
+                ("--insecure-diagnostics", "true".to_owned())
+            ]
+        );
     }
 
     #[test]

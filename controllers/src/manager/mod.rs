@@ -1,7 +1,8 @@
-//! The manager: flags ([`args`]), logging, the metrics and health endpoints ([`http`]), leader election
+//! The manager: flags ([`args`]), logging, the metrics and health endpoints ([`http`], [`diagnostics`]), leader election
 //! ([`leader`]), the shared watches and the three controllers, graceful shutdown.
 
 mod args;
+mod diagnostics;
 mod http;
 mod leader;
 
@@ -88,7 +89,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         warn!(%flag, %value, "flag accepted but ignored: {why}");
     }
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let metrics_addr = parse_bind(args.metrics_address())?;
+    let metrics_endpoint = args.metrics_endpoint()?;
     let health_addr = parse_bind(&args.health_probe_bind_address)?;
     let extension_addr = parse_bind(&args.runtime_extension_bind_address)?;
     let client = client(&args).await?;
@@ -107,7 +108,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ready: ready.clone(),
         stores: Arc::default(),
     };
-    http::serve_endpoints(&http, metrics_addr, health_addr, &shutdown_rx).await?;
+    http::serve_endpoints(&http, &client, metrics_endpoint, health_addr, &shutdown_rx).await?;
 
     client
         .apiserver_version()

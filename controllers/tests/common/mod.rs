@@ -457,8 +457,12 @@ impl Manager {
         let log = dir.join(format!("{name}.log"));
         let f = std::fs::OpenOptions::new().create(true).append(true).open(&log)?;
         let mut defaults = Vec::new();
+        // A test of the diagnostics endpoint asks for it: an explicit --metrics-bind-address would win over it.
+        let diagnostics = args.iter().any(|a| a.starts_with("--diagnostics-address"));
         for flag in ["--metrics-bind-address", "--health-probe-bind-address"] {
-            if !args.iter().any(|a| a.starts_with(flag)) {
+            let given = args.iter().any(|a| a.starts_with(flag));
+            let wanted_off = diagnostics && flag == "--metrics-bind-address";
+            if !given && !wanted_off {
                 defaults.push(format!("{flag}=127.0.0.1:0"));
             }
         }
@@ -669,6 +673,28 @@ impl TestEnv {
     /// The kubeconfig the test's managers use (the ServiceAccount with the test's grant).
     pub fn manager_kubeconfig(&self) -> &Path {
         &self.kubeconfig
+    }
+
+    /// Also grant the test's managers config/rbac/metrics_auth_role.yaml (TokenReviews and
+    /// SubjectAccessReviews, what the diagnostics endpoint needs), bound cluster-wide as config/default binds it.
+    pub async fn grant_metrics_auth(&self) -> anyhow::Result<()> {
+        let path = capkk_mgmt::repo_root().join("config/rbac/metrics_auth_role.yaml");
+        let mut role = capkk_mgmt::read_yaml_docs(&path)?.remove(0);
+        let role_name = "capkk-test-metrics-auth";
+        role["metadata"]["name"] = json!(role_name);
+        apply(&self.client, "", role).await?;
+        apply(
+            &self.client,
+            "",
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": format!("{}-metrics-auth", self.sa_name)},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+                "subjects": [{"kind": "ServiceAccount", "name": self.sa_name, "namespace": SA_NAMESPACE}]
+            }),
+        )
+        .await?;
+        Ok(())
     }
 
     /// Start a manager scoped to the namespace (`--namespace`, an artifact cache in the test directory,
@@ -916,6 +942,9 @@ pub async fn cleanup_service_account(client: &Client, sa_name: &str) {
         .await;
     let _ = Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), HOST_CLAIM_NAMESPACE)
         .delete(&format!("{sa_name}-host-claims"), &Default::default())
+        .await;
+    let _ = Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(client.clone())
+        .delete(&format!("{sa_name}-metrics-auth"), &Default::default())
         .await;
 }
 
