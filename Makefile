@@ -20,6 +20,7 @@
 #                       test-real-smoke   one real node: kubeadm init on a VM through the controllers
 #   make e2e-real     two real nodes end to end (long; not in make test)
 #   make deny         cargo-deny: licenses, bans, sources (deny.toml; installs cargo-deny on first use)
+#   make release      clusterctl repository, image archive, CycloneDX SBOM, SHA256SUMS in $(OUT) (make release-test)
 #   make docs-diagrams  render docs/*.dot (Graphviz) into the committed .svg/.png
 #
 # Management plane (test/mgmt): make mgmt-up | mgmt-status | mgmt-down.  Fragments: test/*/*.mk,
@@ -75,7 +76,7 @@ include test/clusterctl/clusterctl.mk
 include test/capi-e2e/capi-e2e.mk
 
 .PHONY: help deps build test test-build test-unit test-integration verify fmt clippy crds verify-crds shellcheck \
-        verify-deps deny docs-diagrams image image-test docker-build release-manifests clean
+        verify-deps deny docs-diagrams image image-test docker-build release-manifests release release-test clean
 
 help: ## show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort | column -t -s $$'\t'
@@ -160,6 +161,23 @@ release-manifests: image ## clusterctl repository under $(OUT)/infrastructure-ku
 	rm -f $(OUT)/capkk-manager-$(VERSION).oci.tar
 	$(PODMAN) save --format oci-archive -o $(OUT)/capkk-manager-$(VERSION).oci.tar $(IMG)
 	@echo "image archive: $(OUT)/capkk-manager-$(VERSION).oci.tar ($$(du -m $(OUT)/capkk-manager-$(VERSION).oci.tar | cut -f1) MB)"
+
+# The release's SBOM comes from cargo-cyclonedx, installed into $(CAPKK_CACHE) on first use like cargo-deny (one
+# directory per version; --locked builds it from its own Cargo.lock). A cold install compiles ~120 crates
+# (docs/benchmarks.md); afterwards the SBOM takes about a second.
+CYCLONEDX_VERSION ?= 0.5.9
+CYCLONEDX_ROOT ?= $(CAPKK_CACHE)/cargo-cyclonedx-$(CYCLONEDX_VERSION)
+release: release-manifests ## release-manifests + a CycloneDX SBOM of the manager's crate + SHA256SUMS, all in $(OUT)
+	@test -x $(CYCLONEDX_ROOT)/bin/cargo-cyclonedx || \
+	  $(CARGO) install --locked --root $(CYCLONEDX_ROOT) cargo-cyclonedx@$(CYCLONEDX_VERSION)
+	CARGO_CYCLONEDX=$(CYCLONEDX_ROOT)/bin/cargo-cyclonedx test/release/release.sh $(OUT) $(VERSION)
+
+# `make release` into a scratch directory, then the release_* tests read it (SHA256SUMS, the SBOM's contents).
+RELEASE_TEST_OUT ?= $(TARGET_DIR)/release-test
+release-test: ## make release into $(RELEASE_TEST_OUT), then check it (controllers/tests/release_artifacts.rs)
+	$(MAKE) --no-print-directory release OUT=$(RELEASE_TEST_OUT)
+	@sel=$$(hack/test-targets.sh release) && set -x && \
+	  CAPKK_RELEASE_OUT=$(RELEASE_TEST_OUT) CAPKK_RELEASE_VERSION=$(VERSION) $(CARGO) test --workspace --no-fail-fast $$sel
 
 clean: ## remove build outputs
 	$(CARGO) clean
