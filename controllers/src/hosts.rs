@@ -401,6 +401,35 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    #[tokio::test]
+    async fn a_secret_name_that_would_change_the_request_path_is_refused_before_any_request() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        // An API server that counts connections and closes each at once.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let hits = Arc::new(AtomicUsize::new(0));
+        let seen = hits.clone();
+        tokio::spawn(async move {
+            while let Ok((conn, _)) = listener.accept().await {
+                seen.fetch_add(1, Ordering::SeqCst);
+                drop(conn);
+            }
+        });
+        let client = Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        // Objects written before the CRD pattern existed, or by clients that skip validation, still carry these.
+        for name in ["ssh?labelSelector=x", "a/b", "..", "ssh%2F..", "Upper"] {
+            let e = read_secret(&client, "tenant-a", name)
+                .await
+                .expect_err(name)
+                .to_string();
+            assert!(e.contains("is not a DNS-1123 subdomain"), "{name}: {e}");
+        }
+        assert_eq!(hits.load(Ordering::SeqCst), 0, "a request was sent");
+        // A valid name is requested (and fails here only because this server answers nothing).
+        assert!(read_secret(&client, "tenant-a", "ssh").await.is_err());
+        assert!(hits.load(Ordering::SeqCst) > 0, "a valid name is read");
+    }
+
     /// A KKCluster with inline passwords (no Secret is read, so no apiserver is needed): `a` sets its own
     /// timeout, `b` inherits the global one; the bastion sets none.
     fn kkc(global_timeout: Option<serde_json::Value>) -> KKCluster {
