@@ -463,6 +463,18 @@ manager_failover() {
   leader=$(lease_field holderIdentity)
   wl scale deployment -n "$MANAGER_POD_NS" capkk-controller-manager --replicas 2 >/dev/null
   wait_for "two manager Pods Running and Ready" 600 pods_ready "$MANAGER_POD_NS" "$MANAGER_POD_SEL" 2
+  if ! lease_held_by "$leader"; then
+    # Seen once in CI (load ~3): say why, from the Pods themselves (a renew past the deadline under load, a
+    # restart, or the standby taking a live lease).
+    log "  the Lease left $leader before its deletion; Lease: $(wl get lease -n "$MANAGER_POD_NS" "$LEASE" \
+      -o jsonpath='{.spec.holderIdentity} renewed {.spec.renewTime} transitions {.spec.leaseTransitions}')"
+    wl get pods -n "$MANAGER_POD_NS" -o wide 2>&1 | sed 's/^/    /'
+    for p in $(wl get pods -n "$MANAGER_POD_NS" -l "$MANAGER_POD_SEL" -o jsonpath='{.items[*].metadata.name}'); do
+      log "  last lines of $p (and of its previous run):"
+      { wl logs -n "$MANAGER_POD_NS" "$p" --previous --tail 15 2>/dev/null; wl logs -n "$MANAGER_POD_NS" "$p" --tail 25; } |
+        grep -iE 'lease|leader|renew|shut|stopp|panic|error' | sed 's/^/    /' || true
+    done
+  fi
   check "the first Pod still holds the Lease ($leader)" lease_held_by "$leader"
   t0=$(date +%s)
   wl delete pod -n "$MANAGER_POD_NS" "$leader" --wait=false >/dev/null
