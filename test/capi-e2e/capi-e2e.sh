@@ -136,6 +136,7 @@ from_real() {
   done
   spec_env "$work" "$state" "$work/cluster.yaml"
   export CAPI_E2E_KUBECONFIG=$work/workload.kubeconfig CAPI_E2E_FLAVOR=tcg
+  export CAPI_E2E_SELF_HOSTED_INIT_WAIT=${CAPI_E2E_SELF_HOSTED_INIT_WAIT-30m}
   # The clusterctl configuration of `make e2e-clusterctl` (the same registry, so SelfHostedSpec's clusterctl init
   # pulls what the management cluster's did), written afresh into OUT, plus the tcg flavors in our repository.
   tcg_repository
@@ -177,6 +178,9 @@ from_plane() {
   export CAPI_E2E_KUBECONFIG=${CAPKK_MGMT_DIR:-$CAPKK_CACHE/mgmt}/kubeconfig CAPI_E2E_FLAVOR=tcg
   export CAPI_E2E_SELF_HOSTED_FLAVOR=${CAPI_E2E_SELF_HOSTED_FLAVOR-tcg-single}
   export CAPI_E2E_SELF_HOSTED_WORKERS=${CAPI_E2E_SELF_HOSTED_WORKERS-0}
+  # The self-hosted cluster's clusterctl init with a provider wait a one-node TCG cluster meets (the
+  # framework's own init waits 5 min per provider; see e2e_suite_test.go); empty: the framework's init.
+  export CAPI_E2E_SELF_HOSTED_INIT_WAIT=${CAPI_E2E_SELF_HOSTED_INIT_WAIT-30m}
   tcg_repository
   plane_for_move
   push_manager_image
@@ -204,6 +208,10 @@ plane_inventory_remove() {
     kubectl --kubeconfig "$CAPI_E2E_KUBECONFIG" delete --ignore-not-found -n "${p%/*}" \
       "provider.clusterctl.cluster.x-k8s.io/${p#*/}" >/dev/null 2>&1 || true
   done
+  # The namespaces plane_for_move made for CAPI's inventory (nothing else lives there on the plane, whose CAPI
+  # controllers are processes); capkk-system stays: the plane's managers keep their Leases there.
+  kubectl --kubeconfig "$CAPI_E2E_KUBECONFIG" delete --ignore-not-found --wait=false namespace capi-system \
+    capi-kubeadm-bootstrap-system capi-kubeadm-control-plane-system >/dev/null 2>&1 || true
 }
 
 # What `clusterctl init` would have left on the local plane, whose providers run as processes: the label by which

@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -57,6 +58,12 @@ const (
 	// envIntervalMax caps every interval's timeout (a Go duration): the config's are for TCG VMs, sandbox hosts
 	// answer in seconds and a spec that cannot pass there should fail in minutes, not hours.
 	envIntervalMax = "CAPI_E2E_INTERVAL_MAX"
+	// envSelfHostedInitWait (a Go duration), when set: SelfHostedSpec's cluster is initialized by the suite,
+	// with the real clusterctl binary (on PATH) and this --wait-provider-timeout, before the framework's own
+	// init step, which then finds the provider Deployments and only waits for them (its wait-controllers
+	// interval). The framework's init is clusterctl's library with its fixed 5 min per provider, which a
+	// one-node TCG cluster under load misses (CAPI's bootstrap provider: not Available after 5 min).
+	envSelfHostedInitWait = "CAPI_E2E_SELF_HOSTED_INIT_WAIT"
 
 	// The Secrets every spec namespace gets; the flavors reference them by these names.
 	sshSecretName      = "capi-e2e-ssh"
@@ -268,6 +275,33 @@ func createHostSecrets(proxy framework.ClusterProxy, namespace string) {
 		}
 		Expect(err).NotTo(HaveOccurred(), "creating Secret %s/%s", namespace, s.Name)
 	}
+}
+
+// selfHostedNamespaceCreated is SelfHostedSpec's PostNamespaceCreated: createHostSecrets, and in the
+// self-hosted cluster (not the bootstrap one), with envSelfHostedInitWait set, `clusterctl init` of the e2e
+// config's providers through the same clusterctl configuration, as a user on slow machines runs it.
+func selfHostedNamespaceCreated(proxy framework.ClusterProxy, namespace string) {
+	createHostSecrets(proxy, namespace)
+	wait := os.Getenv(envSelfHostedInitWait)
+	if wait == "" || proxy.GetName() == bootstrapClusterProxy.GetName() {
+		return
+	}
+	d, err := time.ParseDuration(wait)
+	Expect(err).NotTo(HaveOccurred(), "%s=%q is not a duration", envSelfHostedInitWait, wait)
+	bin, err := exec.LookPath("clusterctl")
+	Expect(err).NotTo(HaveOccurred(), "%s needs the clusterctl binary on PATH", envSelfHostedInitWait)
+	args := []string{
+		"init", "--config", clusterctlConfigPath, "--kubeconfig", proxy.GetKubeconfigPath(),
+		"--core", "cluster-api", "--bootstrap", "kubeadm", "--control-plane", "kubeadm",
+		"--infrastructure", infrastructureProvider(),
+		"--wait-providers", "--wait-provider-timeout", strconv.Itoa(int(d.Seconds())),
+	}
+	By(fmt.Sprintf("clusterctl %s (the suite's init of the self-hosted cluster)", strings.Join(args, " ")))
+	logDir := filepath.Join(artifactFolder, "clusters", proxy.GetName())
+	Expect(os.MkdirAll(logDir, 0o750)).To(Succeed())
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput() //nolint:gosec // the suite's own arguments
+	_ = os.WriteFile(filepath.Join(logDir, "clusterctl-init-suite.log"), out, 0o600)
+	Expect(err).NotTo(HaveOccurred(), "clusterctl init of the self-hosted cluster: %s", out)
 }
 
 // infrastructureProvider: ours with the version of the repository; without a version clusterctl would look it up

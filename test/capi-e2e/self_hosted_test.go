@@ -24,7 +24,7 @@ var _ = Describe("When testing Cluster API working on self-hosted clusters [Self
 			SkipUpgrade:              true,
 			ControlPlaneMachineCount: ptr.To[int64](1),
 			WorkerMachineCount:       ptr.To(selfHostedWorkers()),
-			PostNamespaceCreated:     createHostSecrets,
+			PostNamespaceCreated:     selfHostedNamespaceCreated,
 		}
 	})
 })
