@@ -326,7 +326,8 @@ pub struct Bastion {
         "message": "bastion.address must be a valid IP address or DNS name"
     }]))]
     pub address: String,
-    /// Auth for the bastion itself (defaults: the nodes' auth).
+    /// Auth for the bastion itself. Unset fields default to the nodes' user, port and timeout; without a credential
+    /// of its own the nodes' key is used, never their password.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<Auth>,
     /// Pinned SHA256 host-key fingerprints of the bastion (`SHA256:<base64>`, as `ssh-keygen -lf` prints),

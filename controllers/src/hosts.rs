@@ -52,17 +52,64 @@ pub(crate) fn host_auth(cluster: &KKCluster, host: &InstanceInfo) -> ApiAuth {
     }
 }
 
-/// The bastion with its auth defaulted from the nodes' auth.
+/// Whether `auth` names a credential of its own (password, key, key file or Secret).
+fn has_credential(auth: &ApiAuth) -> bool {
+    let set = |v: &Option<String>| v.as_deref().is_some_and(|s| !s.is_empty());
+    set(&auth.password)
+        || set(&auth.private_key)
+        || set(&auth.private_key_path)
+        || set(&auth.secret)
+        || auth.secret_ref.as_ref().is_some_and(|r| !r.name.is_empty())
+}
+
+/// The bastion with its auth defaulted from the nodes' auth. The login user, port and timeout default field by
+/// field. Credentials: the bastion's own when `bastion.auth` names any; else the nodes' key (inline, file or
+/// Secret), never the nodes' inline password: a bastion is often another operator's machine, and a password,
+/// unlike a key signature, is handed to it in clear text. A Secret shared with the hosts gives the bastion its
+/// key only ([`target`]).
 pub(crate) fn effective_bastion(cluster: &KKCluster) -> Option<Bastion> {
     let b = cluster.spec.nodes.bastion.clone()?;
-    let auth = match &b.auth {
-        Some(a) => a.merged_over(&cluster.spec.nodes.auth),
-        None => cluster.spec.nodes.auth.clone(),
+    let nodes = &cluster.spec.nodes.auth;
+    let own = b.auth.clone().unwrap_or_default();
+    let auth = if has_credential(&own) {
+        ApiAuth {
+            user: own
+                .user
+                .clone()
+                .filter(|u| !u.is_empty())
+                .or_else(|| nodes.user.clone()),
+            port: own.port.or(nodes.port),
+            timeout: own.timeout.clone().or_else(|| nodes.timeout.clone()),
+            ..own
+        }
+    } else {
+        ApiAuth {
+            password: None,
+            ..own.merged_over(nodes)
+        }
     };
     Some(Bastion {
         auth: Some(auth),
         ..b
     })
+}
+
+/// The Secret an auth reads (`secretRef`, then CAPKK's `secret`), when it sets one.
+fn secret_name(auth: &ApiAuth) -> Option<&str> {
+    auth.secret_ref
+        .as_ref()
+        .map(|r| r.name.as_str())
+        .or(auth.secret.as_deref())
+        .filter(|s| !s.is_empty())
+}
+
+/// Whether a password may authenticate to the bastion: not when its Secret is the host's own (inherited from
+/// the nodes' auth, or named again), whose password is the hosts' and stays off the bastion.
+fn bastion_password_allowed(bastion: &ApiAuth, host: &ApiAuth) -> bool {
+    match secret_name(bastion) {
+        Some(name) => secret_name(host) != Some(name),
+        None => true,
+    }
 }
 
 fn secret_value(data: &BTreeMap<String, ByteString>, key: &str) -> Option<SecretSlice<u8>> {
@@ -172,6 +219,18 @@ pub(crate) fn connect_timeout(auth: &ApiAuth, field: &str) -> Result<Option<Dura
 /// Resolve `auth` into credentials. Order: inline private key, inline password, `secretRef`, `secret`
 /// (CAPKK), `privateKeyPath`. `field` names the auth in error messages.
 pub(crate) async fn resolve_auth(client: &Client, ns: &str, auth: &ApiAuth, field: &str) -> Result<Resolved> {
+    resolve_auth_with(client, ns, auth, field, true).await
+}
+
+/// [`resolve_auth`]; without `secret_password`, a `password` in the Secret is neither a credential nor the sudo
+/// password (the bastion reading the hosts' Secret: [`bastion_password_allowed`]).
+async fn resolve_auth_with(
+    client: &Client,
+    ns: &str,
+    auth: &ApiAuth,
+    field: &str,
+    secret_password: bool,
+) -> Result<Resolved> {
     let user = auth.user_or_default().to_owned();
     let port = auth.port_or_default();
     let port = u16::try_from(port)
@@ -205,13 +264,22 @@ pub(crate) async fn resolve_auth(client: &Client, ns: &str, auth: &ApiAuth, fiel
     {
         let data = read_secret(client, ns, name).await?;
         key = secret_value(&data, "privateKey");
-        password = secret_value(&data, "password");
         passphrase = secret_value(&data, "passphrase");
-        sudo = secret_value(&data, "sudoPassword");
-        if key.is_none() && password.is_none() {
-            return Err(Error::ResolveCredentials(format!(
-                "Secret {ns}/{name} (from {field}) has neither `privateKey` nor `password`"
-            )));
+        if !secret_password {
+            if key.is_none() {
+                return Err(Error::ResolveCredentials(format!(
+                    "Secret {ns}/{name} (from {field}) is the hosts' Secret and has no `privateKey`: the hosts' \
+                     password is not sent to the bastion; name the bastion's own credentials in {field}"
+                )));
+            }
+        } else {
+            password = secret_value(&data, "password");
+            sudo = secret_value(&data, "sudoPassword");
+            if key.is_none() && password.is_none() {
+                return Err(Error::ResolveCredentials(format!(
+                    "Secret {ns}/{name} (from {field}) has neither `privateKey` nor `password`"
+                )));
+            }
         }
     }
     let creds = if let Some(k) = key {
@@ -279,7 +347,8 @@ pub(crate) async fn target(client: &Client, ns: &str, dial: &HostDial<'_>) -> Re
     t.connect_timeout = r.connect_timeout;
     if let Some(b) = dial.bastion {
         let auth = b.auth.clone().unwrap_or_default();
-        let br = resolve_auth(client, ns, &auth, "spec.nodes.bastion.auth").await?;
+        let secret_password = bastion_password_allowed(&auth, dial.auth);
+        let br = resolve_auth_with(client, ns, &auth, "spec.nodes.bastion.auth", secret_password).await?;
         let policy = if b.host_keys.is_empty() {
             HostKeyPolicy::TrustOnFirstUse
         } else {
@@ -471,6 +540,94 @@ mod tests {
             },
         )
         .await
+    }
+
+    /// A KKCluster whose nodes log in as `ops` with `nodes` auth, behind a bastion with `bastion` auth.
+    fn behind_bastion(nodes: serde_json::Value, bastion: Option<serde_json::Value>) -> KKCluster {
+        let mut b = serde_json::json!({"address": "198.18.0.1"});
+        if let Some(a) = bastion {
+            b["auth"] = a;
+        }
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
+            "kind": "KKCluster",
+            "metadata": {"name": "c", "namespace": "ns"},
+            "spec": {"nodes": {
+                "auth": nodes,
+                "bastion": b,
+                "instances": [{"name": "a", "address": "198.18.0.11"}],
+            }},
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_bastion_without_credentials_of_its_own_gets_the_nodes_key_and_user_but_never_their_password() {
+        let c = behind_bastion(
+            serde_json::json!({"user": "ops", "port": 2222, "password": "NODES-PW", "privateKey": "NODES-KEY"}),
+            None,
+        );
+        let auth = effective_bastion(&c).unwrap().auth.unwrap();
+        assert_eq!(auth.password, None, "the nodes' password is not the bastion's");
+        assert_eq!(auth.private_key.as_deref(), Some("NODES-KEY"));
+        assert_eq!((auth.user.as_deref(), auth.port), (Some("ops"), Some(2222)));
+        // Only a password on the nodes: the bastion has no credential, and says so without the password.
+        for bastion in [None, Some(serde_json::json!({"user": "jump"}))] {
+            let c = behind_bastion(
+                serde_json::json!({"user": "ops", "password": "NODES-PW"}),
+                bastion,
+            );
+            let e = dial(&c, 0)
+                .await
+                .expect_err("the nodes' password reached the bastion");
+            let e = e.to_string();
+            assert!(e.contains("spec.nodes.bastion.auth"), "{e}");
+            assert!(!e.contains("NODES-PW"), "{e}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_bastion_with_credentials_of_its_own_uses_only_those_and_the_nodes_user_port_and_timeout() {
+        let c = behind_bastion(
+            serde_json::json!({"user": "ops", "port": 2222, "timeout": "7s", "privateKey": "NODES-KEY"}),
+            Some(serde_json::json!({"password": "BASTION-PW"})),
+        );
+        let auth = effective_bastion(&c).unwrap().auth.unwrap();
+        assert_eq!(
+            auth.private_key, None,
+            "the nodes' key is not tried on a bastion with its own password"
+        );
+        assert_eq!(auth.password.as_deref(), Some("BASTION-PW"));
+        assert_eq!((auth.user.as_deref(), auth.port), (Some("ops"), Some(2222)));
+        let t = dial(&c, 0).await.unwrap();
+        let b = t.bastion.expect("bastion");
+        assert!(matches!(&b.auth, Auth::Password(p) if p.expose_secret() == b"BASTION-PW"));
+        assert_eq!((b.user.as_str(), b.port), ("ops", 2222));
+        assert_eq!(b.connect_timeout, Some(Duration::from_secs(7)));
+        // An explicit password for the bastion is the bastion's, whatever the nodes use.
+        let c = behind_bastion(
+            serde_json::json!({"password": "NODES-PW"}),
+            Some(serde_json::json!({"password": "BASTION-PW"})),
+        );
+        let b = dial(&c, 0).await.unwrap().bastion.unwrap();
+        assert!(matches!(&b.auth, Auth::Password(p) if p.expose_secret() == b"BASTION-PW"));
+    }
+
+    #[test]
+    fn the_hosts_own_secret_gives_the_bastion_no_password_but_a_secret_of_its_own_does() {
+        let auth = |v: serde_json::Value| -> ApiAuth { serde_json::from_value(v).unwrap() };
+        let hosts = auth(serde_json::json!({"secretRef": {"name": "nodes-ssh"}}));
+        let capkk = auth(serde_json::json!({"secret": "nodes-ssh"}));
+        for same in [&hosts, &capkk] {
+            assert!(!bastion_password_allowed(same, &hosts));
+            assert!(!bastion_password_allowed(same, &capkk));
+        }
+        let own = auth(serde_json::json!({"secretRef": {"name": "bastion-ssh"}}));
+        assert!(bastion_password_allowed(&own, &hosts));
+        assert!(bastion_password_allowed(
+            &auth(serde_json::json!({"password": "x"})),
+            &hosts
+        ));
     }
 
     #[tokio::test]
