@@ -540,7 +540,7 @@ impl FakeSsh {
         self.observed.lock().map(|r| r.clone()).unwrap_or_default()
     }
 
-    /// Addresses whose pooled connections were dropped.
+    /// `namespace/address` of the pooled connections dropped.
     pub(crate) fn forgotten(&self) -> Vec<String> {
         self.forgotten.lock().map(|r| r.clone()).unwrap_or_default()
     }
@@ -586,9 +586,9 @@ impl SshFactory for FakeSsh {
         })
     }
 
-    fn forget(&self, address: &str) {
+    fn forget(&self, ns: &str, address: &str) {
         if let Ok(mut f) = self.forgotten.lock() {
-            f.push(address.to_owned());
+            f.push(format!("{ns}/{address}"));
         }
     }
 }

@@ -22,8 +22,9 @@ pub(crate) trait SshFactory: Send + Sync {
     /// Connect to `target` and report its host key and the address reached, running nothing on it (the
     /// host's identity is settled before any work: [`crate::host_claims`]).
     fn observe<'a>(&'a self, target: &'a HostTarget) -> BoxFuture<'a, Result<Observed, ExecError>>;
-    /// Drop every pooled connection to `address` (its KKInstance is gone).
-    fn forget(&self, _address: &str) {}
+    /// Drop every pooled connection namespace `ns` has to `address` (its KKInstance is gone); other
+    /// namespaces' connections to the address stay.
+    fn forget(&self, _ns: &str, _address: &str) {}
 }
 
 impl SshFactory for SshPool {
@@ -39,8 +40,8 @@ impl SshFactory for SshPool {
         Box::pin(SshPool::observe(self, target))
     }
 
-    fn forget(&self, address: &str) {
-        SshPool::evict_address(self, address);
+    fn forget(&self, ns: &str, address: &str) {
+        SshPool::evict_address(self, Some(ns), address);
     }
 }
 
@@ -340,9 +341,11 @@ pub(crate) async fn target(client: &Client, ns: &str, dial: &HostDial<'_>) -> Re
     } else {
         HostKeyPolicy::TrustOnFirstUse
     };
+    // Owned by the namespace: one tenant's deleted host or rotated Secret never drops another's connections.
     let mut t = HostTarget::new(dial.address, r.user, r.auth)
         .port(r.port)
-        .host_key(policy);
+        .host_key(policy)
+        .owner(ns);
     t.sudo_password = r.sudo_password;
     t.connect_timeout = r.connect_timeout;
     if let Some(b) = dial.bastion {
@@ -356,7 +359,8 @@ pub(crate) async fn target(client: &Client, ns: &str, dial: &HostDial<'_>) -> Re
         };
         let mut bt = HostTarget::new(b.address.clone(), br.user, br.auth)
             .port(br.port)
-            .host_key(policy);
+            .host_key(policy)
+            .owner(ns);
         bt.connect_timeout = br.connect_timeout;
         t = t.via(bt);
     }
@@ -611,6 +615,13 @@ mod tests {
         );
         let b = dial(&c, 0).await.unwrap().bastion.unwrap();
         assert!(matches!(&b.auth, Auth::Password(p) if p.expose_secret() == b"BASTION-PW"));
+    }
+
+    #[tokio::test]
+    async fn a_host_and_its_bastion_are_dialled_as_the_namespaces_own_connections() {
+        let t = dial(&kkc(None), 1).await.unwrap();
+        assert_eq!(t.owner.as_deref(), Some("ns"));
+        assert_eq!(t.bastion.expect("bastion").owner.as_deref(), Some("ns"));
     }
 
     #[test]

@@ -235,7 +235,8 @@ impl Reconciler for KKInstance {
                 ctx.tasks.abort(&uid);
                 ctx.tasks.succeeded(&uid);
                 release_host_claims(&obj, ctx).await?;
-                ctx.ssh.forget(&obj.spec.address);
+                ctx.ssh
+                    .forget(&obj.namespace().unwrap_or_default(), &obj.spec.address);
                 Ok(Action::await_change())
             }
             HostState::Releasing(Some(TaskKind::Reset)) => {
@@ -258,7 +259,8 @@ impl Reconciler for KKInstance {
                 // The claim is over: its host identity, pooled connections (and their first-seen keys) go
                 // with it.
                 release_host_claims(&obj, ctx).await?;
-                ctx.ssh.forget(&obj.spec.address);
+                ctx.ssh
+                    .forget(&obj.namespace().unwrap_or_default(), &obj.spec.address);
                 Ok(Action::await_change())
             }
         }

@@ -352,7 +352,8 @@ async fn deleting_a_quarantined_kkinstance_makes_the_host_claimable_and_drops_it
     .await;
     assert_eq!(res.expect("reconciled"), Action::await_change());
     assert_eq!(t.services.resets(), 0, "a quarantined host is not reset");
-    assert_eq!(t.ssh.forgotten(), ["10.0.0.1"]);
+    // Only this namespace's connections to the address go (another tenant's stay).
+    assert_eq!(t.ssh.forgotten(), [format!("{NS}/10.0.0.1")]);
 }
 
 /// The Leases of the host-identity claims (default `--host-claim-namespace`).

@@ -216,14 +216,15 @@ impl SshPool {
             .remove(&id);
     }
 
-    /// Forget every identity that dials `address` (its KKInstance was deleted): their connections close once
-    /// in-flight calls finish, and the next use starts from the caller's host-key policy again.
-    pub fn evict_address(&self, address: &str) {
+    /// Forget every identity of `owner` ([`HostTarget::owner`]) that dials `address` (its KKInstance was
+    /// deleted): their connections close once in-flight calls finish, and the next use starts from the caller's
+    /// host-key policy again. Other owners' connections to the address stay.
+    pub fn evict_address(&self, owner: Option<&str>, address: &str) {
         self.inner
             .slots
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|_, s| s.target.address != address);
+            .retain(|_, s| s.target.address != address || s.target.owner.as_deref() != owner);
     }
 
     /// Drop every pooled connection (in-flight calls keep theirs until they finish).
@@ -238,6 +239,11 @@ impl SshPool {
             slot.conn.lock().await.take();
         }
     }
+}
+
+/// `[owner] ` for an owned target, empty otherwise: slots and routes of different owners never compare equal.
+fn owner_prefix(t: &HostTarget) -> String {
+    t.owner.as_deref().map(|o| format!("[{o}] ")).unwrap_or_default()
 }
 
 impl PoolInner {
@@ -263,7 +269,14 @@ impl PoolInner {
         // A changed connect timeout gets a new slot (the old one goes like rotated credentials): a pooled
         // slot keeps the target it was created with and reconnects with its limit.
         t.connect_timeout.hash(&mut h);
-        let mut id = format!("{}@{}:{}#{:016x}", t.user, t.address, t.port, h.finish());
+        let mut id = format!(
+            "{}{}@{}:{}#{:016x}",
+            owner_prefix(t),
+            t.user,
+            t.address,
+            t.port,
+            h.finish()
+        );
         if let Some(b) = &t.bastion {
             id.push_str(" via ");
             id.push_str(&self.identity(b));
@@ -274,7 +287,14 @@ impl PoolInner {
     /// Who is dialled, and how the host key is checked, without the credentials: two slots with the same
     /// route and different identities mean the credentials changed.
     fn route(t: &HostTarget) -> String {
-        let mut r = format!("{}@{}:{} {:?}", t.user, t.address, t.port, t.host_key);
+        let mut r = format!(
+            "{}{}@{}:{} {:?}",
+            owner_prefix(t),
+            t.user,
+            t.address,
+            t.port,
+            t.host_key
+        );
         if let Some(b) = &t.bastion {
             r.push_str(" via ");
             r.push_str(&Self::route(b));
@@ -1280,8 +1300,35 @@ mod tests {
         let ids: Vec<String> = pool.inner.slots.lock().unwrap().keys().cloned().collect();
         assert!(!ids.contains(&pool.inner.identity(&old)));
         assert!(ids.contains(&pool.inner.identity(&new)));
-        pool.evict_address("198.18.0.12");
+        pool.evict_address(None, "198.18.0.12");
         assert_eq!(pool.stats().identities, 1);
+    }
+
+    #[test]
+    fn one_owner_forgetting_an_address_or_rotating_its_credentials_leaves_another_owners_connections() {
+        let pool = SshPool::default();
+        let host = HostTarget::new("198.18.0.11", "root", Auth::password("canary-pw-1"));
+        let a = host.clone().owner("tenant-a");
+        let b = host.clone().owner("tenant-b");
+        assert_ne!(pool.inner.identity(&a), pool.inner.identity(&b));
+        let _ = pool.ssh_executor(&a);
+        let _ = pool.ssh_executor(&b);
+        assert_eq!(pool.stats().identities, 2, "one slot per owner");
+        // b's credentials change: only b's old slot goes.
+        let b_rotated =
+            HostTarget::new("198.18.0.11", "root", Auth::password("canary-pw-2")).owner("tenant-b");
+        let _ = pool.ssh_executor(&b_rotated);
+        let ids = || -> Vec<String> { pool.inner.slots.lock().unwrap().keys().cloned().collect() };
+        assert!(
+            ids().contains(&pool.inner.identity(&a)),
+            "a's slot survived b's rotation"
+        );
+        assert!(!ids().contains(&pool.inner.identity(&b)));
+        // b deletes its host: a's connection to the same address stays.
+        pool.evict_address(Some("tenant-b"), "198.18.0.11");
+        assert_eq!(ids(), [pool.inner.identity(&a)]);
+        pool.evict_address(Some("tenant-a"), "198.18.0.11");
+        assert_eq!(pool.stats().identities, 0);
     }
 
     #[test]

@@ -129,6 +129,10 @@ pub struct HostTarget {
     /// Bound on TCP connect + SSH handshake + authentication for this target (e.g. a KKCluster host's
     /// `auth.timeout`); `None`: the pool's [`PoolConfig::connect_timeout`].
     pub connect_timeout: Option<Duration>,
+    /// Whose connection this is (e.g. the namespace of the object naming the host; not secret): the pool never
+    /// shares, replaces or evicts a slot across owners, so one tenant's changes cannot drop another's
+    /// connections.
+    pub owner: Option<String>,
 }
 
 impl HostTarget {
@@ -143,7 +147,14 @@ impl HostTarget {
             sudo_password: None,
             bastion: None,
             connect_timeout: None,
+            owner: None,
         }
+    }
+
+    /// Set the owner (see [`HostTarget::owner`]).
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
     }
 
     /// Set the port.
@@ -228,6 +239,7 @@ impl fmt::Debug for HostTarget {
             )
             .field("bastion", &self.bastion)
             .field("connect_timeout", &self.connect_timeout)
+            .field("owner", &self.owner)
             .finish()
     }
 }
