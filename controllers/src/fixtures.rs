@@ -526,6 +526,7 @@ pub(crate) struct FakeSsh {
     reached: Mutex<Vec<String>>,
     observed: Mutex<Vec<String>>,
     forgotten: Mutex<Vec<String>>,
+    targets: Mutex<Vec<HostTarget>>,
     down: Mutex<bool>,
 }
 
@@ -538,6 +539,11 @@ impl FakeSsh {
     /// Addresses connected to for their identity (before any executor), in order.
     pub(crate) fn observed(&self) -> Vec<String> {
         self.observed.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// The targets executors were made for, in order (host-key policies, bastion).
+    pub(crate) fn targets(&self) -> Vec<HostTarget> {
+        self.targets.lock().map(|r| r.clone()).unwrap_or_default()
     }
 
     /// `namespace/address` of the pooled connections dropped.
@@ -557,6 +563,9 @@ impl SshFactory for FakeSsh {
     fn executor(&self, target: &HostTarget) -> Arc<dyn Executor> {
         if let Ok(mut r) = self.reached.lock() {
             r.push(target.address.clone());
+        }
+        if let Ok(mut r) = self.targets.lock() {
+            r.push(target.clone());
         }
         Arc::new(FakeHost {
             address: target.address.clone(),

@@ -392,6 +392,28 @@ pub(crate) fn instance_auth_and_bastion(
     (auth, bastion)
 }
 
+/// A bastion key trusted on first use is recorded in the KKInstances behind it (`spec.bastion.hostKeys`): pin
+/// `bastion` to the keys `claims` recorded for its address, unless its spec pins keys itself. Without this
+/// every new pool slot (after each restart) would trust whatever key answered first and hand it the bastion's
+/// credentials.
+pub(crate) fn pin_recorded_bastion_key<'a>(
+    bastion: &mut Bastion,
+    claims: impl IntoIterator<Item = &'a KKInstance>,
+) {
+    if !bastion.host_keys.is_empty() {
+        return;
+    }
+    let mut keys: Vec<String> = claims
+        .into_iter()
+        .filter_map(|i| i.spec.bastion.as_ref())
+        .filter(|r| r.address == bastion.address)
+        .flat_map(|r| r.host_keys.iter().cloned())
+        .collect();
+    keys.sort();
+    keys.dedup();
+    bastion.host_keys = keys;
+}
+
 /// The target of a KKInstance. Credentials come from its KKCluster (inline or Secret refs) when the
 /// KKCluster still exists, else from the Secret references in the KKInstance.
 pub(crate) async fn instance_target(
@@ -402,12 +424,8 @@ pub(crate) async fn instance_target(
     let ns = inst.metadata.namespace.clone().unwrap_or_default();
     let (auth, mut bastion) = instance_auth_and_bastion(inst, cluster);
     let auth = auth.unwrap_or_default();
-    // A bastion key trusted on first use is recorded in the KKInstance: pin it from then on.
-    if let (Some(b), Some(recorded)) = (bastion.as_mut(), inst.spec.bastion.as_ref())
-        && b.host_keys.is_empty()
-        && b.address == recorded.address
-    {
-        b.host_keys = recorded.host_keys.clone();
+    if let Some(b) = bastion.as_mut() {
+        pin_recorded_bastion_key(b, [inst]);
     }
     target(
         client,

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use capkk_api::{
-    HostProbe, InstanceInfo, KKCluster, KKClusterStatus, KKInstance,
+    Bastion, HostProbe, InstanceInfo, KKCluster, KKClusterStatus, KKInstance,
     consts::{conditions as cond, reasons},
 };
 use capkk_executor::ExecRequest;
@@ -96,6 +96,7 @@ async fn probe_host(
     kkc: &KKCluster,
     host: &InstanceInfo,
     recorded: Option<String>,
+    bastion: Option<&Bastion>,
 ) -> HostProbe {
     let ns = kkc.namespace().unwrap_or_default();
     let host_name = host.host_name();
@@ -104,14 +105,13 @@ async fn probe_host(
         ..Default::default()
     };
     let auth = hosts::host_auth(kkc, host);
-    let bastion = hosts::effective_bastion(kkc);
     let dial = HostDial {
         name: &host_name,
         address: &host.address,
         auth: &auth,
         pinned: &host.host_keys,
         recorded: recorded.as_deref(),
-        bastion: bastion.as_ref(),
+        bastion,
     };
     // The recorded key stays recorded whatever this probe sees (a mismatch must not re-trust next time).
     probe.host_key = recorded.clone();
@@ -177,6 +177,11 @@ fn start_probes(ctx: &Arc<Context>, kkc: &KKCluster, claims: &[Arc<KKInstance>])
                 .or_else(|| hosts::probed_host_key(kkc, h))
         })
         .collect();
+    // The bastion key the claims recorded is pinned here too: a probe after a restart must not trust a new one.
+    let bastion = hosts::effective_bastion(kkc).map(|mut b| {
+        hosts::pin_recorded_bastion_key(&mut b, claims.iter().map(|c| c.as_ref()));
+        b
+    });
     let task_ctx = ctx.clone();
     let task_kkc = kkc.clone();
     let task_uid = uid.clone();
@@ -189,7 +194,7 @@ fn start_probes(ctx: &Arc<Context>, kkc: &KKCluster, claims: &[Arc<KKInstance>])
             .instances
             .iter()
             .zip(recorded)
-            .map(|(h, r)| probe_host(&ctx, &kkc, h, r))
+            .map(|(h, r)| probe_host(&ctx, &kkc, h, r, bastion.as_ref()))
             .collect();
         let probes: Vec<HostProbe> = stream::iter(futs)
             .buffered(ctx.settings.probe_concurrency.max(1))
@@ -199,4 +204,103 @@ fn start_probes(ctx: &Arc<Context>, kkc: &KKCluster, claims: &[Arc<KKInstance>])
         ctx.trigger_cluster(&kkc.name_any(), &kkc.namespace().unwrap_or_default());
     });
     ctx.probes.start(&uid, kkc.metadata.generation, handle);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use capkk_api::{Auth, KKClusterSpec, KKInstanceSpec, Nodes};
+    use capkk_ssh::HostKeyPolicy;
+
+    use super::*;
+    use crate::fixtures::{TestContext, stored};
+
+    const RECORDED: &str = "SHA256:recordedBastionKeyOfTheClaim00000000000000";
+
+    fn behind_bastion(host_keys: &[&str]) -> KKCluster {
+        let password = |p: &str| Auth {
+            password: Some(p.into()),
+            ..Default::default()
+        };
+        stored(KKCluster::new(
+            "c",
+            KKClusterSpec {
+                nodes: Nodes {
+                    auth: password("fixture-password"),
+                    bastion: Some(Bastion {
+                        address: "198.18.0.1".into(),
+                        auth: Some(password("bastion-password")),
+                        host_keys: host_keys.iter().map(|k| (*k).into()).collect(),
+                    }),
+                    instances: vec![InstanceInfo {
+                        name: Some("node1".into()),
+                        address: "10.0.0.1".into(),
+                        ..Default::default()
+                    }],
+                },
+                ..Default::default()
+            },
+        ))
+    }
+
+    /// The claim of node1, which recorded `bastion_key` for the bastion at `address`.
+    fn claim(address: &str, bastion_key: &str) -> Arc<KKInstance> {
+        Arc::new(stored(KKInstance::new(
+            "c.node1",
+            KKInstanceSpec {
+                name: "node1".into(),
+                address: "10.0.0.1".into(),
+                cluster_name: Some("c".into()),
+                bastion: Some(Bastion {
+                    address: address.into(),
+                    auth: None,
+                    host_keys: vec![bastion_key.into()],
+                }),
+                ..Default::default()
+            },
+        )))
+    }
+
+    /// The bastion host-key policy the probes of `kkc` dialled with, given `claims`.
+    async fn probed_bastion_policy(kkc: &KKCluster, claims: &[Arc<KKInstance>]) -> HostKeyPolicy {
+        let t = TestContext::new();
+        start_probes(&t.ctx, kkc, claims);
+        let uid = kkc.uid().unwrap_or_default();
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while t.ctx.probes.latest(&uid).is_none() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the probe finished");
+        let targets = t.ssh.targets();
+        assert_eq!(targets.len(), 1, "one host probed");
+        targets[0]
+            .bastion
+            .as_ref()
+            .expect("dialled through the bastion")
+            .host_key
+            .clone()
+    }
+
+    #[tokio::test]
+    async fn a_probe_after_a_restart_pins_the_bastion_key_its_claims_recorded_instead_of_trusting_a_new_one()
+    {
+        let kkc = behind_bastion(&[]);
+        let policy = probed_bastion_policy(&kkc, &[claim("198.18.0.1", RECORDED)]).await;
+        assert_eq!(policy, HostKeyPolicy::Pinned(vec![RECORDED.into()]));
+        // A key recorded for another bastion pins nothing; nothing recorded yet is trust on first use.
+        let policy = probed_bastion_policy(&kkc, &[claim("198.18.0.2", RECORDED)]).await;
+        assert_eq!(policy, HostKeyPolicy::TrustOnFirstUse);
+        assert_eq!(
+            probed_bastion_policy(&kkc, &[]).await,
+            HostKeyPolicy::TrustOnFirstUse
+        );
+        // Keys pinned in the spec win over recorded ones.
+        let spec_key = "SHA256:pinnedInTheKKClusterSpec0000000000000000000";
+        let kkc = behind_bastion(&[spec_key]);
+        let policy = probed_bastion_policy(&kkc, &[claim("198.18.0.1", RECORDED)]).await;
+        assert_eq!(policy, HostKeyPolicy::Pinned(vec![spec_key.into()]));
+    }
 }
