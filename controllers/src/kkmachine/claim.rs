@@ -159,7 +159,7 @@ impl Claimant<'_> {
                 retry: requeue::HOST_HELD_ELSEWHERE,
             });
         }
-        let inst = new_instance(km, machine, kkc, host, id, secret);
+        let inst = new_instance(km, machine, kkc, host, id, secret, all);
         match instances.create(&PostParams::default(), &inst).await {
             Ok(i) => Ok(Claim::Held(Box::new(i), None)),
             Err(e) if is_conflict(&e) => match instances
@@ -200,7 +200,7 @@ impl Claimant<'_> {
                 in_flight += 1;
                 continue;
             }
-            let inst = new_instance(km, machine, kkc, host, &name, secret);
+            let inst = new_instance(km, machine, kkc, host, &name, secret, all);
             match instances.create(&PostParams::default(), &inst).await {
                 Ok(created) => {
                     if let Some(other) = competing_claim(ctx, instances, kkc, &created).await? {
@@ -290,6 +290,7 @@ fn new_instance(
     host: &InstanceInfo,
     name: &str,
     secret: &str,
+    all: &[std::sync::Arc<KKInstance>],
 ) -> KKInstance {
     let ns = km.namespace().unwrap_or_default();
     let mut labels = BTreeMap::new();
@@ -314,9 +315,19 @@ fn new_instance(
         block_owner_deletion: Some(true),
     };
     let auth = hosts::host_auth(kkc, host).without_inline_secrets();
-    let bastion = hosts::effective_bastion(kkc).map(|b| capkk_api::Bastion {
-        auth: b.auth.map(|a| a.without_inline_secrets()),
-        ..b
+    // A bastion key the KKCluster's other claims recorded is pinned from the start: the new claim's first dial
+    // must not trust a bastion key anew (e.g. after a restart emptied the pool).
+    let kkc_name = kkc.name_any();
+    let bastion = hosts::effective_bastion(kkc).map(|mut b| {
+        let siblings = all
+            .iter()
+            .map(|i| &**i)
+            .filter(|i| i.spec.cluster_name.as_deref() == Some(kkc_name.as_str()));
+        hosts::pin_recorded_bastion_key(&mut b, siblings);
+        capkk_api::Bastion {
+            auth: b.auth.map(|a| a.without_inline_secrets()),
+            ..b
+        }
     });
     KKInstance {
         metadata: ObjectMeta {
@@ -449,7 +460,15 @@ mod tests {
         let name = instance_name("a", &h.host_name());
         assert_eq!(name, "a.192-168-100-3");
         let km = KKMachine::new("m", Default::default());
-        let inst = new_instance(&km, &Machine::new("m", Default::default()), &a, h, &name, "s");
+        let inst = new_instance(
+            &km,
+            &Machine::new("m", Default::default()),
+            &a,
+            h,
+            &name,
+            "s",
+            &[],
+        );
         assert_eq!(inst.metadata.name.as_deref(), Some("a.192-168-100-3"));
         // The hostname and so the Node name, and the providerID the Node carries.
         assert_eq!(inst.spec.name, "192-168-100-3");
@@ -462,6 +481,36 @@ mod tests {
     }
 
     #[test]
+    fn a_new_claim_starts_pinned_to_the_bastion_key_its_clusters_other_claims_recorded() {
+        let recorded = "SHA256:recordedBastionKeyOfTheClaim00000000000000";
+        let mut a = kkc("a", vec![host("node1", "10.0.0.1"), host("node2", "10.0.0.2")]);
+        a.spec.nodes.bastion = Some(capkk_api::Bastion {
+            address: "198.18.0.1".into(),
+            ..Default::default()
+        });
+        let sibling = |cluster: &str| {
+            let mut c = claim_of(cluster, "node1", "10.0.0.1");
+            c.spec.bastion = Some(capkk_api::Bastion {
+                address: "198.18.0.1".into(),
+                auth: None,
+                host_keys: vec![recorded.into()],
+            });
+            std::sync::Arc::new(c)
+        };
+        let km = KKMachine::new("m", Default::default());
+        let m = Machine::new("m", Default::default());
+        let h = &a.spec.nodes.instances[1];
+        let inst = new_instance(&km, &m, &a, h, "a.node2", "s", &[sibling("a")]);
+        let b = inst.spec.bastion.expect("bastion");
+        assert_eq!(b.host_keys, [recorded]);
+        // Another KKCluster's record is not this cluster's; nothing recorded: trust on first use.
+        for all in [vec![sibling("b")], vec![]] {
+            let inst = new_instance(&km, &m, &a, h, "a.node2", "s", &all);
+            assert!(inst.spec.bastion.expect("bastion").host_keys.is_empty());
+        }
+    }
+
+    #[test]
     fn a_host_claimed_again_by_a_machine_of_another_version_gets_an_instance_of_that_version() {
         let a = kkc("a", vec![host("node1", "10.0.0.1")]);
         let (candidates, _) = choose_hosts::<KKInstance>(&a, &[Role::Worker], &[]);
@@ -469,7 +518,7 @@ mod tests {
         for v in ["v1.35.2", "v1.36.3"] {
             let mut m = Machine::new("m", Default::default());
             m.spec.version = Some(v.into());
-            let inst = new_instance(&km, &m, &a, candidates[0], "a.node1", "s");
+            let inst = new_instance(&km, &m, &a, candidates[0], "a.node1", "s", &[]);
             // The binary service installs what this names, whatever the host ran before the reset.
             assert_eq!(inst.spec.kubernetes_version.as_deref(), Some(v));
         }
