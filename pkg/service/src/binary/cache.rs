@@ -546,7 +546,7 @@ fn rand_suffix() -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use std::net::SocketAddr;
 
@@ -740,7 +740,7 @@ mod tests {
     }
 
     /// A listener on `addr` answering every request with `body`, counting the connections it accepted.
-    async fn counting_mirror(addr: &str, body: &'static [u8]) -> (SocketAddr, Arc<AtomicU64>) {
+    pub(crate) async fn counting_mirror(addr: &str, body: &'static [u8]) -> (SocketAddr, Arc<AtomicU64>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind((addr, 0)).await.unwrap();
         let local = listener.local_addr().unwrap();

@@ -521,24 +521,9 @@ impl PutTimeout for PutRequest {
 mod tests {
     use super::*;
 
-    /// A mirror on 127.0.0.1 that answers every request with `body` (one connection per request).
+    /// A mirror on 127.0.0.1 that answers every request with `body` (cache.rs's test mirror).
     async fn mirror(body: &'static str) -> String {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            while let Ok((mut s, _)) = listener.accept().await {
-                let mut buf = [0u8; 4096];
-                let _ = s.read(&mut buf).await;
-                let head = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = s.write_all(head.as_bytes()).await;
-                let _ = s.write_all(body.as_bytes()).await;
-                let _ = s.shutdown().await;
-            }
-        });
+        let (addr, _) = super::cache::tests::counting_mirror("127.0.0.1", body.as_bytes()).await;
         format!("http://{addr}")
     }
 
