@@ -7,7 +7,12 @@
 #    `kubeadm config images list` prints, refuses anonymous pulls and pushes; the mirror serves the files
 #    byte-identical; real apt reads the Debian repository and offers every package the repository service
 #    installs; the built containerd pulls images through a hosts.toml with Basic auth, and is refused without;
-#  - each image's root filesystem runs its binary (chroot), kube-proxy's has a working iptables.
+#  - each image's root filesystem runs its binary (chroot), kube-proxy's has a working iptables;
+#  - the previous Kubernetes minor's set (build-prev.sh, prev.env), served together with the main set
+#    (serve.sh NODE_SERVE_PREV=1): its binaries stamped with its version, its kubernetes-release tree with checksum
+#    files, and every image `kubeadm config images list` of that version prints for a ClusterConfiguration with
+#    prev.env's etcd/CoreDNS image tags, served by the registry and pulled by containerd.
+# `check.sh main` checks the main set only (no previous-minor set needed).
 # No silent skip: a missing prerequisite fails and is named. Needs root (chroot), curl, python3, apt-get.
 set -uo pipefail
 
@@ -29,6 +34,20 @@ expect_has() { # <what> <haystack> <needle>
 # shellcheck disable=SC1090
 source "$ENV_FILE"
 [ -f "$NODE_ARTIFACTS_DIR/.complete" ] || die "prerequisite missing: a complete build in $NODE_ARTIFACTS_DIR"
+SCOPE=${1:-all}
+case $SCOPE in all|main) ;; *) die "usage: check.sh [all|main]" ;; esac
+PREV=0
+PREV_FILES=()
+if [ "$SCOPE" = all ]; then
+  PREV=1
+  PREV_ENV_FILE=${NODE_PREV_ENV:-$CAPKK_CACHE/node-artifacts/prev.env}
+  [ -f "$PREV_ENV_FILE" ] || die "prerequisite missing: $PREV_ENV_FILE (run 'make node-artifacts-prev', or 'check.sh main')"
+  # shellcheck disable=SC1090
+  source "$PREV_ENV_FILE"
+  [ -f "$PREV_NODE_ARTIFACTS_DIR/.complete" ] || die "prerequisite missing: a complete build in $PREV_NODE_ARTIFACTS_DIR"
+  [ "$PREV_MAIN_ARTIFACTS_DIR" = "$NODE_ARTIFACTS_DIR" ] ||
+    die "prerequisite missing: $PREV_ENV_FILE is built against $PREV_MAIN_ARTIFACTS_DIR, not $NODE_ARTIFACTS_DIR (run 'make node-artifacts-prev')"
+fi
 for c in curl python3 sha256sum tar apt-get chroot ldd; do
   command -v "$c" >/dev/null || die "prerequisite missing: $c"
 done
@@ -65,6 +84,18 @@ for p in errors health ready kubernetes prometheus forward cache loop reload loa
   else bad "coredns lacks plugin $p (kubeadm's Corefile uses it)"; fi
 done
 expect_eq "pause -v" "$("$B/pause" -v 2>&1)" "pause $PAUSE_VERSION"
+if [ "$PREV" = 1 ]; then
+  PB=$PREV_NODE_BIN_DIR
+  expect_eq "previous minor: kubeadm version -o short" "$("$PB/kubeadm" version -o short 2>&1)" "$PREV_KUBE_VERSION"
+  for b in kubelet kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do
+    expect_eq "previous minor: $b --version" "$("$PB/$b" --version 2>&1)" "Kubernetes $PREV_KUBE_VERSION"
+  done
+  expect_has "previous minor: kubectl version --client" "$("$PB/kubectl" version --client 2>&1)" \
+    "Client Version: $PREV_KUBE_VERSION"
+  if [ "$PREV_PAUSE_VERSION" != "$PAUSE_VERSION" ]; then
+    expect_eq "previous minor: pause -v" "$("$PB/pause" -v 2>&1)" "pause $PREV_PAUSE_VERSION"
+  fi
+fi
 
 echo "== component.host tree ($M)"
 a=amd64
@@ -79,6 +110,19 @@ CHECKS=(
   "$cni $cni.sha256 sum" "$crictl $crictl.sha256 bare" "$ctd $ctd.sha256sum sum"
   "$runc $(dirname "$runc")/runc.sha256sum sum"
 )
+if [ "$PREV" = 1 ]; then
+  # Its own tree; served merged with the main one (checked below through the mirror).
+  M_PREV=$PREV_NODE_MIRROR_DIR
+  pk=kubernetes-release/release/$PREV_KUBE_VERSION/bin/linux/$a
+  for b in kubeadm kubelet kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do
+    [ -f "$M_PREV/$pk/$b" ] || { bad "missing $pk/$b in $M_PREV"; continue; }
+    expect_eq "$pk/$b is the previous minor's $b" "$(sha256sum < "$M_PREV/$pk/$b" | cut -c1-64)" \
+      "$(sha256sum < "$PREV_NODE_BIN_DIR/$b" | cut -c1-64)"
+    expect_eq "$pk/$b.sha256 (bare digest, as upstream)" "$(cat "$M_PREV/$pk/$b.sha256" 2>&1)" \
+      "$(sha256sum < "$M_PREV/$pk/$b" | cut -c1-64)"
+    PREV_FILES+=("$pk/$b" "$pk/$b.sha256")
+  done
+fi
 for c in "${CHECKS[@]}"; do
   read -r f s fmt <<< "$c"
   [ -f "$M/$f" ] || { bad "missing $f"; continue; }
@@ -104,7 +148,8 @@ s=[socket.socket() for _ in range(2)]
 print(" ".join(str(x.getsockname()[1]) for x in s))')
 read -r mport rport <<< "$ports"
 user=capkk pass=$(head -c 12 /dev/urandom | base64 | tr -d '/+=')
-if ! NODE_REGISTRY_USER=$user NODE_REGISTRY_PASSWORD=$pass "$HERE/serve.sh" start "$STATE" 127.0.0.1 "$mport" "$rport"; then
+if ! NODE_SERVE_PREV=$PREV NODE_REGISTRY_USER=$user NODE_REGISTRY_PASSWORD=$pass \
+  "$HERE/serve.sh" start "$STATE" 127.0.0.1 "$mport" "$rport"; then
   die "serve.sh start failed"
 fi
 R=http://127.0.0.1:$rport
@@ -115,6 +160,29 @@ if grep -q "$pass" "$STATE"/* 2>/dev/null; then bad "the registry password is st
 ACCEPT='application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.index.v1+json'
 images=$("$B/kubeadm" config images list --kubernetes-version "$KUBE_VERSION" 2>/dev/null)
 [ "$(echo "$images" | wc -l)" -ge 7 ] || bad "kubeadm config images list printed: $images"
+if [ "$PREV" = 1 ]; then
+  # The images a previous-minor cluster pulls: kubeadm of that version renders them from a ClusterConfiguration
+  # with prev.env's etcd/CoreDNS tags and the private registry (the fields its KubeadmControlPlane sets).
+  cat > "$TMP/prev-kubeadm.yaml" <<EOF
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+kubernetesVersion: $PREV_KUBE_VERSION
+imageRepository: 127.0.0.1:$rport
+etcd:
+  local:
+    imageTag: $PREV_ETCD_IMAGE_TAG
+dns:
+  imageTag: $PREV_DNS_IMAGE_TAG
+EOF
+  prev_images=$("$PREV_NODE_BIN_DIR/kubeadm" config images list --config "$TMP/prev-kubeadm.yaml" 2>&1)
+  [ "$(echo "$prev_images" | wc -l)" -ge 7 ] || bad "previous minor: kubeadm config images list printed: $prev_images"
+  for want in "kube-apiserver:$PREV_KUBE_VERSION" "kube-proxy:$PREV_KUBE_VERSION" "pause:$PREV_PAUSE_VERSION" \
+    "etcd:$PREV_ETCD_IMAGE_TAG" "coredns:$PREV_DNS_IMAGE_TAG"; do
+    expect_has "previous minor: kubeadm $PREV_KUBE_VERSION images (etcd.local.imageTag, dns.imageTag set)" \
+      "$prev_images" "127.0.0.1:$rport/$want"
+  done
+  images="$images $prev_images"
+fi
 for ref in $images "registry.k8s.io/coredns:$COREDNS_VERSION" "docker.io/$WORKLOAD_IMAGE"; do
   repo=${ref#*/}; tag=${repo##*:}; repo=${repo%:*}
   body=$(curl -s -u "$user:$pass" -H "Accept: $ACCEPT" -w '\n%{http_code}' "$R/v2/$repo/manifests/$tag")
@@ -139,6 +207,10 @@ for c in "${CHECKS[@]}"; do
   read -r f s _ <<< "$c"
   expect_eq "mirror GET /$f" "$(curl -fs "$MU/$f" | sha256sum | cut -c1-64)" "$(sha256sum "$M/$f" | cut -c1-64)"
   expect_eq "mirror GET /$s" "$(curl -fs "$MU/$s" | sha256sum | cut -c1-64)" "$(sha256sum "$M/$s" | cut -c1-64)"
+done
+for f in "${PREV_FILES[@]}"; do
+  expect_eq "mirror GET /$f (previous minor)" "$(curl -fs "$MU/$f" | sha256sum | cut -c1-64)" \
+    "$(sha256sum < "$M_PREV/$f" | cut -c1-64)"
 done
 # Real apt against the served repository, in a private state directory (the machine's apt is untouched).
 A=$TMP/apt
@@ -190,7 +262,9 @@ hosts_toml "$(printf '%s:%s' "$user" "$pass" | base64 -w0)" > "$C/certs.d/$REG/h
 cpid=$!
 CRICTL=("$B/crictl" --runtime-endpoint "unix://$C/containerd.sock" --image-endpoint "unix://$C/containerd.sock" --timeout 60s)
 for _ in $(seq 1 100); do "${CRICTL[@]}" version >/dev/null 2>&1 && break; sleep 0.3; done
-for img in "pause:$PAUSE_VERSION" "kube-proxy:$KUBE_VERSION"; do
+pulls=("pause:$PAUSE_VERSION" "kube-proxy:$KUBE_VERSION")
+[ "$PREV" = 0 ] || pulls+=("pause:$PREV_PAUSE_VERSION" "kube-proxy:$PREV_KUBE_VERSION" "etcd:$PREV_ETCD_IMAGE_TAG")
+for img in "${pulls[@]}"; do
   if out=$("${CRICTL[@]}" pull "$REG/$img" 2>&1); then ok "containerd $CONTAINERD_VERSION pulls $REG/$img (hosts.toml, Basic auth)"
   else bad "containerd could not pull $REG/$img: $out"; fi
 done
@@ -228,9 +302,18 @@ run_in kube-proxy "(nf_tables)" /usr/sbin/ip6tables-restore --version
 run_in etcd "etcd Version: ${ETCD_VERSION#v}" /usr/local/bin/etcd --version
 run_in coredns "CoreDNS-${COREDNS_VERSION#v}" /coredns -version
 run_in pause "pause $PAUSE_VERSION" /pause -v
+if [ "$PREV" = 1 ]; then
+  I=$PREV_NODE_IMAGES_DIR
+  for b in kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do
+    run_in "$b" "Kubernetes $PREV_KUBE_VERSION" "/usr/local/bin/$b" --version
+  done
+  run_in kube-proxy "(nf_tables)" /usr/sbin/iptables --version
+  [ "$PREV_PAUSE_VERSION" = "$PAUSE_VERSION" ] || run_in pause "pause $PREV_PAUSE_VERSION" /pause -v
+  I=$NODE_IMAGES_DIR
+fi
 unpack "$I/hello.tar" "$TMP/hello"
 if [ -x "$TMP/hello/hello" ]; then ok "image hello has /hello"; else bad "image hello lacks /hello"; fi
 
 echo
 if [ "$FAILS" -gt 0 ]; then echo "node artifacts: $FAILS check(s) failed"; exit 1; fi
-echo "node artifacts: all checks passed ($NODE_ARTIFACTS_DIR)"
+echo "node artifacts: all checks passed ($NODE_ARTIFACTS_DIR${PREV_NODE_ARTIFACTS_DIR:+ and $PREV_NODE_ARTIFACTS_DIR})"

@@ -16,10 +16,14 @@
 # Writes <state-dir>/serve.env: NODE_MIRROR_URL, NODE_REGISTRY, NODE_APT_SOURCE.
 # NODE_REGISTRY_EXTRA_STORAGE (space-separated registry storages, e.g. $CLUSTERCTL_REGISTRY_STORAGE of
 # test/clusterctl) adds their images to the same registry: merged by hard links in <state-dir>/registry-merged.
+# NODE_SERVE_PREV=1 also serves the previous Kubernetes minor's set (build-prev.sh; $NODE_PREV_ENV, default
+# $CAPKK_CACHE/node-artifacts/prev.env): its images in the same registry, its kubernetes-release tree in the same
+# mirror (merged by hard links in <state-dir>/mirror-merged), so that one cluster can be upgraded between them.
 set -euo pipefail
 
 CAPKK_CACHE=${CAPKK_CACHE:-$HOME/.cache/capkk-rs}
 ENV_FILE=${NODE_ARTIFACTS_ENV:-$CAPKK_CACHE/node-artifacts/current.env}
+PREV_ENV_FILE=${NODE_PREV_ENV:-$CAPKK_CACHE/node-artifacts/prev.env}
 log() { echo "node-serve: $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 usage() { die "usage: serve.sh start <state-dir> <ip> [mirror-port] [registry-port] | stop <state-dir> | status <state-dir>"; }
@@ -59,12 +63,29 @@ case $cmd in
     state=$(cd "$state" && pwd)
     stop_one "$state" mirror
     stop_one "$state" registry
+    extra=${NODE_REGISTRY_EXTRA_STORAGE:-}
+    rm -rf "$state/mirror-merged"
+    if [ "${NODE_SERVE_PREV:-0}" = 1 ]; then
+      [ -f "$PREV_ENV_FILE" ] || die "NODE_SERVE_PREV=1 but no $PREV_ENV_FILE: run 'make node-artifacts-prev' first"
+      # shellcheck disable=SC1090
+      source "$PREV_ENV_FILE"
+      [ "$PREV_MAIN_ARTIFACTS_DIR" = "$NODE_ARTIFACTS_DIR" ] ||
+        die "$PREV_ENV_FILE was built against $PREV_MAIN_ARTIFACTS_DIR, not $NODE_ARTIFACTS_DIR: run 'make node-artifacts-prev'"
+      [ -f "$PREV_NODE_ARTIFACTS_DIR/.complete" ] || die "the previous-minor set in $PREV_NODE_ARTIFACTS_DIR is incomplete"
+      extra="$PREV_NODE_REGISTRY_STORAGE $extra"
+      # Disjoint trees (each kubernetes-release/release/<version> belongs to one set): hard links, no copy.
+      mkdir -p "$state/mirror-merged"
+      for m in "$NODE_MIRROR_DIR" "$PREV_NODE_MIRROR_DIR"; do
+        cp -aln "$m/." "$state/mirror-merged/" 2>/dev/null || cp -an "$m/." "$state/mirror-merged/"
+      done
+      NODE_MIRROR_DIR=$state/mirror-merged
+    fi
     # More image storages served by the same registry (e.g. what clusterctl init installs, test/clusterctl):
     # merged with the node images' into <state-dir>/registry-merged by hard links (no copy: served read-only).
-    if [ -n "${NODE_REGISTRY_EXTRA_STORAGE:-}" ]; then
+    if [ -n "$extra" ]; then
       merged=$state/registry-merged
       rm -rf "$merged"; mkdir -p "$merged"
-      for s in "$NODE_REGISTRY_STORAGE" $NODE_REGISTRY_EXTRA_STORAGE; do
+      for s in "$NODE_REGISTRY_STORAGE" $extra; do
         [ -d "$s/docker/registry/v2/repositories" ] || die "$s is not a registry storage"
         # -n: a blob both hold is the same content (named by its digest); the first copy stays.
         cp -aln "$s/." "$merged/" 2>/dev/null || cp -an "$s/." "$merged/"
@@ -133,7 +154,7 @@ EOF
   stop)
     [ -d "$state" ] || exit 0
     # Hard links only, served read-only: removed before the registry stops, no harm.
-    rm -rf "$state/registry-merged"
+    rm -rf "$state/registry-merged" "$state/mirror-merged"
     stop_one "$state" mirror
     stop_one "$state" registry
     rm -rf "$state/serve.env" "$state/htpasswd" "$state/registry-storage"
