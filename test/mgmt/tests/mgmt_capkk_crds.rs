@@ -361,6 +361,26 @@ fn cases() -> Vec<Case> {
             bad: |s| s["strategy"] = json!({"timeout": "10s"}),
         });
     }
+    // Pinned host keys are copied from a KKCluster into every KKInstance: a list bounded in items and in
+    // item length, so that one object cannot make every copy large.
+    for (family, path, bad) in host_key_bounds() {
+        let kinds: &[(&'static str, &str)] = if family == "cluster" {
+            &[
+                ("KKCluster", "spec."),
+                ("KKClusterTemplate", "spec.template.spec."),
+            ]
+        } else {
+            &[("KKInstance", "spec.")]
+        };
+        for &(kind, prefix) in kinds {
+            cases.push(Case {
+                kind,
+                message: format!("{prefix}{path}"),
+                when: When::Create,
+                bad,
+            });
+        }
+    }
     cases.extend([
         Case {
             kind: "KKInstance",
@@ -602,6 +622,66 @@ fn pattern_rules() -> Vec<(&'static str, &'static str, Edit)> {
     ]
 }
 
+/// A fingerprint the `hostKeys` pattern accepts.
+const FINGERPRINT: &str = "SHA256:uNiVztksCsDhcc0u9e8BujQXVUpKZIDTMczCvj3tD2s";
+
+/// Nine fingerprints, one more than `hostKeys` holds (`maxItems: 8`).
+fn nine_keys() -> Value {
+    json!(vec![FINGERPRINT; 9])
+}
+
+/// A 101-byte item (`maxLength: 100`).
+fn long_key() -> Value {
+    json!([format!("{FINGERPRINT}{}", "A".repeat(101 - FINGERPRINT.len()))])
+}
+
+/// The size bounds of every `hostKeys` list: (`cluster` or `instance`, the apiserver's `<path>: Too ...`
+/// message under the spec, edit of the spec).
+fn host_key_bounds() -> Vec<(&'static str, &'static str, Edit)> {
+    vec![
+        (
+            "cluster",
+            "nodes.bastion.hostKeys: Too many: 9: must have at most 8 items",
+            |s| s["nodes"]["bastion"] = json!({"address": "198.18.0.1", "hostKeys": nine_keys()}),
+        ),
+        (
+            "cluster",
+            "nodes.bastion.hostKeys[0]: Too long: may not be more than 100 bytes",
+            |s| s["nodes"]["bastion"] = json!({"address": "198.18.0.1", "hostKeys": long_key()}),
+        ),
+        (
+            "cluster",
+            "nodes.instances[0].hostKeys: Too many: 9: must have at most 8 items",
+            |s| s["nodes"]["instances"][0]["hostKeys"] = nine_keys(),
+        ),
+        (
+            "cluster",
+            "nodes.instances[0].hostKeys[0]: Too long: may not be more than 100 bytes",
+            |s| s["nodes"]["instances"][0]["hostKeys"] = long_key(),
+        ),
+        (
+            "instance",
+            "bastion.hostKeys: Too many: 9: must have at most 8 items",
+            |s| s["bastion"] = json!({"address": "198.18.0.1", "hostKeys": nine_keys()}),
+        ),
+        (
+            "instance",
+            "bastion.hostKeys[0]: Too long: may not be more than 100 bytes",
+            |s| s["bastion"] = json!({"address": "198.18.0.1", "hostKeys": long_key()}),
+        ),
+        (
+            "instance",
+            "hostKeys: Too many: 9: must have at most 8 items",
+            |s| s["hostKeys"] = nine_keys(),
+        ),
+        (
+            "instance",
+            "hostKeys[0]: Too long: may not be more than 100 bytes",
+            |s| s["hostKeys"] = long_key(),
+        ),
+    ]
+}
+
 /// The part of the object a case's functions edit.
 fn target<'a>(kind: &str, obj: &'a mut Value) -> &'a mut Value {
     match kind {
@@ -659,10 +739,11 @@ fn cel_rules() -> anyhow::Result<BTreeSet<(String, String)>> {
 #[test]
 fn every_cel_rule_has_a_rejection_case() -> anyhow::Result<()> {
     let rules = cel_rules()?;
-    // Cases of numeric bounds (`maximum`) are extra: the walk lists rules and patterns only.
+    // Cases of numeric and size bounds (`maximum`, `maxItems`, `maxLength`) are extra: the walk lists rules
+    // and patterns only.
     let covered: BTreeSet<(String, String)> = cases()
         .iter()
-        .filter(|c| !c.message.contains(" in body should be less than"))
+        .filter(|c| !c.message.contains(" in body should be less than") && !c.message.contains(": Too "))
         .map(|c| (c.kind.to_owned(), c.message.clone()))
         .collect();
     let uncovered: Vec<_> = rules.difference(&covered).collect();
