@@ -194,7 +194,7 @@ impl<S> Layer<S> for LimitLayer {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -208,7 +208,7 @@ mod tests {
 
     /// A fake API server answering every request with a NodeList of `nodes` Nodes (about 1 KiB each),
     /// streamed in chunks; it counts the bytes it managed to write.
-    async fn huge_nodelist_server(nodes: u64) -> (String, Arc<AtomicU64>) {
+    pub(crate) async fn huge_nodelist_server(nodes: u64) -> (String, Arc<AtomicU64>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let written = Arc::new(AtomicU64::new(0));

@@ -429,6 +429,7 @@ pub(crate) struct FakeServices {
     ran: Mutex<Vec<Phase>>,
     resets: Mutex<usize>,
     failing: Mutex<BTreeMap<&'static str, String>>,
+    hanging: Mutex<Option<Phase>>,
     remediated: Mutex<Vec<RemediationTier>>,
     failing_tiers: Mutex<Vec<RemediationTier>>,
 }
@@ -456,6 +457,13 @@ impl FakeServices {
         }
     }
 
+    /// Make `phase` never end (a host command that hangs).
+    pub(crate) fn hang(&self, phase: Phase) {
+        if let Ok(mut h) = self.hanging.lock() {
+            *h = Some(phase);
+        }
+    }
+
     /// Make `phase` fail as a command that exited 1 with `output`.
     pub(crate) fn fail(&self, phase: Phase, output: &str) {
         if let Ok(mut f) = self.failing.lock() {
@@ -469,6 +477,9 @@ impl HostServices for FakeServices {
     async fn run(&self, phase: Phase, _host: HostCall<'_>) -> ServiceResult<()> {
         if let Ok(mut r) = self.ran.lock() {
             r.push(phase);
+        }
+        if self.hanging.lock().is_ok_and(|h| *h == Some(phase)) {
+            return futures::future::pending().await;
         }
         match self
             .failing

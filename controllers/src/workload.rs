@@ -292,6 +292,32 @@ mod tests {
         ));
     }
 
+    #[tokio::test]
+    async fn both_workload_clients_refuse_a_nodelist_over_the_response_cap_instead_of_reading_it() {
+        // A valid NodeList just over the cap (Nodes of about 1 KiB): read whole, it would decode fine, so
+        // only the bound on the clients this module builds can refuse it.
+        let nodes = crate::bounded_body::WORKLOAD_MAX_RESPONSE_BYTES / 1000 + 1024;
+        let (server, _) = crate::bounded_body::tests::huge_nodelist_server(nodes).await;
+        let Clients { requests, watch } = build_clients("w", &kubeconfig_secret("1", &server))
+            .await
+            .unwrap();
+        for (which, client) in [("requests", requests), ("watch", watch)] {
+            let err = Api::<Node>::all(client)
+                .list(&Default::default())
+                .await
+                .map(|l| l.items.len())
+                .expect_err(which);
+            let text = err.to_string();
+            assert!(
+                text.contains(&format!(
+                    "larger than {} bytes",
+                    crate::bounded_body::WORKLOAD_MAX_RESPONSE_BYTES
+                )),
+                "{which}: {text}"
+            );
+        }
+    }
+
     /// GETs a Node through `client` from an API server that accepts the connection and never answers;
     /// returns the error and the time it took on tokio's paused clock (which jumps to the next timer
     /// whenever nothing can run: the timeouts decide the result, never the machine's speed).

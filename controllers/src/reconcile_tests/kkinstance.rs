@@ -287,6 +287,55 @@ async fn a_failing_phase_is_terminal_and_the_phases_after_it_do_not_run() {
 }
 
 #[tokio::test]
+async fn a_phase_whose_host_command_hangs_is_cut_at_the_phase_bound_and_reported_as_terminal() {
+    let km = recorded_kkmachine();
+    let mut t = TestContext::with_settings(crate::context::Settings {
+        max_host_phase_duration: Duration::from_secs(1),
+        ..Default::default()
+    });
+    t.caches.capi_cluster(capi_cluster());
+    t.caches.cluster(kkcluster(&[("node1", "10.0.0.1")]));
+    t.caches.machine(km.clone());
+    t.services.hang(Phase::Binary);
+    let inst = claim(&km, "node1", "10.0.0.1", &[]);
+    let served = serve_host_work(t.api, &inst);
+    reconcile(Arc::new(inst), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    assert!(
+        task_end(&mut t.instance_triggers).await.is_some(),
+        "the task did not end within 5 s: the hung phase was not cut at its 1 s bound"
+    );
+    let requests = served.finish();
+    assert_eq!(
+        t.services.ran(),
+        [Phase::Bootstrap, Phase::Repository, Phase::Binary]
+    );
+    let cut = |b: &Value| {
+        b["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c["reason"] == reasons::COMMAND_FAILED
+                    && c["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("binary ran longer than 1 s (--max-host-phase-duration)"))
+            })
+        })
+    };
+    assert!(
+        requests
+            .iter()
+            .any(|(_, p, b)| p.starts_with(&path("kkinstances", "c.node1")) && cut(b)),
+        "the cut is reported in a condition: {requests:#?}"
+    );
+    assert!(
+        requests.iter().any(|(m, p, b)| m == "PATCH"
+            && p == &path("kkinstances", "c.node1")
+            && b["metadata"]["annotations"][FAILED_ANNOTATION] == reasons::COMMAND_FAILED),
+        "the cut is terminal (the failed annotation): {requests:#?}"
+    );
+}
+
+#[tokio::test]
 async fn a_host_that_refuses_connections_is_retried_with_backoff_and_not_before_its_time() {
     let km = recorded_kkmachine();
     let mut t = world(&km);
