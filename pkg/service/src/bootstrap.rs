@@ -15,7 +15,7 @@
 //! | `directories` | [`DIRECTORIES`] |
 //!
 //! [`reset`] removes exactly [`OWNED_PATHS`] (documented in `docs/host-paths.md`) after `kubeadm reset -f`,
-//! stops kubelet and containerd, and removes Kubernetes/CNI iptables chains, IPVS services and CNI links.
+//! stops kubelet and the containerd capkk installed (never one that was there before), and removes Kubernetes/CNI iptables chains, IPVS services and CNI links.
 //! It never touches anything else.
 
 use std::time::Duration;
@@ -275,9 +275,14 @@ pub fn reset_script(opts: &ResetOptions) -> Script {
     );
     // The same socket reaches the pod removal before containerd stops: with a non-default socket, a default
     // one would not exist and the pods kubeadm reset left would outlive containerd.
+    // Only the containerd capkk installed is stopped: its artifact stamp says so (the same stamp the
+    // container manager reads to leave a pre-existing containerd alone).
     s.step(
         "stop-services",
-        Vars::new().var("SOCK", sock).render(tpl::STOP_SERVICES),
+        Vars::new()
+            .var("SOCK", sock)
+            .var("STAMP", crate::containermanager::CONTAINERD_STAMP)
+            .render(tpl::STOP_SERVICES),
     );
     s.step(
         "network-cleanup",
@@ -290,8 +295,9 @@ pub fn reset_script(opts: &ResetOptions) -> Script {
     s
 }
 
-/// Undo the node (one exec): `kubeadm reset -f` when Kubernetes is present, stop kubelet and containerd,
-/// remove Kubernetes/CNI firewall rules, IPVS services and CNI links, then remove exactly [`OWNED_PATHS`].
+/// Undo the node (one exec): `kubeadm reset -f` when Kubernetes is present, stop kubelet and the containerd
+/// capkk installed (a pre-existing one keeps running), remove Kubernetes/CNI firewall rules, IPVS services and
+/// CNI links, then remove exactly [`OWNED_PATHS`].
 #[instrument(skip_all, fields(host = %exec.target()))]
 pub async fn reset(
     exec: &dyn Executor,
@@ -351,6 +357,11 @@ mod tests {
             OWNED_PATHS
                 .iter()
                 .any(|p| crate::binary::catalogue::STAMP_DIR.starts_with(&format!("{p}/")))
+        );
+        // The reset tells capkk's containerd by the stamp its install writes.
+        assert_eq!(
+            crate::containermanager::CONTAINERD_STAMP,
+            format!("{}/containerd", crate::binary::catalogue::STAMP_DIR)
         );
     }
 

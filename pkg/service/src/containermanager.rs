@@ -43,6 +43,9 @@ pub const CONTAINERD_UNIT: &str = "/etc/systemd/system/containerd.service";
 pub const DEFAULT_SANDBOX_IMAGE: &str = "registry.k8s.io/pause:3.9";
 /// Marker: containerd must be restarted once it runs (config or binaries changed).
 pub const RESTART_MARKER: &str = "/var/lib/capkk/containerd-restart-pending";
+/// The stamp of the containerd capkk installed: a running containerd without it is not capkk's, and neither
+/// the container manager nor the reset touches it.
+pub const CONTAINERD_STAMP: &str = "/var/lib/capkk/artifacts/containerd";
 /// Default CRI socket.
 pub const DEFAULT_CRI_SOCKET: &str = "unix:///run/containerd/containerd.sock";
 
@@ -520,7 +523,7 @@ pub(crate) fn probe_script(cfg: &ContainerdConfig, hosts: &[(String, String, u32
     format!(
         "{foreign}{files}{service}",
         foreign = Vars::new()
-            .var("STAMP", format!("{}/containerd", catalogue::STAMP_DIR))
+            .var("STAMP", CONTAINERD_STAMP)
             .render(tpl::CONTAINERD_FOREIGN),
         files = file_probe(&expected_files(cfg, hosts)),
         service = Vars::new()

@@ -1310,7 +1310,7 @@ async fn iso_mode_uploads_mounts_uses_only_the_iso_and_restores_sources() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_running_foreign_containerd_is_left_alone_via_password_sudo() {
+async fn a_running_foreign_containerd_is_left_alone_by_install_and_reset_via_password_sudo() {
     let Some(sb) = sandbox() else { return };
     let host = &sb.hosts()[7];
     let target = HostTarget::new(
@@ -1382,6 +1382,49 @@ async fn a_running_foreign_containerd_is_left_alone_via_password_sudo() {
     assert!(
         matches!(err, Error::Unsupported { .. }) && err.to_string().contains("docker"),
         "{err}"
+    );
+    // The reset of this node leaves that containerd running with what it runs: no pod of its CRI is removed
+    // and no shim of its k8s.io namespace is killed (a crictl that lists one pod, and a shim, stand in).
+    sh(
+        host,
+        "rm -f /var/log/capkk-crictl.log\n\
+         printf '#!/bin/sh\\necho \"$*\" >> /var/log/capkk-crictl.log\\ncase \"$*\" in *pods*) echo pod-of-another-owner ;; esac\\n' > /usr/local/bin/crictl\n\
+         printf '#!/bin/sh\\nwhile :; do sleep 1; done\\n' > /usr/bin/containerd-shim-runc-v2\n\
+         chmod 755 /usr/local/bin/crictl /usr/bin/containerd-shim-runc-v2\n\
+         mkdir -p /run/containerd && rm -f /run/containerd/containerd.sock\n\
+         python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"/run/containerd/containerd.sock\")'\n\
+         setsid /usr/bin/containerd-shim-runc-v2 -namespace k8s.io -id p1 -address /run/containerd/containerd.sock </dev/null >/dev/null 2>&1 &\n\
+         echo $! > /run/foreign-shim.pid",
+    );
+    let before = host.systemctl_calls().unwrap().len();
+    let reset = bootstrap::reset(&*ex, &ResetOptions::default(), &progress, &redactor)
+        .await
+        .unwrap();
+    let calls = host.systemctl_calls().unwrap().split_off(before);
+    assert!(!calls.iter().any(|c| c.contains("stop containerd")), "{calls:?}");
+    assert_eq!(
+        sh(
+            host,
+            "systemctl is-active -q containerd && echo active; kill -0 $(cat /run/foreign-shim.pid) && echo shim; cat /var/log/capkk-crictl.log 2>/dev/null || true"
+        ),
+        "active\nshim\n",
+        "the pre-existing containerd, its shim and its pods are left alone"
+    );
+    assert!(
+        reset.changed.iter().all(|s| !s.contains("stop-services")),
+        "{:?}",
+        reset.changed
+    );
+    assert!(
+        progress.records().iter().any(|r| r.phase == "reset"
+            && r.name == "stop-services"
+            && r.output_tail
+                .contains("left containerd running: capkk did not install it")),
+        "the reset says why it left containerd running"
+    );
+    sh(
+        host,
+        "kill $(cat /run/foreign-shim.pid); systemctl stop containerd; rm -f /usr/local/bin/crictl /usr/bin/containerd-shim-runc-v2 /run/foreign-shim.pid /run/containerd/containerd.sock",
     );
     // The sudo password never reaches the journal.
     assert!(

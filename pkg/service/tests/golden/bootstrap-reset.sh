@@ -50,6 +50,7 @@ _t0=$(now_ns)
 ( set -e
 CHANGED=0
 SOCK=unix:///run/containerd/containerd.sock
+STAMP=/var/lib/capkk/artifacts/containerd
 # The kubelet stops first, so that it starts no pod while the pods are removed. A pod the kubelet was still
 # starting while `kubeadm reset` removed the others can survive it, and containerd's unit stops only the daemon
 # (KillMode=process): that pod's shim and containers would outlive containerd. So every pod containerd's CRI
@@ -57,7 +58,11 @@ SOCK=unix:///run/containerd/containerd.sock
 # own timeout (2 s) is far shorter than stopping a handful of pods on a slow host, and a timed-out round used to
 # look like a finished one, so each call gets a long one. What still runs in the kubelet's pod cgroups after that
 # is killed through the cgroup, and a shim of CRI's namespace that outlives containerd is killed last.
-# Variables: SOCK (the CRI socket kubeadm reset was given, path or unix:// URL; empty: containerd's default).
+# Only a containerd capkk installed (its stamp STAMP exists) is stopped, its pods removed and its shims killed: a
+# containerd that was there before (the distribution's, Docker's) serves more than this node, and the reset
+# leaves it running with whatever it runs (kubeadm reset has already removed the Kubernetes pods it knew).
+# Variables: SOCK (the CRI socket kubeadm reset was given, path or unix:// URL; empty: containerd's default),
+# STAMP (capkk's containerd stamp).
 _k8s_shims() { # PIDs of the shims serving CRI's namespace (k8s.io); other namespaces are not ours to stop
   for _p in /proc/[0-9]*; do
     case $(cat "$_p/comm" 2>/dev/null) in containerd-shim*) ;; *) continue ;; esac
@@ -73,7 +78,11 @@ _kill_pod_cgroups() { # kill what runs in the kubelet's pod cgroups (cgroup v2's
 }
 if command -v systemctl >/dev/null 2>&1; then
   if systemctl is-active -q kubelet >/dev/null 2>&1; then systemctl stop kubelet; echo "stopped kubelet"; CHANGED=1; fi
-  if systemctl is-active -q containerd >/dev/null 2>&1; then
+  _ours=; [ -e "$STAMP" ] && _ours=1
+  if [ -z "$_ours" ] && systemctl is-active -q containerd >/dev/null 2>&1; then
+    echo "left containerd running: capkk did not install it"
+  fi
+  if [ -n "$_ours" ] && systemctl is-active -q containerd >/dev/null 2>&1; then
     _sock=${SOCK:-/run/containerd/containerd.sock}
     _sock=${_sock#unix://}
     _ep=unix://$_sock
@@ -94,7 +103,7 @@ if command -v systemctl >/dev/null 2>&1; then
     fi
     systemctl stop containerd; echo "stopped containerd"; CHANGED=1
   fi
-  _shims=$(_k8s_shims)
+  _shims=; [ -n "$_ours" ] && _shims=$(_k8s_shims)
   if [ -n "$_shims" ]; then
     # The containers first (through the pod cgroups), so that none is orphaned when its shim goes.
     _kill_pod_cgroups
