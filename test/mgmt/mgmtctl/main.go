@@ -114,6 +114,10 @@ func main() {
 		usage()
 	}
 	cmd := os.Args[1]
+	if cmd == "runtime-extension" {
+		runtimeExtension(os.Args[2:])
+		return
+	}
 	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
 	var o options
 	fs.StringVar(&o.stateDir, "state-dir", "", "state directory (certs, etcd data, kubeconfig, logs, pidfiles)")
@@ -123,7 +127,11 @@ func main() {
 	fs.StringVar(&o.kcmBin, "kube-controller-manager", "",
 		"kube-controller-manager binary (default: <bin-dir>/kube-controller-manager)")
 	fs.StringVar(&o.capiSrc, "capi-src", "", "Cluster API module source directory (CRDs and webhook manifests)")
-	fs.StringVar(&o.featureGates, "feature-gates", "ClusterTopology=true,MachinePool=true",
+	// InPlaceUpdates + RuntimeSDK: CAPI's in-place update extension (docs/upgrades.md). Without a registered
+	// ExtensionConfig they change nothing: CAPI only calls hooks an ExtensionConfig registers, and tests that
+	// register one select their own namespace.
+	fs.StringVar(&o.featureGates, "feature-gates",
+		"ClusterTopology=true,MachinePool=true,InPlaceUpdates=true,RuntimeSDK=true",
 		"feature gates passed to the CAPI managers")
 	fs.DurationVar(&o.timeout, "timeout", 4*time.Minute, "how long up waits for the plane to become ready")
 	fs.IntVar(&o.managerLogLvl, "manager-v", 2, "klog verbosity of the CAPI managers")
@@ -192,7 +200,8 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: mgmtctl up|down|status --state-dir DIR [--bin-dir DIR --capi-src DIR ...]")
+	fmt.Fprintln(os.Stderr, "usage: mgmtctl up|down|status --state-dir DIR [--bin-dir DIR --capi-src DIR ...]\n"+
+		"       mgmtctl runtime-extension --out DIR --url https://HOST:PORT [--name NAME] [--namespace NS]")
 	os.Exit(2)
 }
 

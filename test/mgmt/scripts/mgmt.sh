@@ -7,6 +7,10 @@
 #   bin-dir     print the directory of the pinned binaries (kubectl, clusterctl, ...)
 #   flux-dir    print the directory of the pinned Flux controllers and their CRDs (make flux-bin)
 #   env         print `export KUBECONFIG=... PATH=<bin-dir>:$PATH` for eval
+#   runtime-extension --out DIR --url https://HOST:PORT [--namespace NS] [--name NAME]
+#               write a CA, a serving cert for HOST (DIR/tls.{crt,key}: the manager's
+#               --runtime-extension-cert-dir) and DIR/extensionconfig.yaml registering the manager's
+#               in-place update hooks with CAPI (docs/upgrades.md)
 # Set CAPKK_MGMT_AUTOBUILD=1 to let `up` build missing binaries (slow when the Go cache is cold).
 # A second, independent plane: CAPKK_MGMT_DIR=<other dir> CAPKK_MGMT_PORT_OFFSET=<n> (ports shift by n).
 set -euo pipefail
@@ -58,6 +62,9 @@ case "$cmd" in
   down|status)
     exec "$(mgmtctl)" "$cmd" --state-dir "$CAPKK_MGMT_DIR" "$@"
     ;;
+  runtime-extension)
+    exec "$(mgmtctl)" runtime-extension "$@"
+    ;;
   kubeconfig)
     echo "$CAPKK_MGMT_DIR/kubeconfig"
     ;;
@@ -72,7 +79,7 @@ case "$cmd" in
     echo "export KUBECONFIG='$CAPKK_MGMT_DIR/kubeconfig' PATH='$BIN_DIR':\"\$PATH\""
     ;;
   *)
-    echo "usage: $0 up|down|status|kubeconfig|bin-dir|flux-dir|env" >&2
+    echo "usage: $0 up|down|status|kubeconfig|bin-dir|flux-dir|env|runtime-extension" >&2
     exit 2
     ;;
 esac

@@ -30,6 +30,9 @@ use tokio::process::Command;
 use tokio::sync::OnceCell;
 use tracing::{info, instrument};
 
+mod runtime_extension;
+pub use runtime_extension::RuntimeExtension;
+
 /// Field manager used for server-side apply by this crate.
 pub const FIELD_MANAGER: &str = "capkk-mgmt";
 
@@ -341,10 +344,20 @@ pub fn repo_root() -> PathBuf {
 }
 
 async fn run_script(command: &str, timeout: Duration, env: &[(&str, String)]) -> Result<String, Error> {
+    run_script_args(command, &[], timeout, env).await
+}
+
+async fn run_script_args(
+    command: &str,
+    args: &[&str],
+    timeout: Duration,
+    env: &[(&str, String)],
+) -> Result<String, Error> {
     let script = script_path();
     let child = Command::new("bash")
         .arg(&script)
         .arg(command)
+        .args(args)
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
