@@ -56,13 +56,36 @@ pub(crate) struct Hooks {
     ctx: Option<Arc<Context>>,
 }
 
+/// A hook request's JSON body. CAPI's runtime client POSTs JSON without a `Content-Type` header, which axum's
+/// `Json` extractor refuses (415): the body is parsed whatever the header says.
+pub(crate) struct HookRequest(pub(crate) Value);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for HookRequest {
+    type Rejection = (axum::http::StatusCode, String);
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
+        let body = axum::body::Bytes::from_request(req, state).await.map_err(|e| {
+            (
+                axum::http::StatusCode::BAD_REQUEST,
+                format!("reading the request: {e}"),
+            )
+        })?;
+        serde_json::from_slice(&body).map(HookRequest).map_err(|e| {
+            (
+                axum::http::StatusCode::BAD_REQUEST,
+                format!("the request is not JSON: {e}"),
+            )
+        })
+    }
+}
+
 /// The router of the hooks (HTTP; [`serve`] puts it behind TLS).
 pub(crate) fn router(ctx: Option<Arc<Context>>) -> Router {
     Router::new()
         .route(&format!("{PREFIX}/discovery"), post(|| async { Json(discovery()) }))
         .route(
             &format!("{PREFIX}/canupdatemachine/{{handler}}"),
-            post(|Json(req): Json<Value>| async move {
+            post(|HookRequest(req): HookRequest| async move {
                 let (resp, answer) = decide::can_update_machine(&req);
                 info!(machine = %req["current"]["machine"]["metadata"]["name"], ?answer, "CanUpdateMachine");
                 Json(resp)
@@ -70,7 +93,7 @@ pub(crate) fn router(ctx: Option<Arc<Context>>) -> Router {
         )
         .route(
             &format!("{PREFIX}/canupdatemachineset/{{handler}}"),
-            post(|Json(req): Json<Value>| async move {
+            post(|HookRequest(req): HookRequest| async move {
                 let (resp, answer) = decide::can_update_machine_set(&req);
                 info!(machineset = %req["current"]["machineSet"]["metadata"]["name"], ?answer, "CanUpdateMachineSet");
                 Json(resp)
@@ -78,7 +101,7 @@ pub(crate) fn router(ctx: Option<Arc<Context>>) -> Router {
         )
         .route(
             &format!("{PREFIX}/updatemachine/{{handler}}"),
-            post(|State(h): State<Hooks>, Json(req): Json<Value>| async move {
+            post(|State(h): State<Hooks>, HookRequest(req): HookRequest| async move {
                 let resp = match h.ctx {
                     Some(ctx) => update::update_machine(ctx, &req).await,
                     None => json!({"apiVersion": decide::HOOKS_API_VERSION, "kind": "UpdateMachineResponse",
@@ -234,8 +257,9 @@ mod tests {
             .await
             .expect("the server's certificate verifies against the CA");
         let body = body.to_string();
+        // As CAPI's runtime client sends it: no Content-Type header.
         let req = format!(
-            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         );
         tls.write_all(req.as_bytes()).await.unwrap();
@@ -248,7 +272,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_hooks_answer_over_tls_with_a_certificate_from_the_cert_dir_and_discovery_lists_them() {
+    async fn the_hooks_answer_requests_without_a_content_type_as_capi_sends_them_over_tls_and_discovery_lists_them()
+     {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let dir = std::env::temp_dir().join(format!("capkk-rtext-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
