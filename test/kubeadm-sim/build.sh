@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Builds the kubeadm simulator with etcd and kube-apiserver embedded (gzipped), as the e2e ships it.
-# Usage: test/kubeadm-sim/build.sh OUT_FILE CP_BIN_DIR     (CP_BIN_DIR holds etcd and kube-apiserver)
+# Usage: test/kubeadm-sim/build.sh OUT_FILE CP_BIN_DIR [VERSION]
+#   CP_BIN_DIR holds etcd and kube-apiserver; VERSION (default: main.go's) is what `kubeadm version` reports and
+#   the kubelet version join registers (one build per Kubernetes release a test publishes).
 # Rebuilds only when the sources or the embedded binaries changed.
 set -euo pipefail
-out=$1 cp_dir=$2
+out=$1 cp_dir=$2 ver=${3:-}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 for b in etcd kube-apiserver; do [ -x "$cp_dir/$b" ] || { echo "$cp_dir/$b missing (make mgmt-bin)" >&2; exit 1; }; done
-key=$( (cd "$here" && cat go.mod go.sum ./*.go; sha256sum "$cp_dir/etcd" "$cp_dir/kube-apiserver" | cut -d' ' -f1) | sha256sum | cut -c1-16)
+key=$( (cd "$here" && cat go.mod go.sum ./*.go; sha256sum "$cp_dir/etcd" "$cp_dir/kube-apiserver" | cut -d' ' -f1; echo "$ver") | sha256sum | cut -c1-16)
 if [ -x "$out" ] && [ "$(cat "$out.key" 2>/dev/null)" = "$key" ]; then exit 0; fi
 mkdir -p "$here/embedded" "$(dirname "$out")"
 for b in etcd kube-apiserver; do gzip -1 -c "$cp_dir/$b" >"$here/embedded/$b.gz"; done
-(cd "$here" && CGO_ENABLED=0 go build -trimpath -tags embedcp -ldflags "-s -w" -o "$out.tmp" .)
+(cd "$here" && CGO_ENABLED=0 go build -trimpath -tags embedcp -ldflags "-s -w${ver:+ -X main.version=$ver}" -o "$out.tmp" .)
 mv -f "$out.tmp" "$out"
 echo "$key" >"$out.key"
 rm -rf "$here/embedded"

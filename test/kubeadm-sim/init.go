@@ -269,6 +269,10 @@ func runInit(args []string) error {
 	if err := writeKubeletFlags(cfg.node); err != nil {
 		return err
 	}
+	if err := writeFile(nodeNameFile, []byte(cfg.node.Name+"\n"), 0o644); err != nil {
+		return err
+	}
+	startKubelet()
 	fmt.Printf("\nYour Kubernetes control-plane has initialized successfully! (simulated: etcd + kube-apiserver, no kubelet)\n")
 	return nil
 }

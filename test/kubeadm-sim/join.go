@@ -105,7 +105,6 @@ func runJoin(args []string) error {
 	if err != nil {
 		return err
 	}
-	ver := version
 	var cm struct {
 		Data map[string]string `json:"data"`
 	}
@@ -114,12 +113,10 @@ func runJoin(args []string) error {
 	}); err != nil {
 		return err
 	}
-	var cc doc
-	if err := yaml.Unmarshal([]byte(cm.Data["ClusterConfiguration"]), &cc); err == nil && cc.str("kubernetesVersion") != "" {
-		ver = cc.str("kubernetesVersion")
-	}
+	// The kubelet installed with this kubeadm is of its version, which a worker may have below the control
+	// plane's (a worker's upgrade comes after the control plane's).
 	if err := retry(60*time.Second, "[kubelet-start] register Node "+nr.Name, func(ctx context.Context) error {
-		return registerNode(ctx, c, nr, false, internalIP, ver)
+		return registerNode(ctx, c, nr, false, internalIP, version)
 	}); err != nil {
 		return err
 	}
@@ -131,12 +128,23 @@ func runJoin(args []string) error {
 		kubeconfig("kubernetes", server, caPEM, "tls-bootstrap-token-user", nil, nil, token), 0o600); err != nil {
 		return err
 	}
+	// A real kubelet writes kubelet.conf after its TLS bootstrap (a client certificate signed by
+	// kube-controller-manager, not run here); the simulator's kubelet keeps using the bootstrap token, which
+	// expires with it (CABPK's token TTL, 15 min by default): enough for the tests' upgrades and heartbeats.
+	if err := writeFile(filepath.Join(kubeDir, "kubelet.conf"),
+		kubeconfig("kubernetes", server, caPEM, "system:node:"+nr.Name, nil, nil, token), 0o600); err != nil {
+		return err
+	}
+	if err := writeFile(nodeNameFile, []byte(nr.Name+"\n"), 0o644); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(filepath.Join(kubeDir, "manifests"), 0o755); err != nil {
 		return err
 	}
 	if err := writeKubeletFlags(nr); err != nil {
 		return err
 	}
+	startKubelet()
 	fmt.Printf("\nThis node has joined the cluster: Node %s registered (Ready) at %s (kubeadm simulator)\n", nr.Name, server)
 	return nil
 }

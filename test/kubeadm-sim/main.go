@@ -17,6 +17,11 @@
 //	    the group system:bootstrappers the right to create/patch Nodes instead.
 //	kubeadm reset [-f]
 //	    stops the daemons started by init and removes what kubeadm reset removes.
+//	kubeadm upgrade node
+//	    writes the cluster's kubelet-config to /var/lib/kubelet/config.yaml, as kubeadm does on a worker.
+//	kubeadm kubelet --kubelet-version V
+//	    not a kubeadm command: the status loop of the kubelet stand-in (sandbox hosts have no kubelet), reporting
+//	    this host's Node Ready with kubeletVersion V while /etc/kubernetes/kubelet.conf exists.
 //	kubeadm version [-o short|json|yaml]
 //
 // etcd and kube-apiserver come embedded (build.sh, -tags embedcp: extracted to /var/lib/kubelet/kubeadm-sim/bin)
@@ -39,6 +44,9 @@ func usage() {
   kubeadm init --config FILE      start etcd + kube-apiserver from the cluster PKI, register this Node
   kubeadm join --config FILE      register this Node in the cluster named by the join configuration
   kubeadm reset [-f]              stop what init started, remove kubeadm's files
+  kubeadm upgrade node            write the cluster's kubelet configuration (a worker's in-place upgrade)
+  kubeadm kubelet --kubelet-version V [--interval 5s]
+                                  the kubelet stand-in's status loop: report this Node Ready with version V
   kubeadm version [-o short]`)
 }
 
@@ -58,11 +66,15 @@ func main() {
 		err = runReset(args)
 	case "version":
 		err = runVersion(args)
+	case "upgrade":
+		err = runUpgrade(args)
+	case "kubelet":
+		err = runKubelet(args)
 	case "-h", "--help", "help":
 		usage()
 		return
 	default:
-		err = fmt.Errorf("unknown command %q (this simulator supports init, join, reset, version)", cmd)
+		err = fmt.Errorf("unknown command %q (this simulator supports init, join, reset, upgrade node, version, kubelet)", cmd)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "error execution phase %s: %v\n", cmd, err)

@@ -16,6 +16,7 @@ import (
 	"encoding/base64"
 	"encoding/pem"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -166,6 +167,9 @@ func TestSimulatorOnSandboxHosts(t *testing.T) {
 		Status struct {
 			Conditions []struct{ Type, Status string }  `json:"conditions"`
 			Addresses  []struct{ Type, Address string } `json:"addresses"`
+			NodeInfo   struct {
+				KubeletVersion string `json:"kubeletVersion"`
+			} `json:"nodeInfo"`
 		} `json:"status"`
 	}
 	var node nodeT
@@ -218,6 +222,21 @@ func TestSimulatorOnSandboxHosts(t *testing.T) {
 		t.Errorf("worker InternalIP = %v, want %s", node.Status.Addresses, addrs[1])
 	}
 
+	// upgrade node: the kubelet configuration from the cluster, with the worker's own kubelet.conf.
+	out = sb.mustExec(worker, "kubeadm upgrade node && cat /var/lib/kubelet/config.yaml")
+	if !strings.Contains(out, "successfully updated") || !strings.Contains(out, "kind: KubeletConfiguration") {
+		t.Errorf("upgrade node: %s", out)
+	}
+	// The kubelet stand-in's status loop reports the Node Ready with its version again after it went Unknown.
+	must(t, admin.do(ctx, http.MethodPatch, "/api/v1/nodes/"+worker+"/status", "application/strategic-merge-patch+json",
+		obj{"status": obj{"conditions": []any{obj{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}}}}, nil))
+	sb.mustExec(worker, "timeout 2 kubeadm kubelet --kubelet-version v1.99.0 --interval 500ms; true")
+	node = nodeT{}
+	must(t, admin.get(ctx, "/api/v1/nodes/"+worker, &node))
+	if !ready(node.Status.Conditions) || node.Status.NodeInfo.KubeletVersion != "v1.99.0" {
+		t.Errorf("after the kubelet's heartbeat: %+v", node.Status)
+	}
+
 	// reset: daemons stopped, kubeadm's files gone; a second reset is a no-op.
 	for _, h := range []string{worker, cp} {
 		t0 = time.Now()
@@ -229,7 +248,7 @@ func TestSimulatorOnSandboxHosts(t *testing.T) {
 	if strings.TrimSpace(leftovers) != "" {
 		t.Errorf("after reset on %s: %s", cp, leftovers)
 	}
-	if out := sb.mustExec(worker, "ls /etc/kubernetes/bootstrap-kubelet.conf /etc/kubernetes/pki/ca.crt 2>/dev/null; true"); strings.TrimSpace(out) != "" {
+	if out := sb.mustExec(worker, "ls /etc/kubernetes/bootstrap-kubelet.conf /etc/kubernetes/kubelet.conf /etc/kubernetes/pki/ca.crt 2>/dev/null; true"); strings.TrimSpace(out) != "" {
 		t.Errorf("after reset on %s: %s", worker, out)
 	}
 	sb.mustExec(cp, "kubeadm reset -f")
