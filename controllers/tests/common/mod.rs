@@ -3,6 +3,7 @@
 //! builders for CAPI and capkk objects.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod day2;
 pub mod gitops;
 pub mod sandbox;
 
