@@ -4,6 +4,8 @@
 //! credentials, once whole and once cut by the host's output-tail limit, and fails. None of the credentials
 //! (nor any 8-byte piece of them) may reach the manager's logs, events, or any object's status; the SSH
 //! credentials reach no file on the host, and the registry credentials only root-only (0600) files.
+//! A second run goes through a bastion with a password of its own and gives the workload cluster's kubeconfig
+//! a bearer token, with the manager logging at trace level: neither reaches its log, events or statuses.
 //! The manager runs as a separate process with exactly the ClusterRole of config/rbac.
 
 mod common;
@@ -196,6 +198,139 @@ async fn no_credential_reaches_logs_status_events_or_host_files_even_cut_at_the_
             "host file {path} holds the registry credentials with mode {mode:o}"
         );
     }
+    env.finish().await;
+    Ok(())
+}
+
+/// The bastion's own password (set on the bastion for this test): nothing else knows it, and no 8-byte
+/// piece of it occurs in a log by chance.
+const BASTION_CANARY: &str = "Bq7xW2pz9Rk4mVt8Lf3";
+/// The workload cluster kubeconfig's bearer token.
+const TOKEN_CANARY: &str = "Tk3f8nYq6Hd1sZw5Lc0Jm";
+
+/// A workload API server that refuses every request (401) and counts those that carried
+/// `Authorization: Bearer <token>`.
+async fn refusing_workload_api_server(
+    token: &'static str,
+) -> anyhow::Result<(u16, std::sync::Arc<std::sync::atomic::AtomicUsize>)> {
+    use std::sync::{Arc, atomic::AtomicUsize, atomic::Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 16 * 1024];
+                let mut head = Vec::new();
+                loop {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                    if head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                        if text.contains(&format!("authorization: bearer {}", token.to_ascii_lowercase())) {
+                            counter.fetch_add(1, Ordering::Relaxed);
+                        }
+                        head.clear();
+                        let body = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#;
+                        let resp = format!(
+                            "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if conn.write_all(resp.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    Ok((port, seen))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_bastion_password_and_the_workload_token_reach_no_log_at_trace_level_nor_any_event_or_status()
+-> anyhow::Result<()> {
+    use std::sync::atomic::Ordering;
+    let Some((env, hosts)) = TestEnv::with_hosts("canary-b", "ctl-canary-b", 2).await? else {
+        return Ok(());
+    };
+    let ns = env.ns.clone();
+    let all = hosts.sb.hosts();
+    let (bastion, node) = (&all[0], &all[1]);
+    // The bastion takes root with a password of its own, which no node knows.
+    bastion
+        .sh_inside(&format!("echo 'root:{BASTION_CANARY}' | chpasswd"))
+        .map_err(|e| anyhow::anyhow!("setting the bastion's password: {e}"))?;
+    env.secret("bastion-auth", &[("password", BASTION_CANARY)])
+        .await?;
+    let (port, token_seen) = refusing_workload_api_server(TOKEN_CANARY).await?;
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: w\n  cluster:\n    server: http://127.0.0.1:{port}\n\
+         users:\n- name: u\n  user:\n    token: {TOKEN_CANARY}\ncontexts:\n- name: w\n  context:\n    cluster: w\n    \
+         user: u\ncurrent-context: w\n"
+    );
+    env.secret("c-kubeconfig", &[("value", &kubeconfig)]).await?;
+    env.bootstrap_data("data", &common::sandbox::cloud_config(&[]))
+        .await?;
+    let mut kkc = kkcluster(
+        &ns,
+        "c",
+        &[(node.info.name.clone(), node.address().to_owned(), 22)],
+        json!({"component": hosts.component}),
+    );
+    kkc["spec"]["nodes"]["bastion"] = json!({
+        "address": bastion.address(),
+        "auth": {"user": "root", "secretRef": {"name": "bastion-auth"}},
+    });
+    env.apply(cluster(&ns, "c", json!({}))).await?;
+    env.apply(kkc).await?;
+    env.machine("c", "m", "worker", Some("data")).await?;
+
+    // Every crate at its most verbose: the SSH client, the HTTP stacks, kube, the manager.
+    let mut mgr = env.manager_logging("manager", &["--ssh-connect-timeout=10s"], "trace")?;
+    eventually(
+        "m provisioned through the bastion",
+        Duration::from_secs(240),
+        || async {
+            let k = env.get(INFRA_V, "KKMachine", "m").await?.unwrap_or_default();
+            Ok((k["status"]["initialization"]["provisioned"] == true).then_some(()))
+        },
+    )
+    .await?;
+    eventually(
+        "the workload API server was asked with the kubeconfig's token",
+        Duration::from_secs(60),
+        || async { Ok((token_seen.load(Ordering::Relaxed) > 0).then_some(())) },
+    )
+    .await?;
+    let bastion_log = bastion
+        .sh_inside("cat /var/log/capkk-sshd.log")
+        .map_err(|e| anyhow::anyhow!("the bastion's sshd log: {e}"))?;
+    ensure!(
+        bastion_log.contains("Accepted password for root"),
+        "the manager logged in to the bastion with its password"
+    );
+    // Let the manager log, write events and status about the refusing workload cluster, then stop it.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    mgr.terminate();
+    let logs = vec![mgr.logs()];
+    ensure!(
+        logs[0].contains(" TRACE "),
+        "the manager logged at trace level ({} bytes of log)",
+        logs[0].len()
+    );
+    let mut canaries = vec![BASTION_CANARY.to_owned(), TOKEN_CANARY.to_owned()];
+    canaries.extend(pieces(BASTION_CANARY));
+    canaries.extend(pieces(TOKEN_CANARY));
+    let refs: Vec<&str> = canaries.iter().map(String::as_str).collect();
+    env.assert_no_canary(&refs, &logs)
+        .await
+        .context("the bastion password or the workload token in logs, events or status")?;
     env.finish().await;
     Ok(())
 }

@@ -455,6 +455,17 @@ pub struct Manager {
 impl Manager {
     /// Start `manager --kubeconfig <kc> <args>` with logs in `dir/<name>.log`.
     pub fn start(kubeconfig: &Path, dir: &Path, name: &str, args: &[&str]) -> anyhow::Result<Manager> {
+        Self::start_logging(kubeconfig, dir, name, args, DEFAULT_LOG_FILTER)
+    }
+
+    /// [`Manager::start`] with `RUST_LOG=<filter>`.
+    pub fn start_logging(
+        kubeconfig: &Path,
+        dir: &Path,
+        name: &str,
+        args: &[&str],
+        filter: &str,
+    ) -> anyhow::Result<Manager> {
         let log = dir.join(format!("{name}.log"));
         let f = std::fs::OpenOptions::new().create(true).append(true).open(&log)?;
         let mut defaults = Vec::new();
@@ -479,7 +490,7 @@ impl Manager {
             .arg(kubeconfig)
             .args(&defaults)
             .args(args)
-            .env("RUST_LOG", "info,capkk_controllers=debug,kube=warn")
+            .env("RUST_LOG", filter)
             .env_remove("KUBECONFIG")
             .stdin(Stdio::null())
             .stdout(f.try_clone()?)
@@ -593,6 +604,9 @@ pub fn http_get(port: u16, path: &str) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// The managers' log filter unless a test asks for another.
+pub const DEFAULT_LOG_FILTER: &str = "info,capkk_controllers=debug,kube=warn";
+
 /// One integration test's world: an admin client, a fresh namespace, a directory for logs, a kubeconfig for
 /// a ServiceAccount bound to exactly the ClusterRole in config/rbac, and the manager processes started
 /// through it. Dropping it (also when the test panics) stops the managers and deletes the namespace, the
@@ -701,6 +715,11 @@ impl TestEnv {
     /// Start a manager scoped to the namespace (`--namespace`, an artifact cache in the test directory,
     /// then `args`).
     pub fn manager(&self, name: &str, args: &[&str]) -> anyhow::Result<Manager> {
+        self.manager_logging(name, args, DEFAULT_LOG_FILTER)
+    }
+
+    /// [`TestEnv::manager`] with `RUST_LOG=<filter>` (e.g. `trace`: every crate at its most verbose).
+    pub fn manager_logging(&self, name: &str, args: &[&str], filter: &str) -> anyhow::Result<Manager> {
         let cache = self.dir.join("cache");
         let cache_arg = format!("--artifact-cache-dir={}", cache.display());
         let mut all: Vec<&str> = vec!["--namespace", &self.ns];
@@ -712,7 +731,7 @@ impl TestEnv {
             all.push(&claims_arg);
         }
         all.extend_from_slice(args);
-        Manager::start(&self.kubeconfig, &self.dir, name, &all)
+        Manager::start_logging(&self.kubeconfig, &self.dir, name, &all, filter)
     }
 
     /// A test environment with `n` sandbox hosts `sandbox` ready for host work; None (after saying why) when
