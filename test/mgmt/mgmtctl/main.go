@@ -16,6 +16,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -267,6 +268,14 @@ func up(ctx context.Context, o *options) error {
 				strings.TrimSpace(string(prev)) != o.binDir {
 				logf("note: the running plane uses binaries from %s, not %s; `make mgmt-down mgmt-up` switches",
 					strings.TrimSpace(string(prev)), o.binDir)
+			}
+			for _, m := range managers {
+				pid, _ := pidOf(o.stateDir, m.name)
+				cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+				if !bytes.Contains(cmdline, []byte("--feature-gates="+o.featureGates+"\x00")) {
+					logf("note: %s runs with other feature gates than %s; `make mgmt-down mgmt-up` switches",
+						m.name, o.featureGates)
+				}
 			}
 			caBundle, err := os.ReadFile(filepath.Join(pkiDir(o.stateDir), "ca.crt"))
 			if err != nil {
