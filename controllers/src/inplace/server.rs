@@ -116,7 +116,10 @@ pub(crate) fn router(ctx: Option<Arc<Context>>) -> Router {
 }
 
 /// The TLS configuration from `dir/tls.crt` and `dir/tls.key` (PEM).
-pub(crate) fn tls_config(dir: &std::path::Path) -> anyhow::Result<rustls::ServerConfig> {
+pub(crate) fn tls_config(
+    dir: &std::path::Path,
+    tls: &crate::tls_listener::TlsOptions,
+) -> anyhow::Result<rustls::ServerConfig> {
     let crt = dir.join("tls.crt");
     let key = dir.join("tls.key");
     let certs = CertificateDer::pem_file_iter(&crt)
@@ -125,7 +128,8 @@ pub(crate) fn tls_config(dir: &std::path::Path) -> anyhow::Result<rustls::Server
         .with_context(|| format!("parsing {}", crt.display()))?;
     anyhow::ensure!(!certs.is_empty(), "{} holds no certificate", crt.display());
     let key = PrivateKeyDer::from_pem_file(&key).with_context(|| format!("reading {}", key.display()))?;
-    let mut cfg = rustls::ServerConfig::builder()
+    let mut cfg = tls
+        .server_config()?
         .with_no_client_auth()
         .with_single_cert(certs, key)
         .context("the certificate and key do not match")?;
@@ -138,10 +142,11 @@ pub(crate) fn tls_config(dir: &std::path::Path) -> anyhow::Result<rustls::Server
 pub(crate) async fn serve(
     addr: SocketAddr,
     cert_dir: PathBuf,
+    tls: crate::tls_listener::TlsOptions,
     ctx: Option<Arc<Context>>,
     mut shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<SocketAddr> {
-    tls_config(&cert_dir).context("runtime extension certificate (--runtime-extension-cert-dir)")?;
+    tls_config(&cert_dir, &tls).context("runtime extension certificate (--runtime-extension-cert-dir)")?;
     let tcp = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding the runtime extension on {addr}"))?;
@@ -149,7 +154,7 @@ pub(crate) async fn serve(
     info!(addr = %bound, cert_dir = %cert_dir.display(), "runtime extension (in-place update hooks) listening");
     let listener = crate::tls_listener::TlsListener::new(
         tcp,
-        Box::new(move || tls_config(&cert_dir).map(Arc::new)),
+        Box::new(move || tls_config(&cert_dir, &tls).map(Arc::new)),
         "runtime extension",
     );
     tokio::spawn(async move {
@@ -280,9 +285,15 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let ca = issue(&dir);
         let (_tx, rx) = watch::channel(false);
-        let addr = serve("127.0.0.1:0".parse().unwrap(), dir.clone(), None, rx)
-            .await
-            .unwrap();
+        let addr = serve(
+            "127.0.0.1:0".parse().unwrap(),
+            dir.clone(),
+            Default::default(),
+            None,
+            rx,
+        )
+        .await
+        .unwrap();
 
         let d = post(
             addr,
@@ -358,7 +369,7 @@ mod tests {
     #[test]
     fn a_cert_dir_without_a_certificate_fails_naming_the_file() {
         let d = tempfile_dir("empty");
-        let e = format!("{:#}", tls_config(&d).unwrap_err());
+        let e = format!("{:#}", tls_config(&d, &Default::default()).unwrap_err());
         assert!(e.contains("tls.crt"), "{e}");
         let _ = std::fs::remove_dir_all(&d);
     }

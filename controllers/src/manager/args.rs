@@ -100,6 +100,16 @@ pub struct Args {
     /// Serve --diagnostics-address as plain HTTP without authentication (CAPI's opt-out).
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub insecure_diagnostics: bool,
+    /// Minimum TLS version of the HTTPS endpoints (the diagnostics endpoint, the runtime extension's hooks),
+    /// CAPI's flag: VersionTLS10, VersionTLS11, VersionTLS12 or VersionTLS13. Versions below 1.2 are never
+    /// offered, so the first two mean VersionTLS12.
+    #[arg(long, default_value = "VersionTLS12")]
+    pub tls_min_version: String,
+    /// Comma-separated cipher suites of the HTTPS endpoints for TLS 1.2, CAPI's flag with Go's (IANA) names,
+    /// e.g. TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 (empty: the defaults). TLS 1.3's suites are not
+    /// configurable; their names are accepted. A name this manager does not support is refused at start.
+    #[arg(long, value_delimiter = ',')]
+    pub tls_cipher_suites: Vec<String>,
     /// Address of the /healthz and /readyz endpoints ("0" disables them). Alias: --health-addr.
     #[arg(
         long,
@@ -284,6 +294,12 @@ pub(crate) enum MetricsEndpoint {
 const DEFAULT_LEASE: &str = "capkk-manager-leader";
 
 impl Args {
+    /// The HTTPS endpoints' TLS settings (--tls-min-version, --tls-cipher-suites).
+    pub(crate) fn tls_options(&self) -> anyhow::Result<crate::tls_listener::TlsOptions> {
+        crate::tls_listener::TlsOptions::new(&self.tls_min_version, &self.tls_cipher_suites)
+            .map_err(anyhow::Error::msg)
+    }
+
     /// How /metrics is served: --metrics-bind-address (plain HTTP) when given, else --diagnostics-address
     /// (default :8443), HTTPS with authentication unless --insecure-diagnostics.
     pub(crate) fn metrics_endpoint(&self) -> anyhow::Result<MetricsEndpoint> {
@@ -686,6 +702,35 @@ mod tests {
             "CAPI's default: authenticated HTTPS on :8443"
         );
         assert_eq!(quiet.log_level(), None);
+    }
+
+    #[test]
+    fn capis_tls_flags_are_taken_and_a_bad_value_fails_the_start_naming_the_flag() {
+        let tls = |args: &[&str]| {
+            Args::try_parse_from(std::iter::once("manager").chain(args.iter().copied()))
+                .unwrap()
+                .tls_options()
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(tls(&[]), Ok(()));
+        assert_eq!(
+            tls(&[
+                "--tls-min-version=VersionTLS13",
+                "--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+            ]),
+            Ok(())
+        );
+        assert!(
+            tls(&["--tls-min-version=1.2"])
+                .unwrap_err()
+                .contains("--tls-min-version")
+        );
+        assert!(
+            tls(&["--tls-cipher-suites=TLS_NULL"])
+                .unwrap_err()
+                .contains("--tls-cipher-suites")
+        );
     }
 
     #[test]

@@ -40,12 +40,16 @@ fn certificate_names(addr: SocketAddr, host: &str) -> Vec<String> {
 }
 
 /// A serving configuration with a fresh self-signed certificate for `addr` ([`certificate_names`]).
-pub(super) fn self_signed_config(addr: SocketAddr) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+pub(super) fn self_signed_config(
+    addr: SocketAddr,
+    tls: &crate::tls_listener::TlsOptions,
+) -> anyhow::Result<Arc<rustls::ServerConfig>> {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let names = certificate_names(addr, &host);
     let certified = rcgen::generate_simple_self_signed(names).context("making the serving certificate")?;
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(certified.signing_key.serialize_der()));
-    let mut cfg = rustls::ServerConfig::builder()
+    let mut cfg = tls
+        .server_config()?
         .with_no_client_auth()
         .with_single_cert(vec![certified.cert.der().clone()], key)
         .context("the serving certificate")?;
@@ -53,8 +57,73 @@ pub(super) fn self_signed_config(addr: SocketAddr) -> anyhow::Result<Arc<rustls:
     Ok(Arc::new(cfg))
 }
 
+/// How long an allowing verdict is reused for the same token, path and verb. A scraper asks every few seconds
+/// to a minute; without reuse each scrape costs the API server two reviews. One minute, as controller-runtime's
+/// authenticating filter keeps a TokenReview: a revoked token or a removed permission is honoured within it.
+/// Refusals are not kept, so that a permission just granted counts at once (RBAC reaches the authorizer a
+/// moment after the binding is made, and a scraper retries).
+const REVIEW_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+/// Verdicts kept at most: past it the expired ones go, and if none has expired, all (a flood of made-up tokens
+/// must not grow the memory).
+const REVIEW_CACHE_ENTRIES: usize = 1024;
+
+/// Allowing verdicts by key, with when they were made.
+type Verdicts = std::collections::HashMap<[u8; 32], (Verdict, tokio::time::Instant)>;
+
+/// The diagnostics endpoint's reviews: the client that makes them and the verdicts recently made, keyed by a
+/// SHA-256 of token, path and verb (the token itself is not kept).
+#[derive(Clone)]
+pub(super) struct Reviewer {
+    client: Client,
+    verdicts: Arc<std::sync::Mutex<Verdicts>>,
+}
+
+impl Reviewer {
+    pub(super) fn new(client: Client) -> Reviewer {
+        Reviewer {
+            client,
+            verdicts: Default::default(),
+        }
+    }
+
+    /// The verdict for `token` on `verb path`: a recent allowing one, or a new review (kept when it allows).
+    async fn verdict(&self, token: &str, path: &str, verb: &str) -> anyhow::Result<Verdict> {
+        use sha2::{Digest, Sha256};
+        let key: [u8; 32] = Sha256::new()
+            .chain_update(token)
+            .chain_update([0])
+            .chain_update(path)
+            .chain_update([0])
+            .chain_update(verb)
+            .finalize()
+            .into();
+        let now = tokio::time::Instant::now();
+        if let Some(v) = self.verdicts.lock().ok().and_then(|m| {
+            m.get(&key)
+                .filter(|(_, at)| now.duration_since(*at) < REVIEW_TTL)
+                .map(|(v, _)| v.clone())
+        }) {
+            return Ok(v);
+        }
+        let v = review(&self.client, token, path, verb).await?;
+        if v != Verdict::Allowed {
+            return Ok(v);
+        }
+        if let Ok(mut m) = self.verdicts.lock() {
+            if m.len() >= REVIEW_CACHE_ENTRIES {
+                m.retain(|_, (_, at)| now.duration_since(*at) < REVIEW_TTL);
+                if m.len() >= REVIEW_CACHE_ENTRIES {
+                    m.clear();
+                }
+            }
+            m.insert(key, (v.clone(), now));
+        }
+        Ok(v)
+    }
+}
+
 /// What a review decided.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Verdict {
     Allowed,
     /// No token, or the API server did not accept it.
@@ -115,12 +184,12 @@ async fn review(client: &Client, token: &str, path: &str, verb: &str) -> anyhow:
 
 /// Middleware: pass the request on only when its bearer token is authenticated and allowed `<verb>` on its
 /// path; 401 (with `WWW-Authenticate: Bearer`), 403, or 500 when a review could not be made.
-pub(super) async fn authorize(State(client): State<Client>, req: Request, next: Next) -> Response {
+pub(super) async fn authorize(State(reviewer): State<Reviewer>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_owned();
     let verb = req.method().as_str().to_ascii_lowercase();
     let verdict = match bearer(req.headers()) {
         None => Ok(Verdict::Unauthenticated),
-        Some(token) => review(&client, token, &path, &verb).await,
+        Some(token) => reviewer.verdict(token, &path, &verb).await,
     };
     match verdict {
         Ok(Verdict::Allowed) => next.run(req).await,
@@ -154,6 +223,99 @@ pub(super) async fn authorize(State(client): State<Client>, req: Request, next: 
 mod tests {
     use super::*;
 
+    /// An API server that authenticates every token and allows every request but to `/forbidden`, counting the
+    /// TokenReviews and SubjectAccessReviews it answers.
+    async fn allowing_api_server() -> (Client, Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let reviews = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = reviews.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let counter = counter.clone();
+                tokio::spawn(async move {
+                    let mut req = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    // The head, then as many body bytes as content-length says.
+                    let text = loop {
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => req.extend_from_slice(&buf[..n]),
+                        }
+                        let Some(end) = req.windows(4).position(|w| w == b"\r\n\r\n") else {
+                            continue;
+                        };
+                        let head = String::from_utf8_lossy(&req[..end]).to_ascii_lowercase();
+                        let len = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if req.len() >= end + 4 + len {
+                            break String::from_utf8_lossy(&req).into_owned();
+                        }
+                    };
+                    let answer = if text.contains("/tokenreviews") {
+                        r#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{},"status":{"authenticated":true,"user":{"username":"scraper"}}}"#
+                    } else if text.contains(r#""path":"/forbidden""#) {
+                        r#"{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":{},"status":{"allowed":false}}"#
+                    } else {
+                        r#"{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":{},"status":{"allowed":true}}"#
+                    };
+                    counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let resp = format!(
+                        "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{answer}",
+                        answer.len()
+                    );
+                    let _ = conn.write_all(resp.as_bytes()).await;
+                });
+            }
+        });
+        let client = Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        (client, reviews)
+    }
+
+    #[tokio::test]
+    async fn an_allowed_request_repeated_within_the_ttl_is_decided_without_another_review_and_a_refusal_is_not_kept()
+     {
+        use std::sync::atomic::Ordering::SeqCst;
+        let (client, reviews) = allowing_api_server().await;
+        let reviewer = Reviewer::new(client);
+        assert_eq!(
+            reviewer.verdict("tok-a", "/metrics", "get").await.unwrap(),
+            Verdict::Allowed
+        );
+        assert_eq!(reviews.load(SeqCst), 2, "a TokenReview and a SubjectAccessReview");
+        assert_eq!(
+            reviewer.verdict("tok-a", "/metrics", "get").await.unwrap(),
+            Verdict::Allowed
+        );
+        assert_eq!(
+            reviews.load(SeqCst),
+            2,
+            "the same request within the TTL: no review"
+        );
+        // Another token, or another request of the same token, is reviewed.
+        reviewer.verdict("tok-b", "/metrics", "get").await.unwrap();
+        reviewer.verdict("tok-a", "/metrics", "post").await.unwrap();
+        assert_eq!(reviews.load(SeqCst), 6);
+        // Past the TTL the verdict is made again (a revoked token or permission counts within a minute).
+        for (_, at) in reviewer.verdicts.lock().unwrap().values_mut() {
+            *at -= REVIEW_TTL;
+        }
+        reviewer.verdict("tok-a", "/metrics", "get").await.unwrap();
+        assert_eq!(reviews.load(SeqCst), 8);
+        // A refusal is not kept: a permission granted a moment later counts at once.
+        for _ in 0..2 {
+            assert_eq!(
+                reviewer.verdict("tok-a", "/forbidden", "get").await.unwrap(),
+                Verdict::Forbidden("scraper".into())
+            );
+        }
+        assert_eq!(reviews.load(SeqCst), 12);
+    }
+
     #[test]
     fn only_a_non_empty_bearer_token_is_taken() {
         let with = |v: &str| {
@@ -184,7 +346,7 @@ mod tests {
             ["localhost", "127.0.0.1"]
         );
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-        let cfg = self_signed_config("10.1.2.3:8443".parse().unwrap()).unwrap();
+        let cfg = self_signed_config("10.1.2.3:8443".parse().unwrap(), &Default::default()).unwrap();
         assert_eq!(cfg.alpn_protocols, [b"http/1.1".to_vec()]);
     }
 }

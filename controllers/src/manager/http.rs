@@ -34,6 +34,7 @@ pub(super) async fn serve_endpoints(
     state: &Http,
     client: &kube::Client,
     metrics: MetricsEndpoint,
+    tls: &crate::tls_listener::TlsOptions,
     health: Option<SocketAddr>,
     shutdown: &watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
@@ -50,10 +51,10 @@ pub(super) async fn serve_endpoints(
         MetricsEndpoint::Secure(addr) => {
             // Only routed paths are reviewed: any other path is a 404 without an API request.
             let r = metrics_router().route_layer(axum::middleware::from_fn_with_state(
-                client.clone(),
+                diagnostics::Reviewer::new(client.clone()),
                 diagnostics::authorize,
             ));
-            let tls = diagnostics::self_signed_config(addr)?;
+            let tls = diagnostics::self_signed_config(addr, tls)?;
             serve(addr, r, Some(tls), shutdown.clone(), "diagnostics").await?;
         }
     }

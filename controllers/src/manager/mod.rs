@@ -90,6 +90,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let metrics_endpoint = args.metrics_endpoint()?;
+    let tls = args.tls_options()?;
     let health_addr = parse_bind(&args.health_probe_bind_address)?;
     let extension_addr = parse_bind(&args.runtime_extension_bind_address)?;
     let client = client(&args).await?;
@@ -108,7 +109,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ready: ready.clone(),
         stores: Arc::default(),
     };
-    http::serve_endpoints(&http, &client, metrics_endpoint, health_addr, &shutdown_rx).await?;
+    http::serve_endpoints(&http, &client, metrics_endpoint, &tls, health_addr, &shutdown_rx).await?;
 
     client
         .apiserver_version()
@@ -212,6 +213,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         crate::inplace::server::serve(
             addr,
             args.runtime_extension_cert_dir.clone(),
+            tls.clone(),
             Some(ctx.clone()),
             shutdown_rx.clone(),
         )
