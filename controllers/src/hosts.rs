@@ -609,6 +609,73 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_bastion_without_its_own_credentials_gets_the_key_in_the_nodes_secret_never_its_password() {
+        // The nodes' Secret, served by the scripted API server; `target` is what dials, so it is what is checked.
+        async fn dial_with_secret(data: &[(&str, &str)]) -> Result<HostTarget> {
+            let secret = K8sSecret {
+                metadata: kube::api::ObjectMeta {
+                    name: Some("nodes-ssh".into()),
+                    namespace: Some("ns".into()),
+                    ..Default::default()
+                },
+                data: Some(
+                    data.iter()
+                        .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
+                        .collect(),
+                ),
+                ..Default::default()
+            };
+            let secret = serde_json::to_value(&secret).unwrap();
+            let t = crate::fixtures::TestContext::new();
+            let served = t.api.serve(move |call| {
+                (call.method == "GET" && call.path == "/api/v1/namespaces/ns/secrets/nodes-ssh")
+                    .then(|| secret.clone())
+            });
+            let c = behind_bastion(
+                serde_json::json!({"user": "ops", "secretRef": {"name": "nodes-ssh"}}),
+                None,
+            );
+            let h = &c.spec.nodes.instances[0];
+            let auth = host_auth(&c, h);
+            let bastion = effective_bastion(&c);
+            let res = target(
+                &t.ctx.client,
+                "ns",
+                &HostDial {
+                    name: "a",
+                    address: &h.address,
+                    auth: &auth,
+                    pinned: &[],
+                    recorded: None,
+                    bastion: bastion.as_ref(),
+                },
+            )
+            .await;
+            served.finish();
+            res
+        }
+        let t = dial_with_secret(&[("password", "NODES-PW"), ("privateKey", "NODES-KEY")])
+            .await
+            .unwrap();
+        assert!(
+            matches!(&t.auth, Auth::PrivateKey { key: KeySource::Bytes(k), .. } if k.expose_secret() == b"NODES-KEY")
+        );
+        let b = t.bastion.expect("bastion");
+        assert!(
+            matches!(&b.auth, Auth::PrivateKey { key: KeySource::Bytes(k), .. } if k.expose_secret() == b"NODES-KEY"),
+            "the bastion gets the nodes' key"
+        );
+        assert_eq!(b.user, "ops");
+        // Without a key the password is all the Secret holds: the bastion is refused rather than sent it.
+        let e = dial_with_secret(&[("password", "NODES-PW")])
+            .await
+            .expect_err("the nodes' password from their Secret reached the bastion")
+            .to_string();
+        assert!(e.contains("spec.nodes.bastion.auth"), "{e}");
+        assert!(!e.contains("NODES-PW"), "{e}");
+    }
+
+    #[tokio::test]
     async fn a_bastion_with_credentials_of_its_own_uses_only_those_and_the_nodes_user_port_and_timeout() {
         let c = behind_bastion(
             serde_json::json!({"user": "ops", "port": 2222, "timeout": "7s", "privateKey": "NODES-KEY"}),
