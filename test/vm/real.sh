@@ -23,7 +23,14 @@
 #                                scales 1 -> 2 (our Pod claims the spare VM over SSH); `clusterctl upgrade apply`
 #                                takes our provider to v0.1.1; it moves back to the local plane; delete. The hosts'
 #                                provisioning journals show that nothing ran twice across move, upgrade and back.
-#   test/vm/real.sh down | e2e-down | quickstart-down | clusterctl-down
+#   test/vm/real.sh day2         make e2e-real-day2: 2 VMs, the control plane at the node artifacts' Kubernetes
+#                                version, the worker one minor older (their previous set); a 2-replica workload
+#                                probed through its Service all along; the worker upgraded in place through
+#                                CAPI's in-place hooks served by our manager (same Machine, host, providerID);
+#                                its kubelet stopped and repaired by a KKRemediation (MachineHealthCheck); then
+#                                rolled back to the older version and forward again on the VM it freed
+#                                (a host reused across versions, maxSurge 0); delete
+#   test/vm/real.sh down | e2e-down | quickstart-down | clusterctl-down | day2-down
 #                                tear down what that mode left (VMs, mirror, registry, manager, namespace)
 #
 # REAL_NAME names the run (default real-smoke, real-e2e, real-quickstart: VMs, namespace, work dir); use one of
@@ -53,7 +60,8 @@ case $MODE in
   e2e | e2e-down) NAME=${REAL_NAME:-real-e2e} ;;
   quickstart | quickstart-down) NAME=${REAL_NAME:-real-quickstart} ;;
   clusterctl | clusterctl-down) NAME=${REAL_NAME:-real-clusterctl} ;;
-  *) echo "usage: $0 smoke|e2e|quickstart|clusterctl|down|e2e-down|quickstart-down|clusterctl-down" >&2; exit 2 ;;
+  day2 | day2-down) NAME=${REAL_NAME:-real-day2} ;;
+  *) echo "usage: $0 smoke|e2e|quickstart|clusterctl|day2|down|e2e-down|quickstart-down|clusterctl-down|day2-down" >&2; exit 2 ;;
 esac
 KEEP=${REAL_KEEP:-0}
 FROM=${REAL_FROM:-}
@@ -73,6 +81,10 @@ read -ra PODMAN_CMD <<<"${PODMAN:-podman}"
 # directory, the repository root).
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 [[ $TARGET_DIR == /* ]] || TARGET_DIR=$ROOT/$TARGET_DIR
+# Extra manager arguments: the day-2 run's manager serves CAPI's in-place update hooks from extension_up on.
+MANAGER_ARGS=()
+# The day-2 run's worker version before its upgrades (prev_artifacts).
+OLD_VERSION=
 # Budgets under TCG on a shared 2-core machine (see ../shared/reference/real-nodes.md): minutes, not seconds.
 CP_TIMEOUT=${REAL_CP_TIMEOUT:-3600}
 # VMs listed in the KKCluster but in no Machine at first (clusterctl mode with 3 VMs: the host a scale claims).
@@ -141,6 +153,10 @@ build() {
   make -s -C "$ROOT" build CARGO="$CARGO" >"$WORK/build.log" 2>&1 || { tail -n 30 "$WORK/build.log"; die "make build failed"; }
   make -s -C "$ROOT" mgmt-bin >>"$WORK/build.log" 2>&1 || { tail -n 30 "$WORK/build.log"; die "make mgmt-bin failed"; }
   make -s -C "$ROOT" node-artifacts >>"$WORK/build.log" 2>&1 || { tail -n 30 "$WORK/build.log"; die "make node-artifacts failed"; }
+  if [ "$MODE" = day2 ]; then
+    make -s -C "$ROOT" node-artifacts-prev >>"$WORK/build.log" 2>&1 ||
+      { tail -n 30 "$WORK/build.log"; die "make node-artifacts-prev failed"; }
+  fi
   if [ "$MODE" = clusterctl ]; then
     make -s -C "$ROOT" clusterctl-artifacts >>"$WORK/build.log" 2>&1 ||
       { tail -n 30 "$WORK/build.log"; die "make clusterctl-artifacts failed"; }
@@ -149,7 +165,17 @@ build() {
   # shellcheck disable=SC1091
   source "$CAPKK_CACHE/node-artifacts/current.env"
   [ -n "${KUBE_VERSION:-}" ] || die "node artifacts: KUBE_VERSION missing in current.env"
+  [ "$MODE" != day2 ] || prev_artifacts
   owned_paths
+}
+
+# The day-2 run's second Kubernetes version: the node artifacts' previous set (make node-artifacts-prev).
+prev_artifacts() {
+  # shellcheck disable=SC1091
+  source "$CAPKK_CACHE/node-artifacts/prev.env"
+  OLD_VERSION=${PREV_KUBE_VERSION:-}
+  [ -n "$OLD_VERSION" ] || die "node artifacts: PREV_KUBE_VERSION missing in prev.env"
+  [ "$OLD_VERSION" != "$KUBE_VERSION" ] || die "the previous node-artifact set is $KUBE_VERSION too"
 }
 
 mgmt_up() {
@@ -168,6 +194,8 @@ release() {
   # This run's manager log starts empty (start_manager appends, for a REAL_FROM run of a kept one); the last
   # run's stays beside it.
   [ ! -e "$WORK/manager.log" ] || mv -f "$WORK/manager.log" "$WORK/manager.prev.log"
+  # A new run's extension gets a new certificate and port (a kept run's are reused by attach).
+  rm -rf "$WORK/extension" "$WORK/extension.port"
   # 120 s, not the e2e's 60: this test is for a machine that QEMU and other runs keep busy.
   start_manager 120
 }
@@ -203,13 +231,17 @@ vms_up() {
 
 # KKCluster spec.component for this run: the bridge mirror, each binary's checksum file on it (one line of YAML).
 # Written at serve_up (test/capi-e2e reads it from a kept run, for clusters the framework makes).
+# The Kubernetes binaries' overrides are per version: the day-2 run serves two.
 component_yaml() {
-  local m=$NODE_MIRROR_URL kv=$KUBE_VERSION
+  local m=$NODE_MIRROR_URL kv b kube=""
+  for kv in $KUBE_VERSION ${OLD_VERSION:-}; do
+    for b in kubeadm kubelet kubectl; do
+      kube+=" {id: $b, version: $kv, checksum: {path: /kubernetes-release/release/$kv/bin/linux/amd64/$b.sha256}},
+"
+    done
+  done
   local component="{host: \"$m\", downloadOn: host, overrides: [
- {id: kubeadm, checksum: {path: /kubernetes-release/release/$kv/bin/linux/amd64/kubeadm.sha256}},
- {id: kubelet, checksum: {path: /kubernetes-release/release/$kv/bin/linux/amd64/kubelet.sha256}},
- {id: kubectl, checksum: {path: /kubernetes-release/release/$kv/bin/linux/amd64/kubectl.sha256}},
- {id: cni, checksum: {path: /containernetworking/plugins/releases/download/$CNI_VERSION/cni-plugins-linux-amd64-$CNI_VERSION.tgz.sha256}},
+$kube {id: cni, checksum: {path: /containernetworking/plugins/releases/download/$CNI_VERSION/cni-plugins-linux-amd64-$CNI_VERSION.tgz.sha256}},
  {id: crictl, checksum: {path: /cri-tools/releases/download/$CRICTL_VERSION/crictl-$CRICTL_VERSION-linux-amd64.tar.gz.sha256}},
  {id: containerd, checksum: {path: /containerd/containerd/releases/download/v$CONTAINERD_VERSION/containerd-$CONTAINERD_VERSION-linux-amd64.tar.gz.sha256sum}},
  {id: runc, checksum: {path: /opencontainers/runc/releases/download/$RUNC_VERSION/runc.sha256sum}}]}"
@@ -233,6 +265,7 @@ serve_up() {
   fi
   NODE_REGISTRY_USER=$REGISTRY_USER NODE_REGISTRY_PASSWORD=$REGISTRY_PASSWORD NODE_REGISTRY_PUSH=$push \
     NODE_REGISTRY_EXTRA_STORAGE=$extra \
+    NODE_SERVE_PREV=$([ "$MODE" = day2 ] && echo 1 || echo 0) \
     "$ROOT/test/vm/artifacts/serve.sh" start "$WORK/serve" "$BRIDGE" >/dev/null
   # shellcheck disable=SC1091
   source "$WORK/serve/serve.env"
@@ -290,7 +323,7 @@ render_apply() {
   python3 "$ROOT/test/vm/tcg-knobs.py" "$WORK/cluster-generated.yaml" "$WORK/cluster.yaml" \
     --registry "$NODE_REGISTRY" --registry-secret "$CLUSTER-registry" \
     --containerd "$CONTAINERD_VERSION" --runc "$RUNC_VERSION" --crictl "$CRICTL_VERSION" \
-    --pause "$NODE_REGISTRY/pause:$PAUSE_VERSION" "${net[@]}"
+    --pause "$NODE_REGISTRY/pause:$PAUSE_VERSION" "${net[@]}" ${OLD_VERSION:+--worker-version "$OLD_VERSION"}
   check "the rendered cluster passes a server dry-run" bash -c "kubectl apply --dry-run=server -f '$WORK/cluster.yaml' >/dev/null"
   # Both Secrets carry clusterctl's move label, as docs/clusterctl.md tells users: `clusterctl move` takes along
   # only the Secrets the cluster's objects own or that carry it.
@@ -842,6 +875,264 @@ delete_cluster() {
   for i in $(seq "$VMS"); do check "$(vm_name "$i") was reset for real" host_reset "$i"; done
 }
 
+# ---------------------------------------------------------------------------------------------------------
+# day 2 (make e2e-real-day2): the worker upgraded in place through CAPI's hooks, repaired by a KKRemediation, then
+# rolled across versions onto the same VM it freed. The control plane stays on VM 1 at KUBE_VERSION throughout;
+# the worker starts one minor older (OLD_VERSION, the node artifacts' previous set), which kubeadm and the
+# kubelet's version skew allow.
+
+machine_field() { # machine_field NAME JSONPATH
+  kubectl get machine -n "$NS" "$1" -o jsonpath="{$2}"
+}
+worker_machine() { kubectl get machines -n "$NS" -l "$MD_SEL" -o jsonpath='{.items[*].metadata.name}'; }
+node_kubelet_version() { wl get node "$1" -o jsonpath='{.status.nodeInfo.kubeletVersion}'; }
+node_at() { [ "$(node_kubelet_version "$1")" = "$2" ] && node_ready "$1"; } # node_at NODE VERSION: Ready at it
+host_binaries_at() { # host_binaries_at I VERSION: kubeadm, kubelet and kubectl on VM I are that version
+  local out
+  out=$(vmsh "$1" 'kubeadm version -o short; kubelet --version | cut -d" " -f2; kubectl version --client -o json | sed -n "s/.*\"gitVersion\": \"\\(.*\\)\".*/\\1/p"')
+  [ "$(tr '\n' ' ' <<<"$out")" = "$2 $2 $2 " ] || { log "    VM $1 runs $(tr '\n' ' ' <<<"$out")(want $2)"; return 1; }
+}
+machine_up_to_date() { # machine_up_to_date NAME: CAPI's UpToDate True and no update in progress
+  [ "$(machine_field "$1" '.status.conditions[?(@.type=="UpToDate")].status')" = True ] &&
+    [ "$(machine_field "$1" '.status.conditions[?(@.type=="Updating")].status')" != True ]
+}
+
+# The identity of the one worker: Machine name and UID, KKMachine UID, providerID, Node, VM. Into $WORK/$1.
+worker_identity() {
+  local m km
+  m=$(worker_machine)
+  km=$(machine_field "$m" .spec.infrastructureRef.name)
+  {
+    echo "machine $m uid $(machine_field "$m" .metadata.uid) version $(machine_field "$m" .spec.version)"
+    echo "kkmachine $km uid $(kubectl get kkmachine -n "$NS" "$km" -o jsonpath='{.metadata.uid}')"
+    echo "providerID $(machine_field "$m" .spec.providerID) node $(machine_field "$m" .status.nodeRef.name)"
+  } >"$WORK/$1"
+  sed 's/^/    /' "$WORK/$1"
+}
+
+# A Deployment with a replica on each node (the control plane's taint tolerated) behind a Service, and on VM 1 a
+# probe of the Service every half second for the rest of the run: the longest gap between two answers is what
+# a workload behind the Service saw during an upgrade.
+spread_apply() {
+  wl apply -f - >/dev/null <<EOT
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: spread, namespace: default}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: spread}}
+  template:
+    metadata: {labels: {app: spread}}
+    spec:
+      tolerations: [{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}]
+      topologySpreadConstraints:
+      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: spread}}}
+      containers:
+      - name: hello
+        image: $NODE_REGISTRY/$WORKLOAD_IMAGE
+        ports: [{containerPort: 8080}]
+        readinessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 2, timeoutSeconds: 10}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: spread, namespace: default}
+spec:
+  selector: {app: spread}
+  ports: [{port: 80, targetPort: 8080}]
+EOT
+}
+spread_on_both_nodes() {
+  local out
+  out=$(wl get pods -n default -l app=spread -o jsonpath='{range .items[*]}{.spec.nodeName} {.status.phase} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | sort -u)
+  [ "$out" = "$(printf '%s Running True\n%s Running True' "$(vm_name 1)" "$(vm_name 2)" | sort)" ]
+}
+workload_probe() {
+  stage "a 2-replica workload (one pod per node) and its Service probed every 0.5 s"
+  spread_apply
+  wait_for "one spread pod Running and Ready on each node" 900 spread_on_both_nodes
+  SPREAD_SVC=$(wl get service -n default spread -o jsonpath='{.spec.clusterIP}')
+  wait_for "the control-plane VM gets an answer through $SPREAD_SVC" 600 bash -c \
+    "[ \"\$(\"$VMCTL\" ssh --name '$NAME' --vm 1 -- curl -fsS --max-time 5 http://$SPREAD_SVC/ | cut -c1-10)\" = 'hello from' ]"
+  # One line per probe: the time and ok/fail. setsid + nohup: it outlives this SSH session.
+  vmsh 1 "pkill -f capkk-gap-probe; rm -f /root/gap.log; setsid nohup sh -c 'exec -a capkk-gap-probe sh -c \"while :; do if curl -fsS --max-time 2 -o /dev/null http://$SPREAD_SVC/; then r=ok; else r=fail; fi; echo \\\$(date +%s.%N) \\\$r; sleep 0.5; done\"' >/root/gap.log 2>&1 </dev/null &"
+  sleep 3
+  check "the probe is running on VM 1" vmsh 1 'grep -q " ok$" /root/gap.log'
+}
+# gap_report SINCE UNTIL LABEL: the longest time between two answered probes within [SINCE, UNTIL] (epoch seconds)
+gap_report() {
+  vmsh 1 'cat /root/gap.log' >"$WORK/gap.log"
+  python3 - "$WORK/gap.log" "$1" "$2" "$3" <<'PY' | tee -a "$WORK/gaps.txt" | sed 's/^/    /'
+import sys
+path, since, until, label = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+rows = []
+for line in open(path):
+    parts = line.split()
+    if len(parts) == 2:
+        try:
+            rows.append((float(parts[0]), parts[1]))
+        except ValueError:
+            pass
+rows = [r for r in rows if since <= r[0] <= until]
+oks = [t for t, r in rows if r == "ok"]
+fails = sum(1 for _, r in rows if r != "ok")
+gap = max((b - a for a, b in zip(oks, oks[1:])), default=float("nan"))
+print(f"{label}: {len(rows)} probes, {fails} unanswered, longest gap between answers {gap:.1f} s")
+PY
+}
+
+# Our manager serves CAPI's in-place update hooks over TLS on 127.0.0.1 (CAPI's controllers run beside it on this
+# machine): `mgmt.sh runtime-extension` writes a CA, the serving certificate and the ExtensionConfig that points
+# CAPI at it, for this run's namespace only (cert-manager's job in a cluster install, config/inplace).
+EXTENSION=capkk-$NAME
+extension_certs() {
+  local port
+  port=$(cat "$WORK/extension.port" 2>/dev/null || true)
+  [ -n "$port" ] || { port=$(free_port_pair); echo "$port" >"$WORK/extension.port"; }
+  MANAGER_ARGS=(--runtime-extension-bind-address "127.0.0.1:$port" --runtime-extension-cert-dir "$WORK/extension")
+  [ ! -s "$WORK/extension/tls.crt" ] || return 0
+  "$ROOT/test/mgmt/scripts/mgmt.sh" runtime-extension --out "$WORK/extension" --url "https://127.0.0.1:$port" --name "$EXTENSION" \
+    --namespace "$NS" >/dev/null 2>>"$WORK/build.log" || die "mgmt.sh runtime-extension failed"
+}
+register_extension() { kubectl apply -f "$WORK/extension/extensionconfig.yaml" >/dev/null; }
+unregister_extension() { kubectl delete --ignore-not-found extensionconfig "$EXTENSION" >/dev/null; }
+extension_discovered() {
+  [ "$(kubectl get extensionconfig "$EXTENSION" -o jsonpath='{.status.conditions[?(@.type=="Discovered")].status}')" = True ]
+}
+extension_up() {
+  stage "runtime extension: the manager serves the in-place hooks, CAPI discovers them"
+  extension_certs
+  # The same manager restarted with the hooks on: the Lease and everything it knows carry over (as a Deployment
+  # rollout would).
+  start_manager 120 "${MANAGER_ARGS[@]}"
+  register_extension
+  wait_for "CAPI discovered the extension (ExtensionConfig Discovered)" 300 extension_discovered
+}
+
+inplace_upgrade() {
+  local w m0 t0 m
+  w=$(vm_name 2)
+  stage "in place: MachineDeployment $OLD_VERSION -> $KUBE_VERSION on the same Machine and host"
+  check "the worker runs $OLD_VERSION before" node_at "$w" "$OLD_VERSION"
+  nodes_wide >/dev/null
+  cp "$WORK/nodes.txt" "$WORK/nodes-before-inplace.txt"
+  worker_identity identity-before-inplace.txt
+  host_journals "$WORK/journals-before-inplace.txt" 2
+  m0=$(worker_machine)
+  t0=$(date +%s.%N)
+  kubectl patch machinedeployment -n "$NS" "$MD" --type merge -p "{\"spec\":{\"template\":{\"spec\":{\"version\":\"$KUBE_VERSION\"}}}}" >/dev/null
+  wait_for "the worker's Node reports kubelet $KUBE_VERSION and is Ready" "$WORKER_TIMEOUT" node_at "$w" "$KUBE_VERSION"
+  wait_for "the Machine is up to date (CAPI's UpToDate True, not Updating)" 600 machine_up_to_date "$m0"
+  m=$(worker_machine)
+  check "the same Machine ($m0), no second one" test "$m" = "$m0"
+  worker_identity identity-after-inplace.txt
+  check "same Machine UID, KKMachine UID, providerID and Node" diff <(grep -v '^machine' "$WORK/identity-before-inplace.txt"; sed -n 's/ version .*//p' "$WORK/identity-before-inplace.txt") \
+    <(grep -v '^machine' "$WORK/identity-after-inplace.txt"; sed -n 's/ version .*//p' "$WORK/identity-after-inplace.txt")
+  check "the Machine's spec.version is $KUBE_VERSION" test "$(machine_field "$m0" .spec.version)" = "$KUBE_VERSION"
+  check "kubeadm, kubelet and kubectl on $w are $KUBE_VERSION" host_binaries_at 2 "$KUBE_VERSION"
+  check "the host was not reset or provisioned again (its journal unchanged)" journals_unchanged "$WORK/journals-before-inplace.txt" 2
+  check "the KKInstance has the event UpgradedInPlace" bash -c \
+    "kubectl get events -n '$NS' --field-selector reason=UpgradedInPlace -o name | grep -q ."
+  gap_report "$t0" "$(date +%s.%N)" "in-place upgrade"
+  nodes_wide
+  cp "$WORK/nodes.txt" "$WORK/nodes-after-inplace.txt"
+}
+
+remediation_apply() {
+  kubectl apply -f - >/dev/null <<EOT
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
+kind: KKRemediationTemplate
+metadata: {name: $CLUSTER-workers, namespace: $NS}
+spec:
+  template:
+    spec:
+      strategy: {type: Tiered, retryLimit: 2, timeout: 600s}
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineHealthCheck
+metadata: {name: $CLUSTER-workers, namespace: $NS}
+spec:
+  clusterName: $CLUSTER
+  selector: {matchLabels: {cluster.x-k8s.io/deployment-name: $MD}}
+  checks:
+    unhealthyNodeConditions:
+    - {type: Ready, status: Unknown, timeoutSeconds: 30}
+    - {type: Ready, status: "False", timeoutSeconds: 30}
+  remediation:
+    templateRef: {apiVersion: infrastructure.cluster.x-k8s.io/v1beta1, kind: KKRemediationTemplate, name: $CLUSTER-workers}
+EOT
+}
+kkremediation_seen() { # kkremediation_seen MACHINE: it exists; its last status is kept in $WORK/kkremediation.yaml
+  kubectl get kkremediation -n "$NS" "$1" -o yaml >"$WORK/kkremediation.now.yaml" 2>/dev/null || return 1
+  mv -f "$WORK/kkremediation.now.yaml" "$WORK/kkremediation.yaml"
+}
+kkremediation_restarted() { # the restart tier ran and said so (condition ServicesRestarted True)
+  kkremediation_seen "$1" &&
+    [ "$(kubectl get kkremediation -n "$NS" "$1" -o jsonpath='{.status.conditions[?(@.type=="ServicesRestarted")].status}')" = True ]
+}
+kkremediation_gone() { ! kubectl get kkremediation -n "$NS" "$1" >/dev/null 2>&1 && kubectl get ns "$NS" >/dev/null; }
+node_not_ready() { [ "$(wl get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" != True ]; }
+
+remediate_restart() {
+  local w m uid
+  w=$(vm_name 2)
+  m=$(worker_machine)
+  uid=$(machine_field "$m" .metadata.uid)
+  stage "remediation (a): kubelet stopped on $w -> MachineHealthCheck -> KKRemediation restarts it"
+  remediation_apply
+  vmsh 2 'systemctl stop kubelet'
+  wait_for "$w NotReady (the node controller's grace period)" 600 node_not_ready "$w"
+  wait_for "CAPI created KKRemediation $m from the template" 600 kkremediation_seen "$m"
+  wait_for "the restart tier ran (ServicesRestarted True)" 600 kkremediation_restarted "$m"
+  wait_for "$w Ready again" 600 node_ready "$w"
+  wait_for "CAPI deleted the KKRemediation (the Machine is healthy)" 600 kkremediation_gone "$m"
+  check "the same Machine ($m, uid $uid)" test "$(machine_field "$m" .metadata.uid)" = "$uid"
+  log "    the KKRemediation's last status:"
+  sed -n '/^status:/,$p' "$WORK/kkremediation.yaml" | sed 's/^/      /'
+  check "its events say which tier ran (RestartingServices, ServicesRestarted)" bash -c \
+    "kubectl get events -n '$NS' --field-selector involvedObject.kind=KKRemediation -o jsonpath='{.items[*].reason}' | grep -q ServicesRestarted"
+  # The rolling stage's joins take minutes under TCG: no health check may replace those Machines meanwhile.
+  kubectl delete -n "$NS" machinehealthcheck "$CLUSTER-workers" >/dev/null
+}
+
+rolling_reuse() {
+  local w m0 m t0
+  w=$(vm_name 2)
+  stage "rolling: the worker back to $OLD_VERSION on the reset VM (a host reused across versions)"
+  # Without the hooks CAPI rolls: a new Machine for the new version, the old one drained and deleted first
+  # (maxSurge 0, no spare host), its host reset and claimed again by the new Machine.
+  unregister_extension
+  kubectl patch machinedeployment -n "$NS" "$MD" --type merge -p '{"spec":{"replicas":0,"rollout":{"strategy":{"type":"RollingUpdate","rollingUpdate":{"maxSurge":0,"maxUnavailable":1}}}}}' >/dev/null
+  wait_for "the worker Machine is gone" 900 machine_count "$MD_SEL" 0
+  wait_for "$w was reset" 600 host_reset 2
+  kubectl patch machinedeployment -n "$NS" "$MD" --type merge -p "{\"spec\":{\"replicas\":1,\"template\":{\"spec\":{\"version\":\"$OLD_VERSION\"}}}}" >/dev/null
+  wait_for "worker Machine Running with a nodeRef" "$WORKER_TIMEOUT" machines_running "$MD_SEL" 1
+  check "the worker Machine's Node is $w (the same VM)" worker_machine_is "$w"
+  node_joined "$w"
+  check "$w's Node reports $OLD_VERSION" node_at "$w" "$OLD_VERSION"
+  check "kubeadm, kubelet and kubectl on $w are $OLD_VERSION, not the $KUBE_VERSION it ran before" host_binaries_at 2 "$OLD_VERSION"
+  wait_for "one spread pod Running and Ready on each node again" 900 spread_on_both_nodes
+  nodes_wide >/dev/null
+  cp "$WORK/nodes.txt" "$WORK/nodes-before-rolling.txt"
+  worker_identity identity-before-rolling.txt
+  stage "rolling: MachineDeployment $OLD_VERSION -> $KUBE_VERSION, the new Machine on the freed VM"
+  m0=$(worker_machine)
+  t0=$(date +%s.%N)
+  kubectl patch machinedeployment -n "$NS" "$MD" --type merge -p "{\"spec\":{\"template\":{\"spec\":{\"version\":\"$KUBE_VERSION\"}}}}" >/dev/null
+  wait_for "the old Machine $m0 is gone" 900 bash -c "! kubectl get machine -n '$NS' '$m0' >/dev/null 2>&1"
+  wait_for "worker Machine Running with a nodeRef" "$WORKER_TIMEOUT" machines_running "$MD_SEL" 1
+  m=$(worker_machine)
+  check "a new Machine ($m)" test "$m" != "$m0"
+  check "the new Machine's Node is $w (the freed VM, claimed again)" worker_machine_is "$w"
+  node_joined "$w"
+  check "$w's Node reports $KUBE_VERSION" node_at "$w" "$KUBE_VERSION"
+  check "kubeadm, kubelet and kubectl on $w are $KUBE_VERSION" host_binaries_at 2 "$KUBE_VERSION"
+  wait_for "one spread pod Running and Ready on each node again" 900 spread_on_both_nodes
+  gap_report "$t0" "$(date +%s.%N)" "rolling upgrade"
+  worker_identity identity-after-rolling.txt
+  nodes_wide
+  cp "$WORK/nodes.txt" "$WORK/nodes-after-rolling.txt"
+}
+
 # The test's objects lose their finalizers (the manager is gone; CAPI controllers may still create a Machine
 # between a pass and the namespace deletion, so this runs again until the namespace is gone or 60 s passed).
 strip_finalizers() {
@@ -865,6 +1156,8 @@ teardown() {
   if [ -n "${KUBECONFIG:-}" ] && kubectl get ns "$NS" >/dev/null 2>&1; then
     strip_finalizers
   fi
+  # Cluster-scoped: left behind, CAPI would keep calling a manager that is gone.
+  [[ $MODE != day2* ]] || [ -z "${KUBECONFIG:-}" ] || unregister_extension 2>/dev/null || true
   # shellcheck disable=SC2015 # `|| true` is meant for both: no vm binary, or nothing to take down
   [ -x "${VMCTL:-}" ] && "$VMCTL" down --name "$NAME" >/dev/null 2>&1 || true
 }
@@ -875,6 +1168,7 @@ attach() {
   owned_paths
   # shellcheck disable=SC1091
   source "$CAPKK_CACHE/node-artifacts/current.env"
+  [ "$MODE" != day2 ] || prev_artifacts
   if [ ! -s "$WORK/serve/serve.env" ] || [ ! -s "/tmp/capkk-sandbox/$NAME/state.json" ]; then
     die "REAL_FROM=$FROM: no kept run of $NAME (run it with REAL_KEEP=1 first)"
   fi
@@ -892,7 +1186,11 @@ attach() {
   fi
   local pid
   pid=$(cat "$WORK/manager.pid" 2>/dev/null || true)
-  if [ -z "$pid" ] || [ "$(cat "/proc/$pid/comm" 2>/dev/null)" != manager ]; then start_manager 120; fi
+  if [ -z "$pid" ] || [ "$(cat "/proc/$pid/comm" 2>/dev/null)" != manager ]; then
+    # A kept day-2 run past extension_up: its manager serves the hooks again with the same certificate.
+    [ "$MODE" != day2 ] || [ ! -s "$WORK/extension/tls.crt" ] || extension_certs
+    start_manager 120 "${MANAGER_ARGS[@]}"
+  fi
 }
 
 explore() { # what a person can do with a cluster left running
@@ -963,6 +1261,11 @@ main() {
       steps+=(provider_upgrade)
       [ "$SPARE" = 0 ] || steps+=(self_scale)
       steps+=(move_back delete_cluster)
+      ;;
+    day2)
+      VMS=2
+      steps=(build mgmt_up release vms_up serve_up render_apply control_plane workers addons workload_probe
+        extension_up inplace_upgrade remediate_restart rolling_reuse delete_cluster)
       ;;
     *-down | down)
       mgmt_env

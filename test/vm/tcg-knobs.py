@@ -4,6 +4,7 @@
     tcg-knobs.py IN OUT --registry IP:PORT --registry-secret NAME --containerd V --runc V --crictl V
                  --pause IMAGE --pod-cidr CIDR [--worker-pod-cidr CIDR] [--cp-routes CIDR=VIA,...]
                  [--worker-routes CIDR=VIA,...] [--addons-after-init] [--untainted-control-plane]
+                 [--worker-version V]
 
 Everything here is a setting a user would make in their own cluster YAML; nothing reaches into the product:
 - KKCluster spec.registry: the local OCI registry as privateRegistry (plain HTTP, Basic auth from a Secret);
@@ -18,7 +19,9 @@ Everything here is a setting a user would make in their own cluster YAML; nothin
   retried `kubeadm init phase addon all` (see ADDONS below);
 - with --untainted-control-plane, the control plane's node registered without kubeadm's NoSchedule taint, as on
   any single-node cluster (a one-node management cluster runs its providers' Pods there);
-- workers: the join timeouts, the worker's CNI config, static routes between the nodes' pod subnets.
+- workers: the join timeouts, the worker's CNI config, static routes between the nodes' pod subnets;
+- with --worker-version, the MachineDeployment's Kubernetes version (the day-2 run starts its worker one minor
+  behind the control plane, a skew kubeadm and the kubelet allow, to upgrade it later).
 See ../shared/reference/real-nodes.md for the measurements behind the numbers.
 """
 
@@ -43,6 +46,7 @@ p.add_argument("--cp-routes", default="", help="CIDR=VIA,... on the control-plan
 p.add_argument("--worker-routes", default="", help="CIDR=VIA,... on worker nodes: other nodes' pod subnets")
 p.add_argument("--addons-after-init", action="store_true", help="kubeadm's addons in a retried phase after init")
 p.add_argument("--untainted-control-plane", action="store_true", help="the control-plane node takes workloads")
+p.add_argument("--worker-version", help="the MachineDeployment's Kubernetes version (default: the rendered one)")
 a = p.parse_args()
 
 docs = [d for d in yaml.safe_load_all(open(a.src)) if d]
@@ -205,7 +209,8 @@ for d in docs:
             t["postKubeadmCommands"] = t.get("postKubeadmCommands", []) + cmds
         seen.add(kind)
 
-missing = {"KKCluster", "KKMachineTemplate", "KubeadmControlPlane"} - seen
+missing = {"KKCluster", "KKMachineTemplate", "KubeadmControlPlane"} | ({"MachineDeployment"} if a.worker_version else set())
+missing -= seen
 if missing:
     sys.exit(f"tcg-knobs.py: the rendering lacks {sorted(missing)}")
 with open(a.dst, "w") as f:

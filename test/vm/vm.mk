@@ -7,6 +7,9 @@
 #   make e2e-real             2 VMs: control plane + worker Ready, CoreDNS, a pod over the pod network, scale the
 #                             worker 1 -> 0 -> 1, delete the Cluster (the full real lifecycle; not in TEST_TIERS)
 #   make quickstart-real      e2e-real's cluster left running to explore; make quickstart-real-down removes it
+#   make e2e-real-day2        2 VMs: the worker one minor behind the control plane, upgraded in place through CAPI's
+#                             hooks, repaired by a KKRemediation, rolled across versions onto the VM it freed, a
+#                             workload probed through its Service all along (issue 24; long, not in TEST_TIERS)
 #   make e2e-clusterctl       VMs become a management cluster through the real `clusterctl init --infrastructure
 #                             kubekey` (test/clusterctl's artifacts); the pivot and upgrade stages are still to come
 # VMs run under QEMU TCG unless CAPKK_VM_ACCEL=kvm. They need root and qemu-system-x86, qemu-utils, mmdebstrap
@@ -43,6 +46,14 @@ e2e-clusterctl: ## VMs become a management cluster by the real clusterctl init (
 
 e2e-clusterctl-down: ## tear down what an interrupted (or REAL_KEEP=1) e2e-clusterctl left
 	test/vm/real.sh clusterctl-down
+
+.PHONY: e2e-real-day2 e2e-real-day2-down
+
+e2e-real-day2: ## day 2 on 2 VMs: in-place upgrade through CAPI's hooks, KKRemediation, rolling across versions (long)
+	test/vm/real.sh day2
+
+e2e-real-day2-down: ## tear down what an interrupted (or REAL_KEEP=1) e2e-real-day2 left
+	test/vm/real.sh day2-down
 
 .PHONY: e2e-real e2e-real-down quickstart-real quickstart-real-down
 
