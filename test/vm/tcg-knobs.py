@@ -208,6 +208,9 @@ for d in docs:
         if cmds:
             t["postKubeadmCommands"] = t.get("postKubeadmCommands", []) + cmds
         seen.add(kind)
+    elif kind == "MachineDeployment" and a.worker_version:
+        spec["template"]["spec"]["version"] = a.worker_version
+        seen.add(kind)
 
 missing = {"KKCluster", "KKMachineTemplate", "KubeadmControlPlane"} | ({"MachineDeployment"} if a.worker_version else set())
 missing -= seen
