@@ -23,13 +23,14 @@
 #                                scales 1 -> 2 (our Pod claims the spare VM over SSH); `clusterctl upgrade apply`
 #                                takes our provider to v0.1.1; it moves back to the local plane; delete. The hosts'
 #                                provisioning journals show that nothing ran twice across move, upgrade and back.
-#   test/vm/real.sh day2         make e2e-real-day2: 2 VMs, the control plane at the node artifacts' Kubernetes
-#                                version, the worker one minor older (their previous set); a 2-replica workload
-#                                probed through its Service all along; the worker upgraded in place through
-#                                CAPI's in-place hooks served by our manager (same Machine, host, providerID);
-#                                its kubelet stopped and repaired by a KKRemediation (MachineHealthCheck); then
-#                                rolled back to the older version and forward again on the VM it freed
-#                                (a host reused across versions, maxSurge 0); delete
+#   test/vm/real.sh day2         make e2e-real-day2: 3 VMs (control plane, worker, spare) at the node artifacts'
+#                                previous Kubernetes minor behind a TCP load balancer (test/vm/tcp-lb.py), a
+#                                2-replica workload probed through its NodePort Service all along; the control
+#                                plane rolls to the newer version onto the spare VM (the old one reset, back in
+#                                the pool); the worker is upgraded in place through CAPI's in-place hooks served by
+#                                our manager (same Machine, host, providerID); its kubelet stopped and repaired by a
+#                                KKRemediation (MachineHealthCheck); a change the hooks refuse rolls the worker
+#                                onto the freed VM (a host reused across versions); delete
 #   test/vm/real.sh down | e2e-down | quickstart-down | clusterctl-down | day2-down
 #                                tear down what that mode left (VMs, mirror, registry, manager, namespace)
 #
@@ -216,6 +217,8 @@ vms_up() {
   [ "$MODE" != clusterctl ] || cp_size=2x4096 worker_size=1x3072
   specs=(--vm "$cp_size")
   for i in $(seq 2 "$VMS"); do specs+=(--vm "$worker_size"); done
+  # The day-2 spare becomes the control plane (kubeadm's preflight wants 2 CPUs there).
+  [ "$MODE" != day2 ] || specs[5]=$cp_size
   for i in $(seq "$EXTRA_VMS"); do specs+=(--vm 2x3072); done
   # A watchdog tears the VMs down when this script exits; a kept run's and the quickstart's VMs live until the
   # down mode (a failed quickstart is torn down by its EXIT trap).
@@ -277,6 +280,25 @@ serve_up() {
     vmsh "$i" "rm -f /etc/apt/sources.list.d/*; echo '$NODE_APT_SOURCE' > /etc/apt/sources.list"
   done
   component_yaml >"$WORK/serve/component.yaml"
+  [ "$MODE" != day2 ] || lb_up
+}
+
+# The day-2 run's control-plane endpoint: a TCP load balancer on the bridge in front of the VMs that may hold
+# the control plane (1 and 3), as a user's load balancer or VIP in front of theirs.
+lb_up() {
+  local pid
+  pid=$(cat "$WORK/lb.pid" 2>/dev/null || true)
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then return 0; fi
+  setsid python3 "$ROOT/test/vm/tcp-lb.py" "$BRIDGE:6443" "$(vm_addr 1):6443" "$(vm_addr 3):6443" \
+    </dev/null >>"$WORK/lb.log" 2>&1 &
+  echo $! >"$WORK/lb.pid"
+  wait_for "the control-plane load balancer listens on $BRIDGE:6443" 30 bash -c "ss -Htln 'sport = :6443' | grep -q '$BRIDGE'"
+}
+lb_down() {
+  local pid
+  pid=$(cat "$WORK/lb.pid" 2>/dev/null || true)
+  [ -z "$pid" ] || [ "$(cat "/proc/$pid/comm" 2>/dev/null)" != python3 ] || kill "$pid" 2>/dev/null || true
+  rm -f "$WORK/lb.pid"
 }
 
 serve_down() {
@@ -291,13 +313,22 @@ pod_subnets() { CP_PODS=${INNER%.0/24}.0/26 WORKER_PODS=${INNER%.0/24}.64/26; }
 
 render_apply() {
   stage "render (clusterctl generate cluster + TCG knobs) + apply"
-  local i instances="" fp role
-  for i in $(seq "$VMS"); do
+  local i instances="" fp role order kv=$KUBE_VERSION day2=()
+  order=$(seq "$VMS")
+  # Day 2: the worker's VM first (a host is claimed in inventory order), then the control plane's and the spare's,
+  # which may serve either role (the control plane moves to the spare, a worker to the freed VM).
+  [ "$MODE" != day2 ] || order="2 1 3"
+  for i in $order; do
     fp=$(fleet_json "d['vms'][$i-1]['host_key_fingerprint']")
     role=worker
     [ "$i" = 1 ] && role=control-plane
+    [ "$MODE" != day2 ] || [ "$i" = 2 ] || role="control-plane, worker"
     instances+="${instances:+, }{name: $(vm_name "$i"), address: $(vm_addr "$i"), roles: [$role], hostKeys: [\"$fp\"]}"
   done
+  if [ "$MODE" = day2 ]; then
+    kv=$OLD_VERSION
+    day2=(--control-plane-lb "$BRIDGE" --etcd-image-tag "$PREV_ETCD_IMAGE_TAG" --dns-image-tag "$PREV_DNS_IMAGE_TAG")
+  fi
   local component
   component=$(<"$WORK/serve/component.yaml")
   # Pods get 198.19.N.0/25, Services 198.19.N.128/25: inside the fleet's slot, never routed on the machine.
@@ -318,12 +349,12 @@ render_apply() {
   KUBEKEY_INSTANCES="[$instances]" KUBEKEY_COMPONENT="$component" KUBEKEY_SSH_SECRET="$CLUSTER-ssh" \
     POD_CIDR="$base.0/25" SERVICE_CIDR="$base.128/25" \
     clusterctl generate cluster "$CLUSTER" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" \
-    --kubernetes-version "$KUBE_VERSION" --control-plane-machine-count 1 --worker-machine-count "$((VMS - 1 - SPARE))" \
+    --kubernetes-version "$kv" --control-plane-machine-count 1 --worker-machine-count "$((VMS - 1 - SPARE))" \
     >"$WORK/cluster-generated.yaml"
   python3 "$ROOT/test/vm/tcg-knobs.py" "$WORK/cluster-generated.yaml" "$WORK/cluster.yaml" \
     --registry "$NODE_REGISTRY" --registry-secret "$CLUSTER-registry" \
     --containerd "$CONTAINERD_VERSION" --runc "$RUNC_VERSION" --crictl "$CRICTL_VERSION" \
-    --pause "$NODE_REGISTRY/pause:$PAUSE_VERSION" "${net[@]}" ${OLD_VERSION:+--worker-version "$OLD_VERSION"}
+    --pause "$NODE_REGISTRY/pause:$PAUSE_VERSION" "${net[@]}" "${day2[@]}"
   check "the rendered cluster passes a server dry-run" bash -c "kubectl apply --dry-run=server -f '$WORK/cluster.yaml' >/dev/null"
   # Both Secrets carry clusterctl's move label, as docs/clusterctl.md tells users: `clusterctl move` takes along
   # only the Secrets the cluster's objects own or that carry it.
@@ -876,43 +907,44 @@ delete_cluster() {
 }
 
 # ---------------------------------------------------------------------------------------------------------
-# day 2 (make e2e-real-day2): the worker upgraded in place through CAPI's hooks, repaired by a KKRemediation, then
-# rolled across versions onto the same VM it freed. The control plane stays on VM 1 at KUBE_VERSION throughout;
-# the worker starts one minor older (OLD_VERSION, the node artifacts' previous set), which kubeadm and the
-# kubelet's version skew allow.
+# day 2 (make e2e-real-day2): a cluster at the older Kubernetes (OLD_VERSION, the node artifacts' previous set)
+# upgraded to KUBE_VERSION the way a CAPI user does it: the control plane first (rolling, onto the spare VM), then
+# the worker (in place through CAPI's hooks); a KKRemediation repairs the worker; a change the hooks refuse rolls
+# the worker onto the VM the old control plane freed.
 
 machine_field() { # machine_field NAME JSONPATH
   kubectl get machine -n "$NS" "$1" -o jsonpath="{$2}"
 }
 worker_machine() { kubectl get machines -n "$NS" -l "$MD_SEL" -o jsonpath='{.items[*].metadata.name}'; }
+cp_machine() { kubectl get machines -n "$NS" -l "$CP_SEL" -o jsonpath='{.items[*].metadata.name}'; }
+machine_gone() { ! kubectl get machine -n "$NS" "$1" >/dev/null 2>&1 && kubectl get ns "$NS" >/dev/null; }
 node_kubelet_version() { wl get node "$1" -o jsonpath='{.status.nodeInfo.kubeletVersion}'; }
 node_at() { [ "$(node_kubelet_version "$1")" = "$2" ] && node_ready "$1"; } # node_at NODE VERSION: Ready at it
 host_binaries_at() { # host_binaries_at I VERSION: kubeadm, kubelet and kubectl on VM I are that version
   local out
-  out=$(vmsh "$1" 'kubeadm version -o short; kubelet --version | cut -d" " -f2; kubectl version --client -o json | sed -n "s/.*\"gitVersion\": \"\\(.*\\)\".*/\\1/p"')
-  [ "$(tr '\n' ' ' <<<"$out")" = "$2 $2 $2 " ] || { log "    VM $1 runs $(tr '\n' ' ' <<<"$out")(want $2)"; return 1; }
+  out=$(vmsh "$1" 'kubeadm version -o short; kubelet --version | cut -d" " -f2; kubectl version --client -o json | sed -n "s/.*\"gitVersion\": \"\(.*\)\".*/\1/p"' | tr '\n' ' ')
+  [ "$out" = "$2 $2 $2 " ] || { log "    VM $1 runs ${out}(want $2 for kubeadm, kubelet, kubectl)"; return 1; }
 }
 machine_up_to_date() { # machine_up_to_date NAME: CAPI's UpToDate True and no update in progress
   [ "$(machine_field "$1" '.status.conditions[?(@.type=="UpToDate")].status')" = True ] &&
     [ "$(machine_field "$1" '.status.conditions[?(@.type=="Updating")].status')" != True ]
 }
-
-# The identity of the one worker: Machine name and UID, KKMachine UID, providerID, Node, VM. Into $WORK/$1.
-worker_identity() {
-  local m km
-  m=$(worker_machine)
+machine_identity() { # machine_identity MACHINE FILE: Machine UID, KKMachine UID, providerID, Node (into $WORK/FILE)
+  local m=$1 km
   km=$(machine_field "$m" .spec.infrastructureRef.name)
   {
-    echo "machine $m uid $(machine_field "$m" .metadata.uid) version $(machine_field "$m" .spec.version)"
+    echo "machine $m uid $(machine_field "$m" .metadata.uid)"
     echo "kkmachine $km uid $(kubectl get kkmachine -n "$NS" "$km" -o jsonpath='{.metadata.uid}')"
     echo "providerID $(machine_field "$m" .spec.providerID) node $(machine_field "$m" .status.nodeRef.name)"
-  } >"$WORK/$1"
-  sed 's/^/    /' "$WORK/$1"
+  } >"$WORK/$2"
+  echo "    $(machine_field "$m" .spec.version) $(tr '\n' ' ' <"$WORK/$2")"
 }
+nodes_wide_to() { nodes_wide; cp "$WORK/nodes.txt" "$WORK/$1"; } # nodes_wide_to FILE: print and keep a copy
 
-# A Deployment with a replica on each node (the control plane's taint tolerated) behind a Service, and on VM 1 a
-# probe of the Service every half second for the rest of the run: the longest gap between two answers is what
-# a workload behind the Service saw during an upgrade.
+# A Deployment with a replica on each of two nodes (the control plane's taint tolerated) behind a NodePort
+# Service (externalTrafficPolicy Local: a node answers with its own replica, so no traffic crosses the nodes'
+# static pod routes, which the control plane's move breaks), and from this machine a probe every half second of
+# every VM's node port: the Service counts as reachable while any node answers, as behind a load balancer.
 spread_apply() {
   wl apply -f - >/dev/null <<EOT
 apiVersion: apps/v1
@@ -937,33 +969,57 @@ apiVersion: v1
 kind: Service
 metadata: {name: spread, namespace: default}
 spec:
+  type: NodePort
+  externalTrafficPolicy: Local
   selector: {app: spread}
   ports: [{port: 80, targetPort: 8080}]
 EOT
 }
-spread_on_both_nodes() {
+spread_ready() { # two spread pods Running and Ready, on two different nodes
   local out
-  out=$(wl get pods -n default -l app=spread -o jsonpath='{range .items[*]}{.spec.nodeName} {.status.phase} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | sort -u)
-  [ "$out" = "$(printf '%s Running True\n%s Running True' "$(vm_name 1)" "$(vm_name 2)" | sort)" ]
+  out=$(wl get pods -n default -l app=spread -o jsonpath='{range .items[*]}{.spec.nodeName} {.status.phase} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}')
+  [ "$(grep -c ' Running True$' <<<"$out")" = 2 ] && [ "$(grep -c . <<<"$out")" = 2 ] &&
+    [ "$(cut -d' ' -f1 <<<"$out" | sort -u | grep -c .)" = 2 ]
+}
+gap_probe_start() { # gap_probe_start PORT: the probe loop, in the background, into $WORK/gap.log
+  gap_probe_stop
+  local addrs=() i
+  for i in $(seq "$VMS"); do addrs+=("$(vm_addr "$i")"); done
+  (
+    last=0
+    while :; do
+      r=fail
+      for k in $(seq 0 $((${#addrs[@]} - 1))); do
+        j=$(((last + k) % ${#addrs[@]}))
+        if curl -fsS --max-time 1 -o /dev/null "http://${addrs[$j]}:$1/"; then r=ok last=$j; break; fi
+      done
+      echo "$(date +%s.%N) $r"
+      sleep 0.5
+    done
+  ) >>"$WORK/gap.log" 2>/dev/null &
+  echo $! >"$WORK/gap.pid"
+  echo "$1" >"$WORK/gap.port"
+}
+gap_probe_stop() {
+  local pid
+  pid=$(cat "$WORK/gap.pid" 2>/dev/null || true)
+  [ -z "$pid" ] || kill "$pid" 2>/dev/null || true
+  rm -f "$WORK/gap.pid"
 }
 workload_probe() {
-  stage "a 2-replica workload (one pod per node) and its Service probed every 0.5 s"
+  local port
+  stage "a 2-replica workload on two nodes, its NodePort Service probed every 0.5 s"
   spread_apply
-  wait_for "one spread pod Running and Ready on each node" 900 spread_on_both_nodes
-  SPREAD_SVC=$(wl get service -n default spread -o jsonpath='{.spec.clusterIP}')
-  wait_for "the control-plane VM gets an answer through $SPREAD_SVC" 600 bash -c \
-    "[ \"\$(\"$VMCTL\" ssh --name '$NAME' --vm 1 -- curl -fsS --max-time 5 http://$SPREAD_SVC/ | cut -c1-10)\" = 'hello from' ]"
-  # One line per probe: the time and ok/fail. setsid + nohup: it outlives this SSH session.
-  vmsh 1 "pkill -f capkk-gap-probe; rm -f /root/gap.log; setsid nohup sh -c 'exec -a capkk-gap-probe sh -c \"while :; do if curl -fsS --max-time 2 -o /dev/null http://$SPREAD_SVC/; then r=ok; else r=fail; fi; echo \\\$(date +%s.%N) \\\$r; sleep 0.5; done\"' >/root/gap.log 2>&1 </dev/null &"
-  sleep 3
-  check "the probe is running on VM 1" vmsh 1 'grep -q " ok$" /root/gap.log'
+  wait_for "one spread pod Running and Ready on each of two nodes" 900 spread_ready
+  port=$(wl get service -n default spread -o jsonpath='{.spec.ports[0].nodePort}')
+  rm -f "$WORK/gap.log" "$WORK/gaps.txt"
+  gap_probe_start "$port"
+  wait_for "the probe gets answers through node port $port" 120 grep -q ' ok$' "$WORK/gap.log"
 }
-# gap_report SINCE UNTIL LABEL: the longest time between two answered probes within [SINCE, UNTIL] (epoch seconds)
-gap_report() {
-  vmsh 1 'cat /root/gap.log' >"$WORK/gap.log"
-  python3 - "$WORK/gap.log" "$1" "$2" "$3" <<'PY' | tee -a "$WORK/gaps.txt" | sed 's/^/    /'
+gap_report() { # gap_report SINCE LABEL: the longest time between two answered probes since SINCE (epoch seconds)
+  python3 - "$WORK/gap.log" "$1" "$2" <<'PY' | tee -a "$WORK/gaps.txt" | sed 's/^/    /'
 import sys
-path, since, until, label = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+path, since, label = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 rows = []
 for line in open(path):
     parts = line.split()
@@ -972,12 +1028,39 @@ for line in open(path):
             rows.append((float(parts[0]), parts[1]))
         except ValueError:
             pass
-rows = [r for r in rows if since <= r[0] <= until]
+rows = [r for r in rows if r[0] >= since]
 oks = [t for t, r in rows if r == "ok"]
 fails = sum(1 for _, r in rows if r != "ok")
 gap = max((b - a for a, b in zip(oks, oks[1:])), default=float("nan"))
 print(f"{label}: {len(rows)} probes, {fails} unanswered, longest gap between answers {gap:.1f} s")
 PY
+}
+
+cp_upgrade() {
+  local old new m0 m t0
+  old=$(vm_name 1) new=$(vm_name 3)
+  stage "rolling: KubeadmControlPlane $OLD_VERSION -> $KUBE_VERSION, the new control plane on the spare VM"
+  check "both Nodes run $OLD_VERSION before" bash -c "[ \"\$(kubectl --kubeconfig '$WORK/workload.kubeconfig' get nodes -o jsonpath='{.items[*].status.nodeInfo.kubeletVersion}')\" = '$OLD_VERSION $OLD_VERSION' ]"
+  nodes_wide_to nodes-before-cp.txt
+  m0=$(cp_machine)
+  machine_identity "$m0" identity-before-cp.txt
+  t0=$(date +%s.%N)
+  kubectl patch kubeadmcontrolplane -n "$NS" "$CLUSTER-control-plane" --type merge -p "{\"spec\":{\"version\":\"$KUBE_VERSION\"}}" >/dev/null
+  wait_for "a second control-plane Machine, on $new" "$CP_TIMEOUT" bash -c \
+    "kubectl get machines -n '$NS' -l '$CP_SEL' -o jsonpath='{.items[*].status.nodeRef.name}' | grep -qw '$new'"
+  wait_for "the old control-plane Machine $m0 is gone" 1800 machine_gone "$m0"
+  m=$(cp_machine)
+  check "one control-plane Machine ($m), at $KUBE_VERSION" test "$(machine_field "$m" .spec.version)" = "$KUBE_VERSION"
+  check "its Node is $new" test "$(machine_field "$m" .status.nodeRef.name)" = "$new"
+  node_joined "$new"
+  check "$new's Node reports $KUBE_VERSION" node_at "$new" "$KUBE_VERSION"
+  check "kubeadm, kubelet and kubectl on $new are $KUBE_VERSION" host_binaries_at 3 "$KUBE_VERSION"
+  wait_for "$old's Node is gone from the workload cluster" 600 node_absent "$old"
+  wait_for "$old was reset for real and is free again" 600 host_reset 1
+  wait_for "the workload back on two nodes" 900 spread_ready
+  gap_report "$t0" "control plane rolling upgrade"
+  machine_identity "$m" identity-after-cp.txt
+  nodes_wide_to nodes-after-cp.txt
 }
 
 # Our manager serves CAPI's in-place update hooks over TLS on 127.0.0.1 (CAPI's controllers run beside it on this
@@ -1013,28 +1096,26 @@ inplace_upgrade() {
   w=$(vm_name 2)
   stage "in place: MachineDeployment $OLD_VERSION -> $KUBE_VERSION on the same Machine and host"
   check "the worker runs $OLD_VERSION before" node_at "$w" "$OLD_VERSION"
-  nodes_wide >/dev/null
-  cp "$WORK/nodes.txt" "$WORK/nodes-before-inplace.txt"
-  worker_identity identity-before-inplace.txt
-  host_journals "$WORK/journals-before-inplace.txt" 2
+  nodes_wide_to nodes-before-inplace.txt
   m0=$(worker_machine)
+  machine_identity "$m0" identity-before-inplace.txt
+  host_journals "$WORK/journals-before-inplace.txt" 2
   t0=$(date +%s.%N)
   kubectl patch machinedeployment -n "$NS" "$MD" --type merge -p "{\"spec\":{\"template\":{\"spec\":{\"version\":\"$KUBE_VERSION\"}}}}" >/dev/null
   wait_for "the worker's Node reports kubelet $KUBE_VERSION and is Ready" "$WORKER_TIMEOUT" node_at "$w" "$KUBE_VERSION"
   wait_for "the Machine is up to date (CAPI's UpToDate True, not Updating)" 600 machine_up_to_date "$m0"
   m=$(worker_machine)
   check "the same Machine ($m0), no second one" test "$m" = "$m0"
-  worker_identity identity-after-inplace.txt
-  check "same Machine UID, KKMachine UID, providerID and Node" diff <(grep -v '^machine' "$WORK/identity-before-inplace.txt"; sed -n 's/ version .*//p' "$WORK/identity-before-inplace.txt") \
-    <(grep -v '^machine' "$WORK/identity-after-inplace.txt"; sed -n 's/ version .*//p' "$WORK/identity-after-inplace.txt")
+  machine_identity "$m0" identity-after-inplace.txt
+  check "same Machine UID, KKMachine UID, providerID and Node" \
+    diff "$WORK/identity-before-inplace.txt" "$WORK/identity-after-inplace.txt"
   check "the Machine's spec.version is $KUBE_VERSION" test "$(machine_field "$m0" .spec.version)" = "$KUBE_VERSION"
   check "kubeadm, kubelet and kubectl on $w are $KUBE_VERSION" host_binaries_at 2 "$KUBE_VERSION"
   check "the host was not reset or provisioned again (its journal unchanged)" journals_unchanged "$WORK/journals-before-inplace.txt" 2
   check "the KKInstance has the event UpgradedInPlace" bash -c \
     "kubectl get events -n '$NS' --field-selector reason=UpgradedInPlace -o name | grep -q ."
-  gap_report "$t0" "$(date +%s.%N)" "in-place upgrade"
-  nodes_wide
-  cp "$WORK/nodes.txt" "$WORK/nodes-after-inplace.txt"
+  gap_report "$t0" "in-place upgrade"
+  nodes_wide_to nodes-after-inplace.txt
 }
 
 remediation_apply() {
@@ -1088,49 +1169,44 @@ remediate_restart() {
   check "the same Machine ($m, uid $uid)" test "$(machine_field "$m" .metadata.uid)" = "$uid"
   log "    the KKRemediation's last status:"
   sed -n '/^status:/,$p' "$WORK/kkremediation.yaml" | sed 's/^/      /'
-  check "its events say which tier ran (RestartingServices, ServicesRestarted)" bash -c \
+  check "its events say which tier ran (ServicesRestarted)" bash -c \
     "kubectl get events -n '$NS' --field-selector involvedObject.kind=KKRemediation -o jsonpath='{.items[*].reason}' | grep -q ServicesRestarted"
-  # The rolling stage's joins take minutes under TCG: no health check may replace those Machines meanwhile.
+  # The next stage's join takes minutes under TCG: no health check may replace that Machine meanwhile.
   kubectl delete -n "$NS" machinehealthcheck "$CLUSTER-workers" >/dev/null
 }
 
-rolling_reuse() {
-  local w m0 m t0
-  w=$(vm_name 2)
-  stage "rolling: the worker back to $OLD_VERSION on the reset VM (a host reused across versions)"
-  # Without the hooks CAPI rolls: a new Machine for the new version, the old one drained and deleted first
-  # (maxSurge 0, no spare host), its host reset and claimed again by the new Machine.
-  unregister_extension
-  kubectl patch machinedeployment -n "$NS" "$MD" --type merge -p '{"spec":{"replicas":0,"rollout":{"strategy":{"type":"RollingUpdate","rollingUpdate":{"maxSurge":0,"maxUnavailable":1}}}}}' >/dev/null
-  wait_for "the worker Machine is gone" 900 machine_count "$MD_SEL" 0
-  wait_for "$w was reset" 600 host_reset 2
-  kubectl patch machinedeployment -n "$NS" "$MD" --type merge -p "{\"spec\":{\"replicas\":1,\"template\":{\"spec\":{\"version\":\"$OLD_VERSION\"}}}}" >/dev/null
-  wait_for "worker Machine Running with a nodeRef" "$WORKER_TIMEOUT" machines_running "$MD_SEL" 1
-  check "the worker Machine's Node is $w (the same VM)" worker_machine_is "$w"
-  node_joined "$w"
-  check "$w's Node reports $OLD_VERSION" node_at "$w" "$OLD_VERSION"
-  check "kubeadm, kubelet and kubectl on $w are $OLD_VERSION, not the $KUBE_VERSION it ran before" host_binaries_at 2 "$OLD_VERSION"
-  wait_for "one spread pod Running and Ready on each node again" 900 spread_on_both_nodes
-  nodes_wide >/dev/null
-  cp "$WORK/nodes.txt" "$WORK/nodes-before-rolling.txt"
-  worker_identity identity-before-rolling.txt
-  stage "rolling: MachineDeployment $OLD_VERSION -> $KUBE_VERSION, the new Machine on the freed VM"
+# A change the hooks cannot do in place (the bootstrap template: kubeadm's join configuration is only read at
+# join) is answered "no", and CAPI rolls the MachineDeployment: the new Machine claims the first free worker host,
+# the VM the old control plane left (it ran OLD_VERSION before its reset), the old worker's VM is reset.
+rolling_fallback() {
+  local w_old w_new m0 m t0
+  w_old=$(vm_name 2) w_new=$(vm_name 1)
+  stage "rolling: a bootstrap template change the hooks refuse, the worker onto the VM the control plane freed"
   m0=$(worker_machine)
+  machine_identity "$m0" identity-before-rolling.txt
+  kubectl get kubeadmconfigtemplate -n "$NS" "$MD" -o json | python3 -c '
+import json, sys
+t = json.load(sys.stdin)
+t["metadata"] = {"name": t["metadata"]["name"] + "-rolled", "namespace": t["metadata"]["namespace"]}
+spec = t["spec"]["template"].setdefault("spec", {})
+spec["postKubeadmCommands"] = spec.get("postKubeadmCommands", []) + ["echo capkk-day2-rolled > /var/lib/capkk-day2-rolled"]
+json.dump(t, sys.stdout)' | kubectl apply -f - >/dev/null
   t0=$(date +%s.%N)
-  kubectl patch machinedeployment -n "$NS" "$MD" --type merge -p "{\"spec\":{\"template\":{\"spec\":{\"version\":\"$KUBE_VERSION\"}}}}" >/dev/null
-  wait_for "the old Machine $m0 is gone" 900 bash -c "! kubectl get machine -n '$NS' '$m0' >/dev/null 2>&1"
+  kubectl patch machinedeployment -n "$NS" "$MD" --type merge -p "{\"spec\":{\"template\":{\"spec\":{\"bootstrap\":{\"configRef\":{\"name\":\"$MD-rolled\"}}}}}}" >/dev/null
+  wait_for "the old worker Machine $m0 is gone" "$WORKER_TIMEOUT" machine_gone "$m0"
   wait_for "worker Machine Running with a nodeRef" "$WORKER_TIMEOUT" machines_running "$MD_SEL" 1
   m=$(worker_machine)
-  check "a new Machine ($m)" test "$m" != "$m0"
-  check "the new Machine's Node is $w (the freed VM, claimed again)" worker_machine_is "$w"
-  node_joined "$w"
-  check "$w's Node reports $KUBE_VERSION" node_at "$w" "$KUBE_VERSION"
-  check "kubeadm, kubelet and kubectl on $w are $KUBE_VERSION" host_binaries_at 2 "$KUBE_VERSION"
-  wait_for "one spread pod Running and Ready on each node again" 900 spread_on_both_nodes
-  gap_report "$t0" "$(date +%s.%N)" "rolling upgrade"
-  worker_identity identity-after-rolling.txt
-  nodes_wide
-  cp "$WORK/nodes.txt" "$WORK/nodes-after-rolling.txt"
+  check "a new Machine ($m), not updated in place" test "$m" != "$m0"
+  check "its Node is $w_new (the VM the old control plane freed)" worker_machine_is "$w_new"
+  node_joined "$w_new"
+  check "$w_new's Node reports $KUBE_VERSION" node_at "$w_new" "$KUBE_VERSION"
+  check "kubeadm, kubelet and kubectl on $w_new are $KUBE_VERSION, not the $OLD_VERSION it ran before" \
+    host_binaries_at 1 "$KUBE_VERSION"
+  wait_for "$w_old was reset and is free again" 600 host_reset 2
+  wait_for "the workload back on two nodes" 900 spread_ready
+  gap_report "$t0" "worker rolling (fallback)"
+  machine_identity "$m" identity-after-rolling.txt
+  nodes_wide_to nodes-after-rolling.txt
 }
 
 # The test's objects lose their finalizers (the manager is gone; CAPI controllers may still create a Machine
@@ -1148,6 +1224,8 @@ strip_finalizers() {
 teardown() {
   stop_manager
   serve_down
+  gap_probe_stop
+  lb_down
   # The provider inventory move_back copied onto the shared local plane: left there, every later `clusterctl move`
   # from that plane (mgmt_clusterctl_move in make test) requires its target to run those providers.
   if [ -n "${KUBECONFIG:-}" ] && [ -s "$WORK/inventory.json" ]; then
@@ -1179,6 +1257,10 @@ attach() {
   BRIDGE=$(fleet_json "d['bridge_address']")
   INNER=$(fleet_json "d['inner_cidr']")
   pod_subnets
+  if [ "$MODE" = day2 ]; then
+    lb_up
+    [ ! -s "$WORK/gap.port" ] || gap_probe_start "$(cat "$WORK/gap.port")"
+  fi
   [ -s "$WORK/workload.kubeconfig" ] || workload_kubeconfig
   # After the pivot the cluster's objects live in the VM cluster: the progress lines list them there.
   if ! kubectl get cluster -n "$NS" "$CLUSTER" >/dev/null 2>&1 && wl get cluster -n "$NS" "$CLUSTER" >/dev/null 2>&1; then
@@ -1263,9 +1345,9 @@ main() {
       steps+=(move_back delete_cluster)
       ;;
     day2)
-      VMS=2
+      VMS=3 SPARE=1
       steps=(build mgmt_up release vms_up serve_up render_apply control_plane workers addons workload_probe
-        extension_up inplace_upgrade remediate_restart rolling_reuse delete_cluster)
+        cp_upgrade extension_up inplace_upgrade remediate_restart rolling_fallback delete_cluster)
       ;;
     *-down | down)
       mgmt_env

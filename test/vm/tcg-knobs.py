@@ -4,7 +4,7 @@
     tcg-knobs.py IN OUT --registry IP:PORT --registry-secret NAME --containerd V --runc V --crictl V
                  --pause IMAGE --pod-cidr CIDR [--worker-pod-cidr CIDR] [--cp-routes CIDR=VIA,...]
                  [--worker-routes CIDR=VIA,...] [--addons-after-init] [--untainted-control-plane]
-                 [--worker-version V]
+                 [--control-plane-lb HOST] [--etcd-image-tag TAG] [--dns-image-tag TAG]
 
 Everything here is a setting a user would make in their own cluster YAML; nothing reaches into the product:
 - KKCluster spec.registry: the local OCI registry as privateRegistry (plain HTTP, Basic auth from a Secret);
@@ -20,8 +20,10 @@ Everything here is a setting a user would make in their own cluster YAML; nothin
 - with --untainted-control-plane, the control plane's node registered without kubeadm's NoSchedule taint, as on
   any single-node cluster (a one-node management cluster runs its providers' Pods there);
 - workers: the join timeouts, the worker's CNI config, static routes between the nodes' pod subnets;
-- with --worker-version, the MachineDeployment's Kubernetes version (the day-2 run starts its worker one minor
-  behind the control plane, a skew kubeadm and the kubelet allow, to upgrade it later).
+- with --control-plane-lb, the KKCluster's controlPlaneLoadBalancer (the day-2 run's control plane moves to
+  another host: its endpoint is a load balancer, test/vm/tcp-lb.py);
+- with --etcd-image-tag/--dns-image-tag, the KubeadmControlPlane's etcd and CoreDNS image tags (the day-2 run's
+  older Kubernetes would otherwise ask for tags the local registry does not carry).
 See ../shared/reference/real-nodes.md for the measurements behind the numbers.
 """
 
@@ -46,7 +48,9 @@ p.add_argument("--cp-routes", default="", help="CIDR=VIA,... on the control-plan
 p.add_argument("--worker-routes", default="", help="CIDR=VIA,... on worker nodes: other nodes' pod subnets")
 p.add_argument("--addons-after-init", action="store_true", help="kubeadm's addons in a retried phase after init")
 p.add_argument("--untainted-control-plane", action="store_true", help="the control-plane node takes workloads")
-p.add_argument("--worker-version", help="the MachineDeployment's Kubernetes version (default: the rendered one)")
+p.add_argument("--control-plane-lb", help="KKCluster spec.controlPlaneLoadBalancer.host")
+p.add_argument("--etcd-image-tag", help="ClusterConfiguration etcd.local.imageTag")
+p.add_argument("--dns-image-tag", help="ClusterConfiguration dns.imageTag")
 a = p.parse_args()
 
 docs = [d for d in yaml.safe_load_all(open(a.src)) if d]
@@ -151,6 +155,8 @@ for d in docs:
             "privateRegistry": a.registry,
             "auth": {"secretRef": {"name": a.registry_secret}, "plainHTTP": True},
         }
+        if a.control_plane_lb:
+            spec["controlPlaneLoadBalancer"] = {"host": a.control_plane_lb}
         seen.add(kind)
     elif kind == "KKMachineTemplate":
         spec["template"]["spec"]["containerManager"] = {
@@ -180,6 +186,10 @@ for d in docs:
         # and crash-loop until kubeadm init gave up. A throwaway test cluster needs no
         # durability across power loss.
         cc.setdefault("etcd", {}).setdefault("local", {})["extraArgs"] = args({"unsafe-no-fsync": "true"})
+        if a.etcd_image_tag:
+            cc["etcd"]["local"]["imageTag"] = a.etcd_image_tag
+        if a.dns_image_tag:
+            cc.setdefault("dns", {})["imageTag"] = a.dns_image_tag
         ic = k.setdefault("initConfiguration", {})
         ic["timeouts"] = INIT_TIMEOUTS
         ic["patches"] = {"directory": PATCH_DIR}
@@ -208,12 +218,8 @@ for d in docs:
         if cmds:
             t["postKubeadmCommands"] = t.get("postKubeadmCommands", []) + cmds
         seen.add(kind)
-    elif kind == "MachineDeployment" and a.worker_version:
-        spec["template"]["spec"]["version"] = a.worker_version
-        seen.add(kind)
 
-missing = {"KKCluster", "KKMachineTemplate", "KubeadmControlPlane"} | ({"MachineDeployment"} if a.worker_version else set())
-missing -= seen
+missing = {"KKCluster", "KKMachineTemplate", "KubeadmControlPlane"} - seen
 if missing:
     sys.exit(f"tcg-knobs.py: the rendering lacks {sorted(missing)}")
 with open(a.dst, "w") as f:
