@@ -108,6 +108,7 @@ source "$ROOT/test/lib/provider.sh"
 # it, so the run ends there instead of waiting out the stage's budget (an hour for the control plane).
 progress() {
   local machines
+  manager_supervised
   machines=$(kubectl "${KK_CTX[@]}" get kkmachines -n "$NS" --no-headers \
     -o custom-columns=M:.metadata.name,PHASE:.status.phase,STEP:.status.step 2>/dev/null | tr -s ' ')
   log "   .. $(tr '\n' ';' <<<"$machines") load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -118,6 +119,20 @@ progress() {
     diagnostics
     exit 1
   fi
+}
+
+# In a user's cluster the manager is a Pod whose kubelet restarts it when it exits, e.g. on leadership lost
+# when a loaded apiserver answered a Lease renew after the deadline (by design: it must stop acting then). Here
+# it is a process: the progress lines restart it the same way, say so, and the run's summary counts it.
+MANAGER_RESTARTS=0
+manager_supervised() {
+  local pid
+  [ -n "${WORK:-}" ] && [ -f "$WORK/manager.pid" ] || return 0
+  pid=$(cat "$WORK/manager.pid")
+  [ "$(cat "/proc/$pid/comm" 2>/dev/null)" != manager ] || return 0
+  MANAGER_RESTARTS=$((MANAGER_RESTARTS + 1))
+  log "   .. the manager exited ($(grep -E 'manager stopping' "$WORK/manager.log" | tail -n 1 | cut -c1-140)): restart $MANAGER_RESTARTS, as its Pod's kubelet would"
+  start_manager 120 "${MANAGER_ARGS[@]}"
 }
 
 diagnostics() {
@@ -1306,6 +1321,7 @@ finish() { # finish RC: the EXIT trap of smoke, e2e and quickstart
     cat "$WORK/nodes.txt"
   fi
   echo
+  [ "$MANAGER_RESTARTS" = 0 ] || echo "the manager exited and was restarted $MANAGER_RESTARTS time(s) during the run"
   echo "real $MODE: $PASSED passed, $FAILED failed"
   if [ "$KEEP" = 1 ] || { [ "$MODE" = quickstart ] && [ "$rc" = 0 ]; }; then
     explore
