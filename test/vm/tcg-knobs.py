@@ -4,7 +4,7 @@
     tcg-knobs.py IN OUT --registry IP:PORT --registry-secret NAME --containerd V --runc V --crictl V
                  --pause IMAGE --pod-cidr CIDR [--worker-pod-cidr CIDR] [--cp-routes CIDR=VIA,...]
                  [--worker-routes CIDR=VIA,...] [--addons-after-init] [--untainted-control-plane]
-                 [--control-plane-lb HOST] [--etcd-image-tag TAG] [--dns-image-tag TAG]
+                 [--control-plane-lb HOST] [--etcd-image-tag TAG] [--dns-image-tag TAG] [--worker-version V]
 
 Everything here is a setting a user would make in their own cluster YAML; nothing reaches into the product:
 - KKCluster spec.registry: the local OCI registry as privateRegistry (plain HTTP, Basic auth from a Secret);
@@ -22,6 +22,9 @@ Everything here is a setting a user would make in their own cluster YAML; nothin
 - workers: the join timeouts, the worker's CNI config, static routes between the nodes' pod subnets;
 - with --control-plane-lb, the KKCluster's controlPlaneLoadBalancer (the day-2 run's control plane moves to
   another host: its endpoint is a load balancer, test/vm/tcp-lb.py);
+- with --worker-version, the MachineDeployment's Kubernetes version and CAPI's annotation that lets it be one
+  minor behind the control plane (MachineSet preflight KubeadmVersionSkew): the 2-VM day-2 run's worker starts
+  where a cluster stands after its control plane was upgraded;
 - with --etcd-image-tag/--dns-image-tag, the KubeadmControlPlane's etcd and CoreDNS image tags (the day-2 run's
   older Kubernetes would otherwise ask for tags the local registry does not carry).
 See ../shared/reference/real-nodes.md for the measurements behind the numbers.
@@ -51,6 +54,7 @@ p.add_argument("--untainted-control-plane", action="store_true", help="the contr
 p.add_argument("--control-plane-lb", help="KKCluster spec.controlPlaneLoadBalancer.host")
 p.add_argument("--etcd-image-tag", help="ClusterConfiguration etcd.local.imageTag")
 p.add_argument("--dns-image-tag", help="ClusterConfiguration dns.imageTag")
+p.add_argument("--worker-version", help="the MachineDeployment's Kubernetes version (one minor behind is allowed)")
 a = p.parse_args()
 
 docs = [d for d in yaml.safe_load_all(open(a.src)) if d]
@@ -218,8 +222,13 @@ for d in docs:
         if cmds:
             t["postKubeadmCommands"] = t.get("postKubeadmCommands", []) + cmds
         seen.add(kind)
+    elif kind == "MachineDeployment" and a.worker_version:
+        spec["template"]["spec"]["version"] = a.worker_version
+        d["metadata"].setdefault("annotations", {})["machineset.cluster.x-k8s.io/skip-preflight-checks"] = "KubeadmVersionSkew"
+        seen.add(kind)
 
-missing = {"KKCluster", "KKMachineTemplate", "KubeadmControlPlane"} - seen
+missing = {"KKCluster", "KKMachineTemplate", "KubeadmControlPlane"} | ({"MachineDeployment"} if a.worker_version else set())
+missing -= seen
 if missing:
     sys.exit(f"tcg-knobs.py: the rendering lacks {sorted(missing)}")
 with open(a.dst, "w") as f:
