@@ -1123,7 +1123,9 @@ inplace_upgrade() {
   machine_identity "$m0" identity-before-inplace.txt
   host_journals "$WORK/journals-before-inplace.txt" 2
   t0=$(date +%s.%N)
-  kubectl patch machinedeployment -n "$NS" "$MD" --type merge -p "{\"spec\":{\"template\":{\"spec\":{\"version\":\"$KUBE_VERSION\"}}}}" >/dev/null
+  # maxSurge 0: CAPI counts a Machine updated in place as unavailable; with maxSurge 1 (the default) it first
+  # creates a Machine for the new version, which needs a free host.
+  kubectl patch machinedeployment -n "$NS" "$MD" --type merge -p "{\"spec\":{\"template\":{\"spec\":{\"version\":\"$KUBE_VERSION\"}},\"rollout\":{\"strategy\":{\"type\":\"RollingUpdate\",\"rollingUpdate\":{\"maxSurge\":0,\"maxUnavailable\":1}}}}}" >/dev/null
   wait_for "the worker's Node reports kubelet $KUBE_VERSION and is Ready" "$WORKER_TIMEOUT" node_at "$w" "$KUBE_VERSION"
   wait_for "the Machine is up to date (CAPI's UpToDate True, not Updating)" 600 machine_up_to_date "$m0"
   m=$(worker_machine)
