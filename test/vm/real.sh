@@ -1210,7 +1210,7 @@ rolling_fallback() {
     w_new=$w_old i_new=2
     strategy=',"rollout":{"strategy":{"type":"RollingUpdate","rollingUpdate":{"maxSurge":0,"maxUnavailable":1}}}'
   fi
-  stage "rolling: a bootstrap template change the hooks refuse, the worker onto the VM the control plane freed"
+  stage "rolling: a bootstrap template change the hooks refuse, the worker onto a free (reset) VM"
   m0=$(worker_machine)
   machine_identity "$m0" identity-before-rolling.txt
   kubectl get kubeadmconfigtemplate -n "$NS" "$MD" -o json | python3 -c '
