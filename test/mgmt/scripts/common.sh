@@ -52,23 +52,6 @@ CAPI_BINS="cluster-api-controller kubeadm-bootstrap-controller kubeadm-control-p
 
 log() { echo "mgmt: $*" >&2; }
 
-# No silent minute: runs a long command (a Go build) and prints "<label>: still running, <N>s (load ...)" to
-# stderr every CAPKK_HEARTBEAT_SECS (30) seconds while it runs; returns the command's exit status.
-heartbeat() { # <label> <command...>
-  local label=$1 t0 pid hb rc=0
-  shift
-  t0=$(date +%s)
-  "$@" &
-  pid=$!
-  (
-    # sleep without our stderr: once this loop is killed, an orphaned sleep must not hold a caller's pipe open.
-    while sleep "${CAPKK_HEARTBEAT_SECS:-30}" >/dev/null 2>&1 && kill -0 "$pid" 2>/dev/null; do
-      echo "$label: still running, $(( $(date +%s) - t0 ))s (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
-    done
-  ) &
-  hb=$!
-  wait "$pid" || rc=$?
-  kill "$hb" 2>/dev/null || true
-  wait "$hb" 2>/dev/null || true
-  return "$rc"
-}
+# No silent minute: heartbeat LABEL COMMAND... prints a line every 30 s while a long command (a Go build) runs.
+# shellcheck source=../../lib/heartbeat.sh
+source "$MGMT_DIR/../lib/heartbeat.sh"
