@@ -2,7 +2,8 @@
 #
 # Start here:
 #   make deps         check (as root with apt: install) every machine prerequisite (hack/deps.list)
-#   make quickstart   local management plane + sandbox hosts + the provider, a cluster up end to end
+#   make quickstart   local management plane + the provider + 2 QEMU VMs: real nodes, a pod running (quickstart-sim:
+#                     sandbox hosts with a kubeadm simulator instead, minutes)
 #   make help         every target with a one-line description
 #
 # Checks and tests:
@@ -61,7 +62,9 @@ HOSTS_LOCK ?=
 export CAPKK_SKIP_LOG ?= $(CURDIR)/target/capkk-skips.log
 # The one cargo build of every tier: all workspace targets with one feature set (see hack/test-targets.sh).
 # Binaries used by scripts (manager, sandbox, crdgen) come from it too, so nothing compiles twice.
-CARGO_TEST_BUILD = $(CARGO) test --workspace --all-targets --no-run
+# Under a heartbeat: cargo prints a line per crate, but a long crate or link is silent for minutes.
+CARGO_TEST_BUILD = test/lib/heartbeat.sh "cargo build (every test and binary)" \
+	$(CARGO) test --workspace --all-targets --no-run
 TARGET_DIR = $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 
 # Every fragment is required: a missing one must fail here, not silently drop its targets and tiers.

@@ -20,6 +20,8 @@ read -ra PODMAN_CMD <<<"${PODMAN:-podman}" # may carry options, e.g. "podman --r
 CARGO=${CARGO:-cargo}
 MODE=${IMAGE_BUILD:-host}
 say() { echo "image: $*" >&2; }
+# shellcheck source=../test/lib/heartbeat.sh
+source "$ROOT/test/lib/heartbeat.sh"
 build_args() { # NAME=VALUE lines of hack/image-bases.sh -> --build-arg NAME=VALUE ...
   local line
   while read -r line; do printf -- '--build-arg\n%s\n' "$line"; done <<<"$1"
@@ -41,12 +43,13 @@ host)
   flock "$lock"
   t1=$SECONDS
   say "cargo build --profile image -p capkk-controllers --bin manager (target dir $target)"
-  CARGO_TARGET_DIR=$target "$CARGO" build --profile image --locked -p capkk-controllers --bin manager
+  heartbeat "image: cargo build --profile image" \
+    env CARGO_TARGET_DIR="$target" "$CARGO" build --profile image --locked -p capkk-controllers --bin manager
   install -m 0755 "$target/image/manager" "$ctx/manager"
   exec {lock}>&-
   say "manager compiled in $((SECONDS - t1))s ($(($(stat -c %s "$ctx/manager") / 1000000)) MB)"
   mapfile -t args < <(build_args "$bases")
-  "${BUILD[@]}" --target prebuilt "${args[@]}" "$ctx"
+  heartbeat "image: podman build" "${BUILD[@]}" --target prebuilt "${args[@]}" "$ctx"
   # The binary comes from this machine, the libraries from the runtime base: a newer glibc here than in the
   # base would only show when the image runs.
   if ! out=$("${PODMAN_CMD[@]}" --runtime runc run --rm --ulimit nproc=4096:4096 --ulimit nofile=4096:4096 \
@@ -59,7 +62,7 @@ host)
 container)
   bases=$(hack/image-bases.sh all)
   mapfile -t args < <(build_args "$bases")
-  "${BUILD[@]}" "${args[@]}" .
+  heartbeat "image: podman build (the manager compiled in its build stage)" "${BUILD[@]}" "${args[@]}" .
   ;;
 *)
   say "IMAGE_BUILD must be host or container, got '$MODE'"

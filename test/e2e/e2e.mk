@@ -4,11 +4,13 @@
 #   make e2e-gitops        the e2e_* Rust tests (controllers/tests/e2e_gitops.rs): a real Flux applies the cluster
 #                          from a git repository, holds a commit while suspended, scales it by commit, reverts a
 #                          hand edit, prunes it (needs root; a tier of `make test`, after e2e)
-#   make quickstart        the same flow for a person: leaves a Running cluster and says how to explore it
-#   make quickstart-down   tear the quickstart down (hosts, manager, mirror, namespace; the mgmt plane stays)
+#   make quickstart-sim    the same flow for a person: leaves a Running cluster on simulated nodes (sandbox hosts
+#                          with the kubeadm simulator; minutes, no VMs) and says how to explore it. The real-node
+#                          `make quickstart` is test/vm/vm.mk's.
+#   make quickstart-sim-down   tear it down (hosts, manager, mirror, namespace; the mgmt plane stays)
 #   make kubeadm-sim-test  the kubeadm simulator's tests, including init/join/reset on two sandbox hosts
 
-.PHONY: e2e e2e-gitops quickstart quickstart-down kubeadm-sim-test
+.PHONY: e2e e2e-gitops quickstart-sim quickstart-sim-down kubeadm-sim-test
 
 e2e: kubeadm-sim-test ## end-to-end: 1 CP + 2 workers on 4 sandbox hosts, scale, GitOps diff, delete (needs root)
 	test/e2e/e2e.sh run
@@ -17,10 +19,10 @@ e2e: kubeadm-sim-test ## end-to-end: 1 CP + 2 workers on 4 sandbox hosts, scale,
 e2e-gitops: flux-bin mgmt-up ## GitOps: a real Flux applies, scales, reverts, prunes a cluster from git (needs root)
 	@sel=$$(hack/test-targets.sh e2e) && set -x && $(CARGO) test --workspace --no-fail-fast $$sel -- --nocapture
 
-quickstart: deps ## a cluster up end to end on this machine, left running (needs root)
+quickstart-sim: deps ## a cluster on simulated nodes (sandbox hosts, kubeadm simulator), left running (needs root)
 	test/e2e/e2e.sh quickstart
 
-quickstart-down: ## tear down what quickstart started
+quickstart-sim-down: ## tear down what quickstart-sim started
 	test/e2e/e2e.sh down
 
 kubeadm-sim-test: ## kubeadm simulator tests (unit + two sandbox hosts; needs root)

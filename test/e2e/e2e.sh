@@ -3,7 +3,8 @@
 #
 #   test/e2e/e2e.sh run          e2e: assert and time every stage, tear everything down (make e2e)
 #   test/e2e/e2e.sh quickstart   the same flow for a person: stops once the cluster is Running and leaves it up
-#   test/e2e/e2e.sh down         tear down what quickstart (or a crashed run) left (make quickstart-down)
+#                                (make quickstart-sim; `make quickstart` is the real-node one, test/vm/real.sh)
+#   test/e2e/e2e.sh down         tear down what quickstart (or a crashed run) left (make quickstart-sim-down)
 #   test/e2e/e2e.sh hosts        the setup stages only, left running: the plane, the manager watching every
 #                                namespace, 4 free sandbox hosts and the mirror; $WORK/hosts.env describes them for
 #                                CAPI's test framework (make capi-e2e-hosts, test/capi-e2e); `down` removes them
@@ -38,6 +39,8 @@ HARNESS_KEEP_GOING=$([ "$MODE" = run ] && echo 1 || echo 0)
 source "$ROOT/test/lib/harness.sh"
 # shellcheck source=SCRIPTDIR/../lib/provider.sh
 source "$ROOT/test/lib/provider.sh"
+# shellcheck source=SCRIPTDIR/../lib/heartbeat.sh
+source "$ROOT/test/lib/heartbeat.sh"
 
 progress() {
   if [ "$MODE" = quickstart ]; then
@@ -81,7 +84,7 @@ build() {
   make -s -C "$ROOT" mgmt-bin
   mgmt_env
   "$ROOT/test/kubeadm-sim/build.sh" "$WORK/bin/kubeadm" "$BIN_DIR"
-  (cd "$ROOT/test/e2e/mirror" && CGO_ENABLED=0 go build -trimpath -o "$WORK/bin/mirror" .)
+  (cd "$ROOT/test/e2e/mirror" && heartbeat "go build mirror" env CGO_ENABLED=0 go build -trimpath -o "$WORK/bin/mirror" .)
 }
 
 mgmt_up() {
@@ -613,7 +616,7 @@ case $MODE in
     [ "$FAILED" = 0 ]
     ;;
   quickstart)
-    trap 'rc=$?; if [ $rc != 0 ]; then end_stage failed; timing_table; diagnostics; log "failed; make quickstart-down cleans up"; fi' EXIT
+    trap 'rc=$?; if [ $rc != 0 ]; then end_stage failed; timing_table; diagnostics; log "failed; make quickstart-sim-down cleans up"; fi' EXIT
     build
     mgmt_up
     release
@@ -640,7 +643,7 @@ Hosts (sandbox $NAME):
   $SANDBOX status --name $NAME
   $SANDBOX exec --name $NAME --host $(host_name 1) -- ls /etc/kubernetes
 Files: rendered cluster $WORK/cluster.yaml, manager log $WORK/manager.log, mirror log $WORK/mirror.log
-Tear down: make quickstart-down
+Tear down: make quickstart-sim-down
 EOF
     ;;
   hosts)

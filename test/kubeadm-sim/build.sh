@@ -11,8 +11,14 @@ for b in etcd kube-apiserver; do [ -x "$cp_dir/$b" ] || { echo "$cp_dir/$b missi
 key=$( (cd "$here" && cat go.mod go.sum ./*.go; sha256sum "$cp_dir/etcd" "$cp_dir/kube-apiserver" | cut -d' ' -f1; echo "$ver") | sha256sum | cut -c1-16)
 if [ -x "$out" ] && [ "$(cat "$out.key" 2>/dev/null)" = "$key" ]; then exit 0; fi
 mkdir -p "$here/embedded" "$(dirname "$out")"
-for b in etcd kube-apiserver; do gzip -1 -c "$cp_dir/$b" >"$here/embedded/$b.gz"; done
-(cd "$here" && CGO_ENABLED=0 go build -trimpath -tags embedcp -ldflags "-s -w${ver:+ -X main.version=$ver}" -o "$out.tmp" .)
+# shellcheck source=../lib/heartbeat.sh
+source "$here/../lib/heartbeat.sh"
+# Compressing ~200 MB takes minutes on a loaded machine: under a heartbeat too.
+for b in etcd kube-apiserver; do
+  # shellcheck disable=SC2016 # the inner shell expands them
+  heartbeat "kubeadm-sim: gzip $b" sh -c 'gzip -1 -c "$1" >"$2"' _ "$cp_dir/$b" "$here/embedded/$b.gz"
+done
+(cd "$here" && heartbeat "kubeadm-sim: go build" env CGO_ENABLED=0 go build -trimpath -tags embedcp -ldflags "-s -w${ver:+ -X main.version=$ver}" -o "$out.tmp" .)
 mv -f "$out.tmp" "$out"
 echo "$key" >"$out.key"
 rm -rf "$here/embedded"

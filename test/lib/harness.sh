@@ -5,7 +5,8 @@
 #
 # The sourcing script sets NAME (the prefix of every log line) and defines the two hooks wait_for calls, as what
 # is worth showing differs per test:
-#   progress      every HARNESS_PROGRESS_SECS while wait_for polls: what the test is waiting on
+#   progress      every HARNESS_PROGRESS_SECS while wait_for polls: what the test is waiting on (WAIT_DESC
+#                 and WAIT_T0 hold wait_for's description and start, in epoch seconds)
 #   diagnostics   once, when wait_for gives up: what a person needs to see why
 # Where the tests really differ, they set (before calling anything; the default after `=`):
 #   HARNESS_KEEP_GOING=0      1: a failed check is counted and the run goes on, so one run reports every failed
@@ -78,6 +79,9 @@ wait_for() { # wait_for DESCRIPTION TIMEOUT_SECONDS COMMAND...: poll until COMMA
   shift 2
   local t0 deadline next_progress
   t0=$(date +%s)
+  # For progress: what is awaited and since when (epoch seconds).
+  # shellcheck disable=SC2034 # read by the sourcing script's progress
+  WAIT_DESC=$desc WAIT_T0=$t0
   deadline=$((t0 + timeout))
   next_progress=$((t0 + HARNESS_PROGRESS_SECS))
   while ! "$@" >/dev/null 2>&1; do

@@ -13,7 +13,7 @@
 #                                worker, scale 1 -> 0 (the worker VM reset for real) -> 1 (the same VM joins
 #                                again), delete the Cluster (every VM reset)            (make e2e-real)
 #   test/vm/real.sh quickstart   e2e's cluster up to the pod network, left running; prints how to explore it
-#                                (make quickstart-real)
+#                                (make quickstart)
 #   test/vm/real.sh clusterctl   make e2e-clusterctl: a workload cluster "mgmt" on VMs (REAL_VMS=3: control plane,
 #                                worker and a spare host; 2: no spare; 1: control plane only) becomes a management
 #                                cluster through the real `clusterctl init --infrastructure kubekey` (cert-manager,
@@ -97,14 +97,17 @@ WORKER_TIMEOUT=${REAL_WORKER_TIMEOUT:-1500}
 SCALE_TIMEOUT=${REAL_SCALE_TIMEOUT:-2700}
 
 # Stages take minutes under TCG, and their times depend on the machine's load: whole seconds, the load average
-# with every stage, polls and progress lines less often, the time each wait took. A failed check ends the run
-# (set -e): every stage builds on the one before, and waiting on a broken VM costs minutes.
-HARNESS_POLL_SECS=5 HARNESS_PROGRESS_SECS=60 HARNESS_WAIT_SECS=1 HARNESS_LOAD=1
+# with every stage, polls less often, the time each wait took. A failed check ends the run (set -e): every stage
+# builds on the one before, and waiting on a broken VM costs minutes. No silent minute: a progress line every
+# 30 s while a wait polls, a heartbeat line every 30 s while a build or boot runs (test/lib/heartbeat.sh).
+HARNESS_POLL_SECS=5 HARNESS_PROGRESS_SECS=30 HARNESS_WAIT_SECS=1 HARNESS_LOAD=1
 HARNESS_STAGE_DECIMALS=0 HARNESS_STAGE_WIDTH=58
 # shellcheck source=SCRIPTDIR/../lib/harness.sh
 source "$ROOT/test/lib/harness.sh"
 # shellcheck source=SCRIPTDIR/../lib/provider.sh
 source "$ROOT/test/lib/provider.sh"
+# shellcheck source=SCRIPTDIR/../lib/heartbeat.sh
+source "$ROOT/test/lib/heartbeat.sh"
 
 # A KKMachine in phase Failed has failed terminally (e.g. `kubeadm init` exited non-zero): nothing will change
 # it, so the run ends there instead of waiting out the stage's budget (an hour for the control plane).
@@ -113,7 +116,19 @@ progress() {
   manager_supervised
   machines=$(kubectl "${KK_CTX[@]}" get kkmachines -n "$NS" --no-headers \
     -o custom-columns=M:.metadata.name,PHASE:.status.phase,STEP:.status.step 2>/dev/null | tr -s ' ')
-  log "   .. $(tr '\n' ';' <<<"$machines") load $(cut -d' ' -f1-3 /proc/loadavg)"
+  # wait_for's WAIT_DESC and WAIT_T0: what is awaited, since when; STEP is the host work's current step.
+  log "   .. $(($(date +%s) - WAIT_T0))s: ${WAIT_DESC:0:60} | $(tr '\n' ';' <<<"$machines") load $(cut -d' ' -f1-3 /proc/loadavg)"
+  # While a host works through its bootstrap data, its provisioning journal says where it is: the items done,
+  # the last one (`<id> start` while a command runs; capkk_service::provisioning), and kubeadm if it runs.
+  if grep -q ' Provisioning ' <<<"$machines"; then
+    local i
+    for i in $(seq "${VMS:-0}"); do
+      log "   .. $(vm_name "$i") journal: $(timeout 10 "$VMCTL" ssh --name "$NAME" --vm "$i" -- \
+        'j=$(ls -t /var/lib/capkk/provisioning/*.journal 2>/dev/null | head -n 1); [ -n "$j" ] || exit 0
+        echo "$(wc -l <"$j") lines, last $(tail -n 1 "$j" | awk "{print substr(\$1, 1, 8), \$2}")$(pgrep -ax kubeadm |
+          head -n 1 | cut -d" " -f2-3 | sed "s/^/; running: /")"' 2>/dev/null | cut -c1-120 || true)"
+    done
+  fi
   [ -z "${CLUSTERCTL_LOG:-}" ] || log "   .. clusterctl: $(tail -n 1 "$CLUSTERCTL_LOG" 2>/dev/null | cut -c1-160)"
   if grep -q '^[^ ]* Failed ' <<<"$machines"; then
     FAILED=$((FAILED + 1))
@@ -164,21 +179,23 @@ mgmt_env() {
   MANAGER=$TARGET_DIR/debug/manager
 }
 
+# make_logged TARGET [VAR=VALUE...]: the target's output into build.log (its tail shown when it fails), a
+# heartbeat with build.log's last line every 30 s meanwhile.
+make_logged() {
+  heartbeat --log "$WORK/build.log" "   .. make $1" make -s -C "$ROOT" "$@" ||
+    { tail -n 30 "$WORK/build.log"; die "make $1 failed"; }
+}
+
 build() {
   stage "build (cargo; mgmt binaries; node artifacts)"
   mkdir -p "$WORK"
   # `make build` is the test build (one feature set for everything): no crate compiles twice.
-  make -s -C "$ROOT" build CARGO="$CARGO" >"$WORK/build.log" 2>&1 || { tail -n 30 "$WORK/build.log"; die "make build failed"; }
-  make -s -C "$ROOT" mgmt-bin >>"$WORK/build.log" 2>&1 || { tail -n 30 "$WORK/build.log"; die "make mgmt-bin failed"; }
-  make -s -C "$ROOT" node-artifacts >>"$WORK/build.log" 2>&1 || { tail -n 30 "$WORK/build.log"; die "make node-artifacts failed"; }
-  if [ "$MODE" = day2 ]; then
-    make -s -C "$ROOT" node-artifacts-prev >>"$WORK/build.log" 2>&1 ||
-      { tail -n 30 "$WORK/build.log"; die "make node-artifacts-prev failed"; }
-  fi
-  if [ "$MODE" = clusterctl ]; then
-    make -s -C "$ROOT" clusterctl-artifacts >>"$WORK/build.log" 2>&1 ||
-      { tail -n 30 "$WORK/build.log"; die "make clusterctl-artifacts failed"; }
-  fi
+  : >"$WORK/build.log"
+  make_logged build CARGO="$CARGO"
+  make_logged mgmt-bin
+  make_logged node-artifacts
+  [ "$MODE" != day2 ] || make_logged node-artifacts-prev
+  [ "$MODE" != clusterctl ] || make_logged clusterctl-artifacts
   mgmt_env
   # shellcheck disable=SC1091
   source "$CAPKK_CACHE/node-artifacts/current.env"
@@ -198,7 +215,9 @@ prev_artifacts() {
 
 mgmt_up() {
   stage "management plane up"
-  make -s -C "$ROOT" mgmt-up >"$WORK/mgmt-up.log" 2>&1 || { tail -n 30 "$WORK/mgmt-up.log"; die "make mgmt-up failed"; }
+  : >"$WORK/mgmt-up.log"
+  heartbeat --log "$WORK/mgmt-up.log" "   .. make mgmt-up" make -s -C "$ROOT" mgmt-up ||
+    { tail -n 30 "$WORK/mgmt-up.log"; die "make mgmt-up failed"; }
   check "management plane answers" bash -c 'kubectl get --raw=/readyz >/dev/null'
 }
 
@@ -240,7 +259,12 @@ vms_up() {
   # A watchdog tears the VMs down when this script exits; a kept run's and the quickstart's VMs live until the
   # down mode (a failed quickstart is torn down by its EXIT trap).
   [ "$KEEP" = 1 ] || [ "$MODE" = quickstart ] || specs+=(--guard-pid $$)
-  "$VMCTL" up --name "$NAME" "${specs[@]}" >/dev/null
+  # The image first (cached, or minutes of mmdebstrap), then the boot, each with its own heartbeat; the boot's
+  # shows VM 1's serial console.
+  heartbeat "   .. VM image (cached, or built with mmdebstrap)" "$VMCTL" image >/dev/null
+  log "  acceleration: ${CAPKK_VM_ACCEL:-tcg} (CAPKK_VM_ACCEL=kvm on a machine with real KVM: minutes faster)"
+  heartbeat --tail "/tmp/capkk-sandbox/$NAME/vm1/console.log" "   .. VMs boot (console of VM 1)" \
+    "$VMCTL" up --name "$NAME" "${specs[@]}" >/dev/null
   BRIDGE=$(fleet_json "d['bridge_address']")
   INNER=$(fleet_json "d['inner_cidr']")
   for i in $(seq "$VMS"); do
@@ -443,7 +467,7 @@ crds_established() {
 push_manager_image() { # push_manager_image REF: the image `make image` built, pushed to the bridge registry as REF
   if ! "${PODMAN_CMD[@]}" image exists "$IMG"; then
     log "  building $IMG (make image; the image-test tier builds it in make test)"
-    make -s -C "$ROOT" image IMG="$IMG" >>"$WORK/build.log" 2>&1 || { tail -n 30 "$WORK/build.log"; die "make image failed"; }
+    make_logged image IMG="$IMG"
   fi
   "${PODMAN_CMD[@]}" tag "$IMG" "$1"
   check "the manager image is pushed to the bridge registry as $1" \
@@ -1322,8 +1346,8 @@ ${BRIDGE:-the fleet bridge}, the manager (pid $(cat "$WORK/manager.pid" 2>/dev/n
   kubectl scale machinedeployment $MD -n $NS --replicas 0   # resets the worker VM; --replicas 1 claims it again
   $VMCTL ssh --name $NAME --vm 1 -- crictl ps
 
-Logs: $WORK/manager.log (the provider), /tmp/capkk-sandbox/$NAME/*.log (serial consoles).
-Tear down: REAL_NAME=$NAME test/vm/real.sh $down$([ "$MODE" = quickstart ] && echo "   (make quickstart-real-down)")
+Logs: $WORK/manager.log (the provider), /tmp/capkk-sandbox/$NAME/vm*/console.log (serial consoles).
+Tear down: REAL_NAME=$NAME test/vm/real.sh $down$([ "$MODE" = quickstart ] && echo "   (make quickstart-down)")
 EOF
 }
 

@@ -6,13 +6,14 @@
 #                             (Ready, holding its Lease, handing it over), and back (in TEST_TIERS, after test-vm)
 #   make e2e-real             2 VMs: control plane + worker Ready, CoreDNS, a pod over the pod network, scale the
 #                             worker 1 -> 0 -> 1, delete the Cluster (the full real lifecycle; not in TEST_TIERS)
-#   make quickstart-real      e2e-real's cluster left running to explore; make quickstart-real-down removes it
+#   make quickstart           e2e-real's cluster (2 VMs) left running to explore; make quickstart-down removes it
+#                             (quickstart-real and quickstart-real-down: the same, by their earlier names)
 #   make e2e-real-day2        2 VMs: the worker one minor behind the control plane, upgraded in place through CAPI's
 #                             hooks, repaired by a KKRemediation, rolled across versions onto the VM it freed, a
 #                             workload probed through its Service all along (issue 24; long, not in TEST_TIERS)
 #   make e2e-clusterctl       VMs become a management cluster through the real `clusterctl init --infrastructure
 #                             kubekey` (test/clusterctl's artifacts); the pivot and upgrade stages are still to come
-# VMs run under QEMU TCG unless CAPKK_VM_ACCEL=kvm. They need root and qemu-system-x86, qemu-utils, mmdebstrap
+# VMs run under QEMU TCG unless CAPKK_VM_ACCEL=kvm (a machine with real KVM; test/vm/README.md). They need root and qemu-system-x86, qemu-utils, mmdebstrap
 # (hack/deps.list).
 
 TEST_TIERS += test-vm
@@ -21,7 +22,7 @@ TEST_TIERS += test-vm
 
 vm-image: ## build or find the cached Debian VM image for real-node tests
 	$(CARGO_TEST_BUILD) -q
-	$(TARGET_DIR)/debug/vm image
+	test/lib/heartbeat.sh "VM image (cached, or built with mmdebstrap)" $(TARGET_DIR)/debug/vm image
 
 test-vm: ## VM test hosts: boot, identity, SSH, watchdog (needs root, qemu; boots 2 short-lived VMs)
 	@sel=$$(hack/test-targets.sh vm) && set -x && $(CARGO) test --workspace --no-fail-fast $$sel
@@ -55,7 +56,7 @@ e2e-real-day2: ## day 2 on 2 VMs: in-place upgrade through CAPI's hooks, KKRemed
 e2e-real-day2-down: ## tear down what an interrupted (or REAL_KEEP=1) e2e-real-day2 left
 	test/vm/real.sh day2-down
 
-.PHONY: e2e-real e2e-real-down quickstart-real quickstart-real-down
+.PHONY: e2e-real e2e-real-down quickstart quickstart-down quickstart-real quickstart-real-down
 
 e2e-real: ## real nodes end to end: 2 VMs join Ready, CoreDNS, pod network, scale 1->0->1, delete (long: 20-40 min)
 	test/vm/real.sh e2e
@@ -63,8 +64,14 @@ e2e-real: ## real nodes end to end: 2 VMs join Ready, CoreDNS, pod network, scal
 e2e-real-down: ## tear down what an interrupted (or REAL_KEEP=1) e2e-real left
 	test/vm/real.sh e2e-down
 
-quickstart-real: ## e2e-real's cluster on 2 VMs, left running, with the commands to explore it
+# The newcomer's first command: real nodes (a Ready control plane and worker, a pod running). The simulated
+# cluster is `make quickstart-sim` (test/e2e/e2e.mk).
+quickstart: deps ## real nodes: 2 VMs (control plane + worker) Ready, a pod running, left up with the commands to explore it (needs root)
 	test/vm/real.sh quickstart
 
-quickstart-real-down: ## tear down the quickstart-real cluster (VMs, mirror, registry, manager, namespace)
+quickstart-down: ## tear down the quickstart cluster (VMs, mirror, registry, manager, namespace)
 	test/vm/real.sh quickstart-down
+
+quickstart-real: quickstart ## the same as quickstart (its earlier name)
+
+quickstart-real-down: quickstart-down ## the same as quickstart-down (its earlier name)

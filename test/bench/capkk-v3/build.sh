@@ -19,7 +19,9 @@ if [ ! -x "$out" ]; then
   if [ ! -x "$out" ]; then
     echo "capkk-v3: building the driver (github.com/kubesphere/kubekey/v3, see go.mod) into $dir ..." >&2
     t0=$(date +%s)
-    GONOSUMDB=github.com/kubesphere/kubekey GOFLAGS=-mod=readonly CGO_ENABLED=0 \
+    # shellcheck source=../../lib/heartbeat.sh
+    source ../../lib/heartbeat.sh
+    heartbeat "capkk-v3: go build" env GONOSUMDB=github.com/kubesphere/kubekey GOFLAGS=-mod=readonly CGO_ENABLED=0 \
       go build -trimpath -ldflags "-s -w" -o "$out.tmp.$$" .
     mv -f "$out.tmp.$$" "$out"
     echo "capkk-v3: built in $(( $(date +%s) - t0 ))s" >&2

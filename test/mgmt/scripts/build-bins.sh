@@ -70,7 +70,8 @@ build_module() { # <tools subdir> <ldflags> <output name>=<package>...: the miss
   log "${names[*]}: building ${pkgs[*]} (one go build, -p $GO_P) ..."
   t0=$(date +%s)
   tmp=$(mktemp -d "$BIN_DIR/.build.XXXXXX")
-  (cd "$TOOLS_DIR/$dir" && "${GOBUILD[@]}" -p "$GO_P" -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}")
+  (cd "$TOOLS_DIR/$dir" && heartbeat "mgmt: go build ${names[*]}" \
+    "${GOBUILD[@]}" -p "$GO_P" -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}")
   for i in "${!names[@]}"; do
     mv -f "$tmp/$(exec_name "${pkgs[$i]}")" "$BIN_DIR/${names[$i]}"
   done

@@ -27,7 +27,7 @@ mgmtctl() {
   if [ ! -x "$out" ]; then
     command -v go >/dev/null || { log "go is required to build mgmtctl"; exit 1; }
     mkdir -p "$(dirname "$out")"
-    (cd "$MGMT_DIR/mgmtctl" && go build -trimpath -o "$out.tmp.$$" .)
+    (cd "$MGMT_DIR/mgmtctl" && heartbeat "mgmt: go build mgmtctl" go build -trimpath -o "$out.tmp.$$" .)
     mv -f "$out.tmp.$$" "$out"
   fi
   echo "$out"

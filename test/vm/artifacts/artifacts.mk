@@ -21,8 +21,10 @@ NODE_SERVE_PREV ?= 0
 
 .PHONY: node-artifacts node-artifacts-prev node-artifacts-test node-serve node-serve-down
 
+# The heartbeat wraps build.sh from here: build.sh is part of the set's content hash, so a change there would
+# rebuild every cached set.
 node-artifacts: mgmt-bin ## build the node artifacts for real-node tests (cached by content hash)
-	$(NODE_ARTIFACTS_DIR_SRC)/build.sh
+	test/lib/heartbeat.sh node-artifacts $(NODE_ARTIFACTS_DIR_SRC)/build.sh
 
 node-artifacts-prev: node-artifacts ## build the previous Kubernetes minor's node artifacts (upgrade tests; cached)
 	$(NODE_ARTIFACTS_DIR_SRC)/build-prev.sh
