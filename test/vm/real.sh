@@ -33,7 +33,10 @@
 #                                balancer (test/vm/tcp-lb.py) and the control plane first rolls onto a spare VM
 #                                (the old one reset, back in the pool); the refused change then rolls the worker
 #                                onto the VM the old control plane freed (a host reused across versions)
-#   test/vm/real.sh down | e2e-down | quickstart-down | clusterctl-down | day2-down
+#   test/vm/real.sh remediation  make e2e-real-remediation: 3 VMs (control plane, worker, spare); the worker's VM
+#                                is cut off from the network: the KKRemediation's tiers cannot reach it and give
+#                                the Machine back, CAPI replaces it on the spare VM, the dead host is quarantined
+#   test/vm/real.sh down | e2e-down | quickstart-down | clusterctl-down | day2-down | remediation-down
 #                                tear down what that mode left (VMs, mirror, registry, manager, namespace)
 #
 # REAL_NAME names the run (default real-smoke, real-e2e, real-quickstart: VMs, namespace, work dir); use one of
@@ -64,7 +67,8 @@ case $MODE in
   quickstart | quickstart-down) NAME=${REAL_NAME:-real-quickstart} ;;
   clusterctl | clusterctl-down) NAME=${REAL_NAME:-real-clusterctl} ;;
   day2 | day2-down) NAME=${REAL_NAME:-real-day2} ;;
-  *) echo "usage: $0 smoke|e2e|quickstart|clusterctl|day2|down|e2e-down|quickstart-down|clusterctl-down|day2-down" >&2; exit 2 ;;
+  remediation | remediation-down) NAME=${REAL_NAME:-real-remediation} ;;
+  *) echo "usage: $0 smoke|e2e|quickstart|clusterctl|day2|remediation|down|e2e-down|quickstart-down|clusterctl-down|day2-down|remediation-down" >&2; exit 2 ;;
 esac
 KEEP=${REAL_KEEP:-0}
 FROM=${REAL_FROM:-}
@@ -946,7 +950,13 @@ delete_cluster() {
   wait_for "every Machine, KKMachine, KKInstance is gone" 300 \
     bash -c "[ -z \"\$(kubectl get -n '$NS' machines,kkclusters,kkmachines,kkinstances -o name 2>/dev/null)\" ]"
   local i
-  for i in $(seq "$VMS"); do check "$(vm_name "$i") was reset for real" host_reset "$i"; done
+  for i in $(seq "$VMS"); do
+    if [ "$i" = "${KEPT_VM:-}" ]; then
+      log "    $(vm_name "$i") was quarantined, then its KKInstance deleted: not reset, by design"
+      continue
+    fi
+    check "$(vm_name "$i") was reset for real" host_reset "$i"
+  done
 }
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1166,7 +1176,8 @@ inplace_upgrade() {
   nodes_wide_to nodes-after-inplace.txt
 }
 
-remediation_apply() {
+remediation_apply() { # remediation_apply [RETRY_LIMIT TIMEOUT]
+  local retries=${1:-2} timeout=${2:-600s}
   kubectl apply -f - >/dev/null <<EOT
 apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
 kind: KKRemediationTemplate
@@ -1174,7 +1185,7 @@ metadata: {name: $CLUSTER-workers, namespace: $NS}
 spec:
   template:
     spec:
-      strategy: {type: Tiered, retryLimit: 2, timeout: 600s}
+      strategy: {type: Tiered, retryLimit: $retries, timeout: $timeout}
 ---
 apiVersion: cluster.x-k8s.io/v1beta2
 kind: MachineHealthCheck
@@ -1221,6 +1232,62 @@ remediate_restart() {
     "kubectl get events -n '$NS' --field-selector involvedObject.kind=KKRemediation -o jsonpath='{.items[*].reason}' | grep -q ServicesRestarted"
   # The next stage's join takes minutes under TCG: no health check may replace that Machine meanwhile.
   kubectl delete -n "$NS" machinehealthcheck "$CLUSTER-workers" >/dev/null
+}
+
+kkremediation_handed_over() { # the controller gave up and asked CAPI to replace the Machine
+  kkremediation_seen "$1" &&
+    [ "$(kubectl get kkremediation -n "$NS" "$1" -o jsonpath='{.status.conditions[?(@.type=="OwnerRemediationRequested")].status}')" = True ]
+}
+host_quarantined() { # host_quarantined HOST: its KKInstance carries spec.quarantine and the quarantined label
+  [ "$(kubectl get kkinstances -n "$NS" -l kkinstance.infrastructure.cluster.x-k8s.io/quarantined=true \
+    -o jsonpath='{range .items[?(@.spec.quarantine)]}{.spec.name}{"\n"}{end}')" = "$1" ]
+}
+
+# Remediation (b): the worker's VM cut off (its tap down: a pulled cable). Neither tier can reach it, so the
+# KKRemediation gives the Machine back; CAPI's MachineSet deletes and replaces it; the new Machine claims the
+# spare VM; the old host cannot be reset and is quarantined (--quarantine-after, shortened for the run) instead
+# of freed. The network comes back only after that: the quarantined host must have been left as it was.
+remediate_cutoff() {
+  local w s m uid tap t0 t_gone t_ready
+  w=$(vm_name 2) s=$(vm_name 3)
+  m=$(worker_machine)
+  uid=$(machine_field "$m" .metadata.uid)
+  tap=$(fleet_json "d['vms'][1]['tap']")
+  stage "remediation (b): $w cut off -> KKRemediation exhausted -> Machine replaced on $s, $w quarantined"
+  remediation_apply 2 120s
+  t0=$(date +%s)
+  CUT_TAP=$tap
+  ip link set "$tap" down
+  wait_for "$w NotReady (unreachable)" 600 node_not_ready "$w"
+  wait_for "CAPI created KKRemediation $m from the template" 600 kkremediation_seen "$m"
+  wait_for "both tiers failed to reach $w and the Machine was handed back (OwnerRemediationRequested True)" 900 \
+    kkremediation_handed_over "$m"
+  log "    the KKRemediation's last status ($(($(date +%s) - t0)) s after the cut):"
+  sed -n '/^status:/,$p' "$WORK/kkremediation.yaml" | sed 's/^/      /'
+  # kubectl prints a condition's fields in order: its status is the line before its type.
+  check "the restart tier reported failure (ServicesRestarted False)" bash -c \
+    "grep -B1 'type: ServicesRestarted' '$WORK/kkremediation.yaml' | grep -q 'status: \"False\"'"
+  check "the reboot tier reported failure (HostRebooted False)" bash -c \
+    "grep -B1 'type: HostRebooted' '$WORK/kkremediation.yaml' | grep -q 'status: \"False\"'"
+  check "its events name both tiers' attempts" bash -c \
+    "kubectl get events -n '$NS' --field-selector involvedObject.kind=KKRemediation -o jsonpath='{.items[*].message}' | grep -q 'attempt 2 of 2'"
+  wait_for "the Machine $m (uid $uid) is gone" 1200 machine_gone "$m"
+  t_gone=$(($(date +%s) - t0))
+  wait_for "a new worker Machine Running with a nodeRef" "$WORKER_TIMEOUT" machines_running "$MD_SEL" 1
+  check "its Node is $s (the spare VM)" worker_machine_is "$s"
+  node_joined "$s"
+  t_ready=$(($(date +%s) - t0))
+  wait_for "$w's KKInstance quarantined (unreachable past --quarantine-after)" 900 host_quarantined "$w"
+  log "    cut -> Machine gone ${t_gone} s; cut -> replacement Node Ready on $s ${t_ready} s; quarantined after $(($(date +%s) - t0)) s"
+  kubectl get kkinstances -n "$NS" -o wide | sed 's/^/      /'
+  ip link set "$tap" up
+  CUT_TAP=
+  check "the quarantined $w was left as it was (its kubelet still installed and enabled: no reset ran)" \
+    vmsh 2 'systemctl is-enabled -q kubelet'
+  kubectl delete -n "$NS" machinehealthcheck "$CLUSTER-workers" >/dev/null
+  # What a person does after fixing the host: delete its KKInstance; the claim is given back without a reset.
+  kubectl delete kkinstances -n "$NS" -l kkinstance.infrastructure.cluster.x-k8s.io/quarantined=true --wait=false >/dev/null
+  KEPT_VM=2
 }
 
 # A change the hooks cannot do in place (the bootstrap template: kubeadm's join configuration is only read at
@@ -1277,6 +1344,8 @@ strip_finalizers() {
 }
 
 teardown() {
+  # A run stopped during remediation (b) with REAL_KEEP=1 keeps its VMs: their network comes back.
+  [ -z "${CUT_TAP:-}" ] || ip link set "$CUT_TAP" up 2>/dev/null || true
   stop_manager
   serve_down
   gap_probe_stop
@@ -1408,6 +1477,12 @@ main() {
       steps=(build mgmt_up release vms_up serve_up render_apply control_plane workers addons workload_probe)
       [ "$VMS" = 2 ] || steps+=(cp_upgrade)
       steps+=(extension_up inplace_upgrade remediate_restart rolling_fallback delete_cluster)
+      ;;
+    remediation)
+      VMS=3 SPARE=1
+      # A host that stays unreachable is quarantined after this long (10 min by default).
+      export CAPKK_QUARANTINE_AFTER=${CAPKK_QUARANTINE_AFTER:-3m}
+      steps=(build mgmt_up release vms_up serve_up render_apply control_plane workers remediate_cutoff delete_cluster)
       ;;
     *-down | down)
       mgmt_env

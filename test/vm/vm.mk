@@ -11,6 +11,8 @@
 #   make e2e-real-day2        2 VMs: the worker one minor behind the control plane, upgraded in place through CAPI's
 #                             hooks, repaired by a KKRemediation, rolled across versions onto the VM it freed, a
 #                             workload probed through its Service all along (issue 24; long, not in TEST_TIERS)
+#   make e2e-real-remediation 3 VMs: the worker's VM cut off from the network; the KKRemediation's tiers fail, CAPI
+#                             replaces the Machine on the spare VM, the unreachable host is quarantined (issue 24)
 #   make e2e-clusterctl       VMs become a management cluster through the real `clusterctl init --infrastructure
 #                             kubekey` (test/clusterctl's artifacts); the pivot and upgrade stages are still to come
 # VMs run under QEMU TCG unless CAPKK_VM_ACCEL=kvm (a machine with real KVM; test/vm/README.md). They need root and qemu-system-x86, qemu-utils, mmdebstrap
@@ -55,6 +57,14 @@ e2e-real-day2: ## day 2 on 2 VMs: in-place upgrade through CAPI's hooks, KKRemed
 
 e2e-real-day2-down: ## tear down what an interrupted (or REAL_KEEP=1) e2e-real-day2 left
 	test/vm/real.sh day2-down
+
+.PHONY: e2e-real-remediation e2e-real-remediation-down
+
+e2e-real-remediation: ## 3 VMs: the worker cut off, KKRemediation exhausted, Machine replaced on the spare, host quarantined (long)
+	test/vm/real.sh remediation
+
+e2e-real-remediation-down: ## tear down what an interrupted (or REAL_KEEP=1) e2e-real-remediation left
+	test/vm/real.sh remediation-down
 
 .PHONY: e2e-real e2e-real-down quickstart quickstart-down quickstart-real quickstart-real-down
 
