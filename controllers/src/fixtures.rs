@@ -432,6 +432,8 @@ pub(crate) struct FakeServices {
     hanging: Mutex<Option<Phase>>,
     remediated: Mutex<Vec<RemediationTier>>,
     failing_tiers: Mutex<Vec<RemediationTier>>,
+    prepulls: Mutex<Vec<(Vec<Phase>, Vec<Phase>)>>,
+    prepull_takes: Mutex<Duration>,
 }
 
 impl FakeServices {
@@ -454,6 +456,18 @@ impl FakeServices {
     pub(crate) fn fail_tier(&self, tier: RemediationTier) {
         if let Ok(mut f) = self.failing_tiers.lock() {
             f.push(tier);
+        }
+    }
+
+    /// For every image pre-pull so far, the phases that had started when it started, and when it ended.
+    pub(crate) fn prepulls(&self) -> Vec<(Vec<Phase>, Vec<Phase>)> {
+        self.prepulls.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// Make every image pre-pull take `d` (a slow registry).
+    pub(crate) fn prepull_takes(&self, d: Duration) {
+        if let Ok(mut t) = self.prepull_takes.lock() {
+            *t = d;
         }
     }
 
@@ -494,6 +508,15 @@ impl HostServices for FakeServices {
                 output_tail: output,
             }),
             None => Ok(()),
+        }
+    }
+
+    async fn prepull(&self, _host: HostCall<'_>) {
+        let started = self.ran();
+        let takes = self.prepull_takes.lock().map(|t| *t).unwrap_or_default();
+        tokio::time::sleep(takes).await;
+        if let Ok(mut p) = self.prepulls.lock() {
+            p.push((started, self.ran()));
         }
     }
 

@@ -11,11 +11,13 @@ use capkk_service::{
     bootstrap::{HostIdentity, ResetOptions},
     containermanager::{ContainerdConfig, RegistryAuth},
     facts::HostFacts,
+    images::{ImageSet, PrepullConfig},
     journal::{Progress, Redactor, StepRecord},
     provisioning::Outcome,
     repository::RepositoryConfig,
 };
 use capkk_ssh::{ExposeSecret, SecretSlice};
+use tracing::info;
 
 /// One phase of host work, in execution order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -33,12 +35,15 @@ pub(crate) enum Phase {
 }
 
 impl Phase {
-    /// Every phase, in order.
+    /// Every phase, in order. The OS packages come after containerd so that the image pre-pull, which needs
+    /// containerd and kubeadm and not the packages, runs while apt does
+    /// ([`crate::kkinstance::task`]): binaries and containerd do not use what the packages bring (conntrack,
+    /// socat, ipset, ...), only the kubelet and kubeadm do, in provisioning.
     pub(crate) const ALL: [Phase; 5] = [
         Phase::Bootstrap,
-        Phase::Repository,
         Phase::Binary,
         Phase::ContainerManager,
+        Phase::Repository,
         Phase::Provisioning,
     ];
 
@@ -88,8 +93,8 @@ pub(crate) struct PhaseInput {
     pub instance: KKInstanceSpec,
     /// The KKCluster spec (mirrors, registry), when the KKCluster still exists.
     pub cluster: Option<KKClusterSpec>,
-    /// Bootstrap data (provisioning only).
-    pub bootstrap: Option<BootstrapData>,
+    /// Bootstrap data, read once when first needed (the image pre-pull, else provisioning).
+    pub bootstrap: std::sync::OnceLock<BootstrapData>,
     /// Redacts known secrets from output kept in journals and conditions.
     pub redactor: Redactor,
     /// Private registry credentials resolved from the KKCluster (inline or Secret).
@@ -131,6 +136,11 @@ pub(crate) trait HostServices: Send + Sync {
         wait: std::time::Duration,
         host: HostCall<'_>,
     ) -> ServiceResult<String>;
+
+    /// Pull the images kubeadm will need into containerd (see [`capkk_service::images`]); run alongside the
+    /// phases after containermanager. Never fails: what it could not pull, kubeadm pulls; what happened is in
+    /// the journal (step `image-prepull`).
+    async fn prepull(&self, host: HostCall<'_>);
 
     /// Upgrade a provisioned worker in place to `host.input.instance.kubernetes_version` (that version's
     /// binaries, `kubeadm upgrade node`, a kubelet restart). Returns what happened, for the event.
@@ -224,6 +234,74 @@ fn binary_config(
     })
 }
 
+/// The bootstrap data as a plan (its template variables are the host's).
+fn bootstrap_plan(input: &PhaseInput) -> ServiceResult<capkk_cloudinit::Plan> {
+    let Some(data) = input.bootstrap.get() else {
+        return Err(ServiceError::InvalidInput {
+            field: "spec.bootstrapDataSecretRef".into(),
+            message: "no bootstrap data".into(),
+        });
+    };
+    let spec = &input.instance;
+    let mut vars = capkk_cloudinit::TemplateVars::new()
+        .local_hostname(spec.name.clone())
+        .instance_id(spec.name.clone());
+    if let Some(p) = spec.provider_id.clone() {
+        vars = vars.provider_id(p);
+    }
+    Ok(capkk_cloudinit::parse(
+        data.value.expose_secret(),
+        &data.format,
+        &vars,
+    )?)
+}
+
+/// Bound on pulling one image on the host.
+const PULL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
+/// Bound on the whole pre-pull: past it, provisioning goes on and kubeadm pulls the rest.
+const PREPULL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(420);
+
+/// What to pre-pull for this host, or why nothing. The version is the Machine's (the kubeadm the binary phase
+/// installed), the image repository the bootstrap data's ClusterConfiguration's (what `kubeadm init` uses),
+/// else the KKCluster's `registry.privateRegistry` (a join's bootstrap data carries no ClusterConfiguration),
+/// else kubeadm's default; the images by what the bootstrap data runs: init or a control-plane join, every image;
+/// a worker's join, kube-proxy; plus containerd's configured sandbox image.
+pub(crate) fn prepull_config(input: &PhaseInput) -> Result<PrepullConfig, &'static str> {
+    let plan = bootstrap_plan(input).map_err(|_| "the bootstrap data is not readable (yet)")?;
+    let kubeadm = plan
+        .kubeadm()
+        .ok_or("the bootstrap data writes no kubeadm configuration")?;
+    let kubernetes_version = input
+        .instance
+        .kubernetes_version
+        .clone()
+        .filter(|v| !v.is_empty())
+        .or(kubeadm.kubernetes_version)
+        .ok_or("no Kubernetes version (spec.kubernetesVersion)")?;
+    let private_registry = input
+        .cluster
+        .as_ref()
+        .and_then(|c| c.registry.as_ref())
+        .and_then(|r| r.private_registry.clone())
+        .filter(|r| !r.is_empty());
+    Ok(PrepullConfig {
+        kubernetes_version,
+        image_repository: kubeadm.image_repository.or(private_registry),
+        images: match kubeadm.role {
+            capkk_cloudinit::KubeadmRole::ControlPlane => ImageSet::ControlPlane,
+            capkk_cloudinit::KubeadmRole::Worker => ImageSet::Worker,
+        },
+        sandbox_image: input
+            .instance
+            .container_manager
+            .as_ref()
+            .and_then(|c| c.sandbox_image.clone())
+            .filter(|s| !s.is_empty()),
+        pull_timeout: PULL_TIMEOUT,
+        timeout: PREPULL_TIMEOUT,
+    })
+}
+
 fn skip(progress: &dyn Progress, phase: Phase, why: &str) {
     progress.step_finished(&StepRecord {
         phase: phase.name().into(),
@@ -313,19 +391,7 @@ impl HostServices for ServiceLayer {
                 Ok(())
             }
             Phase::Provisioning => {
-                let Some(data) = input.bootstrap.as_ref() else {
-                    return Err(ServiceError::InvalidInput {
-                        field: "spec.bootstrapDataSecretRef".into(),
-                        message: "no bootstrap data".into(),
-                    });
-                };
-                let mut vars = capkk_cloudinit::TemplateVars::new()
-                    .local_hostname(spec.name.clone())
-                    .instance_id(spec.name.clone());
-                if let Some(p) = spec.provider_id.clone() {
-                    vars = vars.provider_id(p);
-                }
-                let plan = capkk_cloudinit::parse(data.value.expose_secret(), &data.format, &vars)?;
+                let plan = bootstrap_plan(input)?;
                 let opts = capkk_service::provisioning::RunOptions {
                     rerun_failed: input.rerun_failed,
                     ..Default::default()
@@ -402,6 +468,40 @@ impl HostServices for ServiceLayer {
         }
     }
 
+    async fn prepull(&self, host: HostCall<'_>) {
+        let HostCall {
+            exec,
+            input,
+            progress,
+        } = host;
+        let phase = Phase::ContainerManager.name();
+        let note = |why: String| {
+            progress.step_finished(&StepRecord {
+                phase: phase.into(),
+                name: capkk_service::images::STEP.into(),
+                exit_code: None,
+                duration: std::time::Duration::ZERO,
+                output_tail: why,
+                skipped: true,
+            })
+        };
+        let cfg = match prepull_config(input) {
+            Ok(cfg) => cfg,
+            Err(why) => return note(format!("nothing pre-pulled: {why}")),
+        };
+        match capkk_service::images::prepull(exec, &cfg, phase, progress, &input.redactor).await {
+            Ok(()) => info!(version = %cfg.kubernetes_version, "Images pre-pulled"),
+            // Its step (output per image) is journaled already.
+            Err(e @ ServiceError::CommandFailed { .. }) => {
+                info!(error = %e, "Image pre-pull incomplete; kubeadm pulls the rest")
+            }
+            Err(e) => {
+                info!(error = %e, "Image pre-pull did not finish; kubeadm pulls the rest");
+                note(format!("not finished ({e}); kubeadm pulls what is missing"));
+            }
+        }
+    }
+
     async fn upgrade(&self, host: HostCall<'_>) -> ServiceResult<String> {
         use capkk_service::upgrade::{UpgradeOptions, upgrade_node};
         let HostCall {
@@ -430,5 +530,70 @@ impl HostServices for ServiceLayer {
             out.binaries.uploaded.len() + out.binaries.host_downloaded.len(),
             out.binaries.bytes_uploaded
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INIT: &str = "#cloud-config\nwrite_files:\n- path: /run/kubeadm/kubeadm.yaml\n  content: |\n    apiVersion: kubeadm.k8s.io/v1beta4\n    kind: ClusterConfiguration\n    imageRepository: 198.18.0.1:5000\n    kubernetesVersion: v1.36.3\n    ---\n    apiVersion: kubeadm.k8s.io/v1beta4\n    kind: InitConfiguration\nruncmd:\n- kubeadm init --config /run/kubeadm/kubeadm.yaml\n";
+    const JOIN: &str = "#cloud-config\nwrite_files:\n- path: /run/kubeadm/kubeadm-join-config.yaml\n  content: |\n    apiVersion: kubeadm.k8s.io/v1beta4\n    kind: JoinConfiguration\nruncmd:\n- kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml\n";
+
+    fn input(data: &str, private_registry: Option<&str>) -> PhaseInput {
+        let input = PhaseInput {
+            instance: KKInstanceSpec {
+                name: "node-1".into(),
+                kubernetes_version: Some("v1.36.3".into()),
+                container_manager: Some(capkk_api::ContainerManager {
+                    sandbox_image: Some("198.18.0.1:5000/pause:3.10.1".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            cluster: Some(KKClusterSpec {
+                registry: Some(capkk_api::Registry {
+                    private_registry: private_registry.map(str::to_owned),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let _ = input.bootstrap.set(BootstrapData {
+            value: SecretSlice::from(data.as_bytes().to_vec()),
+            format: "cloud-config".into(),
+        });
+        input
+    }
+
+    #[test]
+    fn an_init_pre_pulls_every_image_from_the_cluster_configurations_repository() {
+        let cfg = prepull_config(&input(INIT, Some("other.example:5000"))).expect("a pre-pull");
+        assert_eq!(cfg.images, ImageSet::ControlPlane);
+        assert_eq!(cfg.image_repository.as_deref(), Some("198.18.0.1:5000"));
+        assert_eq!(cfg.kubernetes_version, "v1.36.3");
+        assert_eq!(cfg.sandbox_image.as_deref(), Some("198.18.0.1:5000/pause:3.10.1"));
+    }
+
+    #[test]
+    fn a_worker_join_pre_pulls_kube_proxy_from_the_private_registry_or_kubeadms_default() {
+        let cfg = prepull_config(&input(JOIN, Some("198.18.0.1:5000"))).expect("a pre-pull");
+        assert_eq!(cfg.images, ImageSet::Worker);
+        assert_eq!(cfg.image_repository.as_deref(), Some("198.18.0.1:5000"));
+        let cfg = prepull_config(&input(JOIN, None)).expect("a pre-pull");
+        assert_eq!(cfg.image_repository, None, "kubeadm's default");
+    }
+
+    #[test]
+    fn bootstrap_data_without_kubeadm_or_unreadable_pre_pulls_nothing_and_says_why() {
+        assert_eq!(
+            prepull_config(&input("#cloud-config\nruncmd:\n- echo hi\n", None)).err(),
+            Some("the bootstrap data writes no kubeadm configuration")
+        );
+        assert_eq!(
+            prepull_config(&PhaseInput::default()).err(),
+            Some("the bootstrap data is not readable (yet)")
+        );
     }
 }

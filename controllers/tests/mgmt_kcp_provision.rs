@@ -1,10 +1,10 @@
 //! First must-show: Cluster + KKCluster + KubeadmControlPlane with a KKMachineTemplate, against the local
 //! management plane with the real CAPI core/CABPK/KCP controllers and a sandbox SSH host. KCP creates the
 //! Machine, CABPK renders real init bootstrap data, the KKMachine claims the host, the KKInstance runs
-//! bootstrap -> repository -> binary (stand-ins from a local mirror, SHA-256 verified) -> containerd ->
-//! provisioning (the real CABPK cloud-config; the kubeadm stand-in records its arguments and config), the
-//! sentinel is written, the KKMachine is provisioned with providerID and addresses and the Machine shows
-//! InfrastructureReady. The manager runs as a separate process with exactly the ClusterRole of config/rbac.
+//! bootstrap -> binary (stand-ins from a local mirror, SHA-256 verified) -> containerd -> repository (the
+//! image pre-pull alongside) -> provisioning (the real CABPK cloud-config; the kubeadm stand-in records its
+//! arguments and config), the sentinel is written, the KKMachine is provisioned with providerID and addresses
+//! and the Machine shows InfrastructureReady. The manager runs as a separate process with exactly the ClusterRole of config/rbac.
 //! The host is listed without a name, as CAPKK's templates do: its name is derived from the address and is
 //! the claim's host part, the providerID's, and the `local_hostname` (the Node name) kubeadm gets.
 

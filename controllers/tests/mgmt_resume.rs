@@ -94,7 +94,7 @@ async fn sigkilled_leader_is_replaced_and_work_resumes_without_repeats() -> anyh
             .unwrap_or("")
             .to_owned();
     ensure!(
-        done_before == "bootstrap,repository,binary,containermanager",
+        done_before == "bootstrap,binary,containermanager,repository",
         "phases before provisioning recorded: {done_before:?}"
     );
     ensure!(

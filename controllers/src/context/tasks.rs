@@ -17,7 +17,7 @@ use super::{backoff::jittered, permits::HostPermits};
 /// What a background host task does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum TaskKind {
-    /// bootstrap -> repository -> binary -> containermanager -> provisioning.
+    /// bootstrap -> binary -> containermanager -> repository (with the image pre-pull) -> provisioning.
     Provision,
     /// Reset the host.
     Reset,

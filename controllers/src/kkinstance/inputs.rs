@@ -197,7 +197,7 @@ pub(crate) async fn phase_input(
     Ok(PhaseInput {
         instance: inst.spec.clone(),
         cluster: kkc.map(|k| k.spec.clone()),
-        bootstrap: None,
+        bootstrap: Default::default(),
         redactor,
         registry_auth,
         hosts_entries,

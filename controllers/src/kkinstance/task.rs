@@ -1,5 +1,11 @@
 //! Host work as background tasks (one per KKInstance UID, bounded by `--max-concurrent-hosts`): provision
-//! (bootstrap → repository → binary → containermanager → provisioning) and reset.
+//! (bootstrap → binary → containermanager → repository → provisioning) and reset.
+//!
+//! Once containerd runs, the image pre-pull ([`HostServices::prepull`](crate::services::HostServices)) goes on
+//! alongside the phases that follow (the OS packages) on another SSH channel; provisioning waits for it (it is
+//! bounded) so that `kubeadm init/join` finds the images present. It is not a phase: no condition, no
+//! completed-phases entry, never a failure; a restarted task runs it again (images already present are only
+//! checked) unless provisioning is done.
 //!
 //! A task writes only its own part of the status (`step`, `journal`, `hostInfo`, the phase conditions and
 //! `Deleting`) with the field manager `capkk-manager/hostwork`, and the durable facts (completed phases,
@@ -12,7 +18,7 @@ use std::sync::{
     Arc, Mutex,
     atomic::{AtomicBool, Ordering},
 };
-use std::{future::Future, time::Duration};
+use std::{future::Future, pin::Pin, time::Duration};
 
 use capkk_api::{
     JournalRecord, KKInstance, KKInstanceStatus,
@@ -227,6 +233,25 @@ where
         })
 }
 
+/// Work the host does alongside the phases (the image pre-pull).
+type SideJob<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+/// Runs `main` while also driving `side` forward; `side` is cleared once it finished. The side job is polled
+/// first, so that its command reaches the host before the phase's first one.
+pub(crate) async fn alongside<T>(main: impl Future<Output = T>, side: &mut Option<SideJob<'_>>) -> T {
+    let Some(job) = side.as_mut() else {
+        return main.await;
+    };
+    tokio::pin!(main);
+    tokio::select! {
+        biased;
+        () = job => {}
+        out = &mut main => return out,
+    }
+    *side = None;
+    main.await
+}
+
 /// Provision the host, phase by phase, skipping phases recorded as completed.
 pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<AtomicBool>, retry: bool) {
     let permit = ctx
@@ -298,6 +323,10 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
             .secret_texts()
             .into_iter()
             .for_each(|t| input.redactor.add(t));
+        let input = input;
+        let side_progress = TaskProgress::default();
+        let mut prepull: Option<SideJob<'_>> = None;
+        let mut prepull_started = false;
         for (i, phase) in phases.iter().copied().enumerate() {
             current = phase;
             if done.contains(phase.name()) {
@@ -309,8 +338,36 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
             if stop.load(Ordering::SeqCst) {
                 return Ok(false);
             }
-            if phase == Phase::Provisioning && input.bootstrap.is_none() {
-                input.bootstrap = bootstrap_data(&ctx, &inst).await?;
+            if !prepull_started && done.contains(Phase::ContainerManager.name()) {
+                prepull_started = true;
+                // The images depend on what the bootstrap data runs. Unreadable now, it is read again (and
+                // its failure reported) by provisioning; the pre-pull then notes that it pulled nothing.
+                if input.bootstrap.get().is_none()
+                    && let Ok(Some(data)) = bootstrap_data(&ctx, &inst).await
+                {
+                    let _ = input.bootstrap.set(data);
+                }
+                prepull = Some(ctx.services.prepull(HostCall {
+                    exec: &*exec,
+                    input: &input,
+                    progress: &side_progress,
+                }));
+            }
+            if phase == Phase::Provisioning {
+                if let Some(job) = prepull.take() {
+                    t.status.step = Some(format!(
+                        "step {}/{n}: provisioning (waiting for the image pre-pull)",
+                        i + 1
+                    ));
+                    t.flush();
+                    job.await;
+                }
+                t.journal(side_progress.drain());
+                if input.bootstrap.get().is_none()
+                    && let Some(data) = bootstrap_data(&ctx, &inst).await?
+                {
+                    let _ = input.bootstrap.set(data);
+                }
             }
             let step = format!("step {}/{}: {}", i + 1, n, phase.name());
             info!(kkinstance = %t.name, "Running {step}");
@@ -326,10 +383,11 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
             let res = bounded_phase(
                 phase,
                 ctx.settings.max_host_phase_duration,
-                ctx.services.run(phase, host),
+                alongside(ctx.services.run(phase, host), &mut prepull),
             )
             .await;
             t.journal(progress.drain());
+            t.journal(side_progress.drain());
             let res = res?;
             if let Some(f) = input.facts.lock().ok().and_then(|f| f.clone()) {
                 t.status.host_info = Some(capkk_api::HostInfo {
@@ -524,5 +582,36 @@ mod tests {
             bounded_phase(Phase::Bootstrap, limit, quick).await,
             Ok(Ok(()))
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_side_job_progresses_while_phases_run_and_is_kept_for_the_next_phase_when_unfinished() {
+        use std::sync::atomic::AtomicUsize;
+        let ticks = Arc::new(AtomicUsize::new(0));
+        let counter = ticks.clone();
+        let mut side: Option<SideJob<'_>> = Some(Box::pin(async move {
+            for _ in 0..3 {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+        // A 15 s phase: the side job got through one of its 10 s sleeps and is kept.
+        alongside(tokio::time::sleep(Duration::from_secs(15)), &mut side).await;
+        assert_eq!(ticks.load(Ordering::SeqCst), 1);
+        assert!(side.is_some(), "an unfinished side job is kept");
+        // A longer phase: the side job finishes within it and is cleared; the phase still runs to its end.
+        let started = tokio::time::Instant::now();
+        let out = alongside(
+            async {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                7
+            },
+            &mut side,
+        )
+        .await;
+        assert_eq!(out, 7);
+        assert_eq!(started.elapsed(), Duration::from_secs(60));
+        assert_eq!(ticks.load(Ordering::SeqCst), 3);
+        assert!(side.is_none(), "a finished side job is cleared");
     }
 }

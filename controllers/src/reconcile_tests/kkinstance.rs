@@ -247,7 +247,7 @@ async fn a_recorded_claim_runs_every_phase_once_on_its_host_and_records_them_as_
     assert!(
         annotated(
             COMPLETED_PHASES_ANNOTATION,
-            "bootstrap,repository,binary,containermanager,provisioning"
+            "bootstrap,binary,containermanager,repository,provisioning"
         ),
         "every phase is recorded as completed: {requests:#?}"
     );
@@ -274,10 +274,7 @@ async fn a_failing_phase_is_terminal_and_the_phases_after_it_do_not_run() {
         "the task ended"
     );
     let requests = served.finish();
-    assert_eq!(
-        t.services.ran(),
-        [Phase::Bootstrap, Phase::Repository, Phase::Binary]
-    );
+    assert_eq!(t.services.ran(), [Phase::Bootstrap, Phase::Binary]);
     assert!(
         requests.iter().any(|(m, p, b)| m == "PATCH"
             && p == &path("kkinstances", "c.node1")
@@ -307,10 +304,7 @@ async fn a_phase_whose_host_command_hangs_is_cut_at_the_phase_bound_and_reported
         "the task did not end within 5 s: the hung phase was not cut at its 1 s bound"
     );
     let requests = served.finish();
-    assert_eq!(
-        t.services.ran(),
-        [Phase::Bootstrap, Phase::Repository, Phase::Binary]
-    );
+    assert_eq!(t.services.ran(), [Phase::Bootstrap, Phase::Binary]);
     let cut = |b: &Value| {
         b["status"]["conditions"].as_array().is_some_and(|cs| {
             cs.iter().any(|c| {
@@ -497,6 +491,41 @@ async fn a_host_another_namespace_holds_is_refused_naming_the_holder_and_nothing
             .iter()
             .any(|(m, p, _)| m == "DELETE" && p.starts_with(&leases_path(""))),
         "a live holder's Lease is not taken over: {requests:#?}"
+    );
+}
+
+#[tokio::test]
+async fn the_image_pre_pull_starts_once_containerd_runs_goes_on_alongside_the_packages_and_provisioning_waits_for_it()
+ {
+    let km = recorded_kkmachine();
+    let mut t = world(&km);
+    t.services.prepull_takes(Duration::from_millis(300));
+    let inst = claim(&km, "node1", "10.0.0.1", &[]);
+    let served = serve_host_work(t.api, &inst);
+    reconcile(Arc::new(inst), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    assert!(
+        task_end(&mut t.instance_triggers).await.is_some(),
+        "the task ended"
+    );
+    served.finish();
+    assert_eq!(t.services.ran(), Phase::ALL);
+    let [(started, ended)] = t.services.prepulls().try_into().expect("one pre-pull");
+    assert_eq!(
+        started,
+        [Phase::Bootstrap, Phase::Binary, Phase::ContainerManager],
+        "started once containerd runs, before the packages"
+    );
+    assert_eq!(
+        ended,
+        [
+            Phase::Bootstrap,
+            Phase::Binary,
+            Phase::ContainerManager,
+            Phase::Repository
+        ],
+        "the packages ran alongside it, and provisioning waited for it"
     );
 }
 

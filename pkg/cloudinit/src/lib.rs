@@ -46,6 +46,7 @@
 
 mod encoding;
 mod error;
+mod kubeadm;
 mod modules;
 mod plan;
 mod template;
@@ -53,6 +54,7 @@ mod value;
 
 pub use encoding::{Encoding, MAX_DECODED_BYTES};
 pub use error::{Error, Result};
+pub use kubeadm::{KubeadmIntent, KubeadmRole};
 pub use plan::{
     Action, Command, DiskSetup, FsSetup, Module, Mount, Ntp, NtpClient, Partition, Plan, Step, TableType,
     User, WriteFile,

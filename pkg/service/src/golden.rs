@@ -14,6 +14,7 @@ use crate::{
     containermanager::{self, ContainerdConfig, RegistryAuth},
     facts::{self, PackageManager, script::Script},
     host::tpl,
+    images,
     provisioning::script as prov,
     remediation, repository, upgrade,
 };
@@ -190,6 +191,19 @@ pub(crate) fn renderings() -> Vec<(String, Kind, String)> {
         repository::iso_probe_command("/var/lib/capkk/repository/x.iso"),
     );
     add("provisioning-launcher.sh", Kind::Script, prov::launcher(12345));
+    add(
+        "images-prepull.sh",
+        Kind::Script,
+        images::prepull_script(&images::PrepullConfig {
+            kubernetes_version: "v1.32.0".into(),
+            image_repository: Some("registry.local:5000/k8s".into()),
+            images: images::ImageSet::Worker,
+            sandbox_image: Some("registry.local:5000/pause:3.10".into()),
+            pull_timeout: std::time::Duration::from_secs(120),
+            timeout: std::time::Duration::from_secs(300),
+        })
+        .render(),
+    );
     add(
         "remediation-restart-services.sh",
         Kind::Script,

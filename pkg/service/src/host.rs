@@ -79,6 +79,7 @@ pub(crate) mod tpl {
         REMEDIATION_BOOT_ID => "remediation/boot-id.sh",
         UPGRADE_NODE => "upgrade/kubeadm-upgrade-node.sh",
         UPGRADE_RESTART_KUBELET => "upgrade/restart-kubelet.sh",
+        IMAGE_PREPULL => "images/prepull.sh",
     }
 }
 

@@ -1,6 +1,7 @@
 //! Host services: everything the provider does *on a host*, through [`capkk_executor::Executor`] only.
 //!
-//! Order on create: [`bootstrap`] → [`repository`] → [`binary`] → [`containermanager`] → [`provisioning`];
+//! Order on create: [`bootstrap`] → [`binary`] → [`containermanager`] → [`repository`] (alongside it, the
+//! [`images`] pre-pull) → [`provisioning`];
 //! on delete: [`bootstrap::reset`](bootstrap); on an unhealthy Node: [`remediation`]; on a version change done in
 //! place: [`upgrade`]. Each service reports
 //! every step to a [`journal::Progress`] sink (name, exit code, duration, redacted output tail). This crate
@@ -14,6 +15,7 @@ pub mod facts;
 #[cfg(test)]
 mod golden;
 pub mod host;
+pub mod images;
 pub mod journal;
 #[cfg(test)]
 mod prop_render;

@@ -1,0 +1,234 @@
+//! The image pre-pull: the images `kubeadm init/join` would pull, pulled into containerd while the node's other
+//! work goes on, so that kubeadm finds them present and pulls nothing.
+//!
+//! The host's kubeadm (the Machine's version, installed by [`crate::binary`]) lists the images for the version
+//! and image repository (`kubeadm config images list`), and crictl pulls each one through containerd's CRI (the
+//! same path and registry configuration, `hosts.toml` with mirrors and credentials, as kubeadm's own pulls).
+//! A control plane gets every image kubeadm lists; a worker, whose `kubeadm join` pulls nothing, gets
+//! kube-proxy (the kubelet pulls it first); both get containerd's sandbox image when one is configured.
+//!
+//! The pull is an optimisation: callers never fail provisioning on its result. It is one journaled step
+//! (`image-prepull`, one output line per image with the host's clock) bounded by
+//! [`PrepullConfig::timeout`].
+
+use std::time::Duration;
+
+use capkk_executor::Executor;
+use tracing::instrument;
+
+use crate::{
+    Error, Result,
+    facts::script::Script,
+    host::{Vars, tpl},
+    journal::{Progress, Redactor},
+};
+
+/// The journal step name of the pre-pull.
+pub const STEP: &str = "image-prepull";
+
+/// Which of kubeadm's images the node needs before kubeadm runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageSet {
+    /// Every image kubeadm lists (init and control-plane join pull them all first).
+    ControlPlane,
+    /// kube-proxy only (a worker's join pulls nothing; the kubelet then pulls kube-proxy).
+    Worker,
+}
+
+/// Inputs of [`prepull`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrepullConfig {
+    /// The Kubernetes version (`Machine.spec.version`).
+    pub kubernetes_version: String,
+    /// kubeadm's `imageRepository` (`None`: kubeadm's default).
+    pub image_repository: Option<String>,
+    /// Which images.
+    pub images: ImageSet,
+    /// containerd's sandbox image (`containerManager.sandboxImage`), pulled too when set.
+    pub sandbox_image: Option<String>,
+    /// Bound on one image's pull (on the host).
+    pub pull_timeout: Duration,
+    /// Bound on the whole step.
+    pub timeout: Duration,
+}
+
+/// An image repository or reference (`host[:port][/path][:tag][@digest]`): letters, digits and `._/:@+-`,
+/// starting with a letter or digit, at most 512 bytes (the CRD's pattern for images).
+fn valid_image_ref(s: &str) -> bool {
+    s.len() <= 512
+        && s.as_bytes().first().is_some_and(u8::is_ascii_alphanumeric)
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._/:@+-".contains(&b))
+}
+
+/// Every value that reaches the host, checked: the version as the binary service checks it, the repository
+/// (it may come from bootstrap data, which no CRD validates) and the sandbox image as image references.
+pub fn check_input(cfg: &PrepullConfig) -> Result<()> {
+    crate::binary::check_version("spec.version", &cfg.kubernetes_version)?;
+    for (field, v) in [
+        ("ClusterConfiguration.imageRepository", &cfg.image_repository),
+        ("spec.containerManager.sandboxImage", &cfg.sandbox_image),
+    ] {
+        if let Some(v) = v.as_deref().filter(|v| !valid_image_ref(v)) {
+            return Err(Error::InvalidInput {
+                field: field.into(),
+                message: format!("{v:?} is not an image reference (letters, digits, '._/:@+-')"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The pre-pull as a one-step script (pure; the golden rendering uses it). `cfg` must have passed
+/// [`check_input`].
+pub fn prepull_script(cfg: &PrepullConfig) -> Script {
+    let only = match cfg.images {
+        ImageSet::ControlPlane => "",
+        ImageSet::Worker => "kube-proxy",
+    };
+    let mut s = Script::new();
+    s.step(
+        STEP,
+        Vars::new()
+            .var("VERSION", &cfg.kubernetes_version)
+            .var("REPOSITORY", cfg.image_repository.as_deref().unwrap_or_default())
+            .var("ONLY", only)
+            .var("EXTRA", cfg.sandbox_image.as_deref().unwrap_or_default())
+            .var("PULL_TIMEOUT", cfg.pull_timeout.as_secs().max(1).to_string())
+            .render(tpl::IMAGE_PREPULL),
+    );
+    s
+}
+
+/// Pull the images `cfg` names into containerd on `exec` (one exec, journaled as [`STEP`]). An error means some
+/// image is not pulled (or the input was refused, or the step ran past its bound): the caller goes on and kubeadm
+/// pulls what is missing.
+#[instrument(skip_all, fields(host = %exec.target(), version = %cfg.kubernetes_version))]
+pub async fn prepull(
+    exec: &dyn Executor,
+    cfg: &PrepullConfig,
+    phase: &str,
+    progress: &dyn Progress,
+    redactor: &Redactor,
+) -> Result<()> {
+    check_input(cfg)?;
+    prepull_script(cfg)
+        .run(exec, phase, progress, redactor, cfg.timeout)
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> PrepullConfig {
+        PrepullConfig {
+            kubernetes_version: "v1.36.3".into(),
+            image_repository: Some("198.18.0.1:5000".into()),
+            images: ImageSet::ControlPlane,
+            sandbox_image: Some("198.18.0.1:5000/pause:3.10.1".into()),
+            pull_timeout: Duration::from_secs(120),
+            timeout: Duration::from_secs(300),
+        }
+    }
+
+    #[test]
+    fn a_repository_or_sandbox_image_that_could_break_out_of_quoting_is_refused_naming_its_field() {
+        assert!(check_input(&cfg()).is_ok());
+        let mut c = cfg();
+        c.image_repository = Some("reg.example/$(reboot)".into());
+        let e = check_input(&c).unwrap_err().to_string();
+        assert!(e.contains("ClusterConfiguration.imageRepository"), "{e}");
+        let mut c = cfg();
+        c.sandbox_image = Some("pause:3.10 'x'".into());
+        let e = check_input(&c).unwrap_err().to_string();
+        assert!(e.contains("spec.containerManager.sandboxImage"), "{e}");
+        let mut c = cfg();
+        c.kubernetes_version = "v1.36;id".into();
+        assert!(check_input(&c).is_err());
+    }
+
+    #[test]
+    fn a_worker_keeps_only_kube_proxy_and_a_control_plane_every_image() {
+        let cp = prepull_script(&cfg()).render();
+        assert!(
+            cp.contains(&format!("\nONLY={}\n", capkk_executor::quote(""))),
+            "{cp}"
+        );
+        let w = prepull_script(&PrepullConfig {
+            images: ImageSet::Worker,
+            ..cfg()
+        })
+        .render();
+        assert!(w.contains("\nONLY=kube-proxy\n"), "{w}");
+        assert!(w.contains("\nEXTRA=198.18.0.1:5000/pause:3.10.1\n"), "{w}");
+    }
+
+    /// The script against stand-ins for kubeadm and crictl (a real shell): a control plane pulls every listed
+    /// image and the sandbox image, skips what is present, and reports a failed image without hiding the rest.
+    #[test]
+    fn the_script_pulls_what_is_missing_and_reports_each_image_with_the_host_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let log = dir.path().join("pulls");
+        let write = |name: &str, body: String| {
+            let p = bin.join(name);
+            std::fs::write(&p, format!("#!/bin/sh\n{body}")).unwrap();
+            std::process::Command::new("chmod")
+                .args(["755", p.to_str().unwrap()])
+                .status()
+                .unwrap();
+        };
+        write(
+            "kubeadm",
+            "[ \"$1 $2 $3\" = 'config images list' ] || exit 9\n\
+             r=registry.k8s.io; [ \"$6\" = --image-repository ] && r=$7\n\
+             for i in kube-apiserver:$5 kube-proxy:$5 etcd:3.6.8-0; do echo \"$r/$i\"; done\n"
+                .into(),
+        );
+        write(
+            "crictl",
+            format!(
+                "case \"$1\" in inspecti) case \"$2\" in */etcd:*) exit 0;; esac; exit 1;;\n\
+                 pull) case \"$2\" in */kube-apiserver:*) echo 'not found' >&2; exit 1;; esac; echo \"$2\" >> {}; echo pulled;;\n\
+                 esac\n",
+                log.display()
+            ),
+        );
+        let script = prepull_script(&cfg()).render();
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&script)
+            .env(
+                "PATH",
+                format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+            )
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("@@capkk end image-prepull 1 "),
+            "a failed image fails the step: {stdout}"
+        );
+        let pulled = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(
+            pulled, "198.18.0.1:5000/kube-proxy:v1.36.3\n198.18.0.1:5000/pause:3.10.1\n",
+            "{stdout}"
+        );
+        let line = |what: &str| {
+            stdout
+                .lines()
+                .find(|l| l.contains(what))
+                .unwrap_or_else(|| panic!("no line with {what:?}: {stdout}"))
+                .to_owned()
+        };
+        let pulled_line = line("pulled 198.18.0.1:5000/kube-proxy:v1.36.3 in ");
+        let host_ms: u64 = pulled_line.split(' ').next().unwrap().parse().unwrap();
+        assert!(host_ms > 1_700_000_000_000, "{pulled_line}");
+        assert!(line("present 198.18.0.1:5000/etcd:3.6.8-0").len() > 10);
+        assert!(line("failed 198.18.0.1:5000/kube-apiserver:v1.36.3 after ").ends_with(": not found"));
+        assert!(stdout.contains("1 image(s) not pulled: kubeadm pulls them itself"));
+    }
+}

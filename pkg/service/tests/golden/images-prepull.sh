@@ -1,0 +1,83 @@
+# Prelude of every batched service script (facts::script::Script). Steps are framed by step-open.sh and
+# step-close.sh; markers follow the one protocol of crate::host::MARK ("@@capkk <verb> <args>").
+umask 022
+export LC_ALL=C
+# put_file PATH MODE SHA256 BASE64: write PATH only when its content or mode differs (atomic rename). The
+# temp file is created by mktemp (mode 0600, unpredictable name) and gets MODE only when complete, so a file
+# holding credentials is never readable by others, not even for a moment.
+put_file() {
+  if [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$3" ] && [ "$(stat -c %a "$1")" = "$2" ]; then return 0; fi
+  mkdir -p "$(dirname "$1")"
+  _pt=$(mktemp "$(dirname "$1")/.capkk-put.XXXXXX")
+  printf '%s' "$4" | base64 -d > "$_pt"
+  chmod "$2" "$_pt"
+  mv -f "$_pt" "$1"
+  echo "wrote $1"
+  CHANGED=1
+}
+# mismatch ARTIFACT EXPECTED ACTUAL: report a checksum mismatch and fail the step.
+mismatch() {
+  echo "@@capkk mismatch $2 $3 $1"
+  return 65
+}
+now_ns() { date +%s%N 2>/dev/null; }
+# end_step NAME RC: the end marker with the step's wall time.
+end_step() {
+  _t1=$(now_ns)
+  case "$_t0$_t1" in *[!0-9]*|'') _ms=0 ;; *) _ms=$(( (_t1 - _t0) / 1000000 )) ;; esac
+  printf '\n@@capkk end %s %s %s\n' "$1" "$2" "$_ms"
+}
+STEP=image-prepull
+printf '\n@@capkk begin %s\n' "$STEP"
+_t0=$(now_ns)
+( set -e
+CHANGED=0
+VERSION=v1.32.0
+REPOSITORY=registry.local:5000/k8s
+ONLY=kube-proxy
+EXTRA=registry.local:5000/pause:3.10
+PULL_TIMEOUT=120
+# Pull the images kubeadm will need into containerd before the bootstrap data runs, through the CRI and the
+# registry configuration (hosts.toml) that kubeadm's own pulls use, so that `kubeadm init/join` finds them
+# present. One line per image: the host's clock when its pull started (ms since the epoch), what happened, and
+# how long it took. A failed image fails the step, but never provisioning: kubeadm pulls what is missing.
+# Variables: VERSION (kubeadm --kubernetes-version), REPOSITORY ('' = kubeadm's default), ONLY ('' = every
+# image kubeadm lists, else the image names to keep, space-separated), EXTRA ('' or one more image: containerd's
+# sandbox image), PULL_TIMEOUT (seconds per image).
+_ms() { _n=$(now_ns); case "$_n" in *[!0-9]*|'') echo "$(date +%s)000" ;; *) echo $((_n / 1000000)) ;; esac; }
+command -v crictl >/dev/null 2>&1 || { echo "crictl is missing"; exit 1; }
+if [ -n "$REPOSITORY" ]; then
+  _list=$(kubeadm config images list --kubernetes-version "$VERSION" --image-repository "$REPOSITORY")
+else
+  _list=$(kubeadm config images list --kubernetes-version "$VERSION")
+fi
+_failed=0
+for _img in $_list $EXTRA; do
+  _name=${_img##*/}
+  _name=${_name%%[:@]*}
+  if [ -n "$ONLY" ] && [ "$_img" != "$EXTRA" ]; then
+    case " $ONLY " in *" $_name "*) ;; *) continue ;; esac
+  fi
+  _s=$(_ms)
+  if crictl inspecti "$_img" >/dev/null 2>&1; then
+    echo "$_s present $_img"
+    continue
+  fi
+  if _out=$(timeout "$PULL_TIMEOUT" crictl pull "$_img" 2>&1); then
+    echo "$_s pulled $_img in $(($(_ms) - _s)) ms"
+    CHANGED=1
+  else
+    echo "$_s failed $_img after $(($(_ms) - _s)) ms: $(printf '%s\n' "$_out" | tail -n 1)"
+    _failed=$((_failed + 1))
+  fi
+done
+if [ "$_failed" != 0 ]; then
+  echo "$_failed image(s) not pulled: kubeadm pulls them itself"
+  exit 1
+fi
+[ "$CHANGED" = 1 ] && echo '@@capkk changed'
+true
+) 2>&1 </dev/null
+_rc=$?
+end_step "$STEP" "$_rc"
+[ "$_rc" = 0 ] || exit "$_rc"
