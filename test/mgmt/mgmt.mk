@@ -5,6 +5,8 @@
 #                      (pinned in test/mgmt/tools/*/go.mod) into $(CAPKK_CACHE)/bin/<pins hash>/
 #   make flux-bin      build Flux's source-controller and kustomize-controller (pinned in test/mgmt/tools/flux/go.mod)
 #                      into $(CAPKK_CACHE)/bin/flux-<pins hash>/, with their CRDs (the GitOps e2e runs them)
+#   make operator-bin  build the Cluster API Operator (pinned in test/mgmt/tools/operator/go.mod) into
+#                      $(CAPKK_CACHE)/bin/operator-<pins hash>/, with its CRDs (docs/operator.md)
 #   make mgmt-up       start (or reuse) the plane; kubeconfig at $(CAPKK_MGMT_DIR)/kubeconfig
 #   make mgmt-down     stop what mgmt-up started and wipe its state (logs are kept)
 #   make mgmt-status   show the processes and whether the plane answers
@@ -16,16 +18,19 @@ MGMT_DIR ?= test/mgmt
 CAPKK_MGMT_DIR ?= $(CAPKK_CACHE)/mgmt
 export CAPKK_MGMT_DIR
 
-# Flux's cold build is minutes of compiling on a shared machine: it runs at the lowest priority.
+# The cold builds of Flux and the Operator are minutes of compiling on a shared machine: lowest priority.
 FLUX_NICE ?= 19
 
-.PHONY: mgmt-bin flux-bin mgmt-up mgmt-down mgmt-status fixtures mgmt-test
+.PHONY: mgmt-bin flux-bin operator-bin mgmt-up mgmt-down mgmt-status fixtures mgmt-test
 
 mgmt-bin: ## build the management plane binaries (pinned Go modules; cached by the pins' hash)
 	$(MGMT_DIR)/scripts/build-bins.sh
 
 flux-bin: ## build Flux's source-controller and kustomize-controller + CRDs (pinned; cached by the pins' hash)
 	nice -n $(FLUX_NICE) $(MGMT_DIR)/scripts/build-bins.sh flux
+
+operator-bin: ## build the Cluster API Operator + its CRDs (pinned; cached by the pins' hash)
+	nice -n $(FLUX_NICE) $(MGMT_DIR)/scripts/build-bins.sh operator
 
 mgmt-up: mgmt-bin ## start (or reuse) the local management plane: etcd, kube-apiserver, CAPI controllers
 	$(MGMT_DIR)/scripts/mgmt.sh up

@@ -108,6 +108,24 @@ type options struct {
 	timeout       time.Duration
 	managerLogLvl int
 	portOffset    int
+	bare          bool
+}
+
+// bare: this plane runs etcd, kube-apiserver and kube-controller-manager only, no CAPI, for a test that installs
+// CAPI itself (the Cluster API Operator's CoreProvider, controllers/tests/operator_install.rs). Recorded in the
+// state directory by up, so that down and status know the plane's components.
+var bare bool
+
+func bareMode(stateDir string, flagValue, record bool) (bool, error) {
+	path := filepath.Join(stateDir, "bare")
+	if record {
+		if !flagValue {
+			return false, os.RemoveAll(path)
+		}
+		return true, os.WriteFile(path, []byte("true\n"), 0o644)
+	}
+	_, err := os.Stat(path)
+	return err == nil, nil
 }
 
 func main() {
@@ -136,6 +154,8 @@ func main() {
 		"feature gates passed to the CAPI managers")
 	fs.DurationVar(&o.timeout, "timeout", 4*time.Minute, "how long up waits for the plane to become ready")
 	fs.IntVar(&o.managerLogLvl, "manager-v", 2, "klog verbosity of the CAPI managers")
+	fs.BoolVar(&o.bare, "bare", false,
+		"up: etcd, kube-apiserver and kube-controller-manager (with the deployment controllers) only, no CAPI")
 	fs.IntVar(&o.portOffset, "port-offset", -1,
 		"added to every port (to run a second plane); default: the offset recorded by up, else 0")
 	_ = fs.Parse(os.Args[2:])
@@ -161,6 +181,10 @@ func main() {
 		fatalf("port offset: %v", err)
 	}
 	applyPortOffset(offset)
+	if bare, err = bareMode(o.stateDir, o.bare, cmd == "up"); err != nil {
+		unlock()
+		fatalf("bare mode: %v", err)
+	}
 
 	switch cmd {
 	case "up":
@@ -242,6 +266,9 @@ func pkiDir(stateDir string) string         { return filepath.Join(stateDir, "pk
 // components lists every process in start order.
 func componentNames() []string {
 	names := []string{"etcd", "kube-apiserver", "kube-controller-manager"}
+	if bare {
+		return names
+	}
 	for _, m := range managers {
 		names = append(names, m.name)
 	}
@@ -254,7 +281,7 @@ func up(ctx context.Context, o *options) error {
 			return fmt.Errorf("binary %s is missing or not executable (run `make mgmt-bin`)", b)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(o.capiSrc, "core", "config", "crd")); err != nil {
+	if _, err := os.Stat(filepath.Join(o.capiSrc, "core", "config", "crd")); err != nil && !bare {
 		return fmt.Errorf("--capi-src %s does not look like the Cluster API module: %v", o.capiSrc, err)
 	}
 
@@ -270,6 +297,9 @@ func up(ctx context.Context, o *options) error {
 					strings.TrimSpace(string(prev)), o.binDir)
 			}
 			for _, m := range managers {
+				if bare {
+					break
+				}
 				pid, _ := pidOf(o.stateDir, m.name)
 				cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 				if !bytes.Contains(cmdline, []byte("--feature-gates="+o.featureGates+"\x00")) {
@@ -286,6 +316,10 @@ func up(ctx context.Context, o *options) error {
 				return err
 			}
 			// No-op unless the CAPI manifests or their rendering changed since the last up.
+			if bare {
+				logf("bare management plane already running (state %s)", o.stateDir)
+				return nil
+			}
 			if err := installCAPI(ctx, kc, o.stateDir, o.capiSrc, caBundle); err != nil {
 				return fmt.Errorf("install CAPI CRDs and webhooks: %w", err)
 			}
@@ -346,6 +380,9 @@ func up(ctx context.Context, o *options) error {
 		}
 	}
 
+	if bare {
+		return waitFor(ctx, o.stateDir, "kube-controller-manager", kcmReady)
+	}
 	caBundle, err := os.ReadFile(filepath.Join(pkiDir(o.stateDir), "ca.crt"))
 	if err != nil {
 		return err
@@ -379,6 +416,9 @@ func up(ctx context.Context, o *options) error {
 
 func managerBins(o *options) []string {
 	var bins []string
+	if bare {
+		return nil
+	}
 	for _, m := range managers {
 		bins = append(bins, filepath.Join(o.binDir, m.binary))
 	}
@@ -425,11 +465,17 @@ func apiserverArgs(stateDir string) []string {
 }
 
 func kcmArgs(stateDir string) []string {
+	controllers := "garbagecollector,namespace"
+	if bare {
+		// Deployment status (the Available condition the Cluster API Operator reads for a provider's Ready) is
+		// the deployment controller's; Pods are still never scheduled nor run.
+		controllers += ",deployment,replicaset"
+	}
 	return []string{
 		"--kubeconfig=" + kubeconfigPath(stateDir),
 		"--authentication-kubeconfig=" + kubeconfigPath(stateDir),
 		"--authorization-kubeconfig=" + kubeconfigPath(stateDir),
-		"--controllers=garbagecollector,namespace",
+		"--controllers=" + controllers,
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", kcmPort),
@@ -511,6 +557,9 @@ func checkReady(ctx context.Context, stateDir string) error {
 	}
 	if err := kcmReady(ctx); err != nil {
 		return fmt.Errorf("kube-controller-manager: %w", err)
+	}
+	if bare {
+		return nil
 	}
 	for _, m := range managers {
 		if err := managerReady(stateDir, m)(ctx); err != nil {

@@ -4,6 +4,8 @@
 # are skipped. etcd, kube-apiserver and kubectl are taken from $KUBEBUILDER_ASSETS when it holds them.
 #   build-bins.sh flux   Flux's source-controller and kustomize-controller (tools/flux) and their CRDs into
 #                        $CAPKK_CACHE/bin/flux-<hash of tools/flux>/ instead (make flux-bin)
+#   build-bins.sh operator   the Cluster API Operator (tools/operator) and its CRDs into
+#                        $CAPKK_CACHE/bin/operator-<hash of tools/operator>/ instead (make operator-bin)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -11,7 +13,8 @@ SET=${1:-plane}
 case $SET in
   plane) ;;
   flux) BIN_DIR=$FLUX_BIN_DIR ;;
-  *) log "usage: $0 [flux]"; exit 2 ;;
+  operator) BIN_DIR=$OPERATOR_BIN_DIR ;;
+  *) log "usage: $0 [flux|operator]"; exit 2 ;;
 esac
 command -v go >/dev/null || { log "go is required to build the management plane binaries"; exit 1; }
 mkdir -p "$BIN_DIR"
@@ -99,6 +102,32 @@ if [ "$SET" = flux ]; then
   fi
   echo "flux $FLUX_VERSION" >"$BIN_DIR/VERSIONS"
   log "flux binaries ready in $(( $(date +%s) - T0 ))s"
+  exit 0
+fi
+if [ "$SET" = operator ]; then
+  log "pins: cluster-api-operator $OPERATOR_VERSION, $(go_version)"
+  log "output: $BIN_DIR"
+  # Stamped as the operator's hack/version.sh does, so that its log's "starting manager" line names the pin.
+  v=$OPERATOR_VERSION p=sigs.k8s.io/cluster-api-operator/version
+  major=${v#v}; major=${major%%.*}
+  minor=${v#v*.}; minor=${minor%%.*}
+  # Its libraries (CAPI v1.13, Kubernetes v0.35) are not the plane's: a cold build compiles them all, minutes
+  # that the heartbeat keeps from being silent.
+  heartbeat "operator: go build" build_module operator \
+    "-s -w -X $p.gitVersion=$v -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z" \
+    operator=sigs.k8s.io/cluster-api-operator/cmd
+  # Its CRDs from the pinned module source (one served version each: no conversion webhook to render).
+  if [ ! -f "$BIN_DIR/crds/.complete" ]; then
+    src=$(cd "$TOOLS_DIR/operator" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api-operator)
+    { [ -n "$src" ] && [ -d "$src/config/crd/bases" ]; } || { log "cannot locate the cluster-api-operator module source"; exit 1; }
+    rm -rf "$BIN_DIR/crds" && mkdir -p "$BIN_DIR/crds"
+    cp "$src"/config/crd/bases/*.yaml "$BIN_DIR/crds/"
+    chmod -R u+w "$BIN_DIR/crds"
+    echo "$OPERATOR_VERSION" >"$BIN_DIR/crds/.complete"
+    log "crds: copied the CRDs of cluster-api-operator $OPERATOR_VERSION"
+  fi
+  echo "cluster-api-operator $OPERATOR_VERSION" >"$BIN_DIR/VERSIONS"
+  log "operator binary ready in $(( $(date +%s) - T0 ))s"
   exit 0
 fi
 log "pins: kubernetes $KUBE_VERSION, etcd $ETCD_VERSION, cluster-api $CAPI_VERSION, $(go_version)"

@@ -38,6 +38,10 @@ BIN_DIR=$CAPKK_CACHE/bin/$(pins_hash)
 FLUX_BIN_DIR=$CAPKK_CACHE/bin/flux-$(pins_hash flux)
 FLUX_VERSION=$(mod_version flux github.com/fluxcd/source-controller)
 FLUX_BINS="source-controller kustomize-controller"
+# The Cluster API Operator and its CRDs (make operator-bin; controllers/tests/operator_*.rs, docs/operator.md):
+# a pin set of its own, like Flux, because its CAPI and Kubernetes libraries are not the plane's.
+OPERATOR_BIN_DIR=$CAPKK_CACHE/bin/operator-$(pins_hash operator)
+OPERATOR_VERSION=$(mod_version operator sigs.k8s.io/cluster-api-operator)
 
 # Binaries that KUBEBUILDER_ASSETS (envtest's etcd, kube-apiserver, kubectl) may provide instead.
 asset_bin() { # <name>: prints the path to use for etcd / kube-apiserver / kubectl

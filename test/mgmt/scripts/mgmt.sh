@@ -6,13 +6,16 @@
 #   kubeconfig  print the kubeconfig path
 #   bin-dir     print the directory of the pinned binaries (kubectl, clusterctl, ...)
 #   flux-dir    print the directory of the pinned Flux controllers and their CRDs (make flux-bin)
+#   operator-dir  print the directory of the pinned Cluster API Operator and its CRDs (make operator-bin)
 #   env         print `export KUBECONFIG=... PATH=<bin-dir>:$PATH` for eval
 #   runtime-extension --out DIR --url https://HOST:PORT [--namespace NS] [--name NAME]
 #               write a CA, a serving cert for HOST (DIR/tls.{crt,key}: the manager's
 #               --runtime-extension-cert-dir) and DIR/extensionconfig.yaml registering the manager's
 #               in-place update hooks with CAPI (docs/upgrades.md)
 # Set CAPKK_MGMT_AUTOBUILD=1 to let `up` build missing binaries (slow when the Go cache is cold).
-# A second, independent plane: CAPKK_MGMT_DIR=<other dir> CAPKK_MGMT_PORT_OFFSET=<n> (ports shift by n).
+# A second, independent plane: CAPKK_MGMT_DIR=<other dir> CAPKK_MGMT_PORT_OFFSET=<n> (ports shift by n);
+# `up --bare` starts one without CAPI (etcd, kube-apiserver, kube-controller-manager with the deployment
+# controllers), for a test that installs CAPI itself.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -74,12 +77,15 @@ case "$cmd" in
   flux-dir)
     echo "$FLUX_BIN_DIR"
     ;;
+  operator-dir)
+    echo "$OPERATOR_BIN_DIR"
+    ;;
   env)
     # eval "$(test/mgmt/scripts/mgmt.sh env)": kubectl/clusterctl of the pinned versions + the plane's kubeconfig
     echo "export KUBECONFIG='$CAPKK_MGMT_DIR/kubeconfig' PATH='$BIN_DIR':\"\$PATH\""
     ;;
   *)
-    echo "usage: $0 up|down|status|kubeconfig|bin-dir|flux-dir|env|runtime-extension" >&2
+    echo "usage: $0 up|down|status|kubeconfig|bin-dir|flux-dir|operator-dir|env|runtime-extension" >&2
     exit 2
     ;;
 esac

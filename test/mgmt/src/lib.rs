@@ -241,10 +241,25 @@ pub struct SecondPlane {
 /// the checkouts of one machine use (0..=100), and still below the ephemeral port range.
 pub const SECOND_PLANE_PORT_SHIFT: u32 = 1500;
 
+/// How far a bare plane's ports ([`SecondPlane::up_bare`]) are shifted: past every second plane's (1500 plus
+/// offsets up to 100), still below the ephemeral port range.
+pub const BARE_PLANE_PORT_SHIFT: u32 = 1700;
+
 impl SecondPlane {
     /// Starts (or reuses) the plane in `<shared plane dir>-<suffix>` with ports shifted by
     /// [`SECOND_PLANE_PORT_SHIFT`] from the shared plane's.
     pub async fn up(suffix: &str) -> Result<SecondPlane, Error> {
+        Self::up_with(suffix, &[], SECOND_PLANE_PORT_SHIFT).await
+    }
+
+    /// [`SecondPlane::up`] without CAPI (`mgmt.sh up --bare`): etcd, kube-apiserver and kube-controller-manager
+    /// with the deployment controllers, for a test that installs CAPI itself (the Cluster API Operator). Its
+    /// ports are shifted by [`BARE_PLANE_PORT_SHIFT`], so that it never meets a plane of [`SecondPlane::up`].
+    pub async fn up_bare(suffix: &str) -> Result<SecondPlane, Error> {
+        Self::up_with(suffix, &["--bare"], BARE_PLANE_PORT_SHIFT).await
+    }
+
+    async fn up_with(suffix: &str, args: &[&str], shift: u32) -> Result<SecondPlane, Error> {
         // The shared plane's directory, defaulted as scripts/common.sh does.
         let base = std::env::var("CAPKK_MGMT_DIR")
             .map(PathBuf::from)
@@ -264,13 +279,10 @@ impl SecondPlane {
         let dir = format!("{}-{suffix}", base.display());
         let env = vec![
             ("CAPKK_MGMT_DIR", dir),
-            (
-                "CAPKK_MGMT_PORT_OFFSET",
-                (offset + SECOND_PLANE_PORT_SHIFT).to_string(),
-            ),
+            ("CAPKK_MGMT_PORT_OFFSET", (offset + shift).to_string()),
         ];
         let started = std::time::Instant::now();
-        let out = run_script("up", UP_TIMEOUT, &env).await?;
+        let out = run_script_args("up", args, UP_TIMEOUT, &env).await?;
         info!(elapsed = ?started.elapsed(), "second management plane up: {}", out.trim());
         let path = run_script("kubeconfig", Duration::from_secs(30), &env).await?;
         Ok(SecondPlane {
@@ -322,6 +334,14 @@ pub async fn bin_dir() -> Result<PathBuf, Error> {
 /// needs them, and it fails naming that target when they are missing.
 pub async fn flux_dir() -> Result<PathBuf, Error> {
     let out = run_script("flux-dir", Duration::from_secs(30), &[]).await?;
+    Ok(PathBuf::from(out.trim()))
+}
+
+/// Directory of the pinned Cluster API Operator (`operator`) and its CRDs (`crds/`), as `mgmt.sh operator-dir`
+/// prints it. Built by `make operator-bin`, not by `up`: only the Operator's tests need it
+/// (docs/operator.md).
+pub async fn operator_dir() -> Result<PathBuf, Error> {
+    let out = run_script("operator-dir", Duration::from_secs(30), &[]).await?;
     Ok(PathBuf::from(out.trim()))
 }
 
