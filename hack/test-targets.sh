@@ -14,20 +14,22 @@
 #                                      Flux: run by `make e2e-gitops`)
 #   hack/test-targets.sh release       the integration tests named release_* (they read what `make release`
 #                                      built: run by `make release-test`)
+#   hack/test-targets.sh operator      the integration tests named operator_* (the Cluster API Operator, its own
+#                                      plane: run by `make test-operator`, not by `make test`)
 #
 # Every tier selects targets, never packages: all tiers run `cargo test --workspace`, so cargo resolves one
 # feature set and no crate is compiled twice (selecting packages with -p/--exclude changes how features
 # unify and recompiles tokio, kube, ...). Test target names must be unique in the workspace (checked here),
 # since `--test NAME` matches that name in every package.
 set -euo pipefail
-tier=${1:?usage: $0 unit|integration|vm|e2e|release}
+tier=${1:?usage: $0 unit|integration|vm|e2e|release|operator}
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ${CARGO:-cargo} metadata --no-deps --format-version 1 --offline 2>/dev/null |
   TIER=$tier python3 -c '
 import json, os, sys
 meta = json.load(sys.stdin)
 tier = os.environ["TIER"]
-if tier not in ("unit", "integration", "vm", "e2e", "release"):
+if tier not in ("unit", "integration", "vm", "e2e", "release", "operator"):
     sys.exit(f"unknown tier {tier}")
 members = set(meta["workspace_members"])
 names, args = {}, []
@@ -41,7 +43,8 @@ for pkg in meta["packages"]:
         if name in names:
             sys.exit("test target %s exists in %s and %s: rename one" % (name, names[name], owner))
         names[name] = owner
-        prefixes = {"mgmt_": "integration", "vm_": "vm", "e2e_": "e2e", "release_": "release"}
+        prefixes = {"mgmt_": "integration", "vm_": "vm", "e2e_": "e2e", "release_": "release",
+                    "operator_": "operator"}
         target_tier = next((t for p, t in prefixes.items() if name.startswith(p)), "unit")
         if target_tier == tier:
             args += ["--test", name]
