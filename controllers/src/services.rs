@@ -310,6 +310,7 @@ fn skip(progress: &dyn Progress, phase: Phase, why: &str) {
         duration: std::time::Duration::ZERO,
         output_tail: why.into(),
         skipped: true,
+        host_finished_ms: None,
     });
 }
 
@@ -483,6 +484,7 @@ impl HostServices for ServiceLayer {
                 duration: std::time::Duration::ZERO,
                 output_tail: why,
                 skipped: true,
+                host_finished_ms: None,
             })
         };
         let cfg = match prepull_config(input) {
@@ -490,11 +492,17 @@ impl HostServices for ServiceLayer {
             Err(why) => return note(format!("nothing pre-pulled: {why}")),
         };
         match capkk_service::images::prepull(exec, &cfg, phase, progress, &input.redactor).await {
-            Ok(()) => info!(version = %cfg.kubernetes_version, "Images pre-pulled"),
-            // Its step (output per image) is journaled already.
-            Err(e @ ServiceError::CommandFailed { .. }) => {
-                info!(error = %e, "Image pre-pull incomplete; kubeadm pulls the rest")
-            }
+            Ok(out) => info!(
+                version = %cfg.kubernetes_version,
+                images = %out.replace('\n', " | "),
+                "Images pre-pulled"
+            ),
+            // Its step (a line per image) is journaled already.
+            Err(ServiceError::CommandFailed { output_tail, .. }) => info!(
+                version = %cfg.kubernetes_version,
+                images = %output_tail.replace('\n', " | "),
+                "Image pre-pull incomplete; kubeadm pulls the rest"
+            ),
             Err(e) => {
                 info!(error = %e, "Image pre-pull did not finish; kubeadm pulls the rest");
                 note(format!("not finished ({e}); kubeadm pulls what is missing"));

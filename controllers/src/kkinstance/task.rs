@@ -78,15 +78,38 @@ pub(crate) fn hostwork_status(s: &KKInstanceStatus) -> KKInstanceStatus {
     }
 }
 
-/// Collects step records from the services and keeps the current step for progress messages.
+/// Collects step records from the services and logs each one.
 #[derive(Default)]
 struct TaskProgress {
+    /// The KKInstance's name, for the log.
+    instance: String,
     records: Mutex<Vec<StepRecord>>,
+}
+
+impl TaskProgress {
+    fn of(instance: &str) -> Self {
+        Self {
+            instance: instance.to_owned(),
+            ..Default::default()
+        }
+    }
 }
 
 impl Progress for TaskProgress {
     fn step_started(&self, _phase: &str, _index: usize, _total: usize, _name: &str) {}
     fn step_finished(&self, record: &StepRecord) {
+        // One line per host step: with the host's clock where the host measured it, steps that ran alongside
+        // each other (the image pre-pull and the packages) line up, and each step's share can be read off.
+        info!(
+            kkinstance = %self.instance,
+            phase = %record.phase,
+            step = %record.name,
+            exit_code = ?record.exit_code,
+            duration_ms = record.duration.as_millis() as u64,
+            host_finished_ms = ?record.host_finished_ms,
+            skipped = record.skipped,
+            "Host step finished"
+        );
         if let Ok(mut r) = self.records.lock() {
             r.push(record.clone());
         }
@@ -324,7 +347,7 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
             .into_iter()
             .for_each(|t| input.redactor.add(t));
         let input = input;
-        let side_progress = TaskProgress::default();
+        let side_progress = TaskProgress::of(&t.name);
         let mut prepull: Option<SideJob<'_>> = None;
         let mut prepull_started = false;
         for (i, phase) in phases.iter().copied().enumerate() {
@@ -374,7 +397,7 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
             t.status.step = Some(step.clone());
             t.set(phase.condition(), false, reasons::IN_PROGRESS, &step);
             t.flush();
-            let progress = TaskProgress::default();
+            let progress = TaskProgress::of(&t.name);
             let host = HostCall {
                 exec: &*exec,
                 input: &input,
@@ -492,7 +515,7 @@ pub(crate) async fn reset_task(ctx: Arc<Context>, inst: KKInstance, releasing: b
             .secret_texts()
             .into_iter()
             .for_each(|t| input.redactor.add(t));
-        let progress = TaskProgress::default();
+        let progress = TaskProgress::of(&t.name);
         let host = HostCall {
             exec: &*exec,
             input: &input,

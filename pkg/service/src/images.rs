@@ -100,9 +100,9 @@ pub fn prepull_script(cfg: &PrepullConfig) -> Script {
     s
 }
 
-/// Pull the images `cfg` names into containerd on `exec` (one exec, journaled as [`STEP`]). An error means some
-/// image is not pulled (or the input was refused, or the step ran past its bound): the caller goes on and kubeadm
-/// pulls what is missing.
+/// Pull the images `cfg` names into containerd on `exec` (one exec, journaled as [`STEP`]); returns the step's
+/// output (one line per image). An error means some image is not pulled (or the input was refused, or the step
+/// ran past its bound): the caller goes on and kubeadm pulls what is missing.
 #[instrument(skip_all, fields(host = %exec.target(), version = %cfg.kubernetes_version))]
 pub async fn prepull(
     exec: &dyn Executor,
@@ -110,12 +110,17 @@ pub async fn prepull(
     phase: &str,
     progress: &dyn Progress,
     redactor: &Redactor,
-) -> Result<()> {
+) -> Result<String> {
     check_input(cfg)?;
-    prepull_script(cfg)
+    let out = prepull_script(cfg)
         .run(exec, phase, progress, redactor, cfg.timeout)
         .await?;
-    Ok(())
+    Ok(out
+        .records
+        .into_iter()
+        .map(|r| r.output_tail)
+        .collect::<Vec<_>>()
+        .join("\n"))
 }
 
 #[cfg(test)]

@@ -25,6 +25,9 @@ pub struct StepRecord {
     pub output_tail: String,
     /// True when the step found its work already done and ran nothing that changes the host.
     pub skipped: bool,
+    /// When the step ended by the host's clock (ms since the Unix epoch), for steps of batched scripts: their
+    /// records arrive together when the script ends, so the time they reach the controller says nothing.
+    pub host_finished_ms: Option<u64>,
 }
 
 /// Receives progress; the controller turns it into "step i/n: name" conditions and status journal.
@@ -237,6 +240,7 @@ impl StepRunner<'_> {
             duration: out.duration,
             output_tail: self.redactor.redact_tail(&out),
             skipped: false,
+            host_finished_ms: None,
         });
         Ok(out)
     }
@@ -250,6 +254,7 @@ impl StepRunner<'_> {
             duration: Duration::ZERO,
             output_tail: why.to_owned(),
             skipped: true,
+            host_finished_ms: None,
         });
     }
 }

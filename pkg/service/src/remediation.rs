@@ -157,6 +157,7 @@ pub async fn reboot(
             Err(e) => e.to_string(),
         },
         skipped: false,
+        host_finished_ms: None,
     });
     outcome
 }
@@ -232,7 +233,7 @@ mod tests {
             self.calls.lock().unwrap().push(req.command.clone());
             let scheduled = self.calls.lock().unwrap().iter().any(|c| c == "sh -s");
             if req.command == "sh -s" {
-                let out = "\n@@capkk begin schedule-reboot\nreboot scheduled\n@@capkk changed\n\n@@capkk end schedule-reboot 0 5\n";
+                let out = "\n@@capkk begin schedule-reboot\nreboot scheduled\n@@capkk changed\n\n@@capkk end schedule-reboot 0 5 0\n";
                 return Ok(ExecOutput {
                     exit_code: Some(0),
                     stdout: out.as_bytes().to_vec(),

@@ -352,6 +352,7 @@ async fn upload_iso(
         duration: start.elapsed(),
         output_tail: format!("{sent} bytes to {dest}"),
         skipped: false,
+        host_finished_ms: None,
     });
     Ok(sent)
 }

@@ -105,6 +105,11 @@ async fn the_pre_pull_pulls_what_kubeadm_lists_once_and_reports_a_failed_image_w
     assert_eq!(rec.exit_code, Some(0));
     assert!(!rec.skipped, "it changed the host");
     assert!(
+        rec.host_finished_ms.is_some_and(|t| t > 1_700_000_000_000),
+        "the host's clock at the step's end: {:?}",
+        rec.host_finished_ms
+    );
+    assert!(
         rec.output_tail.contains(&format!(" present {reg}/etcd:3.6.8-0")),
         "{}",
         rec.output_tail

@@ -434,6 +434,7 @@ pub async fn stage_gated(
                     duration: start.elapsed(),
                     output_tail: format!("{} bytes of {} to {dest}", sent, a.label()),
                     skipped: false,
+                    host_finished_ms: None,
                 });
             }
         }

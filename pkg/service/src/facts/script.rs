@@ -218,7 +218,8 @@ fn parse_output(stdout: &str, phase: &str, redactor: &Redactor) -> Vec<ParsedSte
                     continue;
                 }
                 "end" => {
-                    let mut it = args.rsplitn(3, ' ');
+                    let mut it = args.rsplitn(4, ' ');
+                    let at = it.next().and_then(|v| v.parse::<u64>().ok()).filter(|v| *v > 0);
                     let ms = it.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
                     let rc = it.next().and_then(|v| v.parse::<u32>().ok());
                     if let Some((name, text, changed, mismatch)) = current.take() {
@@ -236,6 +237,7 @@ fn parse_output(stdout: &str, phase: &str, redactor: &Redactor) -> Vec<ParsedSte
                                 duration: Duration::from_millis(ms),
                                 output_tail: text[start..].to_owned(),
                                 skipped: rc == Some(0) && !changed,
+                                host_finished_ms: at,
                             },
                             changed,
                             mismatch,
@@ -319,15 +321,20 @@ mod tests {
 
     #[test]
     fn parses_steps_changes_and_mismatches() {
-        let out = "\n@@capkk begin one\nhello\n@@capkk changed\n\n@@capkk end one 0 12\n\
-                   \n@@capkk begin two\n@@capkk end two 0 1\n\
-                   \n@@capkk begin three\nbad thing\n@@capkk mismatch aa bb kubeadm v1.2.3\n\n@@capkk end three 65 3\n";
+        let out = "\n@@capkk begin one\nhello\n@@capkk changed\n\n@@capkk end one 0 12 1764236400123\n\
+                   \n@@capkk begin two\n@@capkk end two 0 1 0\n\
+                   \n@@capkk begin three\nbad thing\n@@capkk mismatch aa bb kubeadm v1.2.3\n\n@@capkk end three 65 3 0\n";
         let p = parse_output(out, "binary", &Redactor::default());
         assert_eq!(p.len(), 3);
         assert_eq!(p[0].record.name, "one");
         assert!(p[0].changed && !p[0].record.skipped);
         assert_eq!(p[0].record.output_tail, "hello");
         assert_eq!(p[0].record.duration, Duration::from_millis(12));
+        assert_eq!(p[0].record.host_finished_ms, Some(1_764_236_400_123));
+        assert_eq!(
+            p[1].record.host_finished_ms, None,
+            "a host whose date cannot tell nanoseconds reports 0"
+        );
         assert!(p[1].record.skipped);
         assert_eq!(p[2].record.exit_code, Some(65));
         assert_eq!(

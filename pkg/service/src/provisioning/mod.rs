@@ -301,6 +301,7 @@ pub async fn run_with(
                 duration: Duration::from_millis(*ms),
                 output_tail: tail.clone(),
                 skipped: false,
+                host_finished_ms: None,
             });
             info!(step = %st.name(), exit_code = rc, duration_ms = ms, "Provisioning step finished");
             results.insert(st.id.clone(), (*rc, tail));

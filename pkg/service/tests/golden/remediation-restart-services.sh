@@ -21,11 +21,12 @@ mismatch() {
   return 65
 }
 now_ns() { date +%s%N 2>/dev/null; }
-# end_step NAME RC: the end marker with the step's wall time.
+# end_step NAME RC: the end marker with the step's wall time and the host's clock at its end (ms since the
+# epoch; 0 when date cannot tell nanoseconds).
 end_step() {
   _t1=$(now_ns)
-  case "$_t0$_t1" in *[!0-9]*|'') _ms=0 ;; *) _ms=$(( (_t1 - _t0) / 1000000 )) ;; esac
-  printf '\n@@capkk end %s %s %s\n' "$1" "$2" "$_ms"
+  case "$_t0$_t1" in *[!0-9]*|'') _ms=0 _at=0 ;; *) _ms=$(( (_t1 - _t0) / 1000000 )) _at=$(( _t1 / 1000000 )) ;; esac
+  printf '\n@@capkk end %s %s %s %s\n' "$1" "$2" "$_ms" "$_at"
 }
 STEP=restart-services
 printf '\n@@capkk begin %s\n' "$STEP"
