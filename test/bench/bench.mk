@@ -14,6 +14,8 @@
 #                       (artifact mirror, CABPK bootstrap data): bootstrap data → provisioned minus the hosts' own work
 #   make bench-quick    SSH benchmark with N=1,2, one run, no warm-up (smoke check, ~2 min)
 #   make bench-venv     ansible-core from PyPI into $(BENCH_VENV) (done by `bench` when missing)
+#   make bench-plots    the plots of docs/benchmarks.md (docs/bench/*.png) from the results kept in docs/bench/*.json
+#                       (each bench writes target/bench/<bench>-results.json; copy a run there to keep it)
 #
 # Needs root (sandbox hosts: network namespaces + overlay + sshd), openssh-client/-server, python3 with venv, go.
 
@@ -29,8 +31,10 @@ BENCH_MACHINES ?= 200
 BENCH_CONTROLLER ?= 1
 BENCH_PROVISION ?= 10
 BENCH_BIN := target/release/capkk-bench
+# Debian's python3, for which python3-matplotlib is installed (a python3 earlier on PATH, e.g. pyenv's, lacks it).
+BENCH_PYTHON ?= /usr/bin/python3
 
-.PHONY: bench bench-ssh bench-controller bench-provision bench-quick bench-venv bench-build bench-v3-driver
+.PHONY: bench bench-ssh bench-controller bench-provision bench-quick bench-venv bench-build bench-v3-driver bench-plots
 
 bench-venv: $(BENCH_VENV)/bin/ansible-playbook
 
@@ -66,3 +70,6 @@ bench-quick: bench-venv bench-build ## benchmark smoke check: N=1,2, one run
 	CAPKK_BENCH_V3_DRIVER=$$(test/bench/capkk-v3/build.sh) && export CAPKK_BENCH_V3_DRIVER && \
 	CAPKK_BENCH_ANSIBLE=$(BENCH_VENV)/bin/ansible-playbook $(BENCH_BIN) ssh \
 		--hosts 1,2 --runs 1 --warmup 0 --methods $(BENCH_METHODS) $(BENCH_ARGS)
+
+bench-plots: ## render docs/bench/*.png from the results in docs/bench/*.json (needs python3-matplotlib)
+	$(BENCH_PYTHON) hack/bench-plots.py docs/bench

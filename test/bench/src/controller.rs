@@ -303,6 +303,7 @@ async fn measure(a: &ControllerArgs, client: &Client, ns: &str, kubeconfig: &Pat
     // write (`HostClaimed`) and its claim. The Machines get their bootstrap data as `--data-order` says.
     let cpu_before = cpu_s(pid);
     let load_avg_start = crate::load_average();
+    let started_at = std::time::SystemTime::now();
     let seen = Arc::new(Mutex::new(Seen::default()));
     let load_start = Instant::now();
     let mut peak_rss = idle_rss;
@@ -373,6 +374,37 @@ async fn measure(a: &ControllerArgs, client: &Client, ns: &str, kubeconfig: &Pat
     let ours = lat(&seen.claimed, &seen.owned);
     let created_claimed = lat(&seen.claimed, &seen.created);
     let owned_data = lat(&seen.bootstrap, &seen.owned);
+    {
+        use crate::results::distribution as d;
+        crate::results::write(
+            &a.out.join("claim-results.json"),
+            &crate::results::Meta::new("claim", started_at, &load_avg_start),
+            json!({
+                "machines": m,
+                "clusters": clusters,
+                "data_order": a.data_order,
+                "claimed": claimed.len(),
+                "create_s": create_s,
+                "last_create_to_all_claimed_s": all_claimed_s,
+                "manager": {
+                    "ready_s": ready_s,
+                    "rss_idle_mib": idle_rss as f64 / 1024.0,
+                    "rss_peak_mib": peak_rss as f64 / 1024.0,
+                    "rss_settled_mib": median(&settled_rss) / 1024.0,
+                    "cpu_idle_s_per_s": idle_cpu_per_s,
+                    "cpu_load_s": load_cpu,
+                },
+                "latency_s": {
+                    "data_to_claimed": d(&claimed),
+                    "data_to_first_status_write": d(&first_write),
+                    "create_to_claimed": d(&created_claimed),
+                    "create_to_owner_reference": d(&owned),
+                    "owner_reference_to_data": d(&owned_data),
+                    "owner_reference_to_claimed": d(&ours),
+                },
+            }),
+        )?;
+    }
 
     let mut s = String::new();
     let _ = writeln!(

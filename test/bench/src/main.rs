@@ -15,6 +15,7 @@ mod methods;
 mod ours;
 mod plan;
 mod provision;
+mod results;
 mod workload;
 
 use std::{
@@ -109,6 +110,11 @@ struct SshArgs {
     /// command), `recorded` = exactly the execs/uploads capkk-rs sent (its batched scripts).
     #[arg(long, value_enum, default_value = "plan")]
     workload: Replay,
+    /// Record on every host when each command started and ended (root's login shell becomes a wrapper that
+    /// logs bash's clock around the host's shell; the local floor runs its steps through the same wrapper)
+    /// and report, per method, the hosts' own command time against the time between commands.
+    #[arg(long)]
+    host_log: bool,
 }
 
 /// What the non-capkk methods replay.
@@ -171,6 +177,60 @@ struct RunRecord {
     /// Artifact downloads from the mirror during the run.
     #[serde(default)]
     downloads: usize,
+    /// With `--host-log`: the hosts' command intervals, summed up (mean over hosts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    host_log: Option<HostLog>,
+}
+
+/// Where one run's time went on the hosts (`--host-log`), mean over hosts, seconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct HostLog {
+    /// Commands a host ran (sshd or nsenter starting the login shell).
+    commands: f64,
+    /// The driver's start → the host's first command started.
+    to_first_s: f64,
+    /// The union of the host's command intervals: its own work.
+    work_s: f64,
+    /// First command start → last command end, outside commands: round trips, the controller's own work
+    /// (downloads, hashing) and waits.
+    between_s: f64,
+    /// Last command end → the driver's end.
+    after_last_s: f64,
+}
+
+impl HostLog {
+    /// From each host's `(start, end)` command intervals and the run's start and end (epoch seconds).
+    fn of(hosts: &[Vec<(f64, f64)>], start: f64, end: f64) -> Self {
+        let mut sum = HostLog::default();
+        for sessions in hosts {
+            let mut v = sessions.clone();
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let mut union: Vec<(f64, f64)> = Vec::new();
+            for (s, e) in v {
+                match union.last_mut() {
+                    Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                    _ => union.push((s, e)),
+                }
+            }
+            let (Some(first), Some(last)) = (union.first(), union.last()) else {
+                continue;
+            };
+            let work: f64 = union.iter().map(|(s, e)| e - s).sum();
+            sum.commands += sessions.len() as f64;
+            sum.to_first_s += first.0 - start;
+            sum.work_s += work;
+            sum.between_s += (last.1 - first.0) - work;
+            sum.after_last_s += end - last.1;
+        }
+        let n = hosts.len().max(1) as f64;
+        HostLog {
+            commands: sum.commands / n,
+            to_first_s: sum.to_first_s / n,
+            work_s: sum.work_s / n,
+            between_s: sum.between_s / n,
+            after_last_s: sum.after_last_s / n,
+        }
+    }
 }
 
 pub(crate) fn load_average() -> String {
@@ -179,7 +239,7 @@ pub(crate) fn load_average() -> String {
         .unwrap_or_default()
 }
 
-fn machine() -> String {
+pub(crate) fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -235,6 +295,7 @@ fn ssh_bench(a: &SshArgs) -> anyhow::Result<()> {
     let max_n = *a.hosts.iter().max().unwrap_or(&1);
     let load_start = load_average();
     let started = Instant::now();
+    let started_at = std::time::SystemTime::now();
     eprintln!(
         "capkk-bench: sandbox {:?} with {max_n} hosts (load average {load_start})",
         a.sandbox
@@ -265,10 +326,15 @@ fn ssh_bench(a: &SshArgs) -> anyhow::Result<()> {
         }
         let mut kh = String::new();
         let mut snaps = BTreeMap::new();
-        for h in &all {
+        let mut all = all;
+        for h in &mut all {
             snaps.insert(h.name.clone(), h.snapshot()?);
             h.install_standins()?;
             kh.push_str(&h.known_hosts_line()?);
+            if a.host_log {
+                provision::record_sessions(h)?;
+                h.shell = provision::SESSION_SHELL.into();
+            }
         }
         write(&known_hosts, kh.as_bytes())?;
         let login_env = hosts::login_env(&all[0], &key, &known_hosts)?;
@@ -369,9 +435,18 @@ fn ssh_bench(a: &SshArgs) -> anyhow::Result<()> {
             &load_end,
             started.elapsed(),
         );
-        write(
+        results::write(
             &out.join("ssh-results.json"),
-            serde_json::to_string_pretty(&records)?.as_bytes(),
+            &results::Meta::new("ssh", started_at, &load_start),
+            serde_json::json!({
+                "hosts": a.hosts,
+                "runs_per_method": a.runs,
+                "warmup": a.warmup,
+                "workload": format!("{:?}", a.workload).to_lowercase(),
+                "artifact_mib": a.artifact_mib,
+                "steps": sources.iter().map(|(n, steps, source)| serde_json::json!({"hosts": n, "steps": steps, "source": source})).collect::<Vec<_>>(),
+                "runs": records,
+            }),
         )?;
         write(&out.join("ssh-table.md"), report.as_bytes())?;
         print!("{report}");
@@ -453,10 +528,26 @@ fn bench_n(
                 method: m,
                 ..base.clone()
             };
+            if a.host_log {
+                for h in hosts {
+                    provision::clear_sessions(h)?;
+                }
+            }
             let host_cpu_before: f64 = hosts.iter().map(|h| measure::tree_cpu_s(h.init_pid)).sum();
             p.mirror.reset_downloads();
+            let run_start = results::epoch(std::time::SystemTime::now());
             let (res, peak) = run_driver(&spec, &work_dir, Duration::from_secs(a.run_timeout))
                 .with_context(|| format!("N={n} {} run {}", m.display(), r + 1))?;
+            let run_end = results::epoch(std::time::SystemTime::now());
+            let host_log = if a.host_log {
+                let sessions = hosts
+                    .iter()
+                    .map(provision::sessions)
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                Some(HostLog::of(&sessions, run_start, run_end))
+            } else {
+                None
+            };
             // Connections are closed when the driver exits; give sshd a moment to reap its sessions.
             std::thread::sleep(Duration::from_millis(200));
             let host_cpu_s =
@@ -513,6 +604,7 @@ fn bench_n(
                     step_labels: res.step_labels.clone(),
                     retries: res.retries,
                     downloads,
+                    host_log,
                 });
             }
         }
@@ -845,8 +937,48 @@ fn render(
             "capkk-v3: {retries} phase retries over all timed runs (a failed phase is run again, like a requeued reconcile)"
         );
     }
-    if let (Some(o), Some(l)) = (wall(key_n, Method::Ours), wall(key_n, Method::Local)) {
-        let _ = writeln!(s, "capkk-rs/local N={key_n}: {:.2}", o / l);
+    let with_logs: Vec<_> = groups
+        .iter()
+        .filter(|(_, v)| v.iter().all(|r| r.host_log.is_some()))
+        .collect();
+    if !with_logs.is_empty() {
+        let _ = writeln!(
+            s,
+            "On the hosts' clocks (--host-log; s, mean over hosts, median over runs; the driver's start and end \
+             are the orchestrator's, so its process start is in the first column):"
+        );
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "| N | method | wall | start → first command | host work | between commands | last command → end | commands |"
+        );
+        let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|---:|");
+        for ((n, m), v) in with_logs {
+            let hl = |f: fn(&HostLog) -> f64| {
+                median(
+                    &v.iter()
+                        .filter_map(|r| r.host_log.as_ref().map(f))
+                        .collect::<Vec<_>>(),
+                )
+            };
+            let _ = writeln!(
+                s,
+                "| {n} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} |",
+                m.display(),
+                med(v, |r| r.wall_s),
+                hl(|h| h.to_first_s),
+                hl(|h| h.work_s),
+                hl(|h| h.between_s),
+                hl(|h| h.after_last_s),
+                hl(|h| h.commands),
+            );
+        }
+        let _ = writeln!(s);
+    }
+    for n in ns.iter().copied().collect::<std::collections::BTreeSet<_>>() {
+        if let (Some(o), Some(l)) = (wall(n, Method::Ours), wall(n, Method::Local)) {
+            let _ = writeln!(s, "capkk-rs/local N={n}: {:.2}", o / l);
+        }
     }
     if let (Some(o), Some(x)) = (wall(key_n, Method::Ours), wall(key_n, Method::Openssh)) {
         let _ = writeln!(s, "ratio openssh/capkk-rs N={key_n}: {:.1}", x / o);

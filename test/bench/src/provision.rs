@@ -47,7 +47,7 @@ const SANDBOX: &str = "benchprov";
 /// Where the session wrapper records `<start> <end>` (epoch seconds) of every command.
 const SESSIONS: &str = "/var/log/capkk-bench-sessions";
 /// The wrapper's path inside a host.
-const SESSION_SHELL: &str = "/usr/local/sbin/capkk-bench-shell";
+pub(crate) const SESSION_SHELL: &str = "/usr/local/sbin/capkk-bench-shell";
 
 /// The project's package-manager stand-ins (the repository phase installs Kubernetes' OS packages; the hosts
 /// are overlays of this machine, whose package database must not change).
@@ -108,7 +108,7 @@ pub async fn run(a: &ControllerArgs) -> anyhow::Result<String> {
 }
 
 /// Make root's login shell on `h` the session wrapper (the host's own shell runs each command).
-fn record_sessions(h: &HostSpec) -> anyhow::Result<()> {
+pub(crate) fn record_sessions(h: &HostSpec) -> anyhow::Result<()> {
     let wrapper = format!(
         "#!/bin/bash\ninner={}\nsessions={}\n{}",
         quote(&h.shell),
@@ -131,6 +131,16 @@ fn record_sessions(h: &HostSpec) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Empty `h`'s session log.
+pub(crate) fn clear_sessions(h: &HostSpec) -> anyhow::Result<()> {
+    h.sh(&format!(": > {}", quote(SESSIONS))).map(|_| ())
+}
+
+/// `h`'s command intervals so far.
+pub(crate) fn sessions(h: &HostSpec) -> anyhow::Result<Vec<(f64, f64)>> {
+    Ok(parse_sessions(&h.sh(&format!("cat {}", quote(SESSIONS)))?))
 }
 
 fn install_fake_pm(h: &HostSpec) -> anyhow::Result<()> {
@@ -325,10 +335,11 @@ async fn measure(
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     let load_start = crate::load_average();
+    let started_at = SystemTime::now();
     let cpu_before = cpu_s(pid);
     let seen = Arc::new(Mutex::new(Seen::default()));
     // The bench's clock (Instant) against the hosts' (epoch seconds; the hosts share this machine's kernel).
-    let (anchor, anchor_epoch) = (Instant::now(), epoch(SystemTime::now()));
+    let (anchor, anchor_epoch) = (Instant::now(), crate::results::epoch(SystemTime::now()));
     let at = |i: Instant| {
         anchor_epoch + i.saturating_duration_since(anchor).as_secs_f64()
             - anchor.saturating_duration_since(i).as_secs_f64()
@@ -375,10 +386,7 @@ async fn measure(
     // The hosts' command intervals, and the proof that each one ran the bootstrap data.
     let mut sessions = BTreeMap::new();
     for h in &hosts {
-        sessions.insert(
-            h.name.clone(),
-            parse_sessions(&h.sh(&format!("cat {}", quote(SESSIONS)))?),
-        );
+        sessions.insert(h.name.clone(), crate::provision::sessions(h)?);
         if h.run(&format!("test -e {}", quote(SENTINEL)), None)?
             .status
             .success()
@@ -427,29 +435,36 @@ async fn measure(
         );
         splits.insert(m.clone(), parts);
     }
-    std::fs::write(
-        out.join("provision-results.json"),
-        serde_json::to_vec_pretty(&raw)?,
+    let totals = Totals {
+        n,
+        fixture: fixture.display().to_string(),
+        load: format!("{load_start} → {load_end}"),
+        cpu,
+        peak_rss_mib: peak_rss as f64 / 1024.0,
+        artifacts_mib: arts.iter().map(|x| x.bytes.len()).sum::<usize>() as f64 / (1024.0 * 1024.0),
+        log: log_path.display().to_string(),
+    };
+    let summary: serde_json::Map<String, serde_json::Value> = ROWS
+        .iter()
+        .map(|(key, _, f)| {
+            let v: BTreeMap<String, f64> = splits.iter().map(|(k, s)| (k.clone(), f(s))).collect();
+            ((*key).to_owned(), crate::results::distribution(&v))
+        })
+        .collect();
+    crate::results::write(
+        &out.join("provision-results.json"),
+        &crate::results::Meta::new("provision", started_at, &load_start),
+        json!({
+            "machines": n,
+            "provisioned": splits.len(),
+            "data_order": a.data_order,
+            "artifact_mib": totals.artifacts_mib,
+            "manager": {"cpu_s": cpu, "rss_peak_mib": totals.peak_rss_mib},
+            "latency_s": summary,
+            "per_machine": raw,
+        }),
     )?;
-    Ok(report(
-        a,
-        &splits,
-        &Totals {
-            n,
-            fixture: fixture.display().to_string(),
-            load: format!("{load_start} → {load_end}"),
-            cpu,
-            peak_rss_mib: peak_rss as f64 / 1024.0,
-            artifacts_mib: arts.iter().map(|x| x.bytes.len()).sum::<usize>() as f64 / (1024.0 * 1024.0),
-            log: log_path.display().to_string(),
-        },
-    ))
-}
-
-fn epoch(t: SystemTime) -> f64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or_default()
+    Ok(report(a, &splits, &totals))
 }
 
 /// One part of a [`Split`].
@@ -465,6 +480,65 @@ struct Totals {
     log: String,
 }
 
+/// The rows of the report: the key in the results file, the table's label, the value.
+const ROWS: [(&str, &str, Part); 13] = [
+    (
+        "data_to_provisioned",
+        "**bootstrap data on the Machine → provisioned**",
+        |x| x.total,
+    ),
+    ("host_work", "host work (the host's own command time)", |x| x.host),
+    (
+        "data_to_provisioned_minus_host_work",
+        "**bootstrap data → provisioned minus host work**",
+        |x| x.total - x.host,
+    ),
+    (
+        "data_to_owner_reference",
+        "… bootstrap data → owner reference (CAPI; only when it came later)",
+        |x| x.owner,
+    ),
+    (
+        "to_claimed",
+        "… bootstrap data or owner reference, the later → claimed",
+        |x| x.claim,
+    ),
+    (
+        "claimed_to_first_command",
+        "… claimed → first host command",
+        |x| x.to_first,
+    ),
+    ("between_commands", "… between host commands", |x| x.between),
+    (
+        "last_command_to_provisioned",
+        "… last host command → provisioned",
+        |x| x.after_last,
+    ),
+    (
+        "create_to_owner_reference",
+        "Machine create → owner reference (CAPI)",
+        |x| x.create_owner,
+    ),
+    (
+        "create_to_data",
+        "Machine create → bootstrap data on the Machine",
+        |x| x.create_data,
+    ),
+    (
+        "config_complete_to_data",
+        "… bootstrap config complete → data on the Machine (CAPI)",
+        |x| x.config_data.unwrap_or(f64::NAN),
+    ),
+    ("create_to_provisioned", "Machine create → provisioned", |x| {
+        x.from_create
+    }),
+    (
+        "create_to_provisioned_minus_host_work",
+        "Machine create → provisioned minus host work",
+        |x| x.from_create - x.host,
+    ),
+];
+
 fn report(a: &ControllerArgs, splits: &BTreeMap<String, Split>, t: &Totals) -> String {
     let n = t.n;
     let col = |f: Part| -> BTreeMap<String, f64> { splits.iter().map(|(k, v)| (k.clone(), f(v))).collect() };
@@ -478,37 +552,7 @@ fn report(a: &ControllerArgs, splits: &BTreeMap<String, Split>, t: &Totals) -> S
     let _ = writeln!(s);
     let _ = writeln!(s, "| per machine | p50 | p90 | max | mean |");
     let _ = writeln!(s, "|---|---:|---:|---:|---:|");
-    let rows: [(&str, Part); 13] = [
-        ("**bootstrap data on the Machine → provisioned**", |x| x.total),
-        ("host work (the host's own command time)", |x| x.host),
-        ("**bootstrap data → provisioned minus host work**", |x| {
-            x.total - x.host
-        }),
-        (
-            "… bootstrap data → owner reference (CAPI; only when it came later)",
-            |x| x.owner,
-        ),
-        (
-            "… bootstrap data or owner reference, the later → claimed",
-            |x| x.claim,
-        ),
-        ("… claimed → first host command", |x| x.to_first),
-        ("… between host commands", |x| x.between),
-        ("… last host command → provisioned", |x| x.after_last),
-        ("Machine create → owner reference (CAPI)", |x| x.create_owner),
-        ("Machine create → bootstrap data on the Machine", |x| {
-            x.create_data
-        }),
-        (
-            "… bootstrap config complete → data on the Machine (CAPI)",
-            |x| x.config_data.unwrap_or(f64::NAN),
-        ),
-        ("Machine create → provisioned", |x| x.from_create),
-        ("Machine create → provisioned minus host work", |x| {
-            x.from_create - x.host
-        }),
-    ];
-    for (what, f) in rows {
+    for (_, what, f) in ROWS {
         let v: BTreeMap<String, f64> = col(f).into_iter().filter(|(_, x)| !x.is_nan()).collect();
         if v.is_empty() {
             continue;
