@@ -17,6 +17,7 @@
 #                       e2e               whole lifecycle on real CAPI controllers + sandbox hosts
 #                       e2e-gitops        a real Flux applies, scales, holds, reverts and prunes a cluster from git
 #                       image-test        the manager image (podman) against the plane
+#                       release-test      make release (clusterctl repository, image archive, SBOM, SHA256SUMS), checked
 #                       test-vm           VM test hosts under QEMU (test/vm/vm.mk)
 #                       test-real-smoke   one real node: kubeadm init on a VM through the controllers
 #   make e2e-real     two real nodes end to end (long; not in make test)
@@ -51,7 +52,7 @@ export CARGO_TERM_COLOR ?= never
 TEST_TIERS := test-build mgmt-bin flux-bin test-unit test-integration e2e e2e-gitops
 # The image: manager compiled on the host into $(IMAGE_TARGET_DIR) (once per machine; a fresh clone reuses its
 # dependencies), the runtime base, the image test against the plane. Times: docs/benchmarks.md.
-TEST_TIERS += image-test
+TEST_TIERS += image-test release-test
 # Tiers that start sandbox hosts (machine-global names): run under $(HOSTS_LOCK) when it is set, e.g.
 # HOSTS_LOCK="flock -o /tmp/capkk-hosts.lock" when several checkouts test on one machine (-o: daemons a tier
 # starts, e.g. the management plane, must not inherit the locked descriptor, or the lock outlives the tier).
@@ -165,17 +166,16 @@ release-manifests: image ## clusterctl repository under $(OUT)/infrastructure-ku
 	$(PODMAN) save --format oci-archive -o $(OUT)/capkk-manager-$(VERSION).oci.tar $(IMG)
 	@echo "image archive: $(OUT)/capkk-manager-$(VERSION).oci.tar ($$(du -m $(OUT)/capkk-manager-$(VERSION).oci.tar | cut -f1) MB)"
 
-# The release's SBOM comes from cargo-cyclonedx, installed into $(CAPKK_CACHE) on first use like cargo-deny (one
-# directory per version; --locked builds it from its own Cargo.lock). A cold install compiles ~120 crates
-# (docs/benchmarks.md); afterwards the SBOM takes about a second.
-CYCLONEDX_VERSION ?= 0.5.9
-CYCLONEDX_ROOT ?= $(CAPKK_CACHE)/cargo-cyclonedx-$(CYCLONEDX_VERSION)
+# The release's SBOM is written by cyclonedx-sbom (hack/devtools) from `cargo metadata` and Cargo.lock. It comes
+# from the one test build, so a release compiles nothing of its own (installing cargo-cyclonedx took 20 min
+# cold: too much for `make test`, docs/benchmarks.md); after `make test-build` the SBOM takes about a second.
 release: release-manifests ## release-manifests + a CycloneDX SBOM of the manager's crate + SHA256SUMS, all in $(OUT)
-	@test -x $(CYCLONEDX_ROOT)/bin/cargo-cyclonedx || \
-	  $(CARGO) install --locked --root $(CYCLONEDX_ROOT) cargo-cyclonedx@$(CYCLONEDX_VERSION)
-	CARGO_CYCLONEDX=$(CYCLONEDX_ROOT)/bin/cargo-cyclonedx test/release/release.sh $(OUT) $(VERSION)
+	$(CARGO_TEST_BUILD) -q
+	CYCLONEDX_SBOM=$(TARGET_DIR)/debug/cyclonedx-sbom CARGO=$(CARGO) test/release/release.sh $(OUT) $(VERSION)
 
-# `make release` into a scratch directory, then the release_* tests read it (SHA256SUMS, the SBOM's contents).
+# `make release` into a scratch directory, then the release_* tests read it (SHA256SUMS, the SBOM's contents). A
+# tier of `make test` after image-test: the image, the manager's image-profile build and the test build are done
+# by then, so the tier is the image rebuilt from cache, its archive, the SBOM and the test.
 RELEASE_TEST_OUT ?= $(TARGET_DIR)/release-test
 release-test: ## make release into $(RELEASE_TEST_OUT), then check it (controllers/tests/release_artifacts.rs)
 	$(MAKE) --no-print-directory release OUT=$(RELEASE_TEST_OUT)
