@@ -7,9 +7,10 @@
 //! A control plane gets every image kubeadm lists; a worker, whose `kubeadm join` pulls nothing, gets
 //! kube-proxy (the kubelet pulls it first); both get containerd's sandbox image when one is configured.
 //!
-//! The pull is an optimisation: callers never fail provisioning on its result. It is one journaled step
-//! (`image-prepull`, one output line per image with the host's clock) bounded by
-//! [`PrepullConfig::timeout`].
+//! The images are pulled [`LANES`] at a time, in kubeadm's order. The pull is an optimisation: callers never
+//! fail provisioning on its result. It is one journaled step (`image-prepull`, one output line per image with
+//! the host's clock) bounded by [`PrepullConfig::timeout`], each image's pull by
+//! [`PrepullConfig::pull_timeout`].
 
 use std::time::Duration;
 
@@ -25,6 +26,14 @@ use crate::{
 
 /// The journal step name of the pre-pull.
 pub const STEP: &str = "image-prepull";
+
+/// How many images are pulled at a time. A control plane needs about eight (kubeadm's seven and the sandbox
+/// image), a worker two. One at a time leaves the link idle while an image unpacks and makes the last image
+/// wait for every other; all at once makes every image share the host's CPUs (unpacking layers is CPU work,
+/// and the host runs the OS packages' transaction and then kubeadm alongside) and arrive late, while kubeadm
+/// takes them in its list order. Three gets a control plane's images through in about three rounds, the
+/// first ones kubeadm wants first.
+pub const LANES: usize = 3;
 
 /// Which of kubeadm's images the node needs before kubeadm runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,6 +104,7 @@ pub fn prepull_script(cfg: &PrepullConfig) -> Script {
             .var("ONLY", only)
             .var("EXTRA", cfg.sandbox_image.as_deref().unwrap_or_default())
             .var("PULL_TIMEOUT", cfg.pull_timeout.as_secs().max(1).to_string())
+            .var("LANES", LANES.to_string())
             .render(tpl::IMAGE_PREPULL),
     );
     s
@@ -218,8 +228,14 @@ mod tests {
             "a failed image fails the step: {stdout}"
         );
         let pulled = std::fs::read_to_string(&log).unwrap();
+        let mut pulled: Vec<&str> = pulled.lines().collect();
+        pulled.sort_unstable();
         assert_eq!(
-            pulled, "198.18.0.1:5000/kube-proxy:v1.36.3\n198.18.0.1:5000/pause:3.10.1\n",
+            pulled,
+            [
+                "198.18.0.1:5000/kube-proxy:v1.36.3",
+                "198.18.0.1:5000/pause:3.10.1"
+            ],
             "{stdout}"
         );
         let line = |what: &str| {
@@ -235,5 +251,84 @@ mod tests {
         assert!(line("present 198.18.0.1:5000/etcd:3.6.8-0").len() > 10);
         assert!(line("failed 198.18.0.1:5000/kube-apiserver:v1.36.3 after ").ends_with(": not found"));
         assert!(stdout.contains("1 image(s) not pulled: kubeadm pulls them itself"));
+    }
+
+    /// Pulls run [`LANES`] at a time: the stand-in crictl holds each pull until three are under way (a pull
+    /// left alone fails after a few seconds), and logs each pull's start and end.
+    #[test]
+    fn the_script_pulls_three_images_at_a_time_taking_them_in_kubeadms_order() {
+        assert_eq!(LANES, 3, "the stand-in below waits for three pulls");
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let log = dir.path().join("pulls");
+        let write = |name: &str, body: String| {
+            let p = bin.join(name);
+            std::fs::write(&p, format!("#!/bin/sh\n{body}")).unwrap();
+            std::process::Command::new("chmod")
+                .args(["755", p.to_str().unwrap()])
+                .status()
+                .unwrap();
+        };
+        write(
+            "kubeadm",
+            "for i in kube-apiserver kube-controller-manager kube-scheduler kube-proxy etcd; do\n\
+             echo \"$7/$i:$5\"; done\n"
+                .into(),
+        );
+        write(
+            "crictl",
+            format!(
+                "log={log}\n\
+                 case \"$1\" in inspecti) case \"$2\" in */etcd:*) exit 0;; esac; exit 1;; esac\n\
+                 echo \"+ $2\" >>\"$log\"\n\
+                 n=0; while [ \"$(grep -c '^+' \"$log\")\" -lt 3 ] && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done\n\
+                 [ \"$(grep -c '^+' \"$log\")\" -ge 3 ] || {{ echo 'pulled alone' >&2; exit 1; }}\n\
+                 echo \"- $2\" >>\"$log\"\n",
+                log = log.display()
+            ),
+        );
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(prepull_script(&cfg()).render())
+            .env(
+                "PATH",
+                format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+            )
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("@@capkk end image-prepull 0 "),
+            "every image pulled: {stdout}"
+        );
+        let log = std::fs::read_to_string(&log).unwrap();
+        let (mut running, mut most) = (0, 0);
+        for l in log.lines() {
+            running += if l.starts_with('+') { 1 } else { -1 };
+            most = most.max(running);
+        }
+        assert_eq!(most, 3, "three pulls at a time, never more: {log}");
+        let mut first: Vec<&str> = log.lines().take(3).collect();
+        first.sort_unstable();
+        let r = "198.18.0.1:5000";
+        assert_eq!(
+            first,
+            [
+                format!("+ {r}/kube-apiserver:v1.36.3"),
+                format!("+ {r}/kube-controller-manager:v1.36.3"),
+                format!("+ {r}/kube-scheduler:v1.36.3"),
+            ],
+            "the first three kubeadm lists start first: {log}"
+        );
+        assert_eq!(log.lines().filter(|l| l.starts_with('+')).count(), 5, "{log}");
+        // One line per image, ordered by the host clock at its start.
+        let starts: Vec<u64> = stdout
+            .lines()
+            .filter(|l| l.contains(" pulled ") || l.contains(" present "))
+            .map(|l| l.split(' ').next().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(starts.len(), 6, "{stdout}");
+        assert!(starts.is_sorted(), "{stdout}");
     }
 }

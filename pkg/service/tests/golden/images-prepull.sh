@@ -38,13 +38,15 @@ REPOSITORY=registry.local:5000/k8s
 ONLY=kube-proxy
 EXTRA=registry.local:5000/pause:3.10
 PULL_TIMEOUT=120
+LANES=3
 # Pull the images kubeadm will need into containerd before the bootstrap data runs, through the CRI and the
 # registry configuration (hosts.toml) that kubeadm's own pulls use, so that `kubeadm init/join` finds them
 # present. One line per image: the host's clock when its pull started (ms since the epoch), what happened, and
-# how long it took. A failed image fails the step, but never provisioning: kubeadm pulls what is missing.
+# how long it took; the lines come ordered by that clock. A failed image fails the step, but never
+# provisioning: kubeadm pulls what is missing.
 # Variables: VERSION (kubeadm --kubernetes-version), REPOSITORY ('' = kubeadm's default), ONLY ('' = every
 # image kubeadm lists, else the image names to keep, space-separated), EXTRA ('' or one more image: containerd's
-# sandbox image), PULL_TIMEOUT (seconds per image).
+# sandbox image), PULL_TIMEOUT (seconds per image), LANES (pulls at a time).
 _ms() { _n=$(now_ns); case "$_n" in *[!0-9]*|'') echo "$(date +%s)000" ;; *) echo $((_n / 1000000)) ;; esac; }
 command -v crictl >/dev/null 2>&1 || { echo "crictl is missing"; exit 1; }
 if [ -n "$REPOSITORY" ]; then
@@ -52,26 +54,50 @@ if [ -n "$REPOSITORY" ]; then
 else
   _list=$(kubeadm config images list --kubernetes-version "$VERSION")
 fi
-_failed=0
+_want=
 for _img in $_list $EXTRA; do
   _name=${_img##*/}
   _name=${_name%%[:@]*}
   if [ -n "$ONLY" ] && [ "$_img" != "$EXTRA" ]; then
     case " $ONLY " in *" $_name "*) ;; *) continue ;; esac
   fi
-  _s=$(_ms)
-  if crictl inspecti "$_img" >/dev/null 2>&1; then
-    echo "$_s present $_img"
-    continue
-  fi
-  if _out=$(timeout "$PULL_TIMEOUT" crictl pull "$_img" 2>&1); then
-    echo "$_s pulled $_img in $(($(_ms) - _s)) ms"
-    CHANGED=1
-  else
-    echo "$_s failed $_img after $(($(_ms) - _s)) ms: $(printf '%s\n' "$_out" | tail -n 1)"
-    _failed=$((_failed + 1))
-  fi
+  _want="$_want $_img"
 done
+[ -n "$_want" ] || { echo "no image to pull"; exit 0; }
+# _pull IMAGE: its one line, the pull bounded by PULL_TIMEOUT.
+_pull() {
+  _s=$(_ms)
+  if crictl inspecti "$1" >/dev/null 2>&1; then
+    echo "$_s present $1"
+  elif _out=$(timeout "$PULL_TIMEOUT" crictl pull "$1" 2>&1); then
+    echo "$_s pulled $1 in $(($(_ms) - _s)) ms"
+  else
+    echo "$_s failed $1 after $(($(_ms) - _s)) ms: $(printf '%s\n' "$_out" | tail -n 1)"
+  fi
+}
+# A lane takes the images in kubeadm's order, each one no other lane took yet (mkdir is the atomic claim), so
+# the first LANES images start at once and a lane that finishes takes the next. kubeadm wants them in its
+# order, and unpacking a layer is CPU work that more pulls at a time would only share (see LANES in
+# images.rs).
+_d=$(mktemp -d)
+_lane() {
+  _i=0
+  for _img in $_want; do
+    _i=$((_i + 1))
+    mkdir "$_d/$_i" 2>/dev/null || continue
+    _pull "$_img" >"$_d/$_i/line"
+  done
+}
+_k=0
+while [ "$_k" -lt "$LANES" ]; do
+  _lane &
+  _k=$((_k + 1))
+done
+wait
+sort -n "$_d"/*/line
+_failed=$(awk '$2 == "failed" { n++ } END { print n + 0 }' "$_d"/*/line)
+if awk '$2 == "pulled" { p = 1 } END { exit !p }' "$_d"/*/line; then CHANGED=1; fi
+rm -rf "$_d"
 if [ "$_failed" != 0 ]; then
   echo "$_failed image(s) not pulled: kubeadm pulls them itself"
   exit 1
