@@ -434,6 +434,29 @@ pub(crate) struct FakeServices {
     failing_tiers: Mutex<Vec<RemediationTier>>,
     prepulls: Mutex<Vec<(Vec<Phase>, Vec<Phase>)>>,
     prepull_takes: Mutex<Duration>,
+    prepull_fails: Mutex<bool>,
+    prepulls_running: Arc<Mutex<usize>>,
+    taking: Mutex<BTreeMap<&'static str, Duration>>,
+}
+
+/// Counts a running fake pre-pull for as long as it lives (finished or dropped).
+struct Running(Arc<Mutex<usize>>);
+
+impl Running {
+    fn start(count: &Arc<Mutex<usize>>) -> Self {
+        if let Ok(mut n) = count.lock() {
+            *n += 1;
+        }
+        Self(count.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(mut n) = self.0.lock() {
+            *n -= 1;
+        }
+    }
 }
 
 impl FakeServices {
@@ -471,6 +494,25 @@ impl FakeServices {
         }
     }
 
+    /// Make every image pre-pull end with a failed image (its step exits 1).
+    pub(crate) fn prepull_fails(&self) {
+        if let Ok(mut f) = self.prepull_fails.lock() {
+            *f = true;
+        }
+    }
+
+    /// Image pre-pulls started and neither finished nor dropped.
+    pub(crate) fn prepulls_running(&self) -> usize {
+        self.prepulls_running.lock().map(|n| *n).unwrap_or_default()
+    }
+
+    /// Make `phase` take `d` before it ends.
+    pub(crate) fn takes(&self, phase: Phase, d: Duration) {
+        if let Ok(mut t) = self.taking.lock() {
+            t.insert(phase.name(), d);
+        }
+    }
+
     /// Make `phase` never end (a host command that hangs).
     pub(crate) fn hang(&self, phase: Phase) {
         if let Ok(mut h) = self.hanging.lock() {
@@ -495,6 +537,10 @@ impl HostServices for FakeServices {
         if self.hanging.lock().is_ok_and(|h| *h == Some(phase)) {
             return futures::future::pending().await;
         }
+        let takes = self.taking.lock().ok().and_then(|t| t.get(phase.name()).copied());
+        if let Some(d) = takes {
+            tokio::time::sleep(d).await;
+        }
         match self
             .failing
             .lock()
@@ -511,10 +557,25 @@ impl HostServices for FakeServices {
         }
     }
 
-    async fn prepull(&self, _host: HostCall<'_>) {
+    async fn prepull(&self, host: HostCall<'_>) {
+        let _running = Running::start(&self.prepulls_running);
         let started = self.ran();
         let takes = self.prepull_takes.lock().map(|t| *t).unwrap_or_default();
         tokio::time::sleep(takes).await;
+        let failed = self.prepull_fails.lock().is_ok_and(|f| *f);
+        host.progress.step_finished(&capkk_service::journal::StepRecord {
+            phase: crate::services::PREPULL_AFTER.name().into(),
+            name: capkk_service::images::STEP.into(),
+            exit_code: Some(u32::from(failed)),
+            duration: takes,
+            output_tail: if failed {
+                "1 failed registry.example/kube-apiserver:v1.36.3 after 9 ms: not found (fake)".into()
+            } else {
+                "1 pulled registry.example/kube-apiserver:v1.36.3 in 9 ms (fake)".into()
+            },
+            skipped: false,
+            host_finished_ms: Some(1),
+        });
         if let Ok(mut p) = self.prepulls.lock() {
             p.push((started, self.ran()));
         }

@@ -36,9 +36,11 @@ pub(crate) enum Phase {
 
 impl Phase {
     /// Every phase, in order. The OS packages come after containerd so that the image pre-pull, which needs
-    /// containerd and kubeadm and not the packages, runs while apt does
+    /// containerd and kubeadm and not the packages, starts as early as it can and runs while apt does
     /// ([`crate::kkinstance::task`]): binaries and containerd do not use what the packages bring (conntrack,
-    /// socat, ipset, ...), only the kubelet and kubeadm do, in provisioning.
+    /// socat, ipset, ...), only the kubelet and kubeadm do, in provisioning. containerd starts in
+    /// containermanager's last step, so the pre-pull cannot pull sooner than after that phase; starting it
+    /// during the phase would have its pulls cut by a restart the phase's configuration step asks for.
     pub(crate) const ALL: [Phase; 5] = [
         Phase::Bootstrap,
         Phase::Binary,
@@ -70,12 +72,29 @@ impl Phase {
     }
 }
 
+/// The phase after which the image pre-pull starts (it needs containerd running and the binary phase's
+/// kubeadm, which comes before it), and under whose name it is journaled.
+pub(crate) const PREPULL_AFTER: Phase = Phase::ContainerManager;
+
 /// The bootstrap data (`value`, `format`) of the Machine. Secret: never printed.
 pub(crate) struct BootstrapData {
     /// The payload.
     pub value: SecretSlice<u8>,
     /// `cloud-config` (default) or `ignition`.
     pub format: String,
+    /// The payload parsed, once: the image pre-pull and provisioning both read it.
+    plan: std::sync::OnceLock<capkk_cloudinit::Plan>,
+}
+
+impl BootstrapData {
+    /// Bootstrap data of `format` holding `value`.
+    pub(crate) fn new(value: SecretSlice<u8>, format: String) -> Self {
+        Self {
+            value,
+            format,
+            plan: Default::default(),
+        }
+    }
 }
 
 impl std::fmt::Debug for BootstrapData {
@@ -138,8 +157,9 @@ pub(crate) trait HostServices: Send + Sync {
     ) -> ServiceResult<String>;
 
     /// Pull the images kubeadm will need into containerd (see [`capkk_service::images`]); run alongside the
-    /// phases after containermanager. Never fails: what it could not pull, kubeadm pulls; what happened is in
-    /// the journal (step `image-prepull`).
+    /// phases after [`PREPULL_AFTER`], provisioning included. Never fails: what it could not pull, kubeadm
+    /// pulls; what happened is in the journal (step `image-prepull`, under [`PREPULL_AFTER`]'s name). Host
+    /// work that ends first drops it ([`crate::kkinstance::task`]).
     async fn prepull(&self, host: HostCall<'_>);
 
     /// Upgrade a provisioned worker in place to `host.input.instance.kubernetes_version` (that version's
@@ -234,14 +254,18 @@ fn binary_config(
     })
 }
 
-/// The bootstrap data as a plan (its template variables are the host's).
-fn bootstrap_plan(input: &PhaseInput) -> ServiceResult<capkk_cloudinit::Plan> {
+/// The bootstrap data as a plan (its template variables are the host's, the same for every phase of a task),
+/// parsed on first use.
+fn bootstrap_plan(input: &PhaseInput) -> ServiceResult<&capkk_cloudinit::Plan> {
     let Some(data) = input.bootstrap.get() else {
         return Err(ServiceError::InvalidInput {
             field: "spec.bootstrapDataSecretRef".into(),
             message: "no bootstrap data".into(),
         });
     };
+    if let Some(plan) = data.plan.get() {
+        return Ok(plan);
+    }
     let spec = &input.instance;
     let mut vars = capkk_cloudinit::TemplateVars::new()
         .local_hostname(spec.name.clone())
@@ -249,16 +273,13 @@ fn bootstrap_plan(input: &PhaseInput) -> ServiceResult<capkk_cloudinit::Plan> {
     if let Some(p) = spec.provider_id.clone() {
         vars = vars.provider_id(p);
     }
-    Ok(capkk_cloudinit::parse(
-        data.value.expose_secret(),
-        &data.format,
-        &vars,
-    )?)
+    let plan = capkk_cloudinit::parse(data.value.expose_secret(), &data.format, &vars)?;
+    Ok(data.plan.get_or_init(|| plan))
 }
 
 /// Bound on pulling one image on the host.
 const PULL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
-/// Bound on the whole pre-pull: past it, provisioning goes on and kubeadm pulls the rest.
+/// Bound on the whole pre-pull (its SSH channel): nothing waits for it, but the channel is not kept forever.
 const PREPULL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(420);
 
 /// What to pre-pull for this host, or why nothing. The version is the Machine's (the kubeadm the binary phase
@@ -397,7 +418,7 @@ impl HostServices for ServiceLayer {
                     rerun_failed: input.rerun_failed,
                     ..Default::default()
                 };
-                match capkk_service::provisioning::run_with(exec, &plan, progress, r, &opts).await? {
+                match capkk_service::provisioning::run_with(exec, plan, progress, r, &opts).await? {
                     Outcome::Provisioned { .. } => Ok(()),
                     Outcome::Failed { first_failure, .. } => Err(match first_failure {
                         Some(f) => ServiceError::CommandFailed {
@@ -475,7 +496,7 @@ impl HostServices for ServiceLayer {
             input,
             progress,
         } = host;
-        let phase = Phase::ContainerManager.name();
+        let phase = PREPULL_AFTER.name();
         let note = |why: String| {
             progress.step_finished(&StepRecord {
                 phase: phase.into(),
@@ -568,10 +589,10 @@ mod tests {
             }),
             ..Default::default()
         };
-        let _ = input.bootstrap.set(BootstrapData {
-            value: SecretSlice::from(data.as_bytes().to_vec()),
-            format: "cloud-config".into(),
-        });
+        let _ = input.bootstrap.set(BootstrapData::new(
+            SecretSlice::from(data.as_bytes().to_vec()),
+            "cloud-config".into(),
+        ));
         input
     }
 

@@ -17,7 +17,8 @@ use super::{backoff::jittered, permits::HostPermits};
 /// What a background host task does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum TaskKind {
-    /// bootstrap -> binary -> containermanager -> repository (with the image pre-pull) -> provisioning.
+    /// bootstrap -> binary -> containermanager -> repository -> provisioning (the image pre-pull alongside the
+    /// last two).
     Provision,
     /// Reset the host.
     Reset,

@@ -131,10 +131,10 @@ pub(crate) async fn bootstrap_data(
         .and_then(|f| String::from_utf8(f.0.clone()).ok())
         .filter(|f| !f.is_empty())
         .unwrap_or_else(|| "cloud-config".into());
-    Ok(Some(BootstrapData {
-        value: capkk_ssh::SecretSlice::from(value),
+    Ok(Some(BootstrapData::new(
+        capkk_ssh::SecretSlice::from(value),
         format,
-    }))
+    )))
 }
 
 /// Inputs of the phases: spec, KKCluster spec, `/etc/hosts` entries, registry credentials (resolved from the

@@ -2,10 +2,11 @@
 //! (bootstrap → binary → containermanager → repository → provisioning) and reset.
 //!
 //! Once containerd runs, the image pre-pull ([`HostServices::prepull`](crate::services::HostServices)) goes on
-//! alongside the phases that follow (the OS packages) on another SSH channel; provisioning waits for it (it is
-//! bounded) so that `kubeadm init/join` finds the images present. It is not a phase: no condition, no
-//! completed-phases entry, never a failure; a restarted task runs it again (images already present are only
-//! checked) unless provisioning is done.
+//! alongside the phases that follow (the OS packages, then provisioning) on another SSH channel; nothing waits
+//! for it: kubeadm starts as soon as the packages are in, and its pulls join the pre-pull's. Its records are
+//! journaled at the end of the phase it finished in; if host work ends first, it is cancelled and the journal
+//! says so. It is not a phase: no condition, no completed-phases entry, never a failure; a restarted task runs
+//! it again (images already present are only checked) unless provisioning is done.
 //!
 //! A task writes only its own part of the status (`step`, `journal`, `hostInfo`, the phase conditions and
 //! `Deleting`) with the field manager `capkk-manager/hostwork`, and the durable facts (completed phases,
@@ -46,7 +47,7 @@ use super::{
 use crate::{
     conditions,
     context::Context,
-    services::{HostCall, Phase},
+    services::{HostCall, PREPULL_AFTER, Phase},
 };
 
 /// Journal records kept in status.
@@ -275,6 +276,23 @@ pub(crate) async fn alongside<T>(main: impl Future<Output = T>, side: &mut Optio
     main.await
 }
 
+/// The journal record of an image pre-pull that host work ended before (after `ran`): its own record, with
+/// the line per image, never came.
+fn prepull_cancelled(ran: Duration) -> StepRecord {
+    StepRecord {
+        phase: PREPULL_AFTER.name().into(),
+        name: capkk_service::images::STEP.into(),
+        exit_code: None,
+        duration: ran,
+        output_tail: format!(
+            "not finished when host work ended ({} s after it started): cancelled; kubeadm pulls what it needs",
+            ran.as_secs()
+        ),
+        skipped: false,
+        host_finished_ms: None,
+    }
+}
+
 /// Provision the host, phase by phase, skipping phases recorded as completed.
 pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<AtomicBool>, retry: bool) {
     let permit = ctx
@@ -293,7 +311,14 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
             .map_err(|e| Failure::Transient(e.to_string()))?;
         t.status.step = Some(CONNECTING_STEP.into());
         t.flush();
-        let Connected { exec, target, claims } = connect(&ctx, &inst, kkc.as_ref()).await?;
+        // The bootstrap data is read while connecting, not between the phases: the image pre-pull needs it
+        // the moment containerd runs. Unreadable now, it is read again when needed (and its failure
+        // reported by provisioning).
+        let (connected, early_data) = tokio::join!(
+            connect(&ctx, &inst, kkc.as_ref()),
+            bootstrap_data(&ctx, &inst)
+        );
+        let Connected { exec, target, claims } = connected?;
         let claims = claims.join(",");
         if inst.annotations().get(HOST_CLAIMS_ANNOTATION) != Some(&claims) {
             // Recorded so that the claim is given back when the KKInstance goes.
@@ -346,95 +371,107 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
             .secret_texts()
             .into_iter()
             .for_each(|t| input.redactor.add(t));
-        let input = input;
+        if let Ok(Some(data)) = early_data {
+            let _ = input.bootstrap.set(data);
+        }
         let side_progress = TaskProgress::of(&t.name);
         let mut prepull: Option<SideJob<'_>> = None;
-        let mut prepull_started = false;
-        for (i, phase) in phases.iter().copied().enumerate() {
-            current = phase;
-            if done.contains(phase.name()) {
-                if !conditions::is_true(&t.status.conditions, phase.condition()) {
-                    t.set(phase.condition(), true, reasons::READY, "completed earlier");
+        let mut prepull_started: Option<tokio::time::Instant> = None;
+        let phases_result: Result<bool, Failure> = async {
+            for (i, phase) in phases.iter().copied().enumerate() {
+                current = phase;
+                if done.contains(phase.name()) {
+                    if !conditions::is_true(&t.status.conditions, phase.condition()) {
+                        t.set(phase.condition(), true, reasons::READY, "completed earlier");
+                    }
+                    continue;
                 }
-                continue;
-            }
-            if stop.load(Ordering::SeqCst) {
-                return Ok(false);
-            }
-            if !prepull_started && done.contains(Phase::ContainerManager.name()) {
-                prepull_started = true;
-                // The images depend on what the bootstrap data runs. Unreadable now, it is read again (and
-                // its failure reported) by provisioning; the pre-pull then notes that it pulled nothing.
-                if input.bootstrap.get().is_none()
-                    && let Ok(Some(data)) = bootstrap_data(&ctx, &inst).await
-                {
-                    let _ = input.bootstrap.set(data);
+                if stop.load(Ordering::SeqCst) {
+                    return Ok(false);
                 }
-                prepull = Some(ctx.services.prepull(HostCall {
-                    exec: &*exec,
-                    input: &input,
-                    progress: &side_progress,
-                }));
-            }
-            if phase == Phase::Provisioning {
-                if let Some(job) = prepull.take() {
-                    t.status.step = Some(format!(
-                        "step {}/{n}: provisioning (waiting for the image pre-pull)",
-                        i + 1
-                    ));
-                    t.flush();
-                    job.await;
+                if prepull_started.is_none() && done.contains(PREPULL_AFTER.name()) {
+                    prepull_started = Some(tokio::time::Instant::now());
+                    // The images depend on what the bootstrap data runs. Unreadable, it is read again (and
+                    // its failure reported) by provisioning; the pre-pull then notes that it pulled nothing.
+                    if input.bootstrap.get().is_none()
+                        && let Ok(Some(data)) = bootstrap_data(&ctx, &inst).await
+                    {
+                        let _ = input.bootstrap.set(data);
+                    }
+                    prepull = Some(ctx.services.prepull(HostCall {
+                        exec: &*exec,
+                        input: &input,
+                        progress: &side_progress,
+                    }));
                 }
-                t.journal(side_progress.drain());
-                if input.bootstrap.get().is_none()
+                // Provisioning does not wait for the pre-pull: kubeadm asks for the images in its own order,
+                // and its pull of an image containerd is already fetching waits for that content instead of
+                // fetching it again. Waiting would hold kubeadm until the last image is in, though it needs
+                // the first ones first and spends most of its time starting the control plane.
+                if phase == Phase::Provisioning
+                    && input.bootstrap.get().is_none()
                     && let Some(data) = bootstrap_data(&ctx, &inst).await?
                 {
                     let _ = input.bootstrap.set(data);
                 }
+                let step = format!("step {}/{}: {}", i + 1, n, phase.name());
+                info!(kkinstance = %t.name, "Running {step}");
+                t.status.step = Some(step.clone());
+                t.set(phase.condition(), false, reasons::IN_PROGRESS, &step);
+                t.flush();
+                let progress = TaskProgress::of(&t.name);
+                let host = HostCall {
+                    exec: &*exec,
+                    input: &input,
+                    progress: &progress,
+                };
+                let res = bounded_phase(
+                    phase,
+                    ctx.settings.max_host_phase_duration,
+                    alongside(ctx.services.run(phase, host), &mut prepull),
+                )
+                .await;
+                t.journal(progress.drain());
+                t.journal(side_progress.drain());
+                let res = res?;
+                if let Some(f) = input.facts.lock().ok().and_then(|f| f.clone()) {
+                    t.status.host_info = Some(capkk_api::HostInfo {
+                        os: Some(f.os_id.clone()).filter(|s| !s.is_empty()),
+                        os_version: Some(f.os_version.clone()).filter(|s| !s.is_empty()),
+                        arch: Some(f.arch.clone()).filter(|s| !s.is_empty()),
+                        init_system: Some(match f.init {
+                            capkk_service::facts::InitSystem::Systemd => "systemd".to_owned(),
+                            capkk_service::facts::InitSystem::SystemctlOnly => "systemctl".to_owned(),
+                            capkk_service::facts::InitSystem::Unsupported(ref w) => w.clone(),
+                        }),
+                    });
+                }
+                res.map_err(|e| service_failure(phase, e))?;
+                t.set(phase.condition(), true, reasons::READY, "");
+                done.insert(phase.name().to_owned());
+                let list: Vec<&str> = phases
+                    .iter()
+                    .map(|p| p.name())
+                    .filter(|p| done.contains(*p))
+                    .collect();
+                t.annotate(&[(COMPLETED_PHASES_ANNOTATION, Some(list.join(",")))]);
             }
-            let step = format!("step {}/{}: {}", i + 1, n, phase.name());
-            info!(kkinstance = %t.name, "Running {step}");
-            t.status.step = Some(step.clone());
-            t.set(phase.condition(), false, reasons::IN_PROGRESS, &step);
-            t.flush();
-            let progress = TaskProgress::of(&t.name);
-            let host = HostCall {
-                exec: &*exec,
-                input: &input,
-                progress: &progress,
-            };
-            let res = bounded_phase(
-                phase,
-                ctx.settings.max_host_phase_duration,
-                alongside(ctx.services.run(phase, host), &mut prepull),
-            )
-            .await;
-            t.journal(progress.drain());
-            t.journal(side_progress.drain());
-            let res = res?;
-            if let Some(f) = input.facts.lock().ok().and_then(|f| f.clone()) {
-                t.status.host_info = Some(capkk_api::HostInfo {
-                    os: Some(f.os_id.clone()).filter(|s| !s.is_empty()),
-                    os_version: Some(f.os_version.clone()).filter(|s| !s.is_empty()),
-                    arch: Some(f.arch.clone()).filter(|s| !s.is_empty()),
-                    init_system: Some(match f.init {
-                        capkk_service::facts::InitSystem::Systemd => "systemd".to_owned(),
-                        capkk_service::facts::InitSystem::SystemctlOnly => "systemctl".to_owned(),
-                        capkk_service::facts::InitSystem::Unsupported(ref w) => w.clone(),
-                    }),
-                });
-            }
-            res.map_err(|e| service_failure(phase, e))?;
-            t.set(phase.condition(), true, reasons::READY, "");
-            done.insert(phase.name().to_owned());
-            let list: Vec<&str> = phases
-                .iter()
-                .map(|p| p.name())
-                .filter(|p| done.contains(*p))
-                .collect();
-            t.annotate(&[(COMPLETED_PHASES_ANNOTATION, Some(list.join(",")))]);
+            Ok(true)
         }
-        Ok(true)
+        .await;
+        if let (Some(job), Some(started)) = (prepull.take(), prepull_started) {
+            // Host work ended (provisioned, failed or paused) before the pre-pull: it is dropped, which
+            // closes its SSH channel, rather than awaited. The task's end is what makes the KKInstance
+            // Ready (or lets a retry start), so waiting would delay the Machine for images kubeadm already
+            // pulled, or will pull, itself. What is left on the host is bounded: each pull by its own
+            // timeout, and the script ends when it next writes to the closed channel.
+            drop(job);
+            let ran = started.elapsed();
+            info!(kkinstance = %t.name, ran_s = ran.as_secs(), "Image pre-pull cancelled: host work ended first");
+            side_progress.step_finished(&prepull_cancelled(ran));
+        }
+        t.journal(side_progress.drain());
+        phases_result
     }
     .await;
     match result {

@@ -494,12 +494,49 @@ async fn a_host_another_namespace_holds_is_refused_naming_the_holder_and_nothing
     );
 }
 
+/// The last status host work wrote for `c.node1` (its part: step, journal, phase conditions).
+fn last_status(requests: &[(String, String, Value)]) -> Value {
+    requests
+        .iter()
+        .rev()
+        .find(|(m, p, b)| {
+            m == "PATCH" && p == &path("kkinstances", "c.node1/status") && b["status"]["journal"].is_array()
+        })
+        .map(|(_, _, b)| b["status"].clone())
+        .unwrap_or_else(|| panic!("no status with a journal: {requests:#?}"))
+}
+
+/// The `image-prepull` journal records of a status, as `(exit code, output)`.
+fn prepull_records(status: &Value) -> Vec<(Value, String)> {
+    status["journal"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["name"] == "image-prepull")
+        .map(|r| {
+            assert_eq!(r["phase"], "containermanager", "{r}");
+            (
+                r["exitCode"].clone(),
+                r["outputTail"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn provisioned(status: &Value) -> bool {
+    status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Provisioned" && c["status"] == "True")
+}
+
 #[tokio::test]
-async fn the_image_pre_pull_starts_once_containerd_runs_goes_on_alongside_the_packages_and_provisioning_waits_for_it()
- {
+async fn the_image_pre_pull_starts_once_containerd_runs_and_provisioning_starts_while_it_still_pulls() {
     let km = recorded_kkmachine();
     let mut t = world(&km);
     t.services.prepull_takes(Duration::from_millis(300));
+    t.services.takes(Phase::Provisioning, Duration::from_millis(900));
     let inst = claim(&km, "node1", "10.0.0.1", &[]);
     let served = serve_host_work(t.api, &inst);
     reconcile(Arc::new(inst), t.ctx.clone())
@@ -509,7 +546,7 @@ async fn the_image_pre_pull_starts_once_containerd_runs_goes_on_alongside_the_pa
         task_end(&mut t.instance_triggers).await.is_some(),
         "the task ended"
     );
-    served.finish();
+    let requests = served.finish();
     assert_eq!(t.services.ran(), Phase::ALL);
     let [(started, ended)] = t.services.prepulls().try_into().expect("one pre-pull");
     assert_eq!(
@@ -519,13 +556,88 @@ async fn the_image_pre_pull_starts_once_containerd_runs_goes_on_alongside_the_pa
     );
     assert_eq!(
         ended,
-        [
-            Phase::Bootstrap,
-            Phase::Binary,
-            Phase::ContainerManager,
-            Phase::Repository
-        ],
-        "the packages ran alongside it, and provisioning waited for it"
+        Phase::ALL,
+        "the packages ran alongside it, and provisioning had started before it ended"
+    );
+    let status = last_status(&requests);
+    assert!(provisioned(&status), "{status:#}");
+    assert_eq!(
+        prepull_records(&status),
+        [(
+            json!(0),
+            "1 pulled registry.example/kube-apiserver:v1.36.3 in 9 ms (fake)".to_owned()
+        )],
+        "its result is journaled, though it finished during provisioning: {status:#}"
+    );
+}
+
+#[tokio::test]
+async fn a_pre_pull_still_running_when_the_host_is_provisioned_is_cancelled_and_journaled_as_not_finished() {
+    let km = recorded_kkmachine();
+    let mut t = world(&km);
+    // A registry that never answers (the real pre-pull is bounded by its timeout; nothing waits for it).
+    t.services.prepull_takes(Duration::from_secs(3600));
+    let inst = claim(&km, "node1", "10.0.0.1", &[]);
+    let served = serve_host_work(t.api, &inst);
+    reconcile(Arc::new(inst), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    assert!(
+        task_end(&mut t.instance_triggers).await.is_some(),
+        "the task ended within 5 s: nothing waited for the pre-pull"
+    );
+    let requests = served.finish();
+    assert_eq!(t.services.ran(), Phase::ALL);
+    assert!(t.services.prepulls().is_empty(), "it never finished");
+    assert_eq!(
+        t.services.prepulls_running(),
+        0,
+        "it did not outlive the task (cancelled, not leaked)"
+    );
+    let status = last_status(&requests);
+    assert!(provisioned(&status), "{status:#}");
+    let [(code, tail)] = prepull_records(&status).try_into().expect("one pre-pull record");
+    assert_eq!(code, Value::Null, "no exit code: it did not end on the host");
+    assert!(
+        tail.starts_with("not finished when host work ended (") && tail.contains("cancelled"),
+        "{tail}"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_image_pre_pull_is_journaled_and_the_host_is_still_provisioned() {
+    let km = recorded_kkmachine();
+    let mut t = world(&km);
+    t.services.prepull_fails();
+    // The pre-pull ends during the packages' phase, its records are journaled with it.
+    t.services.takes(Phase::Repository, Duration::from_millis(300));
+    let inst = claim(&km, "node1", "10.0.0.1", &[]);
+    let served = serve_host_work(t.api, &inst);
+    reconcile(Arc::new(inst), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    assert!(
+        task_end(&mut t.instance_triggers).await.is_some(),
+        "the task ended"
+    );
+    let requests = served.finish();
+    assert_eq!(t.services.ran(), Phase::ALL);
+    let status = last_status(&requests);
+    assert!(
+        provisioned(&status),
+        "a failed pre-pull fails nothing: {status:#}"
+    );
+    let [(code, tail)] = prepull_records(&status).try_into().expect("one pre-pull record");
+    assert_eq!(code, json!(1));
+    assert!(
+        tail.contains(" failed registry.example/kube-apiserver:v1.36.3 "),
+        "{tail}"
+    );
+    assert!(
+        !requests
+            .iter()
+            .any(|(_, _, b)| b["metadata"]["annotations"][FAILED_ANNOTATION].is_string()),
+        "no failure recorded: {requests:#?}"
     );
 }
 
