@@ -185,9 +185,14 @@ mgmt_env() {
 
 # make_logged TARGET [VAR=VALUE...]: the target's output into build.log (its tail shown when it fails), a
 # heartbeat with build.log's last line every 30 s meanwhile.
+# Its start and end are lines of their own: between two quiet steps the heartbeats alone left up to two
+# intervals without a line (54 s in a cold quickstart).
 make_logged() {
+  local t0=$SECONDS
+  echo "   .. make $1: started (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
   heartbeat --log "$WORK/build.log" "   .. make $1" make -s -C "$ROOT" "$@" ||
     { tail -n 30 "$WORK/build.log"; die "make $1 failed"; }
+  echo "   .. make $1: done in $((SECONDS - t0))s" >&2
 }
 
 build() {
