@@ -1239,6 +1239,45 @@ remediate_restart() {
   kubectl delete -n "$NS" machinehealthcheck "$CLUSTER-workers" >/dev/null
 }
 
+kkremediation_condition() { # kkremediation_condition MACHINE TYPE STATUS
+  kkremediation_seen "$1" &&
+    [ "$(kubectl get kkremediation -n "$NS" "$1" -o jsonpath="{.status.conditions[?(@.type==\"$2\")].status}")" = "$3" ]
+}
+boot_id() { vmsh "$1" 'cat /proc/sys/kernel/random/boot_id'; }
+
+# Remediation, the reboot tier: the worker's kubelet masked until the next boot (`systemctl mask --runtime`
+# writes the mask under /run) and stopped. Restarting the services cannot bring it back (a masked unit does not
+# start), so attempt 1 fails on the host; after its timeout attempt 2 reboots the host over SSH, /run starts
+# empty and the kubelet, still enabled, starts at boot: the same Machine recovers. This mode's VMs restart on a
+# guest reboot (CAPKK_VM_REBOOT=1; otherwise QEMU exits).
+remediate_reboot() {
+  local w m uid boot0
+  w=$(vm_name 2)
+  m=$(worker_machine)
+  uid=$(machine_field "$m" .metadata.uid)
+  stage "remediation, reboot tier: the kubelet masked on $w until it reboots -> restart fails -> reboot"
+  boot0=$(boot_id 2)
+  remediation_apply 2 300s
+  vmsh 2 'systemctl mask --runtime kubelet && systemctl stop kubelet'
+  wait_for "$w NotReady (the node controller's grace period)" 600 node_not_ready "$w"
+  wait_for "CAPI created KKRemediation $m from the template" 600 kkremediation_seen "$m"
+  wait_for "attempt 1, the restart, failed on the host (ServicesRestarted False)" 600 \
+    kkremediation_condition "$m" ServicesRestarted False
+  wait_for "attempt 2 rebooted the host (HostRebooted True)" 900 kkremediation_condition "$m" HostRebooted True
+  wait_for "$w Ready again" 600 node_ready "$w"
+  wait_for "CAPI deleted the KKRemediation (the Machine is healthy)" 600 kkremediation_gone "$m"
+  check "the same Machine ($m, uid $uid)" test "$(machine_field "$m" .metadata.uid)" = "$uid"
+  check "$w booted again (a new boot ID)" test "$(boot_id 2)" != "$boot0"
+  check "the kubelet is active after the reboot" vmsh 2 'systemctl is-active --quiet kubelet'
+  log "    the KKRemediation's last status:"
+  sed -n '/^status:/,$p' "$WORK/kkremediation.yaml" | sed 's/^/      /'
+  check "its events say which tiers ran (ServicesRestartFailed, HostRebooted)" bash -c \
+    "kubectl get events -n '$NS' --field-selector involvedObject.kind=KKRemediation -o jsonpath='{.items[*].reason}' | grep -q ServicesRestartFailed &&
+     kubectl get events -n '$NS' --field-selector involvedObject.kind=KKRemediation -o jsonpath='{.items[*].reason}' | grep -q HostRebooted"
+  kubectl delete -n "$NS" machinehealthcheck "$CLUSTER-workers" >/dev/null
+  kubectl delete -n "$NS" kkremediationtemplate "$CLUSTER-workers" >/dev/null
+}
+
 kkremediation_handed_over() { # the controller gave up and asked CAPI to replace the Machine
   kkremediation_seen "$1" &&
     [ "$(kubectl get kkremediation -n "$NS" "$1" -o jsonpath='{.status.conditions[?(@.type=="OwnerRemediationRequested")].status}')" = True ]
@@ -1487,7 +1526,10 @@ main() {
       VMS=3 SPARE=1
       # A host that stays unreachable is quarantined after this long (10 min by default).
       export CAPKK_QUARANTINE_AFTER=${CAPKK_QUARANTINE_AFTER:-3m}
-      steps=(build mgmt_up release vms_up serve_up render_apply control_plane workers remediate_cutoff delete_cluster)
+      # The reboot tier reboots a VM: it must come back, not end its QEMU.
+      export CAPKK_VM_REBOOT=1
+      steps=(build mgmt_up release vms_up serve_up render_apply control_plane workers remediate_reboot remediate_cutoff
+        delete_cluster)
       ;;
     *-down | down)
       mgmt_env

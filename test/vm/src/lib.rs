@@ -139,6 +139,10 @@ pub struct FleetConfig {
     /// How long a VM may take from QEMU start to ready (`CAPKK_VM_READY_TIMEOUT` seconds, default 900: TCG
     /// boots take 40 s on a quiet machine and several minutes on a busy one).
     pub ready_timeout: Duration,
+    /// Whether a guest reboot restarts the VM (`CAPKK_VM_REBOOT=1`, for tests that reboot a node). Otherwise
+    /// a reboot, and with it a kernel panic (`panic=-1`), ends the QEMU process, which the ready wait notices
+    /// at once instead of waiting out its timeout on a VM that panics at every boot.
+    pub reboot: bool,
 }
 
 impl FleetConfig {
@@ -152,6 +156,7 @@ impl FleetConfig {
             name: name.into(),
             vms,
             ready_timeout: Duration::from_secs(secs),
+            reboot: std::env::var("CAPKK_VM_REBOOT").as_deref() == Ok("1"),
         }
     }
 }
@@ -826,9 +831,9 @@ fn boot(config: &FleetConfig) -> Result<FleetState> {
                 "none",
                 "-monitor",
                 "none",
-                "-no-reboot",
                 "-daemonize",
             ])
+            .args((!config.reboot).then_some("-no-reboot"))
             .arg("-serial")
             .arg(format!("file:{}", vm.console_log().display()))
             .arg("-pidfile")
