@@ -67,6 +67,7 @@ mgmt_env() {
   export KUBECONFIG=${CAPKK_MGMT_DIR:-$CAPKK_CACHE/mgmt}/kubeconfig
   SANDBOX=${CARGO_TARGET_DIR:-$ROOT/target}/debug/sandbox
   MANAGER=${CARGO_TARGET_DIR:-$ROOT/target}/debug/manager
+  MIRROR_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/debug/capkk-mirror
 }
 
 sb() { "$SANDBOX" "$@"; }
@@ -84,7 +85,6 @@ build() {
   make -s -C "$ROOT" mgmt-bin
   mgmt_env
   "$ROOT/test/kubeadm-sim/build.sh" "$WORK/bin/kubeadm" "$BIN_DIR"
-  (cd "$ROOT/test/e2e/mirror" && heartbeat "go build mirror" env CGO_ENABLED=0 go build -trimpath -o "$WORK/bin/mirror" .)
 }
 
 mgmt_up() {
@@ -216,7 +216,7 @@ start_mirror() {
     awk '{print $4}' | cut -d/ -f1)
   [ -n "$bridge" ] || die "no sandbox bridge address"
   rm -f "$WORK/mirror.addr"
-  setsid "$WORK/bin/mirror" -listen "$bridge:0" -dir "$WORK/mirror" -addr-file "$WORK/mirror.addr" \
+  setsid "$MIRROR_BIN" --listen "$bridge:0" --dir "$WORK/mirror" --addr-file "$WORK/mirror.addr" \
     </dev/null >>"$WORK/mirror.log" 2>&1 &
   echo $! >"$WORK/mirror.pid"
   for _ in $(seq 50); do [ -s "$WORK/mirror.addr" ] && break; sleep 0.1; done
@@ -239,7 +239,7 @@ start_mirror() {
 stop_mirror() {
   local pid
   pid=$(cat "$WORK/mirror.pid" 2>/dev/null || true)
-  if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = mirror ]; then kill "$pid" 2>/dev/null || true; fi
+  if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = capkk-mirror ]; then kill "$pid" 2>/dev/null || true; fi
   rm -f "$WORK/mirror.pid"
 }
 

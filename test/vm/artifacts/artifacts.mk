@@ -29,10 +29,11 @@ node-artifacts: mgmt-bin ## build the node artifacts for real-node tests (cached
 node-artifacts-prev: node-artifacts ## build the previous Kubernetes minor's node artifacts (upgrade tests; cached)
 	$(NODE_ARTIFACTS_DIR_SRC)/build-prev.sh
 
-node-artifacts-test: node-artifacts node-artifacts-prev ## check both node artifact sets (versions, checksums, served registry/mirror/apt)
+# serve.sh runs the mirror `make build` makes (capkk-mirror of test/sandbox).
+node-artifacts-test: node-artifacts node-artifacts-prev build ## check both node artifact sets (versions, checksums, served registry/mirror/apt)
 	$(NODE_ARTIFACTS_DIR_SRC)/check.sh
 
-node-serve: node-artifacts ## serve the node artifacts on NODE_SERVE_ADDR (mirror, registry, apt)
+node-serve: node-artifacts build ## serve the node artifacts on NODE_SERVE_ADDR (mirror, registry, apt)
 	@test -n "$(NODE_SERVE_ADDR)" || { echo "set NODE_SERVE_ADDR (an address on your bridge in 198.18.0.0/15)"; exit 1; }
 	NODE_SERVE_PREV=$(NODE_SERVE_PREV) $(NODE_ARTIFACTS_DIR_SRC)/serve.sh start $(NODE_SERVE_DIR) $(NODE_SERVE_ADDR) $(NODE_MIRROR_PORT) $(NODE_REGISTRY_PORT)
 

@@ -78,7 +78,7 @@ inputs_hash() {
     cd "$HERE"
     { echo build.sh; find tools -type f \( -name go.mod -o -name go.sum -o -name '*.go' \); } | LC_ALL=C sort |
       xargs sha256sum
-    sha256sum "$REPO/test/mgmt/tools/etcd/go.mod" "$REPO/test/e2e/mirror/main.go" | cut -c1-64
+    sha256sum "$REPO/test/mgmt/tools/etcd/go.mod" | cut -c1-64
     echo "apt=$APT_PACKAGES base=$BASE_DEBS iptables=$IPTABLES_DEBS arch=$ARCH recipe=$NODE_RECIPE"
     go_version
   } | sha256sum | cut -c1-16
@@ -170,7 +170,6 @@ build_registry() {
 build_tools() { # imgtool (host side), pause and hello (image payloads, static)
   (cd "$TOOLS/images" && CGO_ENABLED=0 "${GOBUILD[@]}" -ldflags "-s -w -X main.version=$PAUSE_TAG" \
     -o "$OUT/bin/" ./imgtool ./pause ./hello)
-  (cd "$REPO/test/e2e/mirror" && CGO_ENABLED=0 "${GOBUILD[@]}" -ldflags "-s -w" -o "$OUT/bin/mirror" .)
 }
 
 # ---- Debian packages ----

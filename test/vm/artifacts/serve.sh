@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Serves the node artifacts the way users' mirrors do: the release-file tree (spec.component.host layout, with
-# checksum files, plus the flat Debian repository under /debian) over HTTP by the e2e's file mirror, and the
-# images by a real OCI registry (distribution) over plain HTTP, optionally with htpasswd Basic auth.
+# checksum files, plus the flat Debian repository under /debian) over HTTP by the tests' file mirror
+# (capkk-mirror of test/sandbox, from `make build`), and the images by a real OCI registry (distribution) over
+# plain HTTP, optionally with htpasswd Basic auth.
 #
 #   serve.sh start <state-dir> <ip> [mirror-port=8080] [registry-port=5000]
 #   serve.sh stop <state-dir>
@@ -12,7 +13,10 @@
 # written, into <state-dir>/htpasswd, mode 0600). The registry runs in read-only mode on the prebuilt storage;
 # with NODE_REGISTRY_PUSH=1 (auth required) it is writable instead, on the run's own copy of that storage in
 # <state-dir>/registry-storage, so that a test can push an image it built (the manager's) without changing the cache.
-# Reads $NODE_ARTIFACTS_ENV (default $CAPKK_CACHE/node-artifacts/current.env, written by build.sh).
+# Reads $NODE_ARTIFACTS_ENV (default $CAPKK_CACHE/node-artifacts/current.env, written by build.sh). The mirror
+# binary is $NODE_MIRROR_BIN (default: where `make build` puts it, ${CARGO_TARGET_DIR:-target}/debug/capkk-mirror),
+# run from a copy in <state-dir>: a rebuild during a kept run cannot turn its executable into "(deleted)", which
+# the stop and status checks would no longer recognise.
 # Writes <state-dir>/serve.env: NODE_MIRROR_URL, NODE_REGISTRY, NODE_APT_SOURCE.
 # NODE_REGISTRY_EXTRA_STORAGE (space-separated registry storages, e.g. $CLUSTERCTL_REGISTRY_STORAGE of
 # test/clusterctl) adds their images to the same registry: merged by hard links in <state-dir>/registry-merged.
@@ -22,6 +26,11 @@
 set -euo pipefail
 
 CAPKK_CACHE=${CAPKK_CACHE:-$HOME/.cache/capkk-rs}
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
+# Cargo's rule: a relative CARGO_TARGET_DIR is taken from make's directory, the repository root.
+TARGET_DIR=${CARGO_TARGET_DIR:-$REPO/target}
+[[ $TARGET_DIR == /* ]] || TARGET_DIR=$REPO/$TARGET_DIR
+MIRROR_BIN=${NODE_MIRROR_BIN:-$TARGET_DIR/debug/capkk-mirror}
 ENV_FILE=${NODE_ARTIFACTS_ENV:-$CAPKK_CACHE/node-artifacts/current.env}
 PREV_ENV_FILE=${NODE_PREV_ENV:-$CAPKK_CACHE/node-artifacts/prev.env}
 log() { echo "node-serve: $*" >&2; }
@@ -59,10 +68,15 @@ case $cmd in
     # shellcheck disable=SC1090
     source "$ENV_FILE"
     { [ -d "$NODE_REGISTRY_STORAGE" ] && [ -d "$NODE_MIRROR_DIR" ]; } || die "artifacts in $ENV_FILE are incomplete"
+    [ -x "$MIRROR_BIN" ] || die "no mirror binary $MIRROR_BIN: run 'make build' first (or set NODE_MIRROR_BIN)"
     mkdir -p "$state"
     state=$(cd "$state" && pwd)
     stop_one "$state" mirror
     stop_one "$state" registry
+    # The physical path: /proc/PID/exe, which the checks compare with, resolves symbolic links.
+    mexe=$(cd "$state" && pwd -P)/capkk-mirror
+    # Renamed into place: a mirror of an earlier run still executing the old copy keeps its own file.
+    cp -f "$MIRROR_BIN" "$mexe.tmp" && mv -f "$mexe.tmp" "$mexe"
     extra=${NODE_REGISTRY_EXTRA_STORAGE:-}
     rm -rf "$state/mirror-merged"
     if [ "${NODE_SERVE_PREV:-0}" = 1 ]; then
@@ -129,14 +143,14 @@ EOF
     setsid "$NODE_BIN_DIR/registry" serve "$state/registry.yml" > "$state/registry.log" 2>&1 < /dev/null &
     echo $! > "$state/registry.pid"
     echo "$NODE_BIN_DIR/registry" > "$state/registry.exe"
-    setsid "$NODE_BIN_DIR/mirror" -listen "$ip:$mport" -dir "$NODE_MIRROR_DIR" > "$state/mirror.log" 2>&1 < /dev/null &
+    setsid "$mexe" --listen "$ip:$mport" --dir "$NODE_MIRROR_DIR" > "$state/mirror.log" 2>&1 < /dev/null &
     echo $! > "$state/mirror.pid"
-    echo "$NODE_BIN_DIR/mirror" > "$state/mirror.exe"
+    echo "$mexe" > "$state/mirror.exe"
     for i in $(seq 1 150); do
       r=$(curl -s -o /dev/null -w '%{http_code}' "http://$ip:$rport/v2/" || true)
       m=$(curl -s -o /dev/null -w '%{http_code}' "http://$ip:$mport/debian/Packages" || true)
       { [ "$r" = 200 ] || [ "$r" = 401 ]; } && [ "$m" = 200 ] && break
-      if ! alive "$state/registry.pid" "$NODE_BIN_DIR/registry" || ! alive "$state/mirror.pid" "$NODE_BIN_DIR/mirror" \
+      if ! alive "$state/registry.pid" "$NODE_BIN_DIR/registry" || ! alive "$state/mirror.pid" "$mexe" \
          || [ "$i" = 150 ]; then
         tail -5 "$state/registry.log" "$state/mirror.log" >&2 || true
         "$0" stop "$state"
@@ -157,7 +171,7 @@ EOF
     rm -rf "$state/registry-merged" "$state/mirror-merged"
     stop_one "$state" mirror
     stop_one "$state" registry
-    rm -rf "$state/serve.env" "$state/htpasswd" "$state/registry-storage"
+    rm -rf "$state/serve.env" "$state/htpasswd" "$state/registry-storage" "$state/capkk-mirror"
     ;;
   status)
     for n in mirror registry; do
