@@ -594,7 +594,7 @@ async fn install(
                 "metadata": {"name": PROVIDER, "namespace": NS}, "spec": spec}),
     )
     .await?;
-    let p = wait_condition(
+    wait_condition(
         &infras,
         PROVIDER,
         "ProviderInstalled",
@@ -603,11 +603,19 @@ async fn install(
         &operator.log,
     )
     .await?;
-    ensure!(
-        p["status"]["installedVersion"] == VERSION && p["status"]["contract"] == "v1beta2",
-        "the InfrastructureProvider reports {VERSION}, contract v1beta2: {}",
-        p["status"]
-    );
+    // The Operator sets the condition and the installed version in separate status writes: on a cluster
+    // whose API server answers slowly (a VM under TCG) the condition came 1 s alone.
+    let p = eventually(
+        &format!("the InfrastructureProvider reports {VERSION}, contract v1beta2"),
+        secs(60),
+        POLL,
+        || async {
+            let p = serde_json::to_value(infras.get(PROVIDER).await?)?;
+            let done = p["status"]["installedVersion"] == VERSION && p["status"]["contract"] == "v1beta2";
+            anyhow::Ok(done.then_some(p))
+        },
+    )
+    .await?;
     Ok((operator, p))
 }
 
