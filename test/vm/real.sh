@@ -1210,10 +1210,11 @@ kkremediation_seen() { # kkremediation_seen MACHINE: it exists; its last status 
   kubectl get kkremediation -n "$NS" "$1" -o yaml >"$WORK/kkremediation.now.yaml" 2>/dev/null || return 1
   mv -f "$WORK/kkremediation.now.yaml" "$WORK/kkremediation.yaml"
 }
-kkremediation_restarted() { # the restart tier ran and said so (condition ServicesRestarted True)
+kkremediation_condition() { # kkremediation_condition MACHINE TYPE STATUS
   kkremediation_seen "$1" &&
-    [ "$(kubectl get kkremediation -n "$NS" "$1" -o jsonpath='{.status.conditions[?(@.type=="ServicesRestarted")].status}')" = True ]
+    [ "$(kubectl get kkremediation -n "$NS" "$1" -o jsonpath="{.status.conditions[?(@.type==\"$2\")].status}")" = "$3" ]
 }
+kkremediation_restarted() { kkremediation_condition "$1" ServicesRestarted True; } # the restart tier ran and said so
 kkremediation_gone() { ! kubectl get kkremediation -n "$NS" "$1" >/dev/null 2>&1 && kubectl get ns "$NS" >/dev/null; }
 node_not_ready() { [ "$(wl get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" != True ]; }
 
@@ -1239,10 +1240,6 @@ remediate_restart() {
   kubectl delete -n "$NS" machinehealthcheck "$CLUSTER-workers" >/dev/null
 }
 
-kkremediation_condition() { # kkremediation_condition MACHINE TYPE STATUS
-  kkremediation_seen "$1" &&
-    [ "$(kubectl get kkremediation -n "$NS" "$1" -o jsonpath="{.status.conditions[?(@.type==\"$2\")].status}")" = "$3" ]
-}
 boot_id() { vmsh "$1" 'cat /proc/sys/kernel/random/boot_id'; }
 
 # Remediation, the reboot tier: the worker's kubelet masked until the next boot (`systemctl mask --runtime`
@@ -1278,10 +1275,7 @@ remediate_reboot() {
   kubectl delete -n "$NS" kkremediationtemplate "$CLUSTER-workers" >/dev/null
 }
 
-kkremediation_handed_over() { # the controller gave up and asked CAPI to replace the Machine
-  kkremediation_seen "$1" &&
-    [ "$(kubectl get kkremediation -n "$NS" "$1" -o jsonpath='{.status.conditions[?(@.type=="OwnerRemediationRequested")].status}')" = True ]
-}
+kkremediation_handed_over() { kkremediation_condition "$1" OwnerRemediationRequested True; } # gave the Machine back
 host_quarantined() { # host_quarantined HOST: its KKInstance carries spec.quarantine and the quarantined label
   [ "$(kubectl get kkinstances -n "$NS" -l kkinstance.infrastructure.cluster.x-k8s.io/quarantined=true \
     -o jsonpath='{range .items[?(@.spec.quarantine)]}{.spec.name}{"\n"}{end}')" = "$1" ]

@@ -180,22 +180,31 @@ mod tests {
         assert!(w.contains("\nEXTRA=198.18.0.1:5000/pause:3.10.1\n"), "{w}");
     }
 
-    /// The script against stand-ins for kubeadm and crictl (a real shell): a control plane pulls every listed
-    /// image and the sandbox image, skips what is present, and reports a failed image without hiding the rest.
-    #[test]
-    fn the_script_pulls_what_is_missing_and_reports_each_image_with_the_host_clock() {
+    /// A scratch directory with `bin/` for stand-in commands and the path of their pull log.
+    fn stand_in_dir() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let bin = dir.path().join("bin");
         std::fs::create_dir(&bin).unwrap();
         let log = dir.path().join("pulls");
-        let write = |name: &str, body: String| {
-            let p = bin.join(name);
-            std::fs::write(&p, format!("#!/bin/sh\n{body}")).unwrap();
-            std::process::Command::new("chmod")
-                .args(["755", p.to_str().unwrap()])
-                .status()
-                .unwrap();
-        };
+        (dir, bin, log)
+    }
+
+    /// An executable `sh` script `name` in `bin`.
+    fn stand_in(bin: &std::path::Path, name: &str, body: &str) {
+        let p = bin.join(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{body}")).unwrap();
+        std::process::Command::new("chmod")
+            .args(["755", p.to_str().unwrap()])
+            .status()
+            .unwrap();
+    }
+
+    /// The script against stand-ins for kubeadm and crictl (a real shell): a control plane pulls every listed
+    /// image and the sandbox image, skips what is present, and reports a failed image without hiding the rest.
+    #[test]
+    fn the_script_pulls_what_is_missing_and_reports_each_image_with_the_host_clock() {
+        let (_dir, bin, log) = stand_in_dir(); // kept: the directory lives as long as the test
+        let write = |name: &str, body: String| stand_in(&bin, name, &body);
         write(
             "kubeadm",
             "[ \"$1 $2 $3\" = 'config images list' ] || exit 9\n\
@@ -258,18 +267,8 @@ mod tests {
     #[test]
     fn the_script_pulls_three_images_at_a_time_taking_them_in_kubeadms_order() {
         assert_eq!(LANES, 3, "the stand-in below waits for three pulls");
-        let dir = tempfile::tempdir().unwrap();
-        let bin = dir.path().join("bin");
-        std::fs::create_dir(&bin).unwrap();
-        let log = dir.path().join("pulls");
-        let write = |name: &str, body: String| {
-            let p = bin.join(name);
-            std::fs::write(&p, format!("#!/bin/sh\n{body}")).unwrap();
-            std::process::Command::new("chmod")
-                .args(["755", p.to_str().unwrap()])
-                .status()
-                .unwrap();
-        };
+        let (_dir, bin, log) = stand_in_dir(); // kept: the directory lives as long as the test
+        let write = |name: &str, body: String| stand_in(&bin, name, &body);
         write(
             "kubeadm",
             "for i in kube-apiserver kube-controller-manager kube-scheduler kube-proxy etcd; do\n\
