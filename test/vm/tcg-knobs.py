@@ -5,6 +5,7 @@
                  --pause IMAGE --pod-cidr CIDR [--worker-pod-cidr CIDR] [--cp-routes CIDR=VIA,...]
                  [--worker-routes CIDR=VIA,...] [--addons-after-init] [--untainted-control-plane]
                  [--control-plane-lb HOST] [--etcd-image-tag TAG] [--dns-image-tag TAG] [--worker-version V]
+                 [--k8s-io-mirror-secret NAME]
 
 Everything here is a setting a user would make in their own cluster YAML; nothing reaches into the product:
 - KKCluster spec.registry: the local OCI registry as privateRegistry (plain HTTP, Basic auth from a Secret);
@@ -26,7 +27,11 @@ Everything here is a setting a user would make in their own cluster YAML; nothin
   minor behind the control plane (MachineSet preflight KubeadmVersionSkew): the 2-VM day-2 run's worker starts
   where a cluster stands after its control plane was upgraded;
 - with --etcd-image-tag/--dns-image-tag, the KubeadmControlPlane's etcd and CoreDNS image tags (the day-2 run's
-  older Kubernetes would otherwise ask for tags the local registry does not carry).
+  older Kubernetes would otherwise ask for tags the local registry does not carry);
+- with --k8s-io-mirror-secret, kubeadm's imageRepository stays registry.k8s.io and every node's containerd pulls
+  registry.k8s.io through the registry instead (a hosts.toml from that Secret, key hosts.toml, with the
+  registry's Basic auth header), as an air-gapped user mirrors it: image names stay the upstream ones, which
+  CAPI's upgrade spec checks (kube-proxy's image must be registry.k8s.io/kube-proxy:<version>).
 See ../shared/reference/real-nodes.md for the measurements behind the numbers.
 """
 
@@ -55,6 +60,7 @@ p.add_argument("--control-plane-lb", help="KKCluster spec.controlPlaneLoadBalanc
 p.add_argument("--etcd-image-tag", help="ClusterConfiguration etcd.local.imageTag")
 p.add_argument("--dns-image-tag", help="ClusterConfiguration dns.imageTag")
 p.add_argument("--worker-version", help="the MachineDeployment's Kubernetes version (one minor behind is allowed)")
+p.add_argument("--k8s-io-mirror-secret", help="Secret whose hosts.toml points containerd's registry.k8s.io at --registry")
 a = p.parse_args()
 
 docs = [d for d in yaml.safe_load_all(open(a.src)) if d]
@@ -134,12 +140,26 @@ def cni_file(cidr):
 # command runs the same phases of the same kubeadm with the same configuration until they pass (the addons are
 # create-or-update: a retry is harmless). The copy of the configuration drops skipPhases: `kubeadm init phase`
 # would honour it too. The commands fail the bootstrap if that does not work within the retries.
+# The KubeadmControlPlane's postKubeadmCommands also run after a control-plane `kubeadm join` (a rolling
+# upgrade's new control plane), which has no init configuration and nothing to add: there each command is a
+# no-op (each runs in a shell of its own, so `exit 0` ends only that one; a host's reset removes /run/kubeadm).
 ADDONS_CONFIG = "/run/kubeadm/capkk-test-addons.yaml"
+INIT_ONLY = "[ -e /run/kubeadm/kubeadm.yaml ] || exit 0; "
 ADDONS = [
-    "sed -e '/^skipPhases:$/d' -e '/^- addon\\/coredns$/d' -e '/^- addon\\/kube-proxy$/d' /run/kubeadm/kubeadm.yaml"
+    INIT_ONLY + "sed -e '/^skipPhases:$/d' -e '/^- addon\\/coredns$/d' -e '/^- addon\\/kube-proxy$/d' /run/kubeadm/kubeadm.yaml"
     f" > {ADDONS_CONFIG} && ! grep -q 'addon/' {ADDONS_CONFIG}",
-    f"for i in 1 2 3 4 5 6 7 8 9 10; do kubeadm init phase addon all --config {ADDONS_CONFIG} && exit 0; sleep 15; done; exit 1",
+    INIT_ONLY
+    + f"for i in 1 2 3 4 5 6 7 8 9 10; do kubeadm init phase addon all --config {ADDONS_CONFIG} && exit 0; sleep 15; done; exit 1",
 ]
+
+
+def k8s_io_mirror(secret):
+    # Written with the bootstrap data, before kubeadm pulls; containerd reads certs.d at every pull.
+    return {
+        "path": "/etc/containerd/certs.d/registry.k8s.io/hosts.toml",
+        "permissions": "0600",
+        "contentFrom": {"secret": {"name": secret, "key": "hosts.toml"}},
+    }
 
 
 def route_commands(routes):
@@ -182,7 +202,8 @@ for d in docs:
     elif kind == "KubeadmControlPlane":
         k = spec["kubeadmConfigSpec"]
         cc = k.setdefault("clusterConfiguration", {})
-        cc["imageRepository"] = a.registry
+        if not a.k8s_io_mirror_secret:
+            cc["imageRepository"] = a.registry
         cc["encryptionAlgorithm"] = "ECDSA-P256"
         cc.setdefault("controllerManager", {})["extraArgs"] = args(dict(LEADER, **{"node-cidr-mask-size-ipv4": "26"}))
         cc.setdefault("scheduler", {})["extraArgs"] = args(LEADER)
@@ -205,7 +226,7 @@ for d in docs:
         jc["patches"] = {"directory": PATCH_DIR}
         k["files"] = k.get("files", []) + [
             probe_patch(n) for n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd")
-        ] + [cni_file(a.pod_cidr)]
+        ] + [cni_file(a.pod_cidr)] + ([k8s_io_mirror(a.k8s_io_mirror_secret)] if a.k8s_io_mirror_secret else [])
         if a.addons_after_init:
             ic["skipPhases"] = ["addon/coredns", "addon/kube-proxy"]
         cmds = (ADDONS if a.addons_after_init else []) + route_commands(a.cp_routes)
@@ -218,6 +239,8 @@ for d in docs:
         jc["timeouts"] = INIT_TIMEOUTS
         if a.worker_pod_cidr:
             t["files"] = t.get("files", []) + [cni_file(a.worker_pod_cidr)]
+        if a.k8s_io_mirror_secret:
+            t["files"] = t.get("files", []) + [k8s_io_mirror(a.k8s_io_mirror_secret)]
         cmds = route_commands(a.worker_routes)
         if cmds:
             t["postKubeadmCommands"] = t.get("postKubeadmCommands", []) + cmds
