@@ -46,6 +46,9 @@
 # ends the run after that stage (with REAL_KEEP=1: e.g. REAL_TO=clusterctl_init leaves a management cluster on VMs).
 # REAL_EXTRA_VMS=N boots N more VMs (2 vCPU, 3 GiB) in the fleet, with the package mirror as their apt source and
 # in no cluster: free hosts for clusters made from the kept one (CAPI's test framework, test/capi-e2e).
+# REAL_PREV=1 also serves the node artifacts' previous Kubernetes set (make node-artifacts-prev; the day-2 mode
+# always does), with its binaries in the KKCluster component: for such clusters at the older version (CAPI's
+# upgrade spec in test/capi-e2e).
 #
 # Nothing here reaches into the product: the cluster is rendered by the real `clusterctl generate cluster` from
 # our default template; the TCG knobs (ECDSA keys, leader-election leases, kubeadm timeouts, probe thresholds),
@@ -74,6 +77,8 @@ KEEP=${REAL_KEEP:-0}
 FROM=${REAL_FROM:-}
 TO=${REAL_TO:-}
 EXTRA_VMS=${REAL_EXTRA_VMS:-0}
+SERVE_PREV=${REAL_PREV:-0}
+[ "$MODE" != day2 ] || SERVE_PREV=1
 CLUSTER=$NAME
 NS=capkk-$NAME
 WORK=${REAL_WORK:-$ROOT/target/real/$NAME}
@@ -203,13 +208,13 @@ build() {
   make_logged build CARGO="$CARGO"
   make_logged mgmt-bin
   make_logged node-artifacts
-  [ "$MODE" != day2 ] || make_logged node-artifacts-prev
+  [ "$SERVE_PREV" != 1 ] || make_logged node-artifacts-prev
   [ "$MODE" != clusterctl ] || make_logged clusterctl-artifacts
   mgmt_env
   # shellcheck disable=SC1091
   source "$CAPKK_CACHE/node-artifacts/current.env"
   [ -n "${KUBE_VERSION:-}" ] || die "node artifacts: KUBE_VERSION missing in current.env"
-  [ "$MODE" != day2 ] || prev_artifacts
+  [ "$SERVE_PREV" != 1 ] || prev_artifacts
   owned_paths
 }
 
@@ -318,7 +323,7 @@ serve_up() {
   fi
   NODE_REGISTRY_USER=$REGISTRY_USER NODE_REGISTRY_PASSWORD=$REGISTRY_PASSWORD NODE_REGISTRY_PUSH=$push \
     NODE_REGISTRY_EXTRA_STORAGE=$extra \
-    NODE_SERVE_PREV=$([ "$MODE" = day2 ] && echo 1 || echo 0) \
+    NODE_SERVE_PREV=$SERVE_PREV \
     "$ROOT/test/vm/artifacts/serve.sh" start "$WORK/serve" "$BRIDGE" >/dev/null
   # shellcheck disable=SC1091
   source "$WORK/serve/serve.env"
@@ -1408,7 +1413,7 @@ attach() {
   owned_paths
   # shellcheck disable=SC1091
   source "$CAPKK_CACHE/node-artifacts/current.env"
-  [ "$MODE" != day2 ] || prev_artifacts
+  [ "$SERVE_PREV" != 1 ] || prev_artifacts
   if [ ! -s "$WORK/serve/serve.env" ] || [ ! -s "/tmp/capkk-sandbox/$NAME/state.json" ]; then
     die "REAL_FROM=$FROM: no kept run of $NAME (run it with REAL_KEEP=1 first)"
   fi
