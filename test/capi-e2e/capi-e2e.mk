@@ -7,6 +7,8 @@
 #   make capi-e2e-hosts                     the local plane with the manager and 4 sandbox hosts, left running
 #   make capi-e2e CAPI_E2E_FROM=sandbox:capi-e2e   QuickStartSpec against them (no VM; the kubeadm simulator)
 #   make capi-e2e-hosts-down                remove what capi-e2e-hosts left
+# CAPI_E2E_FOCUS picks the specs by tag (QuickStart SelfHosted MDRollout MDRemediation K8sUpgrade; `.` = all); the
+# glue says how many hosts they need and fails naming what is missing (README.md).
 
 CAPI_E2E_FROM ?=
 export CAPI_E2E_FROM
@@ -16,7 +18,7 @@ export CAPI_E2E_FROM
 capi-e2e-build: ## build CAPI's provider test suite binary (sigs.k8s.io/cluster-api/test v1.14.2; cached)
 	test/capi-e2e/capi-e2e.sh build
 
-capi-e2e: mgmt-bin ## CAPI's QuickStartSpec + SelfHostedSpec against a kept run (CAPI_E2E_FROM=plane:NAME|real:NAME|sandbox:NAME)
+capi-e2e: mgmt-bin ## CAPI's specs (CAPI_E2E_FOCUS; default QuickStart|SelfHosted) against a kept run (CAPI_E2E_FROM=plane:NAME|real:NAME|sandbox:NAME)
 	IMG="$(IMG)" PODMAN="$(PODMAN)" test/capi-e2e/capi-e2e.sh run
 
 # Under $(HOSTS_LOCK) when set: sandbox hosts and the plane are machine-global.

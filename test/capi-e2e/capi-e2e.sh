@@ -2,21 +2,36 @@
 # Make glue of CAPI's own provider test suite (test/capi-e2e, see README.md):
 #
 #   capi-e2e.sh build    the Ginkgo test binary, cached by content hash in $CAPKK_CACHE/capi-e2e/<hash>/
+#   capi-e2e.sh flavors OUT   our provider's repository in OUT with every flavor below (to check renderings)
 #   capi-e2e.sh run      build, then run it against the run named by CAPI_E2E_FROM:
 #                          sandbox:NAME  the local management plane with the sandbox hosts of `test/e2e/e2e.sh hosts`
-#                                        (E2E_NAME=NAME; make capi-e2e-hosts): QuickStartSpec only, default flavor
+#                                        (E2E_NAME=NAME; make capi-e2e-hosts): QuickStartSpec by default, default
+#                                        flavor and the specs' own made from it
 #                          real:NAME     a kept `test/vm/real.sh clusterctl` run (REAL_NAME=NAME, REAL_KEEP=1,
-#                                        REAL_TO=clusterctl_init, REAL_EXTRA_VMS=2): its VM cluster, where clusterctl
-#                                        init installed every provider, is the bootstrap cluster; the fleet's VMs in no
-#                                        cluster are the spec clusters' hosts; "tcg" flavor; both specs
+#                                        REAL_TO=clusterctl_init, REAL_EXTRA_VMS=2 or 3): its VM cluster, where
+#                                        clusterctl init installed every provider, is the bootstrap cluster; the
+#                                        fleet's VMs in no cluster are the spec clusters' hosts; "tcg" flavors
 #                          plane:NAME    a kept `test/vm/real.sh clusterctl` run stopped before its own cluster
-#                                        (REAL_NAME=NAME REAL_KEEP=1 REAL_TO=serve_up REAL_VMS=2
+#                                        (REAL_NAME=NAME REAL_KEEP=1 REAL_TO=serve_up REAL_VMS=2 [REAL_EXTRA_VMS=1]
 #                                        MANAGER_ALL_NAMESPACES=1): the local plane, with CAPI's controllers and ours
-#                                        as processes, is the bootstrap cluster; VM 1 and VM 2 are the hosts; "tcg"
-#                                        flavor, SelfHostedSpec on one untainted control-plane node ("tcg-single")
+#                                        as processes, is the bootstrap cluster; the fleet's first VMs are the hosts;
+#                                        "tcg" flavors, SelfHostedSpec on one untainted control-plane node
+#                                        ("tcg-single")
 #
-# Environment: CAPI_E2E_FOCUS (a Ginkgo focus regexp, default per mode), CAPI_E2E_OUT (default target/capi-e2e/NAME:
-# artifacts, the clusterctl configuration, the flavor), CAPI_E2E_ARGS (more arguments for the binary), VERSION.
+# The specs, by the tag in their Describe text (what CAPI_E2E_FOCUS selects), and the hosts each needs (the specs
+# run one after another and each deletes its cluster, so a run needs as many as its largest spec):
+#   QuickStart     2  control plane, worker
+#   SelfHosted     2  control plane, worker (plane mode: tcg-single, the control plane alone)
+#   MDRollout      3  control plane, worker, and the MachineDeployment rollout's surge worker
+#   MDRemediation  2  control plane, worker (the replacement is created after the unhealthy Machine is gone and
+#                     claims the host it left)
+#   K8sUpgrade     3  control plane, worker, and the KubeadmControlPlane rollout's surge control plane (the
+#                     rolled worker then takes the old control plane's host); also the previous Kubernetes set
+#                     served by the kept run (REAL_PREV=1) and a control-plane load balancer (started here)
+#
+# Environment: CAPI_E2E_FOCUS (a Ginkgo focus regexp, default QuickStart|SelfHosted on VMs, QuickStart on sandbox
+# hosts; `.` runs every spec), CAPI_E2E_OUT (default target/capi-e2e/NAME: artifacts, the clusterctl
+# configuration, the flavors), CAPI_E2E_ARGS (more arguments for the binary), VERSION.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -81,30 +96,131 @@ mgmt_path() { # the management plane's kubectl and clusterctl (release-manifests
   export PATH=$bin_dir:$PATH
 }
 
-# sandbox:NAME: what `test/e2e/e2e.sh hosts` left (its hosts.env); our local repository of that run.
+# The specs: tag, hosts needed, why, and the Describe text (*_test.go; keep them equal). See the header.
+SPECS=(
+  "QuickStart|2|control plane, worker|When following the Cluster API quick-start [QuickStart]"
+  "SelfHosted|2|control plane, worker|When testing Cluster API working on self-hosted clusters [SelfHosted]"
+  "MDRollout|3|control plane, worker, the rollout's surge worker|When testing KCP and MachineDeployment rolling upgrades and in-place taint propagation [MDRollout]"
+  "MDRemediation|2|control plane, worker (the replacement reuses the remediated host)|When testing MachineDeployment remediation [MDRemediation]"
+  "K8sUpgrade|3|control plane, worker, the control-plane rollout's surge control plane|When upgrading a workload cluster [K8sUpgrade]"
+)
+# focused TEXT: whether FOCUS selects the spec whose Describe text is TEXT, as Ginkgo's focus does (a regexp
+# matched against the spec's text: focus by the tags, e.g. MDRollout|K8sUpgrade, or by any part of the text).
+focused() { [[ $1 =~ $FOCUS ]]; }
+
+# plan_specs: from FOCUS, NEED_HOSTS (the most any focused spec needs) and NEED_WHY; UPGRADE, SELF_HOSTED, ROLLOUT
+# (1 when focused). Fails when FOCUS selects none of the specs.
+plan_specs() {
+  local row tag n why text names=()
+  NEED_HOSTS=0 NEED_WHY="" UPGRADE=0 SELF_HOSTED=0 ROLLOUT=0
+  for row in "${SPECS[@]}"; do
+    IFS='|' read -r tag n why text <<<"$row"
+    focused "$text" || continue
+    names+=("$tag")
+    [ "$tag" != K8sUpgrade ] || UPGRADE=1
+    [ "$tag" != SelfHosted ] || SELF_HOSTED=1
+    [ "$tag" != MDRollout ] || ROLLOUT=1
+    if [ "$n" -gt "$NEED_HOSTS" ]; then NEED_HOSTS=$n NEED_WHY="$tag: $why"; fi
+  done
+  [ "${#names[@]}" -gt 0 ] || die "CAPI_E2E_FOCUS='$FOCUS' selects none of the specs (tags: QuickStart SelfHosted MDRollout MDRemediation K8sUpgrade)"
+  log "specs: ${names[*]}; hosts needed: $NEED_HOSTS ($NEED_WHY)"
+}
+
+# MDRollout sets Machine taints, which CAPI's webhooks refuse unless its core and KubeadmControlPlane managers run
+# with the alpha feature gate MachineTaintPropagation (CAPD's e2e config enables it). A server-side dry run of a
+# MachineDeployment and a KubeadmControlPlane with a taint (nothing is stored) fails naming the gate when it is off.
+taint_gate_check() {
+  local out
+  out=$(kubectl --kubeconfig "$CAPI_E2E_KUBECONFIG" create --dry-run=server -o name -f - 2>&1 <<'YAML' || true
+apiVersion: v1
+kind: List
+items:
+- apiVersion: cluster.x-k8s.io/v1beta2
+  kind: MachineDeployment
+  metadata: {name: capi-e2e-taint-gate-probe, namespace: default}
+  spec:
+    clusterName: capi-e2e-taint-gate-probe
+    selector: {matchLabels: {capi-e2e: probe}}
+    template:
+      metadata: {labels: {capi-e2e: probe}}
+      spec:
+        clusterName: capi-e2e-taint-gate-probe
+        bootstrap: {dataSecretName: capi-e2e-taint-gate-probe}
+        infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: KKMachineTemplate, name: capi-e2e-taint-gate-probe}
+        taints: [{key: capi-e2e-probe, value: v, effect: PreferNoSchedule, propagation: Always}]
+- apiVersion: controlplane.cluster.x-k8s.io/v1beta2
+  kind: KubeadmControlPlane
+  metadata: {name: capi-e2e-taint-gate-probe, namespace: default}
+  spec:
+    replicas: 1
+    version: v1.36.3
+    machineTemplate:
+      spec:
+        infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: KKMachineTemplate, name: capi-e2e-taint-gate-probe}
+        taints: [{key: capi-e2e-probe, value: v, effect: PreferNoSchedule, propagation: Always}]
+YAML
+  )
+  if grep -q MachineTaintPropagation <<<"$out"; then
+    die "MDRollout needs CAPI's feature gate MachineTaintPropagation on the bootstrap cluster's core and KubeadmControlPlane managers (README.md: the plane's --feature-gates, or EXP_MACHINE_TAINT_PROPAGATION=true for clusterctl init): $(grep -m1 MachineTaintPropagation <<<"$out")"
+  fi
+  log "MachineTaintPropagation: no refusal of Machine taints in a server-side dry run on the bootstrap cluster"
+}
+
+# Commands run when the glue exits, in the order registered (the plane's inventory, the load balancer).
+EXIT_CMDS=()
+on_exit() { EXIT_CMDS+=("$*"); }
+run_exit_cmds() {
+  local c
+  for c in "${EXIT_CMDS[@]}"; do eval "$c" || true; done
+}
+trap run_exit_cmds EXIT
+
+# sandbox:NAME: what `test/e2e/e2e.sh hosts` left (its hosts.env); our provider's repository with the specs' flavors.
 from_sandbox() {
-  local work=${E2E_WORK:-$ROOT/target/e2e/$1}
+  local work=${E2E_WORK:-$ROOT/target/e2e/$1} have
+  FOCUS=${CAPI_E2E_FOCUS:-QuickStart}
+  plan_specs
   [ -s "$work/hosts.env" ] || die "no $work/hosts.env: run 'make capi-e2e-hosts' (test/e2e/e2e.sh hosts, E2E_NAME=$1) first"
   set -a
   # shellcheck disable=SC1091
   source "$work/hosts.env"
   set +a
-  CCONF=$work/repo/clusterctl.yaml
-  [ -f "$CCONF" ] || die "no $CCONF (the e2e run's local repository)"
+  have=$(python3 -c 'import sys, yaml; print(len(yaml.safe_load(sys.argv[1])))' "$KUBEKEY_INSTANCES")
+  [ "$have" -ge "$NEED_HOSTS" ] ||
+    die "$work/hosts.env has $have host(s); the focused specs need $NEED_HOSTS ($NEED_WHY)"
+  sandbox_repository
   export CAPI_E2E_FLAVOR=""
   # The e2e config's intervals are for TCG VMs; here a control plane is Running within a minute.
   export CAPI_E2E_INTERVAL_MAX=${CAPI_E2E_INTERVAL_MAX:-10m}
-  # SelfHostedSpec runs clusterctl init into the spec's cluster: its Pods need a kubelet, which sandbox hosts (the
-  # kubeadm simulator) do not have.
-  FOCUS=${CAPI_E2E_FOCUS:-QuickStart}
+  # Every spec waits for its control plane first, which KubeadmControlPlane never reports ready on the kubeadm
+  # simulator (no static Pods, no etcd Pod to reach: QuickStartSpec stops there, README.md). Past that point:
+  # SelfHostedSpec's clusterctl init needs a kubelet to run the providers' Pods; K8sUpgrade starts at a version
+  # the test mirror has no simulator for, and its control-plane rollout is a control-plane join, which the
+  # simulator refuses.
   [ "$FOCUS" = QuickStart ] ||
-    log "note: CAPI_E2E_FOCUS=$FOCUS on sandbox hosts: SelfHostedSpec cannot pass there (no kubelet runs clusterctl init's Pods)"
+    log "note: CAPI_E2E_FOCUS=$FOCUS on sandbox hosts: every spec stops where QuickStartSpec does (the control plane never reported ready without kubeadm's static Pods); see README.md"
   log "sandbox:$1: bootstrap cluster = the local management plane ($CAPI_E2E_KUBECONFIG), hosts of $work/hosts.env, default flavor"
 }
 
+# Our provider's repository under OUT (the one test/e2e/e2e.sh made, from this tree) with the specs' flavors
+# made from the default template: kcp-md-taints and md-remediation by flavors.py, upgrades the default itself.
+sandbox_repository() {
+  "$ROOT/test/release/release-manifests.sh" "$OUT/clusterctl" "$VERSION" "ghcr.io/capkk-rs/capkk-manager:$VERSION" >/dev/null
+  CCONF=$OUT/clusterctl/clusterctl.yaml
+  sandbox_flavors "$OUT/clusterctl/infrastructure-kubekey/$VERSION"
+}
+sandbox_flavors() { # sandbox_flavors DIR: the specs' flavors from the default template into the repository DIR
+  local f
+  for f in kcp-md-taints md-remediation; do
+    python3 "$HERE/flavors.py" "$ROOT/templates/cluster-template.yaml" "$1/cluster-template-$f.yaml" "$f"
+  done
+  cp "$ROOT/templates/cluster-template.yaml" "$1/cluster-template-upgrades.yaml"
+}
+
 # spec_env WORK STATE [CLUSTER_YAML]: what both VM modes take from a kept real.sh run (WORK its work dir, STATE
-# its fleet): the node artifacts' versions, the bridge mirror and registry, the hosts (hosts.py), the template's
-# variables (clusterctl reads them from the environment) and the suite's settings.
+# its fleet): the node artifacts' versions, the bridge mirror and registry, the hosts (hosts.py, as many as the
+# focused specs need), the template's variables (clusterctl reads them from the environment) and the suite's
+# settings.
 spec_env() {
   local work=$1 hosts
   shift
@@ -114,7 +230,8 @@ spec_env() {
   source "$work/serve/serve.env"
   # shellcheck disable=SC1091
   source "$work/serve/registry.cred"
-  hosts=$(python3 "$HERE/hosts.py" "$@") || die "cannot choose the spec clusters' hosts from $*"
+  hosts=$(python3 "$HERE/hosts.py" "$@" --hosts "$NEED_HOSTS") ||
+    die "the focused specs need $NEED_HOSTS hosts ($NEED_WHY); see README.md for the kept run that has them"
   set -a
   eval "$hosts"
   set +a
@@ -123,16 +240,60 @@ spec_env() {
   # spec cluster's VMs (the bridge CNI masquerades what leaves a node).
   export POD_CIDR=10.244.0.0/24 SERVICE_CIDR=10.96.0.0/24 CP_POD_CIDR=10.244.0.0/26 WORKER_POD_CIDR=10.244.0.64/26
   export CAPI_E2E_REGISTRY_USER=$REGISTRY_USER CAPI_E2E_REGISTRY_PASSWORD=$REGISTRY_PASSWORD
+  [ "$UPGRADE" = 0 ] || upgrade_env
+}
+
+# K8sUpgrade: the two Kubernetes versions and the tags (the node artifacts' sets), the kept run serving the older
+# one (REAL_PREV=1: its mirror and registry, its binaries in the component), and the control-plane load balancer
+# the upgrades flavor's endpoint names, in front of the hosts that may hold the control plane.
+upgrade_env() {
+  local prev=$CAPKK_CACHE/node-artifacts/prev.env
+  [ -s "$prev" ] || die "K8sUpgrade needs the previous Kubernetes set: no $prev (make node-artifacts-prev)"
+  # shellcheck disable=SC1090
+  source "$prev"
+  # The component as YAML flow (plane: serve/component.yaml) or JSON (real: the run's KKCluster, via hosts.py).
+  grep -qE "version\"?: *\"?${PREV_KUBE_VERSION//./\\.}[\",}]" <<<"$KUBEKEY_COMPONENT" ||
+    die "K8sUpgrade: the kept run's component has no $PREV_KUBE_VERSION binaries: keep it with REAL_PREV=1 (README.md)"
+  curl -fsS -o /dev/null --max-time 10 "$NODE_MIRROR_URL/kubernetes-release/release/$PREV_KUBE_VERSION/bin/linux/amd64/kubeadm.sha256" ||
+    die "K8sUpgrade: the kept run's mirror does not serve $PREV_KUBE_VERSION: keep it with REAL_PREV=1 (README.md)"
+  export KUBERNETES_VERSION_UPGRADE_FROM=$PREV_KUBE_VERSION KUBERNETES_VERSION_UPGRADE_TO=$KUBE_VERSION
+  export ETCD_VERSION_UPGRADE_TO=$ETCD_IMAGE_TAG COREDNS_VERSION_UPGRADE_TO=$COREDNS_VERSION
+  export UPGRADE_FROM_ETCD_IMAGE_TAG=$PREV_ETCD_IMAGE_TAG UPGRADE_FROM_DNS_IMAGE_TAG=$PREV_DNS_IMAGE_TAG
+  lb_up
+}
+
+# The control-plane load balancer (test/vm/tcp-lb.py, as real.sh's day-2 run uses it) on the fleet's bridge, port
+# 6443, in front of LB_BACKENDS (hosts.py); stopped when the glue exits.
+lb_up() {
+  local pid _
+  if ss -Htln "sport = :6443" | grep -qE "($BRIDGE_ADDRESS|0\.0\.0\.0|\*|\[::\]):6443"; then
+    die "K8sUpgrade: something listens on $BRIDGE_ADDRESS:6443 already (a day-2 run's load balancer?): ss -tlnp 'sport = :6443'"
+  fi
+  mkdir -p "$OUT"
+  # shellcheck disable=SC2086 # LB_BACKENDS: words
+  setsid python3 "$ROOT/test/vm/tcp-lb.py" "$BRIDGE_ADDRESS:6443" $LB_BACKENDS </dev/null >>"$OUT/lb.log" 2>&1 &
+  pid=$!
+  on_exit "kill $pid 2>/dev/null"
+  for _ in $(seq 30); do
+    ss -Htln "sport = :6443" | grep -q "$BRIDGE_ADDRESS:6443" && break
+    kill -0 "$pid" 2>/dev/null || die "the control-plane load balancer exited (log $OUT/lb.log)"
+    sleep 1
+  done
+  ss -Htln "sport = :6443" | grep -q "$BRIDGE_ADDRESS:6443" || die "the control-plane load balancer does not listen on $BRIDGE_ADDRESS:6443"
+  export CONTROL_PLANE_LB=$BRIDGE_ADDRESS
+  log "control-plane load balancer $BRIDGE_ADDRESS:6443 -> $LB_BACKENDS (pid $pid, log $OUT/lb.log)"
 }
 
 # real:NAME: a kept run of test/vm/real.sh (its work dir, fleet state, serve.env, registry credentials, rendered
 # cluster). The spec clusters get the fleet's VMs that are in none of that run's clusters, the same mirror component,
-# registry and node artifacts, and the "tcg" flavor: templates/cluster-template.yaml through test/vm/tcg-knobs.py,
+# registry and node artifacts, and the "tcg" flavors: templates/cluster-template.yaml through test/vm/tcg-knobs.py,
 # real.sh's own knobs, with the values left as template variables.
 from_real() {
   local name=$1 work=${REAL_WORK:-$ROOT/target/real/$1} state=/tmp/capkk-sandbox/$1/state.json f
+  FOCUS=${CAPI_E2E_FOCUS:-QuickStart|SelfHosted}
+  plan_specs
   for f in "$state" "$work/serve/serve.env" "$work/serve/registry.cred" "$work/workload.kubeconfig" "$work/cluster.yaml"; do
-    [ -s "$f" ] || die "no $f: keep a run first (see test/capi-e2e/README.md: REAL_NAME=$name REAL_KEEP=1 REAL_TO=clusterctl_init REAL_EXTRA_VMS=2 make e2e-clusterctl)"
+    [ -s "$f" ] || die "no $f: keep a run first (see test/capi-e2e/README.md: REAL_NAME=$name REAL_KEEP=1 REAL_TO=clusterctl_init REAL_EXTRA_VMS=$NEED_HOSTS make e2e-clusterctl)"
   done
   spec_env "$work" "$state" "$work/cluster.yaml"
   export CAPI_E2E_KUBECONFIG=$work/workload.kubeconfig CAPI_E2E_FLAVOR=tcg
@@ -140,41 +301,58 @@ from_real() {
   # The clusterctl configuration of `make e2e-clusterctl` (the same registry, so SelfHostedSpec's clusterctl init
   # pulls what the management cluster's did), written afresh into OUT, plus the tcg flavors in our repository.
   tcg_repository
-  FOCUS=${CAPI_E2E_FOCUS:-QuickStart|SelfHosted}
-  log "real:$name: bootstrap cluster = its VM cluster ($CAPI_E2E_KUBECONFIG), hosts $CP_ADDRESS (control plane) and $WORKER_ADDRESS (worker), registry $NODE_REGISTRY, tcg flavor"
+  log "real:$name: bootstrap cluster = its VM cluster ($CAPI_E2E_KUBECONFIG), hosts $KUBEKEY_INSTANCES, registry $NODE_REGISTRY, tcg flavors"
 }
 
-# The tcg flavor (and tcg-single: the same, the control-plane node untainted) in our repository under OUT, with
-# the values left as template variables; CAPI's providers from TCG copies (tcg-providers.py).
+# The tcg flavors in our repository under OUT, with the values left as template variables; CAPI's providers from
+# TCG copies (tcg-providers.py):
+#   tcg                  real.sh's knobs (tcg-knobs.py) on templates/cluster-template.yaml
+#   tcg-single           the same, the control-plane node untainted (SelfHostedSpec on one node)
+#   tcg-kcp-md-taints    tcg + the rollout spec's taints (flavors.py)
+#   tcg-md-remediation   tcg + the remediation spec's MachineHealthCheck (flavors.py)
+#   tcg-upgrades         tcg behind the control-plane load balancer, etcd and CoreDNS at the tags the registry
+#                        carries for the older version, registry.k8s.io mirrored by the registry (tcg-knobs.py)
 tcg_repository() {
   "$ROOT/test/clusterctl/config.sh" "$NODE_REGISTRY" "$OUT/clusterctl" "$VERSION" >/dev/null
   CCONF=$OUT/clusterctl/clusterctl.yaml
   python3 "$HERE/tcg-providers.py" "$CCONF" "$OUT/clusterctl/capi-tcg"
-  local extra flavor
-  for flavor in tcg tcg-single; do
+  tcg_flavors "$OUT/clusterctl/infrastructure-kubekey/$VERSION"
+}
+tcg_flavors() { # tcg_flavors DIR: the tcg flavors into the repository DIR
+  local dir=$1 extra flavor
+  for flavor in tcg tcg-single tcg-upgrades; do
     extra=()
-    [ "$flavor" = tcg ] || extra=(--untainted-control-plane)
+    # shellcheck disable=SC2016 # the ${...} are template variables
+    case $flavor in
+      tcg-single) extra=(--untainted-control-plane) ;;
+      tcg-upgrades) extra=(--control-plane-lb '${CONTROL_PLANE_LB}' --etcd-image-tag '${UPGRADE_FROM_ETCD_IMAGE_TAG}'
+        --dns-image-tag '${UPGRADE_FROM_DNS_IMAGE_TAG}' --k8s-io-mirror-secret capi-e2e-k8s-io-mirror) ;;
+    esac
     # shellcheck disable=SC2016 # the ${...} are the flavor's template variables, for clusterctl to fill
-    python3 "$ROOT/test/vm/tcg-knobs.py" "$ROOT/templates/cluster-template.yaml" \
-      "$OUT/clusterctl/infrastructure-kubekey/$VERSION/cluster-template-$flavor.yaml" \
+    python3 "$ROOT/test/vm/tcg-knobs.py" "$ROOT/templates/cluster-template.yaml" "$dir/cluster-template-$flavor.yaml" \
       --registry '${NODE_REGISTRY}' --registry-secret capi-e2e-registry \
       --containerd '${CONTAINERD_VERSION}' --runc '${RUNC_VERSION}' --crictl '${CRICTL_VERSION}' \
       --pause '${NODE_REGISTRY}/pause:${PAUSE_VERSION}' --pod-cidr '${CP_POD_CIDR}' --worker-pod-cidr '${WORKER_POD_CIDR}' \
       --cp-routes '${WORKER_POD_CIDR}=${WORKER_ADDRESS}' --worker-routes '${CP_POD_CIDR}=${CP_ADDRESS}' \
       --addons-after-init "${extra[@]}"
   done
+  for flavor in kcp-md-taints md-remediation; do
+    python3 "$HERE/flavors.py" "$dir/cluster-template-tcg.yaml" "$dir/cluster-template-tcg-$flavor.yaml" "$flavor"
+  done
 }
 
 # plane:NAME: a kept run of test/vm/real.sh stopped at serve_up: the local plane is the bootstrap cluster (CAPI's
-# controllers and ours run there as processes, ours watching every namespace), VMs 1 and 2 of its fleet the hosts.
+# controllers and ours run there as processes, ours watching every namespace), the fleet's first VMs the hosts.
 from_plane() {
   local name=$1 work=${REAL_WORK:-$ROOT/target/real/$1} state=/tmp/capkk-sandbox/$1/state.json f
+  FOCUS=${CAPI_E2E_FOCUS:-QuickStart|SelfHosted}
+  plan_specs
   for f in "$state" "$work/serve/serve.env" "$work/serve/registry.cred" "$work/serve/component.yaml"; do
     [ -s "$f" ] || die "no $f: keep a run first (see test/capi-e2e/README.md: REAL_NAME=$name REAL_KEEP=1 REAL_TO=serve_up REAL_VMS=2 MANAGER_ALL_NAMESPACES=1 make e2e-clusterctl)"
   done
-  spec_env "$work" "$state"
   KUBEKEY_COMPONENT=$(<"$work/serve/component.yaml")
   export KUBEKEY_COMPONENT
+  spec_env "$work" "$state"
   export CAPI_E2E_KUBECONFIG=${CAPKK_MGMT_DIR:-$CAPKK_CACHE/mgmt}/kubeconfig CAPI_E2E_FLAVOR=tcg
   export CAPI_E2E_SELF_HOSTED_FLAVOR=${CAPI_E2E_SELF_HOSTED_FLAVOR-tcg-single}
   export CAPI_E2E_SELF_HOSTED_WORKERS=${CAPI_E2E_SELF_HOSTED_WORKERS-0}
@@ -183,9 +361,10 @@ from_plane() {
   export CAPI_E2E_SELF_HOSTED_INIT_WAIT=${CAPI_E2E_SELF_HOSTED_INIT_WAIT-30m}
   tcg_repository
   plane_for_move
-  push_manager_image
-  FOCUS=${CAPI_E2E_FOCUS:-QuickStart|SelfHosted}
-  log "plane:$name: bootstrap cluster = the local plane ($CAPI_E2E_KUBECONFIG), hosts $CP_ADDRESS (control plane) and $WORKER_ADDRESS (worker), registry $NODE_REGISTRY, tcg flavor; SelfHosted: flavor '$CAPI_E2E_SELF_HOSTED_FLAVOR', $CAPI_E2E_SELF_HOSTED_WORKERS worker(s)"
+  # Only SelfHostedSpec runs our manager as a Pod (and a run kept with REAL_PREV=1 for K8sUpgrade alone may
+  # serve a read-only registry).
+  [ "$SELF_HOSTED" = 0 ] || push_manager_image
+  log "plane:$name: bootstrap cluster = the local plane ($CAPI_E2E_KUBECONFIG), hosts $KUBEKEY_INSTANCES, registry $NODE_REGISTRY, tcg flavors; SelfHosted: flavor '$CAPI_E2E_SELF_HOSTED_FLAVOR', $CAPI_E2E_SELF_HOSTED_WORKERS worker(s)"
 }
 
 # SelfHostedSpec's init pulls our manager from the bridge registry, as the components' image override says; in the
@@ -221,7 +400,7 @@ plane_for_move() {
   local crd capi_src
   # Undone when the run ends: a provider inventory left on the shared plane would make every later
   # `clusterctl move` from it (mgmt_clusterctl_move in make test) require its target to run these providers.
-  trap plane_inventory_remove EXIT
+  on_exit plane_inventory_remove
   for crd in $(kubectl --kubeconfig "$CAPI_E2E_KUBECONFIG" get crd -o name | grep -E '\.cluster\.x-k8s\.io$' | grep -v '\.clusterctl\.cluster\.x-k8s\.io$'); do
     kubectl --kubeconfig "$CAPI_E2E_KUBECONFIG" label --overwrite "$crd" clusterctl.cluster.x-k8s.io= >/dev/null
   done
@@ -268,6 +447,7 @@ run() {
     plane:?*) from_plane "$name" ;;
     *) die "CAPI_E2E_FROM=$from: expected sandbox:NAME, real:NAME or plane:NAME" ;;
   esac
+  [ "$ROLLOUT" = 0 ] || taint_gate_check
   local artifacts
   artifacts=$OUT/artifacts-$(date +%Y%m%d-%H%M%S)
   log "focus '$FOCUS', artifacts $artifacts (ginkgo-log.txt, clusters/*/, clusterctl logs)"
@@ -283,8 +463,21 @@ run() {
   return "$rc"
 }
 
+# flavors OUT: our provider's repository under OUT with every flavor the specs take (the tcg ones and the
+# sandbox ones), for `clusterctl generate cluster --config OUT/clusterctl.yaml --flavor F --list-variables`.
+flavors() {
+  [ -n "${1:-}" ] || die "usage: $0 flavors OUT"
+  mkdir -p "$1"
+  "$ROOT/test/release/release-manifests.sh" "$1" "$VERSION" "ghcr.io/capkk-rs/capkk-manager:$VERSION" >/dev/null
+  tcg_flavors "$1/infrastructure-kubekey/$VERSION"
+  sandbox_flavors "$1/infrastructure-kubekey/$VERSION"
+  (cd "$1/infrastructure-kubekey/$VERSION" && ls cluster-template-*.yaml) >&2
+  echo "$1/clusterctl.yaml"
+}
+
 case ${1:-} in
   build) build >/dev/null ;;
   run) run ;;
-  *) die "usage: $0 build|run" ;;
+  flavors) flavors "${2:-}" ;;
+  *) die "usage: $0 build|run|flavors OUT" ;;
 esac

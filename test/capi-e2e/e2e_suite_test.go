@@ -1,5 +1,7 @@
 // Package capie2e runs Cluster API's own provider test suite (sigs.k8s.io/cluster-api/test, v1.14.2) against
-// capkk-rs: QuickStartSpec and SelfHostedSpec, with an existing cluster as the bootstrap cluster.
+// capkk-rs: QuickStartSpec, SelfHostedSpec, KCPAndMachineDeploymentRolloutSpec (CAPI's MachineDeployment
+// rollout spec), MachineDeploymentRemediationSpec and ClusterUpgradeConformanceSpec (without the conformance
+// tests), with an existing cluster as the bootstrap cluster.
 //
 // The bootstrap cluster is never created here (no kind, no Docker on this machine): its kubeconfig comes from
 // CAPI_E2E_KUBECONFIG. What the BeforeSuite does depends on what that cluster already runs (see README.md):
@@ -12,6 +14,7 @@ package capie2e
 
 import (
 	"context"
+	"encoding/base64"
 	"flag"
 	"fmt"
 	"os"
@@ -48,6 +51,9 @@ const (
 	// envRegistryUser and envRegistryPassword: Basic auth of the nodes' registry (the tcg flavor's Secret).
 	envRegistryUser     = "CAPI_E2E_REGISTRY_USER"
 	envRegistryPassword = "CAPI_E2E_REGISTRY_PASSWORD"
+	// envNodeRegistry (host:port) is that registry; with the credentials it also becomes containerd's mirror of
+	// registry.k8s.io (the upgrades flavor's Secret, see k8sIOMirrorSecretName).
+	envNodeRegistry = "NODE_REGISTRY"
 	// envFlavor selects the cluster template flavor ("" = the default template, "tcg" = the VM flavor).
 	envFlavor = "CAPI_E2E_FLAVOR"
 	// envSelfHostedFlavor and envSelfHostedWorkers: SelfHostedSpec's flavor (default: envFlavor's) and worker
@@ -68,6 +74,10 @@ const (
 	// The Secrets every spec namespace gets; the flavors reference them by these names.
 	sshSecretName      = "capi-e2e-ssh"
 	registrySecretName = "capi-e2e-registry"
+	// k8sIOMirrorSecretName holds containerd's hosts.toml for registry.k8s.io (key hosts.toml): the upgrades
+	// flavor keeps kubeadm's image names upstream (CAPI's upgrade spec checks kube-proxy's) and pulls them from
+	// the nodes' registry with its Basic auth header (test/vm/tcg-knobs.py --k8s-io-mirror-secret).
+	k8sIOMirrorSecretName = "capi-e2e-k8s-io-mirror"
 	// clusterctl move takes objects with this label along even when no owner chain reaches them.
 	moveLabel = "clusterctl.cluster.x-k8s.io/move"
 	// Our manager's leader Leases live here (the Deployment's namespace; local processes use it too).
@@ -263,10 +273,17 @@ func createHostSecrets(proxy framework.ClusterProxy, namespace string) {
 		Data:       map[string][]byte{"privateKey": key},
 	}}
 	if user := os.Getenv(envRegistryUser); user != "" {
+		password := os.Getenv(envRegistryPassword)
 		secrets = append(secrets, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: registrySecretName, Namespace: namespace, Labels: map[string]string{moveLabel: ""}},
-			Data:       map[string][]byte{"username": []byte(user), "password": []byte(os.Getenv(envRegistryPassword))},
+			Data:       map[string][]byte{"username": []byte(user), "password": []byte(password)},
 		})
+		if registry := os.Getenv(envNodeRegistry); registry != "" {
+			secrets = append(secrets, &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: k8sIOMirrorSecretName, Namespace: namespace, Labels: map[string]string{moveLabel: ""}},
+				Data:       map[string][]byte{"hosts.toml": []byte(k8sIOMirrorHostsTOML(registry, user, password))},
+			})
+		}
 	}
 	for _, s := range secrets {
 		err := proxy.GetClient().Create(ctx, s)
@@ -304,12 +321,32 @@ func selfHostedNamespaceCreated(proxy framework.ClusterProxy, namespace string) 
 	Expect(err).NotTo(HaveOccurred(), "clusterctl init of the self-hosted cluster: %s", out)
 }
 
+// k8sIOMirrorHostsTOML is containerd's registry host configuration that sends registry.k8s.io's pulls to the
+// plain-HTTP registry at hostPort, authenticated as the product writes it for a private registry (a Basic
+// Authorization header).
+func k8sIOMirrorHostsTOML(hostPort, user, password string) string {
+	auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
+	host := "http://" + hostPort
+	return fmt.Sprintf("server = \"https://registry.k8s.io\"\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n\n[host.%q.header]\n  Authorization = [%q]\n",
+		host, host, "Basic "+auth)
+}
+
 // infrastructureProvider: ours with the version of the repository; without a version clusterctl would look it up
 // in the bootstrap cluster's inventory, which the local plane (not made by clusterctl init) does not have.
 func infrastructureProvider() string { return "kubekey:" + e2eConfig.MustGetVariable("CAPKK_VERSION") }
 
 // flavor: the cluster template flavor of every spec ("" is clusterctl's default template).
 func flavor() string { return os.Getenv(envFlavor) }
+
+// specFlavor: the flavor of a spec that needs its own (CAPI's name for it, e.g. "md-remediation"), made from
+// every spec's flavor: "md-remediation" on the default template, "tcg-md-remediation" on the tcg one (the make
+// glue writes them with test/capi-e2e/flavors.py).
+func specFlavor(name string) string {
+	if base := flavor(); base != "" {
+		return base + "-" + name
+	}
+	return name
+}
 
 // selfHostedFlavor: SelfHostedSpec's flavor, envSelfHostedFlavor when set, else every spec's.
 func selfHostedFlavor() string {

@@ -1,43 +1,67 @@
 #!/usr/bin/env python3
 """The spec clusters' hosts from a kept test/vm/real.sh run, as shell assignments for capi-e2e.sh to eval.
 
-    hosts.py STATE_JSON [CLUSTER_YAML]
+    hosts.py STATE_JSON [CLUSTER_YAML] [--hosts N]
 
 STATE_JSON is the fleet's state (/tmp/capkk-sandbox/NAME/state.json). With CLUSTER_YAML (the run's own cluster),
-the hosts are the first two VMs in none of its KKCluster's instances, and KUBEKEY_COMPONENT is that KKCluster's
-spec.component; without it (a run stopped before its own cluster), VMs 1 and 2. The first is the control plane.
+the candidates are the VMs in none of its KKCluster's instances, and KUBEKEY_COMPONENT is that KKCluster's
+spec.component; without it (a run stopped before its own cluster), every VM of the fleet. N (default 2) hosts are
+taken, in fleet order A, B, C:
+
+- 2 hosts: [A control-plane, B worker];
+- 3 hosts: [B worker, A control-plane+worker, C control-plane+worker]. A host is claimed in inventory order, so
+  the first worker Machine takes B and the first control-plane Machine A, as with 2; a surge worker (a
+  MachineDeployment's rollout) takes C, a surge control plane (KubeadmControlPlane's rollout) takes C too and the
+  worker rolled after it takes A, which the old control plane left. A and C are behind the control-plane load
+  balancer when there is one (LB_BACKENDS).
+
+CP_ADDRESS and WORKER_ADDRESS (A and B) are the tcg flavor's per-node routes.
 """
 
+import argparse
 import json
 import sys
 
 import yaml
 
-if len(sys.argv) not in (2, 3):
-    sys.exit(__doc__)
-state = json.load(open(sys.argv[1]))
+p = argparse.ArgumentParser(usage=__doc__)
+p.add_argument("state")
+p.add_argument("cluster", nargs="?")
+p.add_argument("--hosts", type=int, default=2, choices=(2, 3))
+a = p.parse_args()
+
+state = json.load(open(a.state))
 vms, component = state["vms"], None
-if len(sys.argv) == 3:
+if a.cluster:
     used = set()
-    for d in yaml.safe_load_all(open(sys.argv[2])):
+    for d in yaml.safe_load_all(open(a.cluster)):
         if d and d.get("kind") == "KKCluster":
             used |= {i["address"] for i in d["spec"]["nodes"]["instances"]}
             component = d["spec"].get("component")
     vms = [v for v in vms if v["address"] not in used]
-    if len(vms) < 2:
-        sys.exit(f"{len(vms)} VM(s) of the fleet are in no cluster; the specs need 2 (REAL_EXTRA_VMS=2)")
-elif len(vms) < 2:
-    sys.exit(f"the fleet has {len(vms)} VM(s); the specs need 2 (REAL_VMS=2)")
+    if len(vms) < a.hosts:
+        sys.exit(f"{len(vms)} VM(s) of the fleet are in no cluster, {a.hosts} needed (REAL_EXTRA_VMS={a.hosts})")
+elif len(vms) < a.hosts:
+    sys.exit(f"the fleet has {len(vms)} VM(s), {a.hosts} needed (REAL_VMS + REAL_EXTRA_VMS = {a.hosts})")
+
+
+def inst(v, *roles):
+    return {"name": v["name"], "address": v["address"], "roles": list(roles), "hostKeys": [v["host_key_fingerprint"]]}
+
+
 cp, w = vms[0], vms[1]
+if a.hosts == 2:
+    instances, backends = [inst(cp, "control-plane"), inst(w, "worker")], [cp]
+else:
+    spare = vms[2]
+    instances = [inst(w, "worker"), inst(cp, "control-plane", "worker"), inst(spare, "control-plane", "worker")]
+    backends = [cp, spare]
 
-
-def inst(v, role):
-    return {"name": v["name"], "address": v["address"], "roles": [role], "hostKeys": [v["host_key_fingerprint"]]}
-
-
-print("KUBEKEY_INSTANCES=" + json.dumps(json.dumps([inst(cp, "control-plane"), inst(w, "worker")])))
+print("KUBEKEY_INSTANCES=" + json.dumps(json.dumps(instances)))
 if component is not None:
     print("KUBEKEY_COMPONENT=" + json.dumps(json.dumps(component)))
 print("CP_ADDRESS=" + cp["address"])
 print("WORKER_ADDRESS=" + w["address"])
+print("LB_BACKENDS=" + json.dumps(" ".join(f"{v['address']}:6443" for v in backends)))
+print("BRIDGE_ADDRESS=" + state["bridge_address"])
 print("CAPI_E2E_SSH_KEY_FILE=" + state["private_key"])
