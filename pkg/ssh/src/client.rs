@@ -22,7 +22,12 @@ use russh::{
     keys::{HashAlg, PrivateKey, PrivateKeyWithHashAlg, PublicKeyOrCertificate},
 };
 use secrecy::{ExposeSecret, SecretSlice};
-use tokio::{io::AsyncWriteExt, net::TcpStream, sync::Semaphore, time::timeout};
+use tokio::{
+    io::{AsyncWrite, AsyncWriteExt},
+    net::TcpStream,
+    sync::Semaphore,
+    time::timeout,
+};
 use tracing::{debug, info, instrument, warn};
 use zeroize::Zeroizing;
 
@@ -676,6 +681,32 @@ enum Input {
     File(tokio::fs::File),
 }
 
+/// Write `input` to `out` (a channel's writer) in writes of `chunk` bytes.
+///
+/// Whole chunks, which russh cuts into packets of the server's maximum size (32 KiB for OpenSSH); not
+/// `ChannelWriteHalf::data()`, which copies through tokio::io::copy's 8 KiB buffer, one 8 KiB packet per write.
+/// The packet size matters to sshd, not to the network: sshd appends each data packet to the channel's buffer,
+/// growing it by that packet into a new allocation, and while the command drains it slower than the network
+/// fills it (an upload's `cat`) the buffer grows towards the 2 MiB window. In a new sshd, glibc serves each of
+/// those allocations past its 128 KiB mmap threshold from fresh pages until the first such buffer is freed, so
+/// the first large upload on a connection has sshd fault in memory once per packet: a quarter as often with
+/// full-size packets (docs/benchmarks.md, "Uploads on a fresh connection").
+async fn feed_stdin<W: AsyncWrite + Unpin>(input: Input, chunk: usize, out: &mut W) -> std::io::Result<()> {
+    match input {
+        Input::None => {}
+        Input::Bytes(b) => {
+            for part in b.chunks(chunk) {
+                out.write_all(part).await?;
+            }
+        }
+        Input::File(f) => {
+            let mut reader = tokio::io::BufReader::with_capacity(chunk, f);
+            tokio::io::copy_buf(&mut reader, out).await?;
+        }
+    }
+    Ok(())
+}
+
 /// Where a command's stdout goes.
 enum Sink<'a> {
     Capture,
@@ -967,18 +998,7 @@ impl SshExecutor {
                     }
                 }
             }
-            match input {
-                Input::None => {}
-                Input::Bytes(b) => {
-                    for part in b.chunks(chunk) {
-                        write.data(part).await?;
-                    }
-                }
-                Input::File(f) => {
-                    let reader = tokio::io::BufReader::with_capacity(chunk, f);
-                    write.data(reader).await?;
-                }
-            }
+            feed_stdin(input, chunk, &mut write.make_writer()).await?;
             write.eof().await
         };
         let mut sink = sink;
@@ -1473,6 +1493,52 @@ mod tests {
         assert!(s.contains("chmod 640"));
         assert!(s.contains("chown -- root:root"));
         assert!(!s.contains("data"));
+    }
+
+    /// Records the size of every write.
+    #[derive(Default)]
+    struct WriteSizes(Vec<usize>);
+
+    impl AsyncWrite for WriteSizes {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            self.0.push(buf.len());
+            std::task::Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(
+            self: Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(
+            self: Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn stdin_reaches_the_channel_in_whole_chunks_not_in_small_copies() {
+        const CHUNK: usize = 64 * 1024;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("artifact");
+        std::fs::write(&path, vec![7u8; 3 * CHUNK + 100]).unwrap();
+        let file = tokio::fs::File::open(&path).await.unwrap();
+        let mut out = WriteSizes::default();
+        feed_stdin(Input::File(file), CHUNK, &mut out).await.unwrap();
+        assert_eq!(out.0, [CHUNK, CHUNK, CHUNK, 100]);
+
+        let mut out = WriteSizes::default();
+        let bytes = Zeroizing::new(vec![1u8; CHUNK + 5]);
+        feed_stdin(Input::Bytes(bytes), CHUNK, &mut out).await.unwrap();
+        assert_eq!(out.0, [CHUNK, 5]);
     }
 
     #[test]

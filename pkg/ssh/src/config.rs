@@ -255,7 +255,10 @@ pub struct PoolConfig {
     pub keepalive_max: usize,
     /// Concurrent channels per connection (default 8; OpenSSH's `MaxSessions` defaults to 10).
     pub max_channels: usize,
-    /// Size of the chunks a file upload is streamed in (default 64 KiB).
+    /// Size of the writes a file upload (and any stdin) is streamed in (default 64 KiB; at least 1 KiB). russh
+    /// sends each write as packets of the server's maximum packet size (32 KiB for OpenSSH), so a smaller chunk
+    /// means smaller packets, and sshd pays per packet for the data it buffers (docs/benchmarks.md, "Uploads on
+    /// a fresh connection").
     pub chunk_size: usize,
     /// Set TCP_NODELAY on direct connections (default true; without it every exec round trip waits on
     /// Nagle's algorithm + delayed ACKs). Only benchmarks turn it off, to compare.
