@@ -1102,13 +1102,6 @@ print(f"{label}: {len(rows)} probes, {fails} unanswered, longest gap between ans
 PY
 }
 
-qemu_nice() { # qemu_nice I NICE: every thread of VM I's QEMU (its vCPUs are threads; renice of a PID is one thread)
-  local pid
-  pid=$(fleet_json "d['vms'][$1-1]['pid']")
-  # shellcheck disable=SC2046 # one argument per thread id
-  renice -n "$2" -p $(ls "/proc/$pid/task") >/dev/null 2>&1 || true
-}
-
 cp_upgrade() {
   local old new m0 m t0
   old=$(vm_name 1) new=$(vm_name 3)
@@ -1122,14 +1115,14 @@ cp_upgrade() {
   # its fixed 2 s (util/etcd listMembers stops polling on an error), and with equal shares the old VM starved
   # while the new one started its control plane (run d2r: "etcd-join ... context deadline exceeded"). On real
   # hosts each etcd has its own cores; this gives the emulated one what it would have.
-  qemu_nice 1 -10
+  renice -n -10 -p "$(fleet_json "d['vms'][0]['pid']")" >/dev/null
   log "  $old's QEMU reniced to -10 for the join (two cores, three emulated machines)"
   t0=$(date +%s.%N)
   kubectl patch kubeadmcontrolplane -n "$NS" "$CLUSTER-control-plane" --type merge -p "{\"spec\":{\"version\":\"$KUBE_VERSION\"}}" >/dev/null
   wait_for "a second control-plane Machine, on $new" "$CP_TIMEOUT" bash -c \
     "kubectl get machines -n '$NS' -l '$CP_SEL' -o jsonpath='{.items[*].status.nodeRef.name}' | grep -qw '$new'"
   wait_for "the old control-plane Machine $m0 is gone" 1800 machine_gone "$m0"
-  qemu_nice 1 0
+  renice -n 0 -p "$(fleet_json "d['vms'][0]['pid']")" >/dev/null 2>&1 || true
   m=$(cp_machine)
   check "one control-plane Machine ($m), at $KUBE_VERSION" test "$(machine_field "$m" .spec.version)" = "$KUBE_VERSION"
   check "its Node is $new" test "$(machine_field "$m" .status.nodeRef.name)" = "$new"
