@@ -1110,19 +1110,11 @@ cp_upgrade() {
   nodes_wide_to nodes-before-cp.txt
   m0=$(cp_machine)
   machine_identity "$m0" identity-before-cp.txt
-  # Three emulated machines share two cores here: the serving control plane's QEMU gets priority while the new
-  # one joins. kubeadm's etcd join gives up on the first MemberList that the old etcd does not answer within
-  # its fixed 2 s (util/etcd listMembers stops polling on an error), and with equal shares the old VM starved
-  # while the new one started its control plane (run d2r: "etcd-join ... context deadline exceeded"). On real
-  # hosts each etcd has its own cores; this gives the emulated one what it would have.
-  renice -n -10 -p "$(fleet_json "d['vms'][0]['pid']")" >/dev/null
-  log "  $old's QEMU reniced to -10 for the join (two cores, three emulated machines)"
   t0=$(date +%s.%N)
   kubectl patch kubeadmcontrolplane -n "$NS" "$CLUSTER-control-plane" --type merge -p "{\"spec\":{\"version\":\"$KUBE_VERSION\"}}" >/dev/null
   wait_for "a second control-plane Machine, on $new" "$CP_TIMEOUT" bash -c \
     "kubectl get machines -n '$NS' -l '$CP_SEL' -o jsonpath='{.items[*].status.nodeRef.name}' | grep -qw '$new'"
   wait_for "the old control-plane Machine $m0 is gone" 1800 machine_gone "$m0"
-  renice -n 0 -p "$(fleet_json "d['vms'][0]['pid']")" >/dev/null 2>&1 || true
   m=$(cp_machine)
   check "one control-plane Machine ($m), at $KUBE_VERSION" test "$(machine_field "$m" .spec.version)" = "$KUBE_VERSION"
   check "its Node is $new" test "$(machine_field "$m" .status.nodeRef.name)" = "$new"
