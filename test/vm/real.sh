@@ -1260,11 +1260,18 @@ remediate_reboot() {
   stage "remediation, reboot tier: the kubelet masked on $w until it reboots -> restart fails -> reboot"
   boot0=$(boot_id 2)
   remediation_apply 2 300s
-  vmsh 2 'systemctl mask --runtime kubelet && systemctl stop kubelet'
+  # A runtime drop-in (in /run, gone at the next boot) that makes every start of the kubelet fail. Not
+  # `systemctl mask --runtime`: our kubelet unit lives in /etc/systemd/system, which outranks /run, so the mask
+  # had no effect and the restart tier simply brought the kubelet back (run rb16).
+  vmsh 2 'mkdir -p /run/systemd/system/kubelet.service.d &&
+    printf "[Service]\nExecStartPre=/bin/false\n" >/run/systemd/system/kubelet.service.d/capkk-test-broken.conf &&
+    systemctl daemon-reload && systemctl stop kubelet'
   wait_for "$w NotReady (the node controller's grace period)" 600 node_not_ready "$w"
   wait_for "CAPI created KKRemediation $m from the template" 600 kkremediation_seen "$m"
-  wait_for "attempt 1, the restart, failed on the host (ServicesRestarted False)" 600 \
-    kkremediation_condition "$m" ServicesRestarted False
+  # The event, not the condition: ServicesRestarted is False before attempt 1 has run too.
+  wait_for "attempt 1, the restart, failed on the host (event ServicesRestartFailed)" 600 bash -c \
+    "kubectl get events -n '$NS' --field-selector involvedObject.kind=KKRemediation,reason=ServicesRestartFailed -o name | grep -q ."
+  check "its condition says so (ServicesRestarted False)" kkremediation_condition "$m" ServicesRestarted False
   wait_for "attempt 2 rebooted the host (HostRebooted True)" 900 kkremediation_condition "$m" HostRebooted True
   wait_for "$w Ready again" 600 node_ready "$w"
   wait_for "CAPI deleted the KKRemediation (the Machine is healthy)" 600 kkremediation_gone "$m"
