@@ -41,6 +41,8 @@ VERSION=${VERSION:-v0.1.0}
 export CAPKK_CACHE CLUSTERCTL_DISABLE_VERSIONCHECK=true CAPKK_VERSION=$VERSION
 log() { echo "[capi-e2e $(date +%H:%M:%S)] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+# shellcheck source=SCRIPTDIR/../lib/tcp-lb.sh
+source "$ROOT/test/lib/tcp-lb.sh"
 
 # Bump when the build command changes in a way the hashed files do not show.
 RECIPE=1
@@ -262,26 +264,16 @@ upgrade_env() {
   lb_up
 }
 
-# The control-plane load balancer (test/vm/tcp-lb.py, as real.sh's day-2 run uses it) on the fleet's bridge, port
-# 6443, in front of LB_BACKENDS (hosts.py); stopped when the glue exits.
+# The control-plane load balancer (test/lib/tcp-lb.sh, as real.sh's day-2 run starts it) on the fleet's bridge,
+# port 6443, in front of LB_BACKENDS (hosts.py); its log $OUT/lb.log, its pid $OUT/lb.pid; stopped when the glue
+# exits (registered first: a balancer that does not come up in time is stopped too).
 lb_up() {
-  local pid _
-  if ss -Htln "sport = :6443" | grep -qE "($BRIDGE_ADDRESS|0\.0\.0\.0|\*|\[::\]):6443"; then
-    die "K8sUpgrade: something listens on $BRIDGE_ADDRESS:6443 already (a day-2 run's load balancer?): ss -tlnp 'sport = :6443'"
-  fi
-  mkdir -p "$OUT"
+  on_exit "tcp_lb_down $(printf %q "$OUT")"
   # shellcheck disable=SC2086 # LB_BACKENDS: words
-  setsid python3 "$ROOT/test/vm/tcp-lb.py" "$BRIDGE_ADDRESS:6443" $LB_BACKENDS </dev/null >>"$OUT/lb.log" 2>&1 &
-  pid=$!
-  on_exit "kill $pid 2>/dev/null"
-  for _ in $(seq 30); do
-    ss -Htln "sport = :6443" | grep -q "$BRIDGE_ADDRESS:6443" && break
-    kill -0 "$pid" 2>/dev/null || die "the control-plane load balancer exited (log $OUT/lb.log)"
-    sleep 1
-  done
-  ss -Htln "sport = :6443" | grep -q "$BRIDGE_ADDRESS:6443" || die "the control-plane load balancer does not listen on $BRIDGE_ADDRESS:6443"
+  tcp_lb_up "$OUT" "$BRIDGE_ADDRESS:6443" $LB_BACKENDS ||
+    die "K8sUpgrade: no control-plane load balancer on $BRIDGE_ADDRESS:6443 (above)"
   export CONTROL_PLANE_LB=$BRIDGE_ADDRESS
-  log "control-plane load balancer $BRIDGE_ADDRESS:6443 -> $LB_BACKENDS (pid $pid, log $OUT/lb.log)"
+  log "control-plane load balancer $BRIDGE_ADDRESS:6443 -> $LB_BACKENDS (pid $TCP_LB_PID, log $OUT/lb.log)"
 }
 
 # real:NAME: a kept run of test/vm/real.sh (its work dir, fleet state, serve.env, registry credentials, rendered
