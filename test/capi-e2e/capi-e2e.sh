@@ -18,20 +18,16 @@
 #                                        "tcg" flavors, SelfHostedSpec on one untainted control-plane node
 #                                        ("tcg-single")
 #
-# The specs, by the tag in their Describe text (what CAPI_E2E_FOCUS selects), and the hosts each needs (the specs
-# run one after another and each deletes its cluster, so a run needs as many as its largest spec):
-#   QuickStart     2  control plane, worker
-#   SelfHosted     2  control plane, worker (plane mode: tcg-single, the control plane alone)
-#   MDRollout      3  control plane, worker, and the MachineDeployment rollout's surge worker
-#   MDRemediation  2  control plane, worker (the replacement is created after the unhealthy Machine is gone and
-#                     claims the host it left)
-#   K8sUpgrade     3  control plane, worker, and the KubeadmControlPlane rollout's surge control plane (the
-#                     rolled worker then takes the old control plane's host); also the previous Kubernetes set
-#                     served by the kept run (REAL_PREV=1) and a control-plane load balancer (started here)
+# The specs are the Describes of the *_test.go files, read from there (spec_table): CAPI_E2E_FOCUS selects them by
+# their Describe text (the tag it ends with: QuickStart, SelfHosted, MDRollout, MDRemediation, K8sUpgrade), and
+# the line right above each Describe, `// capi-e2e.sh hosts: N (WHY)`, is the number of hosts it needs. The specs
+# run one after another and each deletes its cluster, so a run needs as many as its largest spec; the glue counts
+# them before the build and fails naming the spec when the kept run has fewer. K8sUpgrade also needs the previous
+# Kubernetes set served by the kept run (REAL_PREV=1) and a control-plane load balancer (started here).
 #
 # Environment: CAPI_E2E_FOCUS (a Ginkgo focus regexp, default QuickStart|SelfHosted on VMs, QuickStart on sandbox
-# hosts; `.` runs every spec), CAPI_E2E_OUT (default target/capi-e2e/NAME: artifacts, the clusterctl
-# configuration, the flavors), CAPI_E2E_ARGS (more arguments for the binary), VERSION.
+# hosts; `.` runs every spec; set but empty fails), CAPI_E2E_OUT (default target/capi-e2e/NAME: artifacts, the
+# clusterctl configuration, the flavors), CAPI_E2E_ARGS (more arguments for the binary), VERSION.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -41,6 +37,8 @@ VERSION=${VERSION:-v0.1.0}
 export CAPKK_CACHE CLUSTERCTL_DISABLE_VERSIONCHECK=true CAPKK_VERSION=$VERSION
 log() { echo "[capi-e2e $(date +%H:%M:%S)] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+# shellcheck source=SCRIPTDIR/../lib/tcp-lb.sh
+source "$ROOT/test/lib/tcp-lb.sh"
 
 # Bump when the build command changes in a way the hashed files do not show.
 RECIPE=1
@@ -96,33 +94,64 @@ mgmt_path() { # the management plane's kubectl and clusterctl (release-manifests
   export PATH=$bin_dir:$PATH
 }
 
-# The specs: tag, hosts needed, why, and the Describe text (*_test.go; keep them equal). See the header.
-SPECS=(
-  "QuickStart|2|control plane, worker|When following the Cluster API quick-start [QuickStart]"
-  "SelfHosted|2|control plane, worker|When testing Cluster API working on self-hosted clusters [SelfHosted]"
-  "MDRollout|3|control plane, worker, the rollout's surge worker|When testing KCP and MachineDeployment rolling upgrades and in-place taint propagation [MDRollout]"
-  "MDRemediation|2|control plane, worker (the replacement reuses the remediated host)|When testing MachineDeployment remediation [MDRemediation]"
-  "K8sUpgrade|3|control plane, worker, the control-plane rollout's surge control plane|When upgrading a workload cluster [K8sUpgrade]"
-)
+# spec_table: the specs, read from the *_test.go files (their one source), a line each: TAG|HOSTS|WHY|TEXT, TEXT
+# the Describe text. Every Describe must be a top-level `var _ = Describe("TEXT [Tag]", func() {` with, on the
+# line right above it, `// capi-e2e.sh hosts: N (WHY)`; fails naming the file and line of a Describe it cannot
+# read, of one without that line, and of a tag used twice.
+spec_table() {
+  (cd "$HERE" && LC_ALL=C awk '
+    FNR == 1 { prev = "" }
+    /Describe[(]/ && !/^[ \t]*\/\// {
+      where = FILENAME ":" FNR
+      if ($0 !~ /^var _ = Describe[(]"[^"\\|]* \[[A-Za-z0-9]+\]", func[(][)] [{]$/) {
+        print where ": a Describe capi-e2e.sh cannot read; expected: var _ = Describe(\"TEXT [Tag]\", func() {" > "/dev/stderr"
+        bad = 1; prev = $0; next
+      }
+      text = $0; sub(/^var _ = Describe[(]"/, "", text); sub(/", func[(][)] [{]$/, "", text)
+      tag = text; sub(/.*\[/, "", tag); sub(/\]$/, "", tag)
+      if (prev !~ /^\/\/ capi-e2e\.sh hosts: [1-9][0-9]* [(][^|]*[)]$/) {
+        print where ": no \"// capi-e2e.sh hosts: N (WHY)\" line right above the Describe of [" tag "]" > "/dev/stderr"
+        bad = 1; prev = $0; next
+      }
+      if (tag in seen) { print where ": the tag [" tag "] again (first at " seen[tag] ")" > "/dev/stderr"; bad = 1 }
+      seen[tag] = where
+      n = prev; sub(/^\/\/ capi-e2e\.sh hosts: /, "", n); why = n; sub(/ .*/, "", n)
+      sub(/^[0-9]+ [(]/, "", why); sub(/[)]$/, "", why)
+      print tag "|" n "|" why "|" text; count++
+    }
+    { prev = $0 }
+    END {
+      if (!count) { print "no Describe in the *_test.go files" > "/dev/stderr"; bad = 1 }
+      exit bad
+    }' ./*_test.go)
+}
 # focused TEXT: whether FOCUS selects the spec whose Describe text is TEXT, as Ginkgo's focus does (a regexp
 # matched against the spec's text: focus by the tags, e.g. MDRollout|K8sUpgrade, or by any part of the text).
 focused() { [[ $1 =~ $FOCUS ]]; }
 
 # plan_specs: from FOCUS, NEED_HOSTS (the most any focused spec needs) and NEED_WHY; UPGRADE, SELF_HOSTED, ROLLOUT
-# (1 when focused). Fails when FOCUS selects none of the specs.
+# (1 when focused). Fails when FOCUS is empty or selects none of the specs.
 plan_specs() {
-  local row tag n why text names=()
+  local table tag n why text tags=() names=()
   NEED_HOSTS=0 NEED_WHY="" UPGRADE=0 SELF_HOSTED=0 ROLLOUT=0
-  for row in "${SPECS[@]}"; do
-    IFS='|' read -r tag n why text <<<"$row"
+  [ -n "$FOCUS" ] ||
+    die "CAPI_E2E_FOCUS is set but empty: unset it for the default, or select specs by tag (e.g. QuickStart, MDRollout|K8sUpgrade; . for all)"
+  table=$(spec_table) || die "cannot read the specs from $HERE/*_test.go (above)"
+  while IFS='|' read -r tag n why text; do
+    tags+=("$tag")
     focused "$text" || continue
     names+=("$tag")
     [ "$tag" != K8sUpgrade ] || UPGRADE=1
     [ "$tag" != SelfHosted ] || SELF_HOSTED=1
     [ "$tag" != MDRollout ] || ROLLOUT=1
     if [ "$n" -gt "$NEED_HOSTS" ]; then NEED_HOSTS=$n NEED_WHY="$tag: $why"; fi
+  done <<<"$table"
+  # The setup here names these specs by tag: a tag renamed in its *_test.go must not skip that setup silently.
+  for tag in K8sUpgrade SelfHosted MDRollout; do
+    [[ " ${tags[*]} " == *" $tag "* ]] ||
+      die "capi-e2e.sh sets up the spec tagged [$tag], which no Describe of $HERE/*_test.go has (tags: ${tags[*]})"
   done
-  [ "${#names[@]}" -gt 0 ] || die "CAPI_E2E_FOCUS='$FOCUS' selects none of the specs (tags: QuickStart SelfHosted MDRollout MDRemediation K8sUpgrade)"
+  [ "${#names[@]}" -gt 0 ] || die "CAPI_E2E_FOCUS='$FOCUS' selects none of the specs (tags: ${tags[*]})"
   log "specs: ${names[*]}; hosts needed: $NEED_HOSTS ($NEED_WHY)"
 }
 
@@ -178,8 +207,6 @@ trap run_exit_cmds EXIT
 # sandbox:NAME: what `test/e2e/e2e.sh hosts` left (its hosts.env); our provider's repository with the specs' flavors.
 from_sandbox() {
   local work=${E2E_WORK:-$ROOT/target/e2e/$1} have
-  FOCUS=${CAPI_E2E_FOCUS:-QuickStart}
-  plan_specs
   [ -s "$work/hosts.env" ] || die "no $work/hosts.env: run 'make capi-e2e-hosts' (test/e2e/e2e.sh hosts, E2E_NAME=$1) first"
   set -a
   # shellcheck disable=SC1091
@@ -262,26 +289,16 @@ upgrade_env() {
   lb_up
 }
 
-# The control-plane load balancer (test/vm/tcp-lb.py, as real.sh's day-2 run uses it) on the fleet's bridge, port
-# 6443, in front of LB_BACKENDS (hosts.py); stopped when the glue exits.
+# The control-plane load balancer (test/lib/tcp-lb.sh, as real.sh's day-2 run starts it) on the fleet's bridge,
+# port 6443, in front of LB_BACKENDS (hosts.py); its log $OUT/lb.log, its pid $OUT/lb.pid; stopped when the glue
+# exits (registered first: a balancer that does not come up in time is stopped too).
 lb_up() {
-  local pid _
-  if ss -Htln "sport = :6443" | grep -qE "($BRIDGE_ADDRESS|0\.0\.0\.0|\*|\[::\]):6443"; then
-    die "K8sUpgrade: something listens on $BRIDGE_ADDRESS:6443 already (a day-2 run's load balancer?): ss -tlnp 'sport = :6443'"
-  fi
-  mkdir -p "$OUT"
+  on_exit "tcp_lb_down $(printf %q "$OUT")"
   # shellcheck disable=SC2086 # LB_BACKENDS: words
-  setsid python3 "$ROOT/test/vm/tcp-lb.py" "$BRIDGE_ADDRESS:6443" $LB_BACKENDS </dev/null >>"$OUT/lb.log" 2>&1 &
-  pid=$!
-  on_exit "kill $pid 2>/dev/null"
-  for _ in $(seq 30); do
-    ss -Htln "sport = :6443" | grep -q "$BRIDGE_ADDRESS:6443" && break
-    kill -0 "$pid" 2>/dev/null || die "the control-plane load balancer exited (log $OUT/lb.log)"
-    sleep 1
-  done
-  ss -Htln "sport = :6443" | grep -q "$BRIDGE_ADDRESS:6443" || die "the control-plane load balancer does not listen on $BRIDGE_ADDRESS:6443"
+  tcp_lb_up "$OUT" "$BRIDGE_ADDRESS:6443" $LB_BACKENDS ||
+    die "K8sUpgrade: no control-plane load balancer on $BRIDGE_ADDRESS:6443 (above)"
   export CONTROL_PLANE_LB=$BRIDGE_ADDRESS
-  log "control-plane load balancer $BRIDGE_ADDRESS:6443 -> $LB_BACKENDS (pid $pid, log $OUT/lb.log)"
+  log "control-plane load balancer $BRIDGE_ADDRESS:6443 -> $LB_BACKENDS (pid $TCP_LB_PID, log $OUT/lb.log)"
 }
 
 # real:NAME: a kept run of test/vm/real.sh (its work dir, fleet state, serve.env, registry credentials, rendered
@@ -290,8 +307,6 @@ lb_up() {
 # real.sh's own knobs, with the values left as template variables.
 from_real() {
   local name=$1 work=${REAL_WORK:-$ROOT/target/real/$1} state=/tmp/capkk-sandbox/$1/state.json f
-  FOCUS=${CAPI_E2E_FOCUS:-QuickStart|SelfHosted}
-  plan_specs
   for f in "$state" "$work/serve/serve.env" "$work/serve/registry.cred" "$work/workload.kubeconfig" "$work/cluster.yaml"; do
     [ -s "$f" ] || die "no $f: keep a run first (see test/capi-e2e/README.md: REAL_NAME=$name REAL_KEEP=1 REAL_TO=clusterctl_init REAL_EXTRA_VMS=$NEED_HOSTS make e2e-clusterctl)"
   done
@@ -345,8 +360,6 @@ tcg_flavors() { # tcg_flavors DIR: the tcg flavors into the repository DIR
 # controllers and ours run there as processes, ours watching every namespace), the fleet's first VMs the hosts.
 from_plane() {
   local name=$1 work=${REAL_WORK:-$ROOT/target/real/$1} state=/tmp/capkk-sandbox/$1/state.json f
-  FOCUS=${CAPI_E2E_FOCUS:-QuickStart|SelfHosted}
-  plan_specs
   for f in "$state" "$work/serve/serve.env" "$work/serve/registry.cred" "$work/serve/component.yaml"; do
     [ -s "$f" ] || die "no $f: keep a run first (see test/capi-e2e/README.md: REAL_NAME=$name REAL_KEEP=1 REAL_TO=serve_up REAL_VMS=2 MANAGER_ALL_NAMESPACES=1 make e2e-clusterctl)"
   done
@@ -436,6 +449,13 @@ run() {
   local bin from=${CAPI_E2E_FROM:-} name rc=0 t0
   [ -n "$from" ] || die "set CAPI_E2E_FROM=sandbox:NAME, real:NAME or plane:NAME (see test/capi-e2e/README.md)"
   name=${from#*:}
+  # The focused specs and the hosts they need first: a focus that selects nothing fails before minutes of build.
+  case $from in
+    sandbox:?*) FOCUS=${CAPI_E2E_FOCUS-QuickStart} ;;
+    real:?* | plane:?*) FOCUS=${CAPI_E2E_FOCUS-QuickStart|SelfHosted} ;;
+    *) die "CAPI_E2E_FROM=$from: expected sandbox:NAME, real:NAME or plane:NAME" ;;
+  esac
+  plan_specs
   OUT=${CAPI_E2E_OUT:-$ROOT/target/capi-e2e/$name}
   mkdir -p "$OUT"
   OUT=$(cd "$OUT" && pwd)
@@ -445,7 +465,6 @@ run() {
     sandbox:?*) from_sandbox "$name" ;;
     real:?*) from_real "$name" ;;
     plane:?*) from_plane "$name" ;;
-    *) die "CAPI_E2E_FROM=$from: expected sandbox:NAME, real:NAME or plane:NAME" ;;
   esac
   [ "$ROLLOUT" = 0 ] || taint_gate_check
   local artifacts

@@ -15,6 +15,8 @@ import (
 // checked at their new images, then the MachineDeployment bumped (its new worker takes the host the old control
 // plane left); every Node Ready at the new version, the Cluster Available, every Machine Ready, deleted.
 // Conformance (kubetest) is skipped: it needs a conformance image and hours under TCG.
+//
+// capi-e2e.sh hosts: 3 (control plane, worker, the control-plane rollout's surge control plane)
 var _ = Describe("When upgrading a workload cluster [K8sUpgrade]", func() {
 	capie2e.ClusterUpgradeConformanceSpec(ctx, func() capie2e.ClusterUpgradeConformanceSpecInput {
 		return capie2e.ClusterUpgradeConformanceSpecInput{

@@ -12,6 +12,8 @@ import (
 // the worker, CAPI deletes its Machine (our KKMachine resets the host) and the MachineSet creates the
 // replacement once it is gone, which claims the freed host; the replacement's Node without the condition, the
 // Cluster Available, every Machine Ready, deleted.
+//
+// capi-e2e.sh hosts: 2 (control plane, worker; the replacement reuses the remediated host)
 var _ = Describe("When testing MachineDeployment remediation [MDRemediation]", func() {
 	capie2e.MachineDeploymentRemediationSpec(ctx, func() capie2e.MachineDeploymentRemediationSpecInput {
 		return capie2e.MachineDeploymentRemediationSpecInput{

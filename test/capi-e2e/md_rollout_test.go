@@ -13,6 +13,8 @@ import (
 // seen on the Machines and Nodes without any Machine replaced; then the MachineDeployment's infrastructure
 // template swapped for a copy, which rolls the worker (maxSurge 1: the new Machine claims a third host before
 // the old one is deleted); the Cluster Available, every Machine Ready, deleted.
+//
+// capi-e2e.sh hosts: 3 (control plane, worker, the rollout's surge worker)
 var _ = Describe("When testing KCP and MachineDeployment rolling upgrades and in-place taint propagation [MDRollout]", func() {
 	capie2e.KCPAndMachineDeploymentRolloutSpec(ctx, func() capie2e.KCPAndMachineDeploymentRolloutSpecInput {
 		return capie2e.KCPAndMachineDeploymentRolloutSpecInput{

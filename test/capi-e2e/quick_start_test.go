@@ -9,6 +9,8 @@ import (
 
 // CAPI's quick start: one control plane and one worker from our cluster template, every Machine Ready, the
 // Cluster Available, then deleted (every host reset).
+//
+// capi-e2e.sh hosts: 2 (control plane, worker)
 var _ = Describe("When following the Cluster API quick-start [QuickStart]", func() {
 	capie2e.QuickStartSpec(ctx, func() capie2e.QuickStartSpecInput {
 		return capie2e.QuickStartSpecInput{

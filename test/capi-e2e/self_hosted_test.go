@@ -11,6 +11,8 @@ import (
 // ours reaching the hosts over SSH from the pod network), `clusterctl move` onto it, no Machine rolled out by
 // the move, the Cluster Available as seen from itself, then moved back and deleted. No Kubernetes upgrade: the
 // node artifacts carry one Kubernetes version.
+//
+// capi-e2e.sh hosts: 2 (control plane, worker; in plane mode tcg-single uses the control plane alone)
 var _ = Describe("When testing Cluster API working on self-hosted clusters [SelfHosted]", func() {
 	capie2e.SelfHostedSpec(ctx, func() capie2e.SelfHostedSpecInput {
 		return capie2e.SelfHostedSpecInput{

@@ -124,6 +124,8 @@ source "$ROOT/test/lib/harness.sh"
 source "$ROOT/test/lib/provider.sh"
 # shellcheck source=SCRIPTDIR/../lib/heartbeat.sh
 source "$ROOT/test/lib/heartbeat.sh"
+# shellcheck source=SCRIPTDIR/../lib/tcp-lb.sh
+source "$ROOT/test/lib/tcp-lb.sh"
 
 # A KKMachine in phase Failed has failed terminally (e.g. `kubeadm init` exited non-zero): nothing will change
 # it, so the run ends there instead of waiting out the stage's budget (an hour for the control plane).
@@ -357,21 +359,14 @@ serve_up() {
 }
 
 # The day-2 run's control-plane endpoint: a TCP load balancer on the bridge in front of the VMs that may hold
-# the control plane (1 and 3), as a user's load balancer or VIP in front of theirs.
+# the control plane (1 and 3), as a user's load balancer or VIP in front of theirs (test/lib/tcp-lb.sh: its log
+# $WORK/lb.log, its pid $WORK/lb.pid; teardown stops it). A resumed run (REAL_FROM) keeps the one running.
 lb_up() {
   local pid
   pid=$(cat "$WORK/lb.pid" 2>/dev/null || true)
   if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then return 0; fi
-  setsid python3 "$ROOT/test/vm/tcp-lb.py" "$BRIDGE:6443" "$(vm_addr 1):6443" "$(vm_addr 3):6443" \
-    </dev/null >>"$WORK/lb.log" 2>&1 &
-  echo $! >"$WORK/lb.pid"
-  wait_for "the control-plane load balancer listens on $BRIDGE:6443" 30 bash -c "ss -Htln 'sport = :6443' | grep -q '$BRIDGE'"
-}
-lb_down() {
-  local pid
-  pid=$(cat "$WORK/lb.pid" 2>/dev/null || true)
-  [ -z "$pid" ] || [ "$(cat "/proc/$pid/comm" 2>/dev/null)" != python3 ] || kill "$pid" 2>/dev/null || true
-  rm -f "$WORK/lb.pid"
+  check "the control-plane load balancer listens on $BRIDGE:6443" \
+    tcp_lb_up "$WORK" "$BRIDGE:6443" "$(vm_addr 1):6443" "$(vm_addr 3):6443"
 }
 
 serve_down() {
@@ -1443,7 +1438,7 @@ teardown() {
   stop_manager
   serve_down
   gap_probe_stop
-  lb_down
+  tcp_lb_down "$WORK"
   # The provider inventory move_back copied onto the shared local plane: left there, every later `clusterctl move`
   # from that plane (mgmt_clusterctl_move in make test) requires its target to run those providers.
   if [ -n "${KUBECONFIG:-}" ] && [ -s "$WORK/inventory.json" ]; then
