@@ -643,9 +643,42 @@ mod tests {
             prepull_config(&input("#cloud-config\nruncmd:\n- echo hi\n", None)).err(),
             Some("the bootstrap data writes no kubeadm configuration")
         );
+        let named_unread = PhaseInput {
+            instance: KKInstanceSpec {
+                bootstrap_data_secret_ref: Some(capkk_api::SecretRef { name: "data".into() }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
         assert_eq!(
-            prepull_config(&PhaseInput::default()).err(),
+            prepull_config(&named_unread).err(),
             Some("the bootstrap data is not readable (yet)")
         );
+    }
+
+    #[test]
+    fn a_host_prepared_before_its_bootstrap_data_pre_pulls_by_its_machines_role_from_the_private_registry() {
+        let before_data = |control_plane: bool, private_registry: Option<&str>| PhaseInput {
+            instance: KKInstanceSpec {
+                kubernetes_version: Some("v1.36.3".into()),
+                ..Default::default()
+            },
+            cluster: Some(KKClusterSpec {
+                registry: Some(capkk_api::Registry {
+                    private_registry: private_registry.map(str::to_owned),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            control_plane,
+            ..Default::default()
+        };
+        let cfg = prepull_config(&before_data(false, Some("198.18.0.1:5000"))).expect("a pre-pull");
+        assert_eq!(cfg.images, ImageSet::Worker);
+        assert_eq!(cfg.kubernetes_version, "v1.36.3");
+        assert_eq!(cfg.image_repository.as_deref(), Some("198.18.0.1:5000"));
+        let cfg = prepull_config(&before_data(true, None)).expect("a pre-pull");
+        assert_eq!(cfg.images, ImageSet::ControlPlane);
+        assert_eq!(cfg.image_repository, None, "kubeadm's default");
     }
 }

@@ -195,6 +195,7 @@ impl Claimant<'_> {
         if early {
             candidates = early_candidates(&roles, candidates);
         }
+        let held_back = before - candidates.len();
         let mut in_flight = 0;
         for host in candidates {
             let host_name = host.host_name();
@@ -246,7 +247,7 @@ impl Claimant<'_> {
             }
         }
         let roles_s: Vec<String> = roles.iter().map(|r| r.to_string()).collect();
-        if early && in_flight == 0 && refused.is_empty() && before > 0 {
+        if held_back > 0 && in_flight == 0 && refused.is_empty() {
             // Hosts serving this worker are free, but each may serve the control plane too: they are left for
             // it until the bootstrap data comes (after the control plane's `kubeadm init`), as before.
             return Ok(Claim::Waiting {
@@ -563,6 +564,44 @@ mod tests {
             // The binary service installs what this names, whatever the host ran before the reset.
             assert_eq!(inst.spec.kubernetes_version.as_deref(), Some(v));
         }
+    }
+
+    #[test]
+    fn an_early_worker_claim_leaves_every_host_that_may_serve_the_control_plane() {
+        let mut a = kkc(
+            "a",
+            vec![
+                host("both", "10.0.0.1"),
+                host("cp", "10.0.0.2"),
+                host("w", "10.0.0.3"),
+            ],
+        );
+        a.spec.nodes.instances[1].roles = Some(vec![Role::Master]);
+        a.spec.nodes.instances[2].roles = Some(vec![Role::Worker]);
+        let names = |hs: Vec<&InstanceInfo>| hs.iter().map(|h| h.host_name()).collect::<Vec<_>>();
+        let (workers, _) = choose_hosts::<KKInstance>(&a, &[Role::Worker], &[]);
+        assert_eq!(names(early_candidates(&[Role::Worker], workers)), ["w"]);
+        // A control-plane Machine chooses as always.
+        let (cps, _) = choose_hosts::<KKInstance>(&a, &[Role::ControlPlane], &[]);
+        assert_eq!(
+            names(early_candidates(&[Role::ControlPlane], cps)),
+            ["both", "cp"]
+        );
+    }
+
+    #[test]
+    fn a_claim_before_the_bootstrap_data_names_none_and_labels_a_control_plane_machines_instance() {
+        let a = kkc("a", vec![host("node1", "10.0.0.1")]);
+        let km = KKMachine::new("m", Default::default());
+        let mut m = Machine::new("m", Default::default());
+        m.metadata.labels = Some([(CONTROL_PLANE_LABEL.to_owned(), String::new())].into());
+        let inst = new_instance(&km, &m, &a, &a.spec.nodes.instances[0], "a.node1", None, &[]);
+        assert!(inst.spec.bootstrap_data_secret_ref.is_none());
+        assert!(
+            inst.labels().contains_key(CONTROL_PLANE_LABEL),
+            "{:?}",
+            inst.labels()
+        );
     }
 
     #[test]
