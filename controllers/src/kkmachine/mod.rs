@@ -247,7 +247,7 @@ async fn apply(
         && inst.metadata.deletion_timestamp.is_none()
     {
         // Claimed (and prepared) before the bootstrap data existed: handing it over starts provisioning.
-        inst = Box::new(hand_over_bootstrap_data(ctx, &inst, secret).await?);
+        *inst = hand_over_bootstrap_data(ctx, &inst, secret).await?;
     }
     mirror(status, &inst, gen_);
     let done = status.initialization.as_ref().and_then(|i| i.provisioned) == Some(true);
