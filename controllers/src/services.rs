@@ -49,6 +49,13 @@ impl Phase {
         Phase::Provisioning,
     ];
 
+    /// True for the one phase that runs the bootstrap data (provisioning). The others prepare the host from
+    /// the spec alone (the Machine's version, the KKCluster's settings) and may run before the bootstrap
+    /// provider has written the data.
+    pub(crate) fn needs_bootstrap_data(self) -> bool {
+        self == Phase::Provisioning
+    }
+
     /// The phase name used in annotations, journals and progress messages.
     pub(crate) fn name(self) -> &'static str {
         match self {
@@ -125,6 +132,9 @@ pub(crate) struct PhaseInput {
     /// The run answers the retry annotation: provisioning runs again the bootstrap commands that failed on
     /// the host (a fixed host must not be told its old failure again).
     pub rerun_failed: bool,
+    /// The host is claimed for a control-plane Machine (CAPI's control-plane label, copied onto the
+    /// KKInstance): what a pre-pull before the bootstrap data pulls.
+    pub control_plane: bool,
 }
 
 /// What every call on a host travels with: the connection, the inputs, where the steps are reported.
@@ -287,17 +297,25 @@ const PREPULL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(420)
 /// else the KKCluster's `registry.privateRegistry` (a join's bootstrap data carries no ClusterConfiguration),
 /// else kubeadm's default; the images by what the bootstrap data runs: init or a control-plane join, every image;
 /// a worker's join, kube-proxy; plus containerd's configured sandbox image.
+///
+/// A host prepared before its bootstrap data exists (the spec names none yet) pulls by the Machine's role (the
+/// control-plane label) from the private registry or kubeadm's default: a ClusterConfiguration's own
+/// `imageRepository` is not known yet. Provisioning's pre-pull, with the data, checks that set again.
 pub(crate) fn prepull_config(input: &PhaseInput) -> Result<PrepullConfig, &'static str> {
-    let plan = bootstrap_plan(input).map_err(|_| "the bootstrap data is not readable (yet)")?;
-    let kubeadm = plan
-        .kubeadm()
-        .ok_or("the bootstrap data writes no kubeadm configuration")?;
+    let kubeadm = match bootstrap_plan(input) {
+        Ok(plan) => Some(
+            plan.kubeadm()
+                .ok_or("the bootstrap data writes no kubeadm configuration")?,
+        ),
+        Err(_) if input.instance.bootstrap_data_secret_ref.is_none() => None,
+        Err(_) => return Err("the bootstrap data is not readable (yet)"),
+    };
     let kubernetes_version = input
         .instance
         .kubernetes_version
         .clone()
         .filter(|v| !v.is_empty())
-        .or(kubeadm.kubernetes_version)
+        .or_else(|| kubeadm.as_ref().and_then(|k| k.kubernetes_version.clone()))
         .ok_or("no Kubernetes version (spec.kubernetesVersion)")?;
     let private_registry = input
         .cluster
@@ -305,12 +323,17 @@ pub(crate) fn prepull_config(input: &PhaseInput) -> Result<PrepullConfig, &'stat
         .and_then(|c| c.registry.as_ref())
         .and_then(|r| r.private_registry.clone())
         .filter(|r| !r.is_empty());
+    let control_plane = match &kubeadm {
+        Some(k) => k.role == capkk_cloudinit::KubeadmRole::ControlPlane,
+        None => input.control_plane,
+    };
     Ok(PrepullConfig {
         kubernetes_version,
-        image_repository: kubeadm.image_repository.or(private_registry),
-        images: match kubeadm.role {
-            capkk_cloudinit::KubeadmRole::ControlPlane => ImageSet::ControlPlane,
-            capkk_cloudinit::KubeadmRole::Worker => ImageSet::Worker,
+        image_repository: kubeadm.and_then(|k| k.image_repository).or(private_registry),
+        images: if control_plane {
+            ImageSet::ControlPlane
+        } else {
+            ImageSet::Worker
         },
         sandbox_image: input
             .instance
@@ -620,9 +643,42 @@ mod tests {
             prepull_config(&input("#cloud-config\nruncmd:\n- echo hi\n", None)).err(),
             Some("the bootstrap data writes no kubeadm configuration")
         );
+        let named_unread = PhaseInput {
+            instance: KKInstanceSpec {
+                bootstrap_data_secret_ref: Some(capkk_api::SecretRef { name: "data".into() }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
         assert_eq!(
-            prepull_config(&PhaseInput::default()).err(),
+            prepull_config(&named_unread).err(),
             Some("the bootstrap data is not readable (yet)")
         );
+    }
+
+    #[test]
+    fn a_host_prepared_before_its_bootstrap_data_pre_pulls_by_its_machines_role_from_the_private_registry() {
+        let before_data = |control_plane: bool, private_registry: Option<&str>| PhaseInput {
+            instance: KKInstanceSpec {
+                kubernetes_version: Some("v1.36.3".into()),
+                ..Default::default()
+            },
+            cluster: Some(KKClusterSpec {
+                registry: Some(capkk_api::Registry {
+                    private_registry: private_registry.map(str::to_owned),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            control_plane,
+            ..Default::default()
+        };
+        let cfg = prepull_config(&before_data(false, Some("198.18.0.1:5000"))).expect("a pre-pull");
+        assert_eq!(cfg.images, ImageSet::Worker);
+        assert_eq!(cfg.kubernetes_version, "v1.36.3");
+        assert_eq!(cfg.image_repository.as_deref(), Some("198.18.0.1:5000"));
+        let cfg = prepull_config(&before_data(true, None)).expect("a pre-pull");
+        assert_eq!(cfg.images, ImageSet::ControlPlane);
+        assert_eq!(cfg.image_repository, None, "kubeadm's default");
     }
 }

@@ -50,7 +50,14 @@ async fn pause_stops_work_and_externally_managed_is_skipped() -> anyhow::Result<
     env.apply(cluster(&ns, "ext", json!({}))).await?;
     env.apply(ext).await?;
 
-    let mut mgr = env.manager("manager", &["--ssh-connect-timeout=2s"])?;
+    // The strict order: the worker waits for its bootstrap data before it claims anything.
+    let mut mgr = env.manager(
+        "manager",
+        &[
+            "--ssh-connect-timeout=2s",
+            "--prepare-before-bootstrap-data=false",
+        ],
+    )?;
 
     env.kkcluster_provisioned("p").await?;
     // Probes run in the background and report later.

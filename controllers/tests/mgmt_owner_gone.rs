@@ -39,7 +39,14 @@ async fn deletion_completes_when_the_owner_is_already_gone() -> anyhow::Result<(
     env.cluster("g", &[("g1".into(), "127.0.4.1".into(), 1)], json!({}))
         .await?;
     env.machine("g", "w", "worker", None).await?;
-    let mut mgr = env.manager("manager", &["--ssh-connect-timeout=2s"])?;
+    // The strict order: the worker waits for its bootstrap data before it claims anything.
+    let mut mgr = env.manager(
+        "manager",
+        &[
+            "--ssh-connect-timeout=2s",
+            "--prepare-before-bootstrap-data=false",
+        ],
+    )?;
 
     env.kkcluster_provisioned("g").await?;
     let km = eventually(

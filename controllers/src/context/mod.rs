@@ -65,6 +65,8 @@ pub(crate) struct Settings {
     pub concurrency: Concurrency,
     /// Namespace of the host-identity Leases (`--host-claim-namespace`; see [`crate::host_claims`]).
     pub host_claim_namespace: String,
+    /// Claim and prepare a host before the bootstrap data exists (`--prepare-before-bootstrap-data`).
+    pub prepare_before_bootstrap_data: bool,
 }
 
 /// Where host-identity Leases live unless `--host-claim-namespace` says otherwise: one well-known namespace,
@@ -97,6 +99,7 @@ impl Default for Settings {
             sync_period: None,
             concurrency: Concurrency::default(),
             host_claim_namespace: DEFAULT_HOST_CLAIM_NAMESPACE.into(),
+            prepare_before_bootstrap_data: true,
         }
     }
 }

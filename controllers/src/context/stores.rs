@@ -62,6 +62,11 @@ impl Stores {
             .collect()
     }
 
+    /// The KKInstance `ns/name`, if cached.
+    pub(crate) async fn instance(&self, ns: &str, name: &str) -> Option<Arc<KKInstance>> {
+        Self::get(&self.instances, ns, name).await
+    }
+
     /// The KKMachine `ns/name`, if cached.
     pub(crate) async fn machine(&self, ns: &str, name: &str) -> Option<Arc<KKMachine>> {
         Self::get(&self.machines, ns, name).await

@@ -203,5 +203,6 @@ pub(crate) async fn phase_input(
         hosts_entries,
         facts: Default::default(),
         rerun_failed: false,
+        control_plane: inst.labels().contains_key(capkk_api::consts::CONTROL_PLANE_LABEL),
     })
 }

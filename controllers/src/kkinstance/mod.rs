@@ -204,6 +204,20 @@ impl Reconciler for KKInstance {
                 ctx.tasks.succeeded(&uid);
                 start_provisioning(&inst, ctx, status, true).await
             }
+            HostState::AwaitingBootstrapData => {
+                // Prepared; the KKMachine names the bootstrap data in the spec once CAPI's bootstrap provider
+                // wrote it, and that change wakes this KKInstance for provisioning.
+                ready(
+                    false,
+                    reasons::WAITING_FOR_BOOTSTRAP_DATA,
+                    "host prepared (bootstrap, binaries, container runtime, packages); waiting for the bootstrap data to provision it".into(),
+                );
+                status.observed_generation = generation;
+                if inst.annotations().contains_key(BLOCK_MOVE_ANNOTATION) {
+                    annotate(&api, &name, &[(BLOCK_MOVE_ANNOTATION, None)]).await?;
+                }
+                Ok(Action::await_change())
+            }
             HostState::Provisionable => {
                 if let Some(wait) = release::retry_wait(ctx, &uid) {
                     let msg = ctx

@@ -48,6 +48,10 @@ pub(crate) enum HostState {
     Busy(TaskKind),
     /// Every phase finished (the bootstrap sentinel exists).
     Provisioned,
+    /// Every phase but provisioning finished and the spec names no bootstrap data yet
+    /// (`--prepare-before-bootstrap-data`): the host is prepared and waits for its KKMachine to hand the
+    /// bootstrap data over.
+    AwaitingBootstrapData,
     /// Host work failed terminally; stays so until the retry annotation.
     FailedTerminal {
         /// The condition reason recorded with the failure.
@@ -83,6 +87,7 @@ impl HostState {
             HostState::Orphaned
             | HostState::AwaitingClaimRecord
             | HostState::AwaitingOwner
+            | HostState::AwaitingBootstrapData
             | HostState::RetryRequested
             | HostState::Provisionable => InstanceState::Pending,
         }
@@ -109,7 +114,7 @@ pub(crate) fn needs_reset(inst: &KKInstance) -> bool {
 }
 
 /// Decide the state of `inst`. Precedence: quarantine, release/deletion, claim record, running work,
-/// finished, failed, ready to work.
+/// finished, failed, prepared and waiting for the bootstrap data, ready to work.
 pub(crate) fn classify(inst: &KKInstance, claim: ClaimRecord, task: Option<TaskKind>) -> HostState {
     let a = inst.annotations();
     if inst.spec.quarantine.is_some() {
@@ -144,7 +149,19 @@ pub(crate) fn classify(inst: &KKInstance, claim: ClaimRecord, task: Option<TaskK
             reason: reason.clone(),
         };
     }
+    if prepared(inst) && inst.spec.bootstrap_data_secret_ref.is_none() {
+        return HostState::AwaitingBootstrapData;
+    }
     HostState::Provisionable
+}
+
+/// True when every phase that needs no bootstrap data is recorded as completed.
+pub(crate) fn prepared(inst: &KKInstance) -> bool {
+    let done = completed(inst);
+    Phase::ALL
+        .iter()
+        .filter(|p| !p.needs_bootstrap_data())
+        .all(|p| done.contains(p.name()))
 }
 
 #[cfg(test)]
@@ -159,7 +176,13 @@ mod tests {
     const R: ClaimRecord = ClaimRecord::Recorded;
 
     fn inst(annotations: &[(&str, &str)]) -> KKInstance {
-        let mut i = KKInstance::new("c.node1", KKInstanceSpec::default());
+        let mut i = KKInstance::new(
+            "c.node1",
+            KKInstanceSpec {
+                bootstrap_data_secret_ref: Some(capkk_api::SecretRef { name: "data".into() }),
+                ..Default::default()
+            },
+        );
         i.metadata.generation = Some(1);
         i.metadata.annotations = Some(
             annotations
@@ -167,6 +190,13 @@ mod tests {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
         );
+        i
+    }
+
+    /// A claim made before the bootstrap data existed: the spec names none.
+    fn without_data(annotations: &[(&str, &str)]) -> KKInstance {
+        let mut i = inst(annotations);
+        i.spec.bootstrap_data_secret_ref = None;
         i
     }
 
@@ -197,6 +227,10 @@ mod tests {
             "bootstrap,repository,binary,containermanager,provisioning",
         );
         let partial = (COMPLETED_PHASES_ANNOTATION, "bootstrap,repository");
+        let prepared = (
+            COMPLETED_PHASES_ANNOTATION,
+            "bootstrap,binary,containermanager,repository",
+        );
         let failed = (FAILED_ANNOTATION, "CommandFailed");
         let retry = (RETRY_ANNOTATION, "1");
         let table: Vec<(&str, KKInstance, ClaimRecord, Option<TaskKind>, HostState)> = vec![
@@ -331,6 +365,43 @@ mod tests {
                 R,
                 None,
                 Provisionable,
+            ),
+            (
+                "a host prepared before its bootstrap data waits for it",
+                without_data(&[touched, prepared]),
+                R,
+                None,
+                AwaitingBootstrapData,
+            ),
+            (
+                "a host partly prepared before its bootstrap data goes on preparing",
+                without_data(&[touched, partial]),
+                R,
+                None,
+                Provisionable,
+            ),
+            (
+                "a prepared host whose bootstrap data is named provisions",
+                inst(&[touched, prepared]),
+                R,
+                None,
+                Provisionable,
+            ),
+            (
+                "a prepared host released before its bootstrap data is reset",
+                without_data(&[touched, prepared, release]),
+                R,
+                None,
+                Releasing(None),
+            ),
+            (
+                "a prepared host that failed stays failed",
+                without_data(&[touched, prepared, failed]),
+                R,
+                None,
+                FailedTerminal {
+                    reason: "CommandFailed".into(),
+                },
             ),
         ];
         for (what, i, claim, task, want) in table {

@@ -1,12 +1,17 @@
 //! Host work as background tasks (one per KKInstance UID, bounded by `--max-concurrent-hosts`): provision
-//! (bootstrap → binary → containermanager → repository → provisioning) and reset.
+//! (bootstrap → binary → containermanager → repository → provisioning) and reset. A KKInstance claimed before
+//! its bootstrap data exists (`--prepare-before-bootstrap-data`) runs the first four (its preparation) in
+//! one task and provisioning in a second, once its KKMachine names the data in the spec.
 //!
 //! Once containerd runs, the image pre-pull ([`HostServices::prepull`](crate::services::HostServices)) goes on
 //! alongside the phases that follow (the OS packages, then provisioning) on another SSH channel; nothing waits
 //! for it: kubeadm starts as soon as the packages are in, and its pulls join the pre-pull's. Its records are
-//! journaled at the end of the phase it finished in; if host work ends first, it is cancelled and the journal
-//! says so. It is not a phase: no condition, no completed-phases entry, never a failure; a restarted task runs
-//! it again (images already present are only checked) unless provisioning is done.
+//! journaled at the end of the phase it finished in; if provisioning ends first, it is cancelled and the
+//! journal says so. The end of preparation does not cancel it: a prepared host's task drives it to its end
+//! (bounded by its own timeout) and goes straight on to provisioning, the pull still running, if the bootstrap
+//! data is handed over meanwhile. It is not a phase: no condition, no completed-phases entry, never a failure;
+//! a restarted task runs it again (images already present are only checked) unless provisioning is done, and
+//! so does the provisioning task of a prepared host (with the bootstrap data it knows the exact images).
 //!
 //! A task writes only its own part of the status (`step`, `journal`, `hostInfo`, the phase conditions and
 //! `Deleting`) with the field manager `capkk-manager/hostwork`, and the durable facts (completed phases,
@@ -293,7 +298,52 @@ fn prepull_cancelled(ran: Duration) -> StepRecord {
     }
 }
 
-/// Provision the host, phase by phase, skipping phases recorded as completed.
+/// How a provision task's phases ended (when they did not fail).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    /// Every phase ran: the bootstrap data ran and the sentinel is there.
+    Provisioned,
+    /// Every phase but provisioning ran, and the spec still names no bootstrap data: the host waits for it.
+    Prepared,
+    /// Stopped at a step boundary (paused).
+    Stopped,
+}
+
+/// How often a prepared host's task looks for the bootstrap data while its image pre-pull still runs.
+const HANDOVER_POLL: Duration = Duration::from_secs(1);
+
+/// A prepared host's task at the phase that runs the bootstrap data, which the spec does not name yet. A
+/// pre-pull under way is not cut because preparation ended: the task drives it to its end (it is bounded by
+/// its own timeout) and looks in the cache meanwhile for the bootstrap data the KKMachine hands over. Returns
+/// the handed-over Secret's reference (provisioning follows in this task, the pre-pull still running
+/// alongside), or `None` once the pre-pull is over (or there was none) or the task is asked to stop.
+async fn await_handover(
+    ctx: &Context,
+    inst: &KKInstance,
+    stop: &AtomicBool,
+    prepull: &mut Option<SideJob<'_>>,
+) -> Option<capkk_api::SecretRef> {
+    let ns = inst.namespace().unwrap_or_default();
+    loop {
+        if let Some(r) = ctx
+            .stores
+            .instance(&ns, &inst.name_any())
+            .await
+            .filter(|i| i.uid() == inst.uid())
+            .and_then(|i| i.spec.bootstrap_data_secret_ref.clone())
+        {
+            return Some(r);
+        }
+        if prepull.is_none() || stop.load(Ordering::SeqCst) {
+            return None;
+        }
+        alongside(tokio::time::sleep(HANDOVER_POLL), prepull).await;
+    }
+}
+
+/// Provision the host, phase by phase, skipping phases recorded as completed. Without bootstrap data in the
+/// spec (`--prepare-before-bootstrap-data`) it prepares the host and ends before provisioning, unless the data
+/// is handed over while its image pre-pull still runs.
 pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Arc<AtomicBool>, retry: bool) {
     let permit = ctx
         .tasks
@@ -305,7 +355,7 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
     let phases = Phase::ALL;
     let n = phases.len();
     let mut current = Phase::Bootstrap;
-    let result: Result<bool, Failure> = async {
+    let result: Result<Ended, Failure> = async {
         let kkc = super::get_kkcluster(&ctx, &inst)
             .await
             .map_err(|e| Failure::Transient(e.to_string()))?;
@@ -377,7 +427,7 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
         let side_progress = TaskProgress::of(&t.name);
         let mut prepull: Option<SideJob<'_>> = None;
         let mut prepull_started: Option<tokio::time::Instant> = None;
-        let phases_result: Result<bool, Failure> = async {
+        let phases_result: Result<Ended, Failure> = async {
             for (i, phase) in phases.iter().copied().enumerate() {
                 current = phase;
                 if done.contains(phase.name()) {
@@ -387,7 +437,7 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
                     continue;
                 }
                 if stop.load(Ordering::SeqCst) {
-                    return Ok(false);
+                    return Ok(Ended::Stopped);
                 }
                 if prepull_started.is_none() && done.contains(PREPULL_AFTER.name()) {
                     prepull_started = Some(tokio::time::Instant::now());
@@ -408,9 +458,34 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
                 // and its pull of an image containerd is already fetching waits for that content instead of
                 // fetching it again. Waiting would hold kubeadm until the last image is in, though it needs
                 // the first ones first and spends most of its time starting the control plane.
-                if phase == Phase::Provisioning
+                let mut handed = None;
+                if phase.needs_bootstrap_data() && inst.spec.bootstrap_data_secret_ref.is_none() {
+                    info!(kkinstance = %t.name, "Host prepared; waiting for the bootstrap data");
+                    t.event(
+                        false,
+                        "HostPrepared",
+                        "host prepared (bootstrap, binaries, container runtime, packages) before its bootstrap data; provisioning runs once the data is written".into(),
+                    )
+                    .await;
+                    if prepull.is_some() {
+                        t.status.step = Some(
+                            "host prepared; waiting for the bootstrap data (image pre-pull still running)".into(),
+                        );
+                        t.flush();
+                    }
+                    match await_handover(&ctx, &inst, &stop, &mut prepull).await {
+                        Some(r) => {
+                            let mut with_data = inst.clone();
+                            with_data.spec.bootstrap_data_secret_ref = Some(r);
+                            handed = Some(with_data);
+                        }
+                        None if stop.load(Ordering::SeqCst) => return Ok(Ended::Stopped),
+                        None => return Ok(Ended::Prepared),
+                    }
+                }
+                if phase.needs_bootstrap_data()
                     && input.bootstrap.get().is_none()
-                    && let Some(data) = bootstrap_data(&ctx, &inst).await?
+                    && let Some(data) = bootstrap_data(&ctx, handed.as_ref().unwrap_or(&inst)).await?
                 {
                     let _ = input.bootstrap.set(data);
                 }
@@ -456,7 +531,7 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
                     .collect();
                 t.annotate(&[(COMPLETED_PHASES_ANNOTATION, Some(list.join(",")))]);
             }
-            Ok(true)
+            Ok(Ended::Provisioned)
         }
         .await;
         if let (Some(job), Some(started)) = (prepull.take(), prepull_started) {
@@ -475,7 +550,7 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
     }
     .await;
     match result {
-        Ok(true) => {
+        Ok(Ended::Provisioned) => {
             ctx.tasks.succeeded(&t.uid);
             t.status.step = Some(format!("step {n}/{n}: done"));
             t.flush();
@@ -487,7 +562,14 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
             )
             .await;
         }
-        Ok(false) => {
+        Ok(Ended::Prepared) => {
+            ctx.tasks.succeeded(&t.uid);
+            let msg = "host prepared; waiting for the bootstrap data";
+            t.status.step = Some(msg.into());
+            t.set(cond::PROVISIONED, false, reasons::WAITING_FOR_BOOTSTRAP_DATA, msg);
+            t.flush();
+        }
+        Ok(Ended::Stopped) => {
             t.status.step = Some("host work stopped at a step boundary (paused)".into());
             t.flush();
         }

@@ -6,10 +6,10 @@
 use std::collections::BTreeMap;
 
 use capkk_api::{
-    InstanceInfo, KKCluster, KKInstance, KKInstanceSpec, KKMachine, SecretRef,
+    InstanceInfo, KKCluster, KKInstance, KKInstanceSpec, KKMachine, Role, SecretRef,
     consts::{
-        ADDRESS_HASH_LABEL, CLUSTER_NAME_LABEL, KKCLUSTER_NAME_LABEL, TOUCHED_ANNOTATION, WATCH_FILTER_LABEL,
-        reasons,
+        ADDRESS_HASH_LABEL, CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, KKCLUSTER_NAME_LABEL,
+        TOUCHED_ANNOTATION, WATCH_FILTER_LABEL, reasons,
     },
     names::{address_hash, instance_name, provider_id},
 };
@@ -52,7 +52,7 @@ pub(crate) async fn claim(
     label: &mut Option<String>,
     machine: &Machine,
     kkc: &KKCluster,
-    secret: &str,
+    secret: Option<&str>,
     ctx: &Context,
 ) -> Result<Claim> {
     let ns = km.namespace().unwrap_or_default();
@@ -93,7 +93,8 @@ struct Claimant<'a> {
     km: &'a KKMachine,
     machine: &'a Machine,
     kkc: &'a KKCluster,
-    secret: &'a str,
+    /// The bootstrap data Secret; `None` while the host is claimed to be prepared before it exists.
+    secret: Option<&'a str>,
     ctx: &'a Context,
     ns: String,
     uid: String,
@@ -188,7 +189,13 @@ impl Claimant<'_> {
         let (km, machine, kkc, secret, ctx) = (self.km, self.machine, self.kkc, self.secret, self.ctx);
         let (ns, kkc_name, instances) = (&self.ns, &self.kkc_name, &self.instances);
         let roles = wanted_roles(km, machine);
-        let (candidates, mut refused) = choose_hosts(kkc, &roles, all);
+        let (mut candidates, mut refused) = choose_hosts(kkc, &roles, all);
+        let early = secret.is_none();
+        let before = candidates.len();
+        if early {
+            candidates = early_candidates(&roles, candidates);
+        }
+        let held_back = before - candidates.len();
         let mut in_flight = 0;
         for host in candidates {
             let host_name = host.host_name();
@@ -240,6 +247,18 @@ impl Claimant<'_> {
             }
         }
         let roles_s: Vec<String> = roles.iter().map(|r| r.to_string()).collect();
+        if held_back > 0 && in_flight == 0 && refused.is_empty() {
+            // Hosts serving this worker are free, but each may serve the control plane too: they are left for
+            // it until the bootstrap data comes (after the control plane's `kubeadm init`), as before.
+            return Ok(Claim::Waiting {
+                reason: reasons::WAITING_FOR_BOOTSTRAP_DATA.into(),
+                message: format!(
+                    "no free host serving only role {} in KKCluster {kkc_name} to prepare before the bootstrap data: hosts that may also serve the control plane are claimed once Machine.spec.bootstrap.dataSecretName is set",
+                    roles_s.join("|"),
+                ),
+                retry: requeue::NO_HOST,
+            });
+        }
         if in_flight > 0 {
             // Not "no free host": claims of this manager are in flight for the remaining hosts, and one of them
             // may yet fail and free its host.
@@ -277,6 +296,24 @@ impl Claimant<'_> {
     }
 }
 
+/// The hosts a claim made before the bootstrap data exists may take. A control-plane Machine takes its hosts
+/// as always. A worker takes only hosts that cannot serve the control plane: before, a worker's claim came
+/// after the control plane's `kubeadm init` (its bootstrap data waits for it), so it never took a host the
+/// first control-plane Machine would have used (the published endpoint is the first control-plane host's
+/// address unless set); an early claim must not either.
+pub(crate) fn early_candidates<'a>(
+    roles: &[Role],
+    candidates: Vec<&'a InstanceInfo>,
+) -> Vec<&'a InstanceInfo> {
+    if roles.iter().any(|r| r.served_by(&[Role::ControlPlane])) {
+        return candidates;
+    }
+    candidates
+        .into_iter()
+        .filter(|h| !Role::ControlPlane.served_by(&h.roles()))
+        .collect()
+}
+
 pub(super) fn controlled_by(i: &KKInstance, uid: &str) -> bool {
     i.owner_references()
         .iter()
@@ -289,7 +326,7 @@ fn new_instance(
     kkc: &KKCluster,
     host: &InstanceInfo,
     name: &str,
-    secret: &str,
+    secret: Option<&str>,
     all: &[std::sync::Arc<KKInstance>],
 ) -> KKInstance {
     let ns = km.namespace().unwrap_or_default();
@@ -302,6 +339,11 @@ fn new_instance(
         labels.insert(CLUSTER_NAME_LABEL.to_owned(), c.clone());
     }
     labels.insert(KKCLUSTER_NAME_LABEL.to_owned(), kkc.name_any());
+    if machine.labels().contains_key(CONTROL_PLANE_LABEL) {
+        // What a host prepared before its bootstrap data pre-pulls (every control-plane image, or the
+        // worker's), kept where a restarted or moved manager finds it.
+        labels.insert(CONTROL_PLANE_LABEL.to_owned(), String::new());
+    }
     labels.insert(ADDRESS_HASH_LABEL.to_owned(), address_hash(&host.address));
     if let Some(f) = km.labels().get(WATCH_FILTER_LABEL) {
         labels.insert(WATCH_FILTER_LABEL.to_owned(), f.clone());
@@ -349,8 +391,8 @@ fn new_instance(
             host_keys: host.host_keys.clone(),
             // Trust on first use starts at the KKCluster's probe: the claim pins the key the probe saw.
             host_key: hosts::probed_host_key(kkc, host),
-            bootstrap_data_secret_ref: Some(SecretRef {
-                name: secret.to_owned(),
+            bootstrap_data_secret_ref: secret.map(|name| SecretRef {
+                name: name.to_owned(),
             }),
             kubernetes_version: machine.spec.version.clone(),
             provider_id: Some(provider_id(&kkc.name_any(), &host.host_name())),
@@ -466,7 +508,7 @@ mod tests {
             &a,
             h,
             &name,
-            "s",
+            Some("s"),
             &[],
         );
         assert_eq!(inst.metadata.name.as_deref(), Some("a.192-168-100-3"));
@@ -500,12 +542,12 @@ mod tests {
         let km = KKMachine::new("m", Default::default());
         let m = Machine::new("m", Default::default());
         let h = &a.spec.nodes.instances[1];
-        let inst = new_instance(&km, &m, &a, h, "a.node2", "s", &[sibling("a")]);
+        let inst = new_instance(&km, &m, &a, h, "a.node2", Some("s"), &[sibling("a")]);
         let b = inst.spec.bastion.expect("bastion");
         assert_eq!(b.host_keys, [recorded]);
         // Another KKCluster's record is not this cluster's; nothing recorded: trust on first use.
         for all in [vec![sibling("b")], vec![]] {
-            let inst = new_instance(&km, &m, &a, h, "a.node2", "s", &all);
+            let inst = new_instance(&km, &m, &a, h, "a.node2", Some("s"), &all);
             assert!(inst.spec.bastion.expect("bastion").host_keys.is_empty());
         }
     }
@@ -518,10 +560,48 @@ mod tests {
         for v in ["v1.35.2", "v1.36.3"] {
             let mut m = Machine::new("m", Default::default());
             m.spec.version = Some(v.into());
-            let inst = new_instance(&km, &m, &a, candidates[0], "a.node1", "s", &[]);
+            let inst = new_instance(&km, &m, &a, candidates[0], "a.node1", Some("s"), &[]);
             // The binary service installs what this names, whatever the host ran before the reset.
             assert_eq!(inst.spec.kubernetes_version.as_deref(), Some(v));
         }
+    }
+
+    #[test]
+    fn an_early_worker_claim_leaves_every_host_that_may_serve_the_control_plane() {
+        let mut a = kkc(
+            "a",
+            vec![
+                host("both", "10.0.0.1"),
+                host("cp", "10.0.0.2"),
+                host("w", "10.0.0.3"),
+            ],
+        );
+        a.spec.nodes.instances[1].roles = Some(vec![Role::Master]);
+        a.spec.nodes.instances[2].roles = Some(vec![Role::Worker]);
+        let names = |hs: Vec<&InstanceInfo>| hs.iter().map(|h| h.host_name()).collect::<Vec<_>>();
+        let (workers, _) = choose_hosts::<KKInstance>(&a, &[Role::Worker], &[]);
+        assert_eq!(names(early_candidates(&[Role::Worker], workers)), ["w"]);
+        // A control-plane Machine chooses as always.
+        let (cps, _) = choose_hosts::<KKInstance>(&a, &[Role::ControlPlane], &[]);
+        assert_eq!(
+            names(early_candidates(&[Role::ControlPlane], cps)),
+            ["both", "cp"]
+        );
+    }
+
+    #[test]
+    fn a_claim_before_the_bootstrap_data_names_none_and_labels_a_control_plane_machines_instance() {
+        let a = kkc("a", vec![host("node1", "10.0.0.1")]);
+        let km = KKMachine::new("m", Default::default());
+        let mut m = Machine::new("m", Default::default());
+        m.metadata.labels = Some([(CONTROL_PLANE_LABEL.to_owned(), String::new())].into());
+        let inst = new_instance(&km, &m, &a, &a.spec.nodes.instances[0], "a.node1", None, &[]);
+        assert!(inst.spec.bootstrap_data_secret_ref.is_none());
+        assert!(
+            inst.labels().contains_key(CONTROL_PLANE_LABEL),
+            "{:?}",
+            inst.labels()
+        );
     }
 
     #[test]

@@ -180,13 +180,18 @@ async fn apply(
     // Otherwise (waiting, or a claim recorded earlier) it is written on its own before returning.
     let mut label = (km.labels().get(KKCLUSTER_NAME_LABEL) != Some(&kkc.name_any())).then(|| kkc.name_any());
 
-    let Some(secret_name) = machine
+    let secret_name = machine
         .spec
         .bootstrap
         .data_secret_name
         .clone()
-        .filter(|s| !s.is_empty())
-    else {
+        .filter(|s| !s.is_empty());
+    // Host preparation needs the version (the binaries and images are the Machine's) but not the bootstrap
+    // data: with both flag and version, the host is claimed and prepared while the bootstrap provider waits
+    // (for a worker, on the control plane's `kubeadm init`); only running the data waits for it.
+    let prepare_early = ctx.settings.prepare_before_bootstrap_data
+        && machine.spec.version.as_deref().is_some_and(|v| !v.is_empty());
+    if secret_name.is_none() && !prepare_early {
         info!("Waiting for Machine.spec.bootstrap.dataSecretName");
         conditions::set(
             &mut status.conditions,
@@ -199,11 +204,11 @@ async fn apply(
         status.phase.get_or_insert(MachinePhase::Pending);
         label_kkmachine(&api, &name, label).await?;
         return Ok(Action::await_change());
-    };
+    }
 
-    let claimed = claim(&km, &mut label, machine, &kkc, &secret_name, ctx).await?;
+    let claimed = claim(&km, &mut label, machine, &kkc, secret_name.as_deref(), ctx).await?;
     label_kkmachine(&api, &name, label).await?;
-    let (inst, gen_) = match claimed {
+    let (mut inst, gen_) = match claimed {
         // The status reports the generation that holds the claim: reporting the one before it made the next
         // reconcile write the status again for observedGeneration alone (one more wake of CAPI's Machine).
         Claim::Held(i, recorded) => {
@@ -237,6 +242,13 @@ async fn apply(
             return Ok(Action::requeue(retry));
         }
     };
+    if let Some(secret) = secret_name.as_deref()
+        && inst.spec.bootstrap_data_secret_ref.is_none()
+        && inst.metadata.deletion_timestamp.is_none()
+    {
+        // Claimed (and prepared) before the bootstrap data existed: handing it over starts provisioning.
+        *inst = hand_over_bootstrap_data(ctx, &inst, secret).await?;
+    }
     mirror(status, &inst, gen_);
     let done = status.initialization.as_ref().and_then(|i| i.provisioned) == Some(true);
     if newly_provisioned(km.status.as_ref(), status) {
@@ -278,6 +290,24 @@ async fn apply(
     } else {
         Ok(Action::requeue(requeue::MACHINE_WORK))
     }
+}
+
+/// Name the bootstrap data Secret in the spec of `inst`, a KKInstance claimed before it existed, and wake it:
+/// its host (prepared meanwhile, or still preparing) goes on to provisioning.
+async fn hand_over_bootstrap_data(ctx: &Context, inst: &KKInstance, secret: &str) -> Result<KKInstance> {
+    let ns = inst.namespace().unwrap_or_default();
+    let api: Api<KKInstance> = Api::namespaced(ctx.client.clone(), &ns);
+    let patch = json!({ "spec": { "bootstrapDataSecretRef": { "name": secret } } });
+    let patched = api
+        .patch(&inst.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(Error::kube(format!(
+            "name the bootstrap data in KKInstance {}",
+            inst.name_any()
+        )))?;
+    info!(instance = %inst.name_any(), secret, "Bootstrap data handed to the prepared host");
+    ctx.trigger_instance(&inst.name_any(), &ns);
+    Ok(patched)
 }
 
 /// Set the KKCluster label of KKMachine `name` when `label` still holds it (no claim record carried it).

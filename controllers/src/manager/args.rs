@@ -171,6 +171,12 @@ pub struct Args {
     /// phase fails terminally; the retry annotation resumes it from the host's journal.
     #[arg(long, env = "CAPKK_MAX_HOST_PHASE_DURATION", default_value = "2h", value_parser = parse_duration)]
     pub max_host_phase_duration: Duration,
+    /// Prepare a host (facts and bootstrap, binaries, containerd and the image pre-pull, OS packages) as soon
+    /// as its Machine names a Kubernetes version, before the bootstrap provider writes the bootstrap data;
+    /// only running that data waits for it. A worker's host is then ready when the control plane is.
+    /// `false`: claim a host only once `Machine.spec.bootstrap.dataSecretName` is set, as before.
+    #[arg(long, env = "CAPKK_PREPARE_BEFORE_BOOTSTRAP_DATA", default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub prepare_before_bootstrap_data: bool,
     /// Hosts probed at once per KKCluster.
     #[arg(long, default_value_t = 8)]
     pub probe_concurrency: usize,

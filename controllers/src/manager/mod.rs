@@ -162,6 +162,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         sync_period: args.sync_period,
         concurrency: args.concurrency(),
         host_claim_namespace: args.host_claim_namespace.clone(),
+        prepare_before_bootstrap_data: args.prepare_before_bootstrap_data,
         ..Settings::default()
     };
     let services = ServiceLayer::new(&args.artifact_cache_dir)

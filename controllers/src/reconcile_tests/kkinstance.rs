@@ -744,3 +744,227 @@ async fn deleting_a_clean_kkinstance_gives_its_host_claims_back() {
     .await;
     assert_eq!(res.expect("reconciled"), Action::await_change());
 }
+
+/// The phases that need no bootstrap data, in the order they run.
+const PREPARATION: [Phase; 4] = [
+    Phase::Bootstrap,
+    Phase::Binary,
+    Phase::ContainerManager,
+    Phase::Repository,
+];
+
+/// A claim made before the bootstrap data existed (the spec names none), with `annotations`.
+fn claim_without_data(km: &KKMachine, annotations: &[(&str, &str)]) -> KKInstance {
+    let mut i = claim(km, "node1", "10.0.0.1", annotations);
+    i.spec.bootstrap_data_secret_ref = None;
+    i
+}
+
+/// Whether host work posted an event with `reason`.
+fn evented(requests: &[(String, String, Value)], reason: &str) -> bool {
+    requests
+        .iter()
+        .any(|(m, p, b)| m == "POST" && p == EVENTS && b["reason"] == reason)
+}
+
+#[tokio::test]
+async fn a_claim_without_bootstrap_data_prepares_its_host_and_stops_before_provisioning() {
+    let km = recorded_kkmachine();
+    let mut t = world(&km);
+    let inst = claim_without_data(&km, &[]);
+    t.caches.instance(inst.clone());
+    let served = serve_host_work(t.api, &inst);
+    reconcile(Arc::new(inst), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    assert_eq!(task_end(&mut t.instance_triggers).await, Some("c.node1".into()));
+    let requests = served.finish();
+    assert_eq!(t.services.ran(), PREPARATION, "every phase but provisioning");
+    assert!(
+        requests.iter().any(|(m, p, b)| m == "PATCH"
+            && p == &path("kkinstances", "c.node1")
+            && b["metadata"]["annotations"][COMPLETED_PHASES_ANNOTATION]
+                == "bootstrap,binary,containermanager,repository"),
+        "the preparation is recorded in the host journal's annotation: {requests:#?}"
+    );
+    assert!(evented(&requests, "HostPrepared"), "{requests:#?}");
+    assert!(
+        !evented(&requests, "Provisioned"),
+        "not provisioned: {requests:#?}"
+    );
+    let status = last_status(&requests);
+    assert!(!provisioned(&status), "{status:#}");
+    assert!(
+        status["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Provisioned"
+                && c["status"] == "False"
+                && c["reason"] == reasons::WAITING_FOR_BOOTSTRAP_DATA),
+        "{status:#}"
+    );
+    assert!(
+        t.services.prepulls().len() == 1 && t.services.prepulls_running() == 0,
+        "the pre-pull ran to its end, not cancelled by the end of preparation"
+    );
+    assert!(
+        prepull_records(&status)
+            .iter()
+            .all(|(_, tail)| !tail.contains("cancelled")),
+        "{status:#}"
+    );
+}
+
+#[tokio::test]
+async fn a_prepared_host_waits_for_its_bootstrap_data_without_running_anything_after_a_restart() {
+    let km = recorded_kkmachine();
+    let t = world(&km);
+    let inst = claim_without_data(
+        &km,
+        &[
+            (TOUCHED_ANNOTATION, "true"),
+            (
+                COMPLETED_PHASES_ANNOTATION,
+                "bootstrap,binary,containermanager,repository",
+            ),
+        ],
+    );
+    let res = scripted(t.ctx, t.api, inst, |mut api: ApiServer| async move {
+        let c = api.expect("PATCH", &path("kkinstances", "c.node1/status")).await;
+        assert_eq!(
+            state_and_reason(&c.body),
+            (
+                "pending".to_owned(),
+                reasons::WAITING_FOR_BOOTSTRAP_DATA.to_owned()
+            )
+        );
+        c.reply(&claim(&km, "node1", "10.0.0.1", &[]));
+        api
+    })
+    .await;
+    assert_eq!(res.expect("reconciled"), Action::await_change());
+    assert!(
+        t.services.ran().is_empty() && t.ssh.reached().is_empty(),
+        "nothing runs on the host, it is not even reached"
+    );
+}
+
+#[tokio::test]
+async fn a_prepared_host_given_its_bootstrap_data_runs_provisioning_alone() {
+    let km = recorded_kkmachine();
+    let mut t = world(&km);
+    let inst = claim(
+        &km,
+        "node1",
+        "10.0.0.1",
+        &[
+            (TOUCHED_ANNOTATION, "true"),
+            (
+                COMPLETED_PHASES_ANNOTATION,
+                "bootstrap,binary,containermanager,repository",
+            ),
+        ],
+    );
+    let served = serve_host_work(t.api, &inst);
+    reconcile(Arc::new(inst), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    assert_eq!(task_end(&mut t.instance_triggers).await, Some("c.node1".into()));
+    let requests = served.finish();
+    assert_eq!(
+        t.services.ran(),
+        [Phase::Provisioning],
+        "finished phases are not redone"
+    );
+    let status = last_status(&requests);
+    assert!(provisioned(&status), "{status:#}");
+    assert!(evented(&requests, "Provisioned"), "{requests:#?}");
+}
+
+#[tokio::test]
+async fn bootstrap_data_handed_over_while_the_pre_pull_runs_goes_on_to_provisioning_in_the_same_task() {
+    let km = recorded_kkmachine();
+    let mut t = world(&km);
+    // A pre-pull far longer than the test: what ends it is provisioning's end.
+    t.services.prepull_takes(Duration::from_secs(3600));
+    let inst = claim_without_data(&km, &[]);
+    t.caches.instance(inst.clone());
+    let served = serve_host_work(t.api, &inst);
+    reconcile(Arc::new(inst.clone()), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    // The host is prepared and its task waits on the pre-pull; then the KKMachine names the data.
+    let prepared = async {
+        while t.services.ran().len() < PREPARATION.len() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), prepared)
+        .await
+        .expect("the host was prepared");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        t.services.ran(),
+        PREPARATION,
+        "no provisioning without bootstrap data"
+    );
+    let mut handed = inst;
+    handed.spec.bootstrap_data_secret_ref = Some(capkk_api::SecretRef { name: "data".into() });
+    t.caches.instance(handed);
+    assert_eq!(task_end(&mut t.instance_triggers).await, Some("c.node1".into()));
+    let requests = served.finish();
+    assert_eq!(
+        t.services.ran(),
+        Phase::ALL,
+        "provisioning followed in the same task"
+    );
+    let status = last_status(&requests);
+    assert!(provisioned(&status), "{status:#}");
+    let [(code, tail)] = prepull_records(&status).try_into().expect("one pre-pull record");
+    assert_eq!(code, Value::Null);
+    assert!(
+        tail.starts_with("not finished when host work ended ("),
+        "cancelled only when provisioning ended: {tail}"
+    );
+    assert_eq!(t.services.prepulls_running(), 0);
+}
+
+#[tokio::test]
+async fn deleting_a_prepared_host_that_never_got_its_bootstrap_data_resets_it() {
+    let km = recorded_kkmachine();
+    let mut t = world(&km);
+    let inst = super::deleted(claim_without_data(
+        &km,
+        &[
+            (TOUCHED_ANNOTATION, "true"),
+            (
+                COMPLETED_PHASES_ANNOTATION,
+                "bootstrap,binary,containermanager,repository",
+            ),
+        ],
+    ));
+    let served = serve_host_work(t.api, &inst);
+    let res = reconcile(Arc::new(inst), t.ctx.clone()).await;
+    assert_eq!(
+        res.expect("reconciled"),
+        Action::requeue(requeue::CLEANUP_POLL),
+        "the finalizer stays until the reset is done"
+    );
+    assert_eq!(task_end(&mut t.instance_triggers).await, Some("c.node1".into()));
+    let requests = served.finish();
+    assert_eq!(
+        t.services.resets(),
+        1,
+        "the prepared host is reset before it is freed"
+    );
+    assert!(
+        requests.iter().any(|(m, p, b)| m == "PATCH"
+            && p == &path("kkinstances", "c.node1")
+            && b["metadata"]["annotations"][COMPLETED_PHASES_ANNOTATION].is_null()
+            && b["metadata"]["annotations"]
+                .get(capkk_api::consts::RESET_DONE_ANNOTATION)
+                .is_some()),
+        "the reset clears the journal's phases: {requests:#?}"
+    );
+}

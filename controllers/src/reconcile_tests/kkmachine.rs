@@ -299,3 +299,198 @@ async fn a_claim_record_that_conflicts_fails_the_reconcile_and_leaves_the_claim_
     let err = res.expect_err("a conflict fails the reconcile");
     assert!(err.is_conflict(), "retried at once as a conflict: {err}");
 }
+
+/// Machine `m` with a version and no bootstrap data yet (CABPK waits for the control plane).
+fn machine_without_data() -> crate::capi::Machine {
+    let mut m = machine();
+    m.spec.bootstrap.data_secret_name = None;
+    m
+}
+
+/// KKCluster `c` with host node1 serving both roles (the default) and node2 only workers.
+fn mixed_inventory() -> capkk_api::KKCluster {
+    let mut k = kkcluster(&[("node1", "10.0.0.1"), ("node2", "10.0.0.2")]);
+    k.spec.nodes.instances[1].roles = Some(vec![capkk_api::Role::Worker]);
+    k
+}
+
+fn world_with(
+    settings: crate::context::Settings,
+    m: crate::capi::Machine,
+    k: capkk_api::KKCluster,
+) -> TestContext {
+    let mut t = TestContext::with_settings(settings);
+    t.caches.capi_cluster(capi_cluster());
+    t.caches.capi_machine(m);
+    t.caches.cluster(k);
+    t
+}
+
+#[tokio::test]
+async fn a_worker_with_a_version_and_no_bootstrap_data_claims_a_worker_only_host_to_prepare_it() {
+    let t = world_with(Default::default(), machine_without_data(), mixed_inventory());
+    let res = scripted(t.ctx, t.api, kkmachine(), |mut api: ApiServer| async move {
+        // node1 may serve the control plane: it is left for the control-plane Machine.
+        let c = api.expect("POST", &path("kkinstances", "")).await;
+        assert_eq!(c.body["metadata"]["name"], "c.node2");
+        assert!(
+            c.body["spec"].get("bootstrapDataSecretRef").is_none(),
+            "no bootstrap data to name yet: {}",
+            c.body["spec"]
+        );
+        assert_eq!(c.body["spec"]["kubernetesVersion"], "v1.34.1");
+        assert_eq!(c.body["spec"]["providerID"], "kk:///c/node2");
+        let inst = created(&c.body);
+        c.created(&inst);
+        let c = api.expect("PATCH", &path("kkmachines", "m")).await;
+        assert_eq!(c.body["spec"]["instanceID"], "c.node2");
+        assert_eq!(
+            c.body["spec"]["providerID"], "kk:///c/node2",
+            "the providerID comes with the claim"
+        );
+        let mut recorded = kkmachine();
+        recorded.spec.instance_id = Some("c.node2".into());
+        c.reply(&recorded);
+        api.expect("POST", EVENTS).await.echo();
+        let c = api.expect("PATCH", &path("kkmachines", "m/status")).await;
+        assert_eq!(condition(&c.body, cond::HOST_CLAIMED).0, "True", "{}", c.body);
+        assert!(
+            c.body["status"]["initialization"]["provisioned"].is_null(),
+            "not provisioned before the bootstrap data ran: {}",
+            c.body
+        );
+        c.reply(&recorded);
+        api
+    })
+    .await;
+    assert_eq!(res.expect("reconciled"), Action::requeue(requeue::MACHINE_WORK));
+}
+
+#[tokio::test]
+async fn an_early_worker_leaves_hosts_that_may_serve_the_control_plane_and_waits_for_its_bootstrap_data() {
+    let only_shared = kkcluster(&[("node1", "10.0.0.1")]);
+    let t = world_with(Default::default(), machine_without_data(), only_shared);
+    let res = scripted(t.ctx, t.api, kkmachine(), |mut api: ApiServer| async move {
+        let c = api.expect("PATCH", &path("kkmachines", "m/status")).await;
+        let (status, reason, message) = condition(&c.body, cond::READY);
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", reasons::WAITING_FOR_BOOTSTRAP_DATA)
+        );
+        assert!(message.contains("control plane"), "{message}");
+        assert_eq!(
+            condition(&c.body, cond::HOST_CLAIMED).1,
+            reasons::WAITING_FOR_BOOTSTRAP_DATA
+        );
+        c.reply(&kkmachine());
+        api
+    })
+    .await;
+    assert_eq!(res.expect("reconciled"), Action::requeue(requeue::NO_HOST));
+}
+
+#[tokio::test]
+async fn with_preparation_before_the_bootstrap_data_off_a_machine_without_it_claims_nothing() {
+    let settings = crate::context::Settings {
+        prepare_before_bootstrap_data: false,
+        ..Default::default()
+    };
+    let t = world_with(settings, machine_without_data(), mixed_inventory());
+    let res = scripted(t.ctx, t.api, kkmachine(), |mut api: ApiServer| async move {
+        let c = api.expect("PATCH", &path("kkmachines", "m/status")).await;
+        let (status, reason, _) = condition(&c.body, cond::READY);
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", reasons::WAITING_FOR_BOOTSTRAP_DATA)
+        );
+        assert_eq!(c.body["status"]["phase"], "Pending");
+        c.reply(&kkmachine());
+        api
+    })
+    .await;
+    assert_eq!(res.expect("reconciled"), Action::await_change());
+}
+
+#[tokio::test]
+async fn bootstrap_data_written_after_the_claim_is_named_in_the_prepared_kkinstance() {
+    let mut t = world_with(Default::default(), machine(), mixed_inventory());
+    let mut km = kkmachine();
+    km.spec.instance_id = Some("c.node2".into());
+    let mut inst = claim(&km, "node2", "10.0.0.2", &[(TOUCHED_ANNOTATION, "true")]);
+    inst.spec.bootstrap_data_secret_ref = None;
+    inst.status = Some(KKInstanceStatus {
+        state: Some(InstanceState::Pending),
+        conditions: vec![Condition {
+            type_: cond::READY.into(),
+            status: "False".into(),
+            reason: reasons::WAITING_FOR_BOOTSTRAP_DATA.into(),
+            message: "host prepared".into(),
+            observed_generation: Some(1),
+            last_transition_time: Time(Timestamp::now()),
+        }],
+        ..Default::default()
+    });
+    t.caches.instance(inst.clone());
+    let res = scripted(t.ctx, t.api, km.clone(), |mut api: ApiServer| async move {
+        let c = api.expect("PATCH", &path("kkinstances", "c.node2")).await;
+        assert_eq!(
+            c.body,
+            json!({ "spec": { "bootstrapDataSecretRef": { "name": "data" } } }),
+            "only the bootstrap data is handed over"
+        );
+        let mut handed = inst.clone();
+        handed.spec.bootstrap_data_secret_ref = Some(capkk_api::SecretRef { name: "data".into() });
+        c.reply(&handed);
+        let c = api.expect("PATCH", &path("kkmachines", "m/status")).await;
+        assert!(
+            c.body["status"]["initialization"]["provisioned"].is_null(),
+            "{}",
+            c.body
+        );
+        c.reply(&km);
+        api
+    })
+    .await;
+    assert_eq!(res.expect("reconciled"), Action::requeue(requeue::MACHINE_WORK));
+    let woken = tokio::time::timeout(std::time::Duration::from_secs(1), t.instance_triggers.next()).await;
+    assert_eq!(
+        woken.ok().flatten().map(|r| r.name),
+        Some("c.node2".to_owned()),
+        "the KKInstance is woken to provision"
+    );
+}
+
+#[tokio::test]
+async fn a_kkmachine_mirrors_its_prepared_host_as_waiting_for_bootstrap_data() {
+    let mut t = world_with(Default::default(), machine_without_data(), mixed_inventory());
+    let mut km = kkmachine();
+    km.spec.instance_id = Some("c.node2".into());
+    let mut inst = claim(&km, "node2", "10.0.0.2", &[(TOUCHED_ANNOTATION, "true")]);
+    inst.spec.bootstrap_data_secret_ref = None;
+    inst.status = Some(KKInstanceStatus {
+        state: Some(InstanceState::Pending),
+        conditions: vec![Condition {
+            type_: cond::READY.into(),
+            status: "False".into(),
+            reason: reasons::WAITING_FOR_BOOTSTRAP_DATA.into(),
+            message: "host prepared".into(),
+            observed_generation: Some(1),
+            last_transition_time: Time(Timestamp::now()),
+        }],
+        ..Default::default()
+    });
+    t.caches.instance(inst);
+    let res = scripted(t.ctx, t.api, km.clone(), |mut api: ApiServer| async move {
+        let c = api.expect("PATCH", &path("kkmachines", "m/status")).await;
+        let (status, reason, _) = condition(&c.body, cond::READY);
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", reasons::WAITING_FOR_BOOTSTRAP_DATA)
+        );
+        assert_eq!(c.body["status"]["phase"], "Claimed");
+        c.reply(&km);
+        api
+    })
+    .await;
+    assert_eq!(res.expect("reconciled"), Action::requeue(requeue::MACHINE_WORK));
+}
