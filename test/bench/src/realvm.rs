@@ -135,7 +135,11 @@ fn parse_env(text: &str) -> BTreeMap<String, String> {
             let mut out = String::new();
             let mut chars = v.trim().chars();
             while let Some(c) = chars.next() {
-                out.push(if c == '\\' { chars.next().unwrap_or('\\') } else { c });
+                out.push(if c == '\\' {
+                    chars.next().unwrap_or('\\')
+                } else {
+                    c
+                });
             }
             (k.to_owned(), out)
         })
@@ -266,7 +270,11 @@ fn expected_files(served: &[Served], dir: &Path) -> anyhow::Result<BTreeMap<Stri
             .output()
             .context("running tar")?;
         if !out.status.success() {
-            bail!("tar -xzf {}: {}", archive.display(), String::from_utf8_lossy(&out.stderr));
+            bail!(
+                "tar -xzf {}: {}",
+                archive.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         for f in walk(&into)? {
             let meta = std::fs::metadata(&f)?;
@@ -361,8 +369,8 @@ fn boot(a: &RealVmArgs, m: Method, scratch: &Path) -> anyhow::Result<Target> {
             _guard: Box::new(sb),
         });
     }
-    let fleet = capkk_vm::Fleet::up(&capkk_vm::FleetConfig::new(name, vec![a.vm]))
-        .context("booting the VM")?;
+    let fleet =
+        capkk_vm::Fleet::up(&capkk_vm::FleetConfig::new(name, vec![a.vm])).context("booting the VM")?;
     let st = fleet.state().clone();
     let vm = st.vms[0].clone();
     Ok(Target {
@@ -399,6 +407,8 @@ struct Run {
     problems: Vec<String>,
     /// What the check found installed (`name path`).
     installed: Vec<String>,
+    /// Whether containerd answered `crictl version` (`ok`, or `not served: <why>`): reported, not required.
+    cri: String,
 }
 
 impl Run {
@@ -437,9 +447,8 @@ pub fn run(a: &RealVmArgs) -> anyhow::Result<()> {
         None
     };
     let env_file = a.node_artifacts.clone().unwrap_or_else(|| {
-        let cache = std::env::var("CAPKK_CACHE").unwrap_or_else(|_| {
-            format!("{}/.cache/capkk-rs", std::env::var("HOME").unwrap_or_default())
-        });
+        let cache = std::env::var("CAPKK_CACHE")
+            .unwrap_or_else(|_| format!("{}/.cache/capkk-rs", std::env::var("HOME").unwrap_or_default()));
         Path::new(&cache).join("node-artifacts/current.env")
     });
     let node = NodeArtifacts::load(&env_file)?;
@@ -587,12 +596,13 @@ fn run_on(a: &RealVmArgs, m: Method, t: &Target, inp: &Inputs, v3_driver: Option
                 };
                 let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
                 let started = Instant::now();
-                let phases = rt.block_on(tokio::time::timeout(
-                    Duration::from_secs(a.run_timeout),
-                    run_ours(t, &components, &work.join("cache")),
-                ));
+                let limit = Duration::from_secs(a.run_timeout);
+                let phases = rt.block_on(async {
+                    tokio::time::timeout(limit, run_ours(t, &components, &work.join("cache"))).await
+                });
                 let total = started.elapsed().as_secs_f64();
-                let phases = phases.map_err(|_| anyhow::anyhow!("no result within {} s", a.run_timeout))??;
+                let phases =
+                    phases.map_err(|_| anyhow::anyhow!("no result within {} s", a.run_timeout))??;
                 (phases, total, 0)
             }
             _ => {
@@ -618,8 +628,9 @@ fn run_on(a: &RealVmArgs, m: Method, t: &Target, inp: &Inputs, v3_driver: Option
     }
     // Check the host even after a failed run: what is missing says where it stopped.
     match verify(t, &inp.expect) {
-        Ok((installed, problems)) => {
+        Ok((installed, cri, problems)) => {
             run.installed = installed;
+            run.cri = cri;
             run.problems = problems;
         }
         Err(e) => run.problems.push(format!("the check itself failed: {e:#}")),
@@ -629,7 +640,11 @@ fn run_on(a: &RealVmArgs, m: Method, t: &Target, inp: &Inputs, v3_driver: Option
 
 /// capkk-rs's host services, as the KKInstance controller calls them: connect and facts (the services' input),
 /// the binary service, the container manager; one pool, a cold controller-side artifact cache.
-async fn run_ours(t: &Target, components: &Components, cache_dir: &Path) -> anyhow::Result<Vec<(String, f64)>> {
+async fn run_ours(
+    t: &Target,
+    components: &Components,
+    cache_dir: &Path,
+) -> anyhow::Result<Vec<(String, f64)>> {
     let redactor = Redactor::default();
     let cache = ArtifactCache::new(cache_dir).context("creating the artifact cache")?;
     let pool = SshPool::new(PoolConfig::default());
@@ -833,9 +848,12 @@ fn run_v3(
     Ok((v3_phases(&steps)?, total, host.retries))
 }
 
-/// Check the host over a fresh `ssh` (not the methods' connections): returns what is installed and the
-/// problems found.
-fn verify(t: &Target, expect: &BTreeMap<String, String>) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+/// Check the host over a fresh `ssh` (not the methods' connections): returns what is installed, whether
+/// containerd serves the CRI, and the problems found.
+fn verify(
+    t: &Target,
+    expect: &BTreeMap<String, String>,
+) -> anyhow::Result<(Vec<String>, String, Vec<String>)> {
     let list: String = expect.iter().map(|(n, s)| format!("{n} {s}\n")).collect();
     let script = format!("EXPECT='{list}'\n{VERIFY_SCRIPT}");
     let mut cmd = Command::new("ssh");
@@ -879,7 +897,12 @@ fn verify(t: &Target, expect: &BTreeMap<String, String>) -> anyhow::Result<(Vec<
     if !text.lines().any(|l| l == "check: done") {
         problems.push("the check did not run to its end".into());
     }
-    Ok((installed, problems))
+    let cri = text
+        .lines()
+        .find_map(|l| l.strip_prefix("cri: "))
+        .unwrap_or("not checked")
+        .to_owned();
+    Ok((installed, cri, problems))
 }
 
 /// What the bench prints.
@@ -925,27 +948,28 @@ impl Report {
             };
             let _ = writeln!(s, "| {label} | {} |", cells.join(" | "));
         }
-        let totals: Vec<String> = self
-            .runs
-            .iter()
-            .map(|r| cell(r, Some(r.total_s)))
-            .collect();
+        let totals: Vec<String> = self.runs.iter().map(|r| cell(r, Some(r.total_s))).collect();
         let _ = writeln!(s, "| **total** | {} |", totals.join(" | "));
         let _ = writeln!(s);
         let _ = writeln!(
             s,
-            "| method | host | boot (s) | downloads | phase retries | checked on the host |"
+            "| method | host | boot (s) | downloads | phase retries | checked on the host | CRI (`crictl version`) |"
         );
-        let _ = writeln!(s, "|---|---|---:|---:|---:|---|");
+        let _ = writeln!(s, "|---|---|---:|---:|---:|---|---|");
         for r in &self.runs {
             let checked = match (&r.error, r.problems.len()) {
                 (Some(_), _) => "run failed".to_owned(),
                 (None, 0) => format!("ok ({} files, containerd active)", r.installed.len()),
                 (None, n) => format!("{n} problems"),
             };
+            let cri = if r.cri == "ok" || r.cri.is_empty() {
+                r.cri.as_str()
+            } else {
+                "not served (below)"
+            };
             let _ = writeln!(
                 s,
-                "| {} | {} {} | {:.0} | {} | {} | {checked} |",
+                "| {} | {} {} | {:.0} | {} | {} | {checked} | {cri} |",
                 r.method, r.host, r.address, r.boot_s, r.downloads, r.retries
             );
         }
@@ -957,6 +981,9 @@ impl Report {
             for p in &r.problems {
                 let _ = writeln!(s, "{}: problem: {p}", r.method);
             }
+        }
+        for r in self.runs.iter().filter(|r| !r.cri.is_empty() && r.cri != "ok") {
+            let _ = writeln!(s, "{}: containerd's CRI {}", r.method, r.cri);
         }
         let find = |m: &str| self.runs.iter().find(|r| r.method == m && r.ok());
         if let (Some(rs), Some(v3)) = (find("capkk-rs"), find("capkk-v3")) {
@@ -987,6 +1014,7 @@ mod tests {
             total_s: total,
             downloads: 7,
             installed: vec!["kubeadm /usr/local/bin/kubeadm".into()],
+            cri: "ok".into(),
             ..Default::default()
         }
     }
@@ -1010,12 +1038,13 @@ mod tests {
         ])
         .render();
         assert!(text.contains("| phase | capkk-rs (s) | capkk-v3 (s) |"), "{text}");
-        assert!(text.contains("| binary service (kubeadm, kubelet, kubectl, CNI; kubelet unit) | 10.00 | 30.00 |"));
-        assert!(text.contains("| **total** | 20.00 | 50.00 |"));
-        assert_eq!(
-            text.lines().last(),
-            Some("ratio capkk-v3/capkk-rs real-vm: 2.50")
+        assert!(
+            text.contains(
+                "| binary service (kubeadm, kubelet, kubectl, CNI; kubelet unit) | 10.00 | 30.00 |"
+            )
         );
+        assert!(text.contains("| **total** | 20.00 | 50.00 |"));
+        assert_eq!(text.lines().last(), Some("ratio capkk-v3/capkk-rs real-vm: 2.50"));
     }
 
     #[test]
@@ -1026,6 +1055,16 @@ mod tests {
         assert!(!text.contains("ratio"), "{text}");
         assert!(text.contains("capkk-v3: problem: containerd is failed"));
         assert!(text.contains("| 1 problems |"));
+    }
+
+    #[test]
+    fn a_containerd_without_cri_is_reported_but_keeps_the_ratio() {
+        let mut v3 = run("capkk-v3", [1.0, 30.0, 19.0], 50.0);
+        v3.cri = "not served: unknown service runtime.v1.RuntimeService".into();
+        let text = report(vec![run("capkk-rs", [0.5, 10.0, 9.5], 20.0), v3]).render();
+        assert!(text.contains("| not served (below) |"), "{text}");
+        assert!(text.contains("capkk-v3: containerd's CRI not served: unknown service"));
+        assert_eq!(text.lines().last(), Some("ratio capkk-v3/capkk-rs real-vm: 2.50"));
     }
 
     #[test]
@@ -1044,7 +1083,10 @@ mod tests {
             ("ping".to_owned(), 0.25),
             ("binary service (CAPKK pkg/service/binary)".to_owned(), 2.0),
             ("binary service (CAPKK pkg/service/binary)".to_owned(), 3.0),
-            ("container manager (CAPKK pkg/service/containermanager)".to_owned(), 4.0),
+            (
+                "container manager (CAPKK pkg/service/containermanager)".to_owned(),
+                4.0,
+            ),
         ];
         assert_eq!(
             v3_phases(&steps).unwrap(),
@@ -1059,9 +1101,8 @@ mod tests {
 
     #[test]
     fn the_node_artifacts_env_file_is_read_like_a_shell_would() {
-        let env = parse_env(
-            "# comment\nKUBE_VERSION=v1.36.3\nNODE_APT_PACKAGES=conntrack\\ socat\nnot a line\n",
-        );
+        let env =
+            parse_env("# comment\nKUBE_VERSION=v1.36.3\nNODE_APT_PACKAGES=conntrack\\ socat\nnot a line\n");
         assert_eq!(env["KUBE_VERSION"], "v1.36.3");
         assert_eq!(env["NODE_APT_PACKAGES"], "conntrack socat");
         assert_eq!(env.len(), 2);
