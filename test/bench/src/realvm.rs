@@ -373,6 +373,19 @@ fn boot(a: &RealVmArgs, m: Method, scratch: &Path) -> anyhow::Result<Target> {
         capkk_vm::Fleet::up(&capkk_vm::FleetConfig::new(name, vec![a.vm])).context("booting the VM")?;
     let st = fleet.state().clone();
     let vm = st.vms[0].clone();
+    // Untimed and the same for both methods: the host resolves its own name, as a Debian install does
+    // (127.0.1.1 in /etc/hosts). The test image leaves that to the provider's bootstrap, which is not part of
+    // the workload; without it every `sudo` prints "unable to resolve host" into CAPKK v3's PTY output, which
+    // its Copy then fails to parse.
+    fleet
+        .sh(
+            0,
+            &format!(
+                "grep -qw '{0}' /etc/hosts || echo '127.0.1.1 {0}' >> /etc/hosts",
+                vm.name
+            ),
+        )
+        .context("adding the host's name to /etc/hosts")?;
     Ok(Target {
         name: vm.name,
         address: vm.address,
