@@ -774,6 +774,9 @@ fn v3_phase(label: &str) -> Option<&'static str> {
     }
 }
 
+/// `(phase, seconds)` in [`PHASES`] order.
+type Phases = Vec<(String, f64)>;
+
 /// Sum the driver's steps into [`PHASES`] (a retried phase appears once per attempt).
 fn v3_phases(steps: &[(String, f64)]) -> anyhow::Result<Vec<(String, f64)>> {
     let mut out: Vec<(String, f64)> = Vec::new();
@@ -793,7 +796,7 @@ fn run_v3(
     driver: &Path,
     services: &V3Services,
     work: &Path,
-) -> anyhow::Result<(Vec<(String, f64)>, f64, usize)> {
+) -> anyhow::Result<(Phases, f64, usize)> {
     let job = V3Job {
         user: "root",
         key: &t.key,
