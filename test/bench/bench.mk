@@ -12,6 +12,10 @@
 #                       KKMachines: RSS idle and under load, reconcile latency
 #   make bench-provision  the manager with $(BENCH_PROVISION) KKMachines whose sandbox hosts really get provisioned
 #                       (artifact mirror, CABPK bootstrap data): bootstrap data → provisioned minus the hosts' own work
+#   make bench-real-vm  capkk-rs vs CAPKK v3 installing the real node artifacts (kubelet, kubeadm, kubectl, CNI
+#                       plugins, containerd, runc, crictl) on a freshly booted QEMU VM each, one run each, one after
+#                       the other; prints per-phase times and `ratio capkk-v3/capkk-rs real-vm: X`; results in
+#                       target/bench/real-vm-{table.md,results.json}. Needs root, QEMU and `make node-artifacts`
 #   make bench-quick    SSH benchmark with N=1,2, one run, no warm-up (smoke check, ~2 min)
 #   make bench-venv     ansible-core from PyPI into $(BENCH_VENV) (done by `bench` when missing)
 #   make bench-plots    the plots of docs/benchmarks.md (docs/bench/*.png) from the results kept in docs/bench/*.json
@@ -30,11 +34,14 @@ BENCH_ARGS ?=
 BENCH_MACHINES ?= 200
 BENCH_CONTROLLER ?= 1
 BENCH_PROVISION ?= 10
+# bench-real-vm: VM size (CPUSxMIB, the same for both methods) and fleet-name prefix (<prefix>-rs, <prefix>-v3).
+BENCH_REAL_VM ?= 2x2048
+BENCH_REAL_NAME ?= bv
 BENCH_BIN := target/release/capkk-bench
 # Debian's python3, for which python3-matplotlib is installed (a python3 earlier on PATH, e.g. pyenv's, lacks it).
 BENCH_PYTHON ?= /usr/bin/python3
 
-.PHONY: bench bench-ssh bench-controller bench-provision bench-quick bench-venv bench-build bench-v3-driver bench-plots
+.PHONY: bench bench-ssh bench-controller bench-provision bench-real-vm bench-quick bench-venv bench-build bench-v3-driver bench-plots
 
 bench-venv: $(BENCH_VENV)/bin/ansible-playbook
 
@@ -65,6 +72,10 @@ bench-ssh: bench-venv bench-build ## SSH provisioning benchmark: capkk-rs vs CAP
 	CAPKK_BENCH_V3_DRIVER=$$(test/bench/capkk-v3/build.sh) && export CAPKK_BENCH_V3_DRIVER && \
 	CAPKK_BENCH_ANSIBLE=$(BENCH_VENV)/bin/ansible-playbook $(BENCH_BIN) ssh \
 		--hosts $(BENCH_HOSTS) --runs $(BENCH_RUNS) --warmup $(BENCH_WARMUP) --methods $(BENCH_METHODS) $(BENCH_ARGS)
+
+bench-real-vm: bench-build node-artifacts ## capkk-rs vs CAPKK v3 with the real node artifacts, a freshly booted VM each (not in make test)
+	CAPKK_BENCH_V3_DRIVER=$$(test/bench/capkk-v3/build.sh) && export CAPKK_BENCH_V3_DRIVER && \
+	$(BENCH_BIN) real-vm --vm $(BENCH_REAL_VM) --name $(BENCH_REAL_NAME) $(BENCH_ARGS)
 
 bench-quick: bench-venv bench-build ## benchmark smoke check: N=1,2, one run
 	CAPKK_BENCH_V3_DRIVER=$$(test/bench/capkk-v3/build.sh) && export CAPKK_BENCH_V3_DRIVER && \

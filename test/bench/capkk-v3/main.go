@@ -75,8 +75,8 @@ type Host struct {
 	// Ops run first, in order (the facts probe and bootstrap script capkk-rs sent, and the stand-in steps
 	// when the job has no services).
 	Ops []Op `json:"ops"`
-	// BootstrapData is the cloud-config file this host is provisioned with.
-	BootstrapData string `json:"bootstrap_data"`
+	// BootstrapData is the cloud-config file this host is provisioned with; empty: no provisioning phase.
+	BootstrapData string `json:"bootstrap_data,omitempty"`
 }
 
 // Op is one unit of the bench workload (the JSON of capkk-bench's workload::Op).
@@ -271,6 +271,11 @@ func provisionHost(job *Job, h *Host) (r HostResult) {
 			}); err != nil {
 				return errors.Wrap(err, "container manager")
 			}
+		}
+		// A host without bootstrap data stops after the services (the real-VM bench: no control plane for
+		// kubeadm to init or join).
+		if h.BootstrapData == "" {
+			return nil
 		}
 		data, err := os.ReadFile(h.BootstrapData)
 		if err != nil {

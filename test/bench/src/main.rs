@@ -5,7 +5,8 @@
 //!
 //! `capkk-bench ssh` orchestrates (sandbox, reset, alternating runs, verification, table);
 //! `capkk-bench drive` is one timed run of one method in its own process (so CPU and RSS are measured the
-//! same way for every method).
+//! same way for every method). `capkk-bench real-vm` runs capkk-rs's and CAPKK v3's host services with the real
+//! node artifacts on freshly booted VMs.
 
 mod artifacts;
 mod controller;
@@ -15,6 +16,7 @@ mod methods;
 mod ours;
 mod plan;
 mod provision;
+mod realvm;
 mod results;
 mod workload;
 
@@ -51,6 +53,8 @@ enum Cmd {
     Ssh(SshArgs),
     /// The manager against the local management plane with many KKMachines: RSS idle/under load, latency.
     Controller(controller::ControllerArgs),
+    /// capkk-rs vs CAPKK v3 installing the real node artifacts (binaries, containerd) on a freshly booted VM each.
+    RealVm(realvm::RealVmArgs),
     /// Internal: one timed run of one method; prints a JSON result on stdout.
     Drive {
         /// The spec file written by `ssh`.
@@ -148,6 +152,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Ssh(args) => ssh_bench(&args),
+        Cmd::RealVm(args) => realvm::run(&args),
         Cmd::Controller(args) => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             let report = rt.block_on(controller::run(&args))?;

@@ -32,7 +32,8 @@ pub struct Components {
 }
 
 impl Components {
-    fn source(&self) -> ComponentSource {
+    /// `spec.component` as the services read it (downloads on the controller).
+    pub fn source(&self) -> ComponentSource {
         ComponentSource {
             zone: None,
             host: Some(self.mirror.clone()),
