@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # capkk-bench real-vm: what must be on the host after either method (run with `bash -s`; EXPECT, one
 # "<file name> <sha256>" per line, is prepended). Prints "installed: <name> <path>" for each binary found with the
 # served digest, "problem: ..." for each thing wrong, "cri: ..." whether containerd answers crictl, and
