@@ -1017,7 +1017,7 @@ impl Report {
 mod tests {
     use super::*;
 
-    fn run(method: &str, phases: [f64; 3], total: f64) -> Run {
+    fn measured(method: &str, phases: [f64; 3], total: f64) -> Run {
         Run {
             method: method.into(),
             host: format!("{method}-1"),
@@ -1049,8 +1049,8 @@ mod tests {
     #[test]
     fn the_table_has_every_phase_and_the_ratio_line_comes_last() {
         let text = report(vec![
-            run("capkk-rs", [0.5, 10.0, 9.5], 20.0),
-            run("capkk-v3", [1.0, 30.0, 19.0], 50.0),
+            measured("capkk-rs", [0.5, 10.0, 9.5], 20.0),
+            measured("capkk-v3", [1.0, 30.0, 19.0], 50.0),
         ])
         .render();
         assert!(text.contains("| phase | capkk-rs (s) | capkk-v3 (s) |"), "{text}");
@@ -1065,9 +1065,9 @@ mod tests {
 
     #[test]
     fn a_run_with_problems_on_the_host_gets_no_ratio() {
-        let mut bad = run("capkk-v3", [1.0, 30.0, 19.0], 50.0);
+        let mut bad = measured("capkk-v3", [1.0, 30.0, 19.0], 50.0);
         bad.problems.push("containerd is failed".into());
-        let text = report(vec![run("capkk-rs", [0.5, 10.0, 9.5], 20.0), bad]).render();
+        let text = report(vec![measured("capkk-rs", [0.5, 10.0, 9.5], 20.0), bad]).render();
         assert!(!text.contains("ratio"), "{text}");
         assert!(text.contains("capkk-v3: problem: containerd is failed"));
         assert!(text.contains("| 1 problems |"));
@@ -1075,9 +1075,9 @@ mod tests {
 
     #[test]
     fn a_containerd_without_cri_is_reported_but_keeps_the_ratio() {
-        let mut v3 = run("capkk-v3", [1.0, 30.0, 19.0], 50.0);
+        let mut v3 = measured("capkk-v3", [1.0, 30.0, 19.0], 50.0);
         v3.cri = "not served: unknown service runtime.v1.RuntimeService".into();
-        let text = report(vec![run("capkk-rs", [0.5, 10.0, 9.5], 20.0), v3]).render();
+        let text = report(vec![measured("capkk-rs", [0.5, 10.0, 9.5], 20.0), v3]).render();
         assert!(text.contains("| not served (below) |"), "{text}");
         assert!(text.contains("capkk-v3: containerd's CRI not served: unknown service"));
         assert_eq!(text.lines().last(), Some("ratio capkk-v3/capkk-rs real-vm: 2.50"));
@@ -1085,7 +1085,7 @@ mod tests {
 
     #[test]
     fn a_failed_run_shows_failed_cells() {
-        let mut bad = run("capkk-v3", [1.0, 0.0, 0.0], 3.0);
+        let mut bad = measured("capkk-v3", [1.0, 0.0, 0.0], 3.0);
         bad.phases.truncate(1);
         bad.error = Some("binary service: checksum mismatch".into());
         let text = report(vec![bad]).render();
