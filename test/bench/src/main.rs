@@ -786,17 +786,8 @@ fn run_driver(spec: &DriveSpec, work_dir: &Path, limit: Duration) -> anyhow::Res
         let _ = stdout.read_to_string(&mut s);
         s
     });
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(s) = child.try_wait()? {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("the driver did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let Some(status) = measure::wait_until(&mut child, Instant::now() + limit)? else {
+        bail!("the driver did not finish within {limit:?}");
     };
     let peak = sampler.finish();
     let text = reader.join().unwrap_or_default();

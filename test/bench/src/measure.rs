@@ -8,6 +8,7 @@
 
 use std::{
     path::Path,
+    process::{Child, ExitStatus},
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -217,6 +218,22 @@ pub fn median(values: &[f64]) -> f64 {
         v[n / 2]
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Wait for `child` until `deadline`, polling every 20 ms (the drivers' measurements read their own clocks);
+/// past it, kill and reap the child. `None`: it did not finish in time.
+pub fn wait_until(child: &mut Child, deadline: Instant) -> std::io::Result<Option<ExitStatus>> {
+    loop {
+        if let Some(s) = child.try_wait()? {
+            return Ok(Some(s));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -832,17 +832,9 @@ fn run_v3(
     };
     let out_t = read(out_r.map(|r| Box::new(r) as Box<dyn std::io::Read + Send>));
     let err_t = read(err_r.map(|r| Box::new(r) as Box<dyn std::io::Read + Send>));
-    let deadline = started + Duration::from_secs(a.run_timeout);
-    let status = loop {
-        if let Some(s) = child.try_wait()? {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("the capkk-v3 driver did not finish within {} s", a.run_timeout);
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let Some(status) = crate::measure::wait_until(&mut child, started + Duration::from_secs(a.run_timeout))?
+    else {
+        bail!("the capkk-v3 driver did not finish within {} s", a.run_timeout);
     };
     let total = started.elapsed().as_secs_f64();
     let stdout = out_t.join().unwrap_or_default();
