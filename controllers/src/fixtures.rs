@@ -427,6 +427,7 @@ impl TestContext {
 #[derive(Default)]
 pub(crate) struct FakeServices {
     ran: Mutex<Vec<Phase>>,
+    finished: Mutex<Vec<Phase>>,
     resets: Mutex<usize>,
     failing: Mutex<BTreeMap<&'static str, String>>,
     hanging: Mutex<Option<Phase>>,
@@ -465,6 +466,11 @@ impl FakeServices {
         self.ran.lock().map(|r| r.clone()).unwrap_or_default()
     }
 
+    /// Phases that ended (succeeded or failed) so far, in the order they ended.
+    pub(crate) fn finished(&self) -> Vec<Phase> {
+        self.finished.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
     /// Host resets so far.
     pub(crate) fn resets(&self) -> usize {
         self.resets.lock().map(|r| *r).unwrap_or_default()
@@ -482,7 +488,8 @@ impl FakeServices {
         }
     }
 
-    /// For every image pre-pull so far, the phases that had started when it started, and when it ended.
+    /// For every image pre-pull so far, the phases that had ended when it started, and those that had started
+    /// when it ended.
     pub(crate) fn prepulls(&self) -> Vec<(Vec<Phase>, Vec<Phase>)> {
         self.prepulls.lock().map(|r| r.clone()).unwrap_or_default()
     }
@@ -541,6 +548,9 @@ impl HostServices for FakeServices {
         if let Some(d) = takes {
             tokio::time::sleep(d).await;
         }
+        if let Ok(mut r) = self.finished.lock() {
+            r.push(phase);
+        }
         match self
             .failing
             .lock()
@@ -559,7 +569,7 @@ impl HostServices for FakeServices {
 
     async fn prepull(&self, host: HostCall<'_>) {
         let _running = Running::start(&self.prepulls_running);
-        let started = self.ran();
+        let started = self.finished();
         let takes = self.prepull_takes.lock().map(|t| *t).unwrap_or_default();
         tokio::time::sleep(takes).await;
         let failed = self.prepull_fails.lock().is_ok_and(|f| *f);

@@ -35,10 +35,10 @@ pub(crate) enum Phase {
 }
 
 impl Phase {
-    /// Every phase, in order. The OS packages come after containerd so that the image pre-pull, which needs
-    /// containerd and kubeadm and not the packages, starts as early as it can and runs while apt does
-    /// ([`crate::kkinstance::task`]): binaries and containerd do not use what the packages bring (conntrack,
-    /// socat, ipset, ...), only the kubelet and kubeadm do, in provisioning. containerd starts in
+    /// Every phase, in the order their results are recorded. Binary, containermanager and repository run side
+    /// by side ([`Phase::independent`]): binaries and containerd do not use what the packages bring
+    /// (conntrack, socat, ipset, ...), only the kubelet and kubeadm do, in provisioning. The image pre-pull
+    /// starts once kubeadm is installed and containerd runs ([`PREPULL_NEEDS`]); containerd starts in
     /// containermanager's last step, so the pre-pull cannot pull sooner than after that phase; starting it
     /// during the phase would have its pulls cut by a restart the phase's configuration step asks for.
     pub(crate) const ALL: [Phase; 5] = [
@@ -48,6 +48,14 @@ impl Phase {
         Phase::Repository,
         Phase::Provisioning,
     ];
+
+    /// True for the phases between bootstrap and provisioning (binaries, containerd, OS packages): each needs
+    /// only what bootstrap set up (facts, directories, kernel settings), none what another of them installs
+    /// (the packages serve the kubelet and kubeadm, which run in provisioning). The first of them to run
+    /// starts the others beside it ([`crate::kkinstance::task`]).
+    pub(crate) fn independent(self) -> bool {
+        matches!(self, Phase::Binary | Phase::ContainerManager | Phase::Repository)
+    }
 
     /// True for the one phase that runs the bootstrap data (provisioning). The others prepare the host from
     /// the spec alone (the Machine's version, the KKCluster's settings) and may run before the bootstrap
@@ -82,6 +90,10 @@ impl Phase {
 /// The phase after which the image pre-pull starts (it needs containerd running and the binary phase's
 /// kubeadm, which comes before it), and under whose name it is journaled.
 pub(crate) const PREPULL_AFTER: Phase = Phase::ContainerManager;
+
+/// The phases the image pre-pull needs completed: containerd running, and kubeadm (it lists the images).
+/// They run side by side, so either may end first.
+pub(crate) const PREPULL_NEEDS: [Phase; 2] = [Phase::Binary, PREPULL_AFTER];
 
 /// The bootstrap data (`value`, `format`) of the Machine. Secret: never printed.
 pub(crate) struct BootstrapData {

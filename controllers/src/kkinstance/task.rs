@@ -1,10 +1,17 @@
 //! Host work as background tasks (one per KKInstance UID, bounded by `--max-concurrent-hosts`): provision
-//! (bootstrap → binary → containermanager → repository → provisioning) and reset. A KKInstance claimed before
+//! (bootstrap → binary ∥ containermanager ∥ repository → provisioning) and reset. A KKInstance claimed before
 //! its bootstrap data exists (`--prepare-before-bootstrap-data`) runs the first four (its preparation) in
 //! one task and provisioning in a second, once its KKMachine names the data in the spec.
 //!
-//! Once containerd runs, the image pre-pull ([`HostServices::prepull`](crate::services::HostServices)) goes on
-//! alongside the phases that follow (the OS packages, then provisioning) on another SSH channel; nothing waits
+//! The three phases between bootstrap and provisioning need nothing of one another
+//! ([`Phase::independent`]): when the first of them starts, the others start beside it, each on its own SSH
+//! channel with its own journal records; their results are taken in the phases' order (conditions, journal,
+//! completed phases), so a later phase that fails is reported at its turn. A phase that fails does not cut
+//! the ones beside it: they run to their end (an OS package transaction cut short would leave dpkg to be
+//! repaired) and what completed is recorded, so a retry skips it.
+//!
+//! Once containerd runs and kubeadm is installed, the image pre-pull ([`HostServices::prepull`](crate::services::HostServices)) goes on
+//! alongside what is still running (the OS packages, then provisioning) on another SSH channel; nothing waits
 //! for it: kubeadm starts as soon as the packages are in, and its pulls join the pre-pull's. Its records are
 //! journaled at the end of the phase it finished in; if provisioning ends first, it is cancelled and the
 //! journal says so. The end of preparation does not cancel it: a prepared host's task drives it to its end
@@ -24,7 +31,9 @@ use std::sync::{
     Arc, Mutex,
     atomic::{AtomicBool, Ordering},
 };
-use std::{future::Future, pin::Pin, time::Duration};
+use std::{future::Future, pin::Pin, task::Poll, time::Duration};
+
+use futures::future::MaybeDone;
 
 use capkk_api::{
     JournalRecord, KKInstance, KKInstanceStatus,
@@ -52,7 +61,7 @@ use super::{
 use crate::{
     conditions,
     context::Context,
-    services::{HostCall, PREPULL_AFTER, Phase},
+    services::{HostCall, PREPULL_AFTER, PREPULL_NEEDS, Phase},
 };
 
 /// Journal records kept in status.
@@ -281,6 +290,75 @@ pub(crate) async fn alongside<T>(main: impl Future<Output = T>, side: &mut Optio
     main.await
 }
 
+/// What a phase's run returns: the bound's verdict around the service's result.
+type PhaseOutcome = Result<ServiceResult<()>, Failure>;
+
+/// A phase's run, boxed so that phases started ahead of their turn can be held side by side.
+type PhaseJob<'a> = Pin<Box<dyn Future<Output = PhaseOutcome> + Send + 'a>>;
+
+/// Phases started before their turn ([`Phase::independent`]), running beside the phase in front of them on
+/// channels of their own. Each keeps its result until the loop reaches its turn and takes it, so conditions,
+/// journal and completed phases are still written in the phases' order.
+#[derive(Default)]
+struct Early<'a> {
+    jobs: Vec<(Phase, tokio::time::Instant, MaybeDone<PhaseJob<'a>>)>,
+}
+
+impl<'a> Early<'a> {
+    fn start(&mut self, phase: Phase, job: PhaseJob<'a>) {
+        self.jobs.push((
+            phase,
+            tokio::time::Instant::now(),
+            futures::future::maybe_done(job),
+        ));
+    }
+
+    fn is_started(&self, phase: Phase) -> bool {
+        self.jobs.iter().any(|(p, ..)| *p == phase)
+    }
+
+    /// Phases started and not taken yet, in their order.
+    fn pending(&self) -> Vec<Phase> {
+        self.jobs.iter().map(|(p, ..)| *p).collect()
+    }
+
+    fn poll_jobs(&mut self, cx: &mut std::task::Context<'_>) {
+        for (_, _, job) in &mut self.jobs {
+            // A finished job stays `Done` until taken; polling it again is a no-op.
+            let _ = Pin::new(job).poll(cx);
+        }
+    }
+
+    /// Runs `main` while driving every started phase. `main` is polled first: its first command is the
+    /// phase whose turn it is.
+    async fn drive<T>(&mut self, main: impl Future<Output = T>) -> T {
+        tokio::pin!(main);
+        std::future::poll_fn(|cx| {
+            let out = main.as_mut().poll(cx);
+            self.poll_jobs(cx);
+            out
+        })
+        .await
+    }
+
+    /// Waits for `phase` (driving the others meanwhile) and takes its outcome and start; `None` if it was
+    /// not started early.
+    async fn take(&mut self, phase: Phase) -> Option<(PhaseOutcome, tokio::time::Instant)> {
+        std::future::poll_fn(|cx| {
+            self.poll_jobs(cx);
+            let Some(i) = self.jobs.iter().position(|(p, ..)| *p == phase) else {
+                return Poll::Ready(None);
+            };
+            if !matches!(self.jobs[i].2, MaybeDone::Done(_)) {
+                return Poll::Pending;
+            }
+            let (_, started, mut job) = self.jobs.remove(i);
+            Poll::Ready(Pin::new(&mut job).take_output().map(|out| (out, started)))
+        })
+        .await
+    }
+}
+
 /// The journal record of an image pre-pull that host work ended before (after `ran`): its own record, with
 /// the line per image, never came.
 fn prepull_cancelled(ran: Duration) -> StepRecord {
@@ -427,6 +505,19 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
         let side_progress = TaskProgress::of(&t.name);
         let mut prepull: Option<SideJob<'_>> = None;
         let mut prepull_started: Option<tokio::time::Instant> = None;
+        // Each phase that may start early reports its steps here (the job borrows it while it runs).
+        let early_progress: Vec<(Phase, TaskProgress)> = phases
+            .iter()
+            .filter(|p| p.independent())
+            .map(|p| (*p, TaskProgress::of(&t.name)))
+            .collect();
+        let progress_of = |phase: Phase| {
+            early_progress
+                .iter()
+                .find(|(p, _)| *p == phase)
+                .map(|(_, progress)| progress)
+        };
+        let mut early = Early::default();
         let phases_result: Result<Ended, Failure> = async {
             for (i, phase) in phases.iter().copied().enumerate() {
                 current = phase;
@@ -439,7 +530,7 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
                 if stop.load(Ordering::SeqCst) {
                     return Ok(Ended::Stopped);
                 }
-                if prepull_started.is_none() && done.contains(PREPULL_AFTER.name()) {
+                if prepull_started.is_none() && PREPULL_NEEDS.iter().all(|p| done.contains(p.name())) {
                     prepull_started = Some(tokio::time::Instant::now());
                     // The images depend on what the bootstrap data runs. Unreadable, it is read again (and
                     // its failure reported) by provisioning; the pre-pull then notes that it pulled nothing.
@@ -489,25 +580,73 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
                 {
                     let _ = input.bootstrap.set(data);
                 }
-                let step = format!("step {}/{}: {}", i + 1, n, phase.name());
-                info!(kkinstance = %t.name, "Running {step}");
-                t.status.step = Some(step.clone());
-                t.set(phase.condition(), false, reasons::IN_PROGRESS, &step);
-                t.flush();
-                let progress = TaskProgress::of(&t.name);
-                let host = HostCall {
-                    exec: &*exec,
-                    input: &input,
-                    progress: &progress,
+                let own_progress = TaskProgress::of(&t.name);
+                let (res, started, progress) = if early.is_started(phase) {
+                    // Started beside an earlier phase: its turn is to wait for its end.
+                    let (res, started) = alongside(early.take(phase), &mut prepull)
+                        .await
+                        .expect("a started phase is taken once");
+                    (res, started, progress_of(phase).unwrap_or(&own_progress))
+                } else {
+                    let step = format!("step {}/{}: {}", i + 1, n, phase.name());
+                    info!(kkinstance = %t.name, "Running {step}");
+                    t.status.step = Some(step.clone());
+                    t.set(phase.condition(), false, reasons::IN_PROGRESS, &step);
+                    if phase.independent() {
+                        // The phases between bootstrap and provisioning need only what bootstrap set up,
+                        // not one another: the later ones start now, on channels of their own, instead
+                        // of after this one (the OS packages' transaction no longer waits for the
+                        // binaries and containerd).
+                        for (j, later) in phases.iter().copied().enumerate().skip(i + 1) {
+                            if !later.independent() || done.contains(later.name()) || early.is_started(later) {
+                                continue;
+                            }
+                            let Some(later_progress) = progress_of(later) else {
+                                continue;
+                            };
+                            let step = format!("step {}/{}: {} (alongside {})", j + 1, n, later.name(), phase.name());
+                            info!(kkinstance = %t.name, "Running {step}");
+                            t.set(later.condition(), false, reasons::IN_PROGRESS, &step);
+                            let host = HostCall {
+                                exec: &*exec,
+                                input: &input,
+                                progress: later_progress,
+                            };
+                            let services = &ctx.services;
+                            let limit = ctx.settings.max_host_phase_duration;
+                            early.start(
+                                later,
+                                Box::pin(bounded_phase(later, limit, services.run(later, host))),
+                            );
+                        }
+                    }
+                    t.flush();
+                    let started = tokio::time::Instant::now();
+                    let host = HostCall {
+                        exec: &*exec,
+                        input: &input,
+                        progress: &own_progress,
+                    };
+                    let res = alongside(
+                        early.drive(bounded_phase(
+                            phase,
+                            ctx.settings.max_host_phase_duration,
+                            ctx.services.run(phase, host),
+                        )),
+                        &mut prepull,
+                    )
+                    .await;
+                    (res, started, &own_progress)
                 };
-                let res = bounded_phase(
-                    phase,
-                    ctx.settings.max_host_phase_duration,
-                    alongside(ctx.services.run(phase, host), &mut prepull),
-                )
-                .await;
                 t.journal(progress.drain());
                 t.journal(side_progress.drain());
+                info!(
+                    kkinstance = %t.name,
+                    phase = phase.name(),
+                    duration_ms = started.elapsed().as_millis() as u64,
+                    ok = matches!(res, Ok(Ok(()))),
+                    "Phase finished"
+                );
                 let res = res?;
                 if let Some(f) = input.facts.lock().ok().and_then(|f| f.clone()) {
                     t.status.host_info = Some(capkk_api::HostInfo {
@@ -534,6 +673,42 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
             Ok(Ended::Provisioned)
         }
         .await;
+        // A phase failed (or the task was paused) while later ones ran beside it: they are let finish, not
+        // cut (an OS package transaction cut short leaves dpkg to be repaired), and what they did is
+        // recorded, so that a retry skips what completed.
+        for phase in early.pending() {
+            if let Some((res, started)) = early.take(phase).await {
+                if let Some(progress) = progress_of(phase) {
+                    t.journal(progress.drain());
+                }
+                info!(
+                    kkinstance = %t.name,
+                    phase = phase.name(),
+                    duration_ms = started.elapsed().as_millis() as u64,
+                    ok = matches!(res, Ok(Ok(()))),
+                    "Phase finished"
+                );
+                let failure = match res {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(service_failure(phase, e)),
+                    Err(f) => Some(f),
+                };
+                match failure {
+                    None => {
+                        t.set(phase.condition(), true, reasons::READY, "");
+                        done.insert(phase.name().to_owned());
+                        let list: Vec<&str> = phases
+                            .iter()
+                            .map(|p| p.name())
+                            .filter(|p| done.contains(*p))
+                            .collect();
+                        t.annotate(&[(COMPLETED_PHASES_ANNOTATION, Some(list.join(",")))]);
+                    }
+                    Some(Failure::Terminal { reason, message }) => t.set(phase.condition(), false, reason, message),
+                    Some(Failure::Transient(m)) => t.set(phase.condition(), false, reasons::UNREACHABLE, m),
+                }
+            }
+        }
         if let (Some(job), Some(started)) = (prepull.take(), prepull_started) {
             // Host work ended (provisioned, failed or paused) before the pre-pull: it is dropped, which
             // closes its SSH channel, rather than awaited. The task's end is what makes the KKInstance
@@ -724,6 +899,40 @@ mod tests {
             bounded_phase(Phase::Bootstrap, limit, quick).await,
             Ok(Ok(()))
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn phases_started_early_run_beside_the_current_one_and_are_taken_at_their_turn() {
+        let sleeper = |secs: u64| -> PhaseJob<'static> {
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_secs(secs)).await;
+                Ok(Ok(()))
+            })
+        };
+        let t0 = tokio::time::Instant::now();
+        let mut early = Early::default();
+        early.start(Phase::ContainerManager, sleeper(10));
+        early.start(Phase::Repository, sleeper(30));
+        assert!(early.is_started(Phase::Repository) && !early.is_started(Phase::Binary));
+        // The binaries take 20 s; containerd ends within them, the packages do not.
+        let out = early
+            .drive(async {
+                tokio::time::sleep(Duration::from_secs(20)).await;
+                "binary"
+            })
+            .await;
+        assert_eq!((out, t0.elapsed()), ("binary", Duration::from_secs(20)));
+        // containerd's turn costs nothing: it ended 10 s ago, and kept its result and its start.
+        let (res, started) = early.take(Phase::ContainerManager).await.expect("started");
+        assert!(matches!(res, Ok(Ok(()))));
+        assert_eq!((started, t0.elapsed()), (t0, Duration::from_secs(20)));
+        // The packages' turn waits for their end, 30 s after all three started.
+        assert_eq!(early.pending(), [Phase::Repository]);
+        assert!(early.take(Phase::Repository).await.is_some());
+        assert_eq!(t0.elapsed(), Duration::from_secs(30));
+        // A phase not started early, or taken already, is not waited for.
+        assert!(early.take(Phase::Repository).await.is_none());
+        assert!(early.pending().is_empty());
     }
 
     #[tokio::test(start_paused = true)]

@@ -260,10 +260,12 @@ async fn a_recorded_claim_runs_every_phase_once_on_its_host_and_records_them_as_
 }
 
 #[tokio::test]
-async fn a_failing_phase_is_terminal_and_the_phases_after_it_do_not_run() {
+async fn a_failing_phase_is_terminal_the_phases_beside_it_finish_and_provisioning_does_not_run() {
     let km = recorded_kkmachine();
     let mut t = world(&km);
     t.services.fail(Phase::Binary, "kubeadm: not found");
+    // The packages are still being installed when the binaries fail: they are let finish, not cut.
+    t.services.takes(Phase::Repository, Duration::from_millis(300));
     let inst = claim(&km, "node1", "10.0.0.1", &[]);
     let served = serve_host_work(t.api, &inst);
     reconcile(Arc::new(inst), t.ctx.clone())
@@ -274,12 +276,33 @@ async fn a_failing_phase_is_terminal_and_the_phases_after_it_do_not_run() {
         "the task ended"
     );
     let requests = served.finish();
-    assert_eq!(t.services.ran(), [Phase::Bootstrap, Phase::Binary]);
+    assert_eq!(
+        t.services.ran(),
+        [
+            Phase::Bootstrap,
+            Phase::Binary,
+            Phase::ContainerManager,
+            Phase::Repository
+        ],
+        "containerd and the packages started beside the binaries; provisioning never ran"
+    );
+    assert_eq!(
+        t.services.finished().last(),
+        Some(&Phase::Repository),
+        "the task ended after the packages did"
+    );
     assert!(
         requests.iter().any(|(m, p, b)| m == "PATCH"
             && p == &path("kkinstances", "c.node1")
             && b["metadata"]["annotations"][FAILED_ANNOTATION] == reasons::COMMAND_FAILED),
         "the failure is recorded as an annotation: {requests:#?}"
+    );
+    assert!(
+        requests.iter().any(|(m, p, b)| m == "PATCH"
+            && p == &path("kkinstances", "c.node1")
+            && b["metadata"]["annotations"][COMPLETED_PHASES_ANNOTATION]
+                == "bootstrap,containermanager,repository"),
+        "what completed beside the failed phase is recorded, so a retry skips it: {requests:#?}"
     );
 }
 
@@ -304,7 +327,15 @@ async fn a_phase_whose_host_command_hangs_is_cut_at_the_phase_bound_and_reported
         "the task did not end within 5 s: the hung phase was not cut at its 1 s bound"
     );
     let requests = served.finish();
-    assert_eq!(t.services.ran(), [Phase::Bootstrap, Phase::Binary]);
+    assert_eq!(
+        t.services.ran(),
+        [
+            Phase::Bootstrap,
+            Phase::Binary,
+            Phase::ContainerManager,
+            Phase::Repository
+        ]
+    );
     let cut = |b: &Value| {
         b["status"]["conditions"].as_array().is_some_and(|cs| {
             cs.iter().any(|c| {
@@ -535,7 +566,10 @@ fn provisioned(status: &Value) -> bool {
 async fn the_image_pre_pull_starts_once_containerd_runs_and_provisioning_starts_while_it_still_pulls() {
     let km = recorded_kkmachine();
     let mut t = world(&km);
-    t.services.prepull_takes(Duration::from_millis(300));
+    t.services.prepull_takes(Duration::from_millis(600));
+    // The packages, started beside the binaries and containerd, are still being installed when both end,
+    // and end before the pre-pull does.
+    t.services.takes(Phase::Repository, Duration::from_millis(300));
     t.services.takes(Phase::Provisioning, Duration::from_millis(900));
     let inst = claim(&km, "node1", "10.0.0.1", &[]);
     let served = serve_host_work(t.api, &inst);
@@ -552,7 +586,7 @@ async fn the_image_pre_pull_starts_once_containerd_runs_and_provisioning_starts_
     assert_eq!(
         started,
         [Phase::Bootstrap, Phase::Binary, Phase::ContainerManager],
-        "started once containerd runs, before the packages"
+        "started once kubeadm is installed and containerd runs, while the packages are still installed"
     );
     assert_eq!(
         ended,
