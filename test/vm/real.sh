@@ -47,6 +47,9 @@
 # ends the run after that stage (with REAL_KEEP=1: e.g. REAL_TO=clusterctl_init leaves a management cluster on VMs).
 # REAL_EXTRA_VMS=N boots N more VMs (2 vCPU, 3 GiB) in the fleet, with the package mirror as their apt source and
 # in no cluster: free hosts for clusters made from the kept one (CAPI's test framework, test/capi-e2e).
+# REAL_MANAGER=PATH runs another manager binary (an older commit's: the before/after runs of issue 28);
+# REAL_VARIANT labels the run in $WORK/timeline (e2e, after the worker's Node is Ready), which
+# `capkk-bench node-ready` reads.
 # REAL_PREV=1 also serves the node artifacts' previous Kubernetes set (make node-artifacts-prev; the day-2 mode
 # always does), with its binaries in the KKCluster component: for such clusters at the older version (CAPI's
 # upgrade spec in test/capi-e2e).
@@ -64,6 +67,8 @@ set -Eeuo pipefail
 trap 'log "FATAL: \"$BASH_COMMAND\" exited $? (line $LINENO)"' ERR
 
 MODE=${1:-smoke}
+# When the run started and the load then (timeline_capture).
+STARTED_EPOCH=$(date +%s.%N) LOAD_START=$(cat /proc/loadavg)
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 case $MODE in
   smoke | down) NAME=${REAL_NAME:-real-smoke} ;;
@@ -205,7 +210,8 @@ mgmt_env() {
   export PATH=$BIN_DIR:$PATH
   export KUBECONFIG=${CAPKK_MGMT_DIR:-$CAPKK_CACHE/mgmt}/kubeconfig
   VMCTL=$TARGET_DIR/debug/vm
-  MANAGER=$TARGET_DIR/debug/manager
+  # REAL_MANAGER: another manager binary (e.g. an older commit's, for a before/after comparison).
+  MANAGER=${REAL_MANAGER:-$TARGET_DIR/debug/manager}
 }
 
 # make_logged TARGET [VAR=VALUE...]: the target's output into build.log (its tail shown when it fails), a
@@ -839,6 +845,28 @@ workers() {
   check "every Machine of the Cluster Running (control plane + worker)" \
     machines_running "cluster.x-k8s.io/cluster-name=$CLUSTER" 2
   nodes_wide
+  timeline_capture
+}
+
+# What `capkk-bench node-ready` reads (docs/benchmarks.md): the Machines, KKMachines, KKInstances and Nodes as
+# they are once every Node is Ready, each VM's clock against the machine's (a Node's conditions carry the VM's
+# time), the load and the manager; its log stays in $WORK/manager.log. REAL_VARIANT labels the run.
+timeline_capture() {
+  local d=$WORK/timeline i b v a k
+  rm -rf "$d"
+  mkdir -p "$d"
+  for k in machines kkmachines kkinstances; do kubectl get "$k" -n "$NS" -o json >"$d/$k.json"; done
+  wl get nodes -o json >"$d/nodes.json"
+  for i in $(seq "$VMS"); do
+    b=$(date +%s.%N)
+    v=$(vmsh "$i" date +%s.%N)
+    a=$(date +%s.%N)
+    echo "$(vm_name "$i") $b $v $a" >>"$d/clock.txt"
+  done
+  python3 -c 'import json,sys; print(json.dumps(dict(zip(["run","variant","commit","manager","load_start","load_end","started_epoch_s","captured_epoch_s"], sys.argv[1:7] + [float(sys.argv[7]), float(sys.argv[8])]))))' \
+    "$NAME" "${REAL_VARIANT:-after}" "$(git -C "$ROOT" rev-parse HEAD)" "$MANAGER" "$LOAD_START" \
+    "$(cat /proc/loadavg)" "$STARTED_EPOCH" "$(date +%s.%N)" >"$d/meta.json"
+  log "    timeline for capkk-bench node-ready: $d"
 }
 
 pods_ready() { # pods_ready NAMESPACE SELECTOR COUNT: COUNT pods, every one Running and Ready
