@@ -296,20 +296,24 @@ type PhaseOutcome = Result<ServiceResult<()>, Failure>;
 /// A phase's run, boxed so that phases started ahead of their turn can be held side by side.
 type PhaseJob<'a> = Pin<Box<dyn Future<Output = PhaseOutcome> + Send + 'a>>;
 
+/// A phase started ahead of its turn: its outcome and when it ended, kept until its turn.
+type TimedJob<'a> = Pin<Box<dyn Future<Output = (PhaseOutcome, tokio::time::Instant)> + Send + 'a>>;
+
 /// Phases started before their turn ([`Phase::independent`]), running beside the phase in front of them on
 /// channels of their own. Each keeps its result until the loop reaches its turn and takes it, so conditions,
 /// journal and completed phases are still written in the phases' order.
 #[derive(Default)]
 struct Early<'a> {
-    jobs: Vec<(Phase, tokio::time::Instant, MaybeDone<PhaseJob<'a>>)>,
+    jobs: Vec<(Phase, tokio::time::Instant, MaybeDone<TimedJob<'a>>)>,
 }
 
 impl<'a> Early<'a> {
     fn start(&mut self, phase: Phase, job: PhaseJob<'a>) {
+        let timed: TimedJob<'a> = Box::pin(async move { (job.await, tokio::time::Instant::now()) });
         self.jobs.push((
             phase,
             tokio::time::Instant::now(),
-            futures::future::maybe_done(job),
+            futures::future::maybe_done(timed),
         ));
     }
 
@@ -341,9 +345,9 @@ impl<'a> Early<'a> {
         .await
     }
 
-    /// Waits for `phase` (driving the others meanwhile) and takes its outcome and start; `None` if it was
-    /// not started early.
-    async fn take(&mut self, phase: Phase) -> Option<(PhaseOutcome, tokio::time::Instant)> {
+    /// Waits for `phase` (driving the others meanwhile) and takes its outcome and how long it ran; `None`
+    /// if it was not started early.
+    async fn take(&mut self, phase: Phase) -> Option<(PhaseOutcome, Duration)> {
         std::future::poll_fn(|cx| {
             self.poll_jobs(cx);
             let Some(i) = self.jobs.iter().position(|(p, ..)| *p == phase) else {
@@ -353,7 +357,11 @@ impl<'a> Early<'a> {
                 return Poll::Pending;
             }
             let (_, started, mut job) = self.jobs.remove(i);
-            Poll::Ready(Pin::new(&mut job).take_output().map(|out| (out, started)))
+            Poll::Ready(
+                Pin::new(&mut job)
+                    .take_output()
+                    .map(|(out, ended)| (out, ended - started)),
+            )
         })
         .await
     }
@@ -581,12 +589,12 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
                     let _ = input.bootstrap.set(data);
                 }
                 let own_progress = TaskProgress::of(&t.name);
-                let (res, started, progress) = if early.is_started(phase) {
+                let (res, ran, progress) = if early.is_started(phase) {
                     // Started beside an earlier phase: its turn is to wait for its end.
-                    let (res, started) = alongside(early.take(phase), &mut prepull)
+                    let (res, ran) = alongside(early.take(phase), &mut prepull)
                         .await
                         .expect("a started phase is taken once");
-                    (res, started, progress_of(phase).unwrap_or(&own_progress))
+                    (res, ran, progress_of(phase).unwrap_or(&own_progress))
                 } else {
                     let step = format!("step {}/{}: {}", i + 1, n, phase.name());
                     info!(kkinstance = %t.name, "Running {step}");
@@ -636,14 +644,14 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
                         &mut prepull,
                     )
                     .await;
-                    (res, started, &own_progress)
+                    (res, started.elapsed(), &own_progress)
                 };
                 t.journal(progress.drain());
                 t.journal(side_progress.drain());
                 info!(
                     kkinstance = %t.name,
                     phase = phase.name(),
-                    duration_ms = started.elapsed().as_millis() as u64,
+                    duration_ms = ran.as_millis() as u64,
                     ok = matches!(res, Ok(Ok(()))),
                     "Phase finished"
                 );
@@ -677,14 +685,14 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
         // cut (an OS package transaction cut short leaves dpkg to be repaired), and what they did is
         // recorded, so that a retry skips what completed.
         for phase in early.pending() {
-            if let Some((res, started)) = early.take(phase).await {
+            if let Some((res, ran)) = early.take(phase).await {
                 if let Some(progress) = progress_of(phase) {
                     t.journal(progress.drain());
                 }
                 info!(
                     kkinstance = %t.name,
                     phase = phase.name(),
-                    duration_ms = started.elapsed().as_millis() as u64,
+                    duration_ms = ran.as_millis() as u64,
                     ok = matches!(res, Ok(Ok(()))),
                     "Phase finished"
                 );
@@ -922,14 +930,20 @@ mod tests {
             })
             .await;
         assert_eq!((out, t0.elapsed()), ("binary", Duration::from_secs(20)));
-        // containerd's turn costs nothing: it ended 10 s ago, and kept its result and its start.
-        let (res, started) = early.take(Phase::ContainerManager).await.expect("started");
+        // containerd's turn costs nothing: it ended 10 s ago, and kept its result and how long it ran.
+        let (res, ran) = early.take(Phase::ContainerManager).await.expect("started");
         assert!(matches!(res, Ok(Ok(()))));
-        assert_eq!((started, t0.elapsed()), (t0, Duration::from_secs(20)));
+        assert_eq!(
+            (ran, t0.elapsed()),
+            (Duration::from_secs(10), Duration::from_secs(20))
+        );
         // The packages' turn waits for their end, 30 s after all three started.
         assert_eq!(early.pending(), [Phase::Repository]);
-        assert!(early.take(Phase::Repository).await.is_some());
-        assert_eq!(t0.elapsed(), Duration::from_secs(30));
+        let (_, ran) = early.take(Phase::Repository).await.expect("started");
+        assert_eq!(
+            (ran, t0.elapsed()),
+            (Duration::from_secs(30), Duration::from_secs(30))
+        );
         // A phase not started early, or taken already, is not waited for.
         assert!(early.take(Phase::Repository).await.is_none());
         assert!(early.pending().is_empty());
