@@ -462,7 +462,14 @@ pub(crate) fn probe_script(artifacts: &[Artifact], extra_probe: &str) -> String 
     s
 }
 
-/// Append the download (host mode), verify and install steps for `needed` (artifact, expected digest).
+/// Append the download and verify steps (host mode) and the install steps for `needed` (artifact, expected
+/// digest).
+///
+/// Each artifact is hashed once, where it is downloaded. The host verifies what it downloaded itself; what
+/// the controller uploads it verified while downloading (the cache stores only a file whose digest matched),
+/// SSH's integrity check covers the transfer, and the upload is written to a temporary file and renamed, so
+/// the staged file is whole: hashing it again on the host (seconds of CPU for kubelet and containerd on a
+/// small node) would find nothing new.
 pub(crate) fn install_steps(script: &mut Script, needed: &[(&Artifact, &str)], download_on: DownloadOn) {
     if download_on == DownloadOn::Host {
         let args = needed
@@ -475,16 +482,16 @@ pub(crate) fn install_steps(script: &mut Script, needed: &[(&Artifact, &str)], d
                 .args(args)
                 .render(tpl::ART_DOWNLOAD),
         );
+        // Verify every downloaded file before installing any.
+        let args = needed.iter().flat_map(|(a, sha)| {
+            [
+                staged_path(sha),
+                (*sha).to_owned(),
+                format!("{} from {}", a.label(), strip_userinfo(&a.url)),
+            ]
+        });
+        script.step("verify-artifacts", Vars::new().args(args).render(tpl::ART_VERIFY));
     }
-    // Verify every staged file before installing any.
-    let args = needed.iter().flat_map(|(a, sha)| {
-        [
-            staged_path(sha),
-            (*sha).to_owned(),
-            format!("{} from {}", a.label(), strip_userinfo(&a.url)),
-        ]
-    });
-    script.step("verify-artifacts", Vars::new().args(args).render(tpl::ART_VERIFY));
     for (a, sha) in needed {
         let f = staged_path(sha);
         let body = match &a.install {

@@ -28,29 +28,6 @@ end_step() {
   case "$_t0$_t1" in *[!0-9]*|'') _ms=0 _at=0 ;; *) _ms=$(( (_t1 - _t0) / 1000000 )) _at=$(( _t1 / 1000000 )) ;; esac
   printf '\n@@capkk end %s %s %s %s\n' "$1" "$2" "$_ms" "$_at"
 }
-STEP=verify-artifacts
-printf '\n@@capkk begin %s\n' "$STEP"
-_t0=$(now_ns)
-( set -e
-CHANGED=0
-set -- /var/lib/capkk/staging/0000000000000000000000000000000000000000000000000000000000000000 0000000000000000000000000000000000000000000000000000000000000000 'kubeadm v1.32.0 (amd64) from https://dl.k8s.io/release/v1.32.0/bin/linux/amd64/kubeadm' /var/lib/capkk/staging/0000000000000000000000000000000000000000000000000000000000000001 0000000000000000000000000000000000000000000000000000000000000001 'kubelet v1.32.0 (amd64) from https://dl.k8s.io/release/v1.32.0/bin/linux/amd64/kubelet' /var/lib/capkk/staging/0000000000000000000000000000000000000000000000000000000000000002 0000000000000000000000000000000000000000000000000000000000000002 'kubectl v1.32.0 (amd64) from https://dl.k8s.io/release/v1.32.0/bin/linux/amd64/kubectl' /var/lib/capkk/staging/0000000000000000000000000000000000000000000000000000000000000003 0000000000000000000000000000000000000000000000000000000000000003 'cni v1.3.0 (amd64) from https://github.com/containernetworking/plugins/releases/download/v1.3.0/cni-plugins-linux-amd64-v1.3.0.tgz'
-# Arguments: triples FILE SHA256 LABEL. Every staged file is verified before any is installed; on a mismatch
-# all of them are removed.
-_all=$(i=0; for a in "$@"; do [ $((i % 3)) = 0 ] && printf '%s\n' "$a"; i=$((i + 1)); done)
-while [ $# -ge 3 ]; do
-  _a=$(sha256sum "$1" 2>/dev/null | cut -d' ' -f1)
-  if [ "$_a" != "$2" ]; then
-    printf '%s\n' "$_all" | while IFS= read -r f; do rm -f "$f"; done
-    mismatch "$3" "$2" "${_a:-missing}"
-  fi
-  shift 3
-done
-[ "$CHANGED" = 1 ] && echo '@@capkk changed'
-true
-) 2>&1 </dev/null
-_rc=$?
-end_step "$STEP" "$_rc"
-[ "$_rc" = 0 ] || exit "$_rc"
 STEP=install-kubeadm
 printf '\n@@capkk begin %s\n' "$STEP"
 _t0=$(now_ns)
