@@ -67,8 +67,9 @@ set -Eeuo pipefail
 trap 'log "FATAL: \"$BASH_COMMAND\" exited $? (line $LINENO)"' ERR
 
 MODE=${1:-smoke}
-# When the run started and the load then (timeline_capture).
+# When the run started, the load and the commit then (timeline_capture; the build is of that tree).
 STARTED_EPOCH=$(date +%s.%N) LOAD_START=$(cat /proc/loadavg)
+STARTED_COMMIT=$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse HEAD 2>/dev/null || echo unknown)
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 case $MODE in
   smoke | down) NAME=${REAL_NAME:-real-smoke} ;;
@@ -850,7 +851,9 @@ workers() {
 
 # What `capkk-bench node-ready` reads (docs/benchmarks.md): the Machines, KKMachines, KKInstances and Nodes as
 # they are once every Node is Ready, each VM's clock against the machine's (a Node's conditions carry the VM's
-# time), the load and the manager; its log stays in $WORK/manager.log. REAL_VARIANT labels the run.
+# time: clock.txt has per VM the host's time before the ssh call, the VM's `date` and the host's time when its
+# answer arrived; the VM's clock minus the last is its offset, within the answer's way back: the call's
+# seconds go to connecting, before the VM reads its clock), the load and the manager; its log stays in $WORK/manager.log. REAL_VARIANT labels the run.
 timeline_capture() {
   local d=$WORK/timeline i b v a k
   rm -rf "$d"
@@ -864,7 +867,7 @@ timeline_capture() {
     echo "$(vm_name "$i") $b $v $a" >>"$d/clock.txt"
   done
   python3 -c 'import json,sys; print(json.dumps(dict(zip(["run","variant","commit","manager","load_start","load_end","started_epoch_s","captured_epoch_s"], sys.argv[1:7] + [float(sys.argv[7]), float(sys.argv[8])]))))' \
-    "$NAME" "${REAL_VARIANT:-after}" "$(git -C "$ROOT" rev-parse HEAD)" "$MANAGER" "$LOAD_START" \
+    "$NAME" "${REAL_VARIANT:-after}" "$STARTED_COMMIT" "$MANAGER" "$LOAD_START" \
     "$(cat /proc/loadavg)" "$STARTED_EPOCH" "$(date +%s.%N)" >"$d/meta.json"
   log "    timeline for capkk-bench node-ready: $d"
 }
