@@ -650,7 +650,7 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
                 t.journal(side_progress.drain());
                 info!(
                     kkinstance = %t.name,
-                    phase = phase.name(),
+                    phase = %phase.name(),
                     duration_ms = ran.as_millis() as u64,
                     ok = matches!(res, Ok(Ok(()))),
                     "Phase finished"
@@ -691,7 +691,7 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
                 }
                 info!(
                     kkinstance = %t.name,
-                    phase = phase.name(),
+                    phase = %phase.name(),
                     duration_ms = ran.as_millis() as u64,
                     ok = matches!(res, Ok(Ok(()))),
                     "Phase finished"
