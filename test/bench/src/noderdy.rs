@@ -330,9 +330,10 @@ fn after<'a>(text: &'a str, marker: &str) -> Option<&'a str> {
 }
 
 /// The value of ` key=value` (up to the next space).
+/// A `key=value` field of a log line; a value logged as a string (`phase="binary"`) loses its quotes.
 fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
     let tail = after(text, &format!(" {key}="))?;
-    tail.split_whitespace().next()
+    tail.split_whitespace().next().map(|v| v.trim_matches('"'))
 }
 
 fn millis(text: &str) -> Option<f64> {
@@ -1107,7 +1108,7 @@ mod tests {
         let log = "\
 2026-11-28T10:00:08.212481Z  INFO capkk_controllers::kkinstance::task: Running step 2/5: binary kkinstance=c.h-1
 2026-11-28T10:00:08.215170Z  INFO capkk_controllers::kkinstance::task: Running step 4/5: repository (alongside binary) kkinstance=c.h-1
-2026-11-28T10:00:32.401020Z  INFO capkk_controllers::kkinstance::task: Phase finished kkinstance=c.h-1 phase=repository duration_ms=24186
+2026-11-28T10:00:32.401020Z  INFO capkk_controllers::kkinstance::task: Phase finished kkinstance=c.h-1 phase=\"repository\" duration_ms=24186
 2026-11-28T10:02:27.330118Z  INFO run_with{host=root@198.18.41.11 plan=97b0 steps=18}: capkk_controllers::kkinstance::task: Host step finished kkinstance=c.h-1 phase=provisioning step=runcmd[0]: kubeadm init --config /run/kubeadm/kubeadm.yaml  && echo suc ... exit_code=Some(0) duration_ms=96981 host_finished_ms=Some(1795860147330) skipped=false
 2026-11-28T10:02:27.330201Z  INFO run_with{host=root@198.18.41.11}: capkk_service::provisioning: Provisioning step finished step=runcmd[0] exit_code=0 duration_ms=96981
 2026-11-28T10:00:52.101001Z  INFO capkk_controllers::kkinstance::task: Host prepared; waiting for the bootstrap data kkinstance=c.h-2
