@@ -16,6 +16,11 @@
 #                       plugins, containerd, runc, crictl) on a freshly booted QEMU VM each, one run each, one after
 #                       the other; prints per-phase times and `ratio capkk-v3/capkk-rs real-vm: X`; results in
 #                       target/bench/real-vm-{table.md,results.json}. Needs root, QEMU and `make node-artifacts`
+#   make bench-node-ready  Machine created -> Node Ready and our host phases' share, before/after, from the
+#                       captures of real-VM cluster runs: NODE_READY_RUNS="<run>/timeline ..." (test/vm/real.sh
+#                       writes them; each run's manager log beside, ../manager.log); runs nothing; prints the
+#                       table and last `node-ready <role> after/before: X` and `our-phases <role> after/before: Y`;
+#                       results in target/bench/node-ready-{table.md,results.json}
 #   make bench-quick    SSH benchmark with N=1,2, one run, no warm-up (smoke check, ~2 min)
 #   make bench-venv     ansible-core from PyPI into $(BENCH_VENV) (done by `bench` when missing)
 #   make bench-plots    the plots of docs/benchmarks.md (docs/bench/*.png) from the results kept in docs/bench/*.json
@@ -37,11 +42,13 @@ BENCH_PROVISION ?= 10
 # bench-real-vm: VM size (CPUSxMIB, the same for both methods) and fleet-name prefix (<prefix>-rs, <prefix>-v3).
 BENCH_REAL_VM ?= 2x2048
 BENCH_REAL_NAME ?= bv
+# bench-node-ready: the capture directories to read, one per run.
+NODE_READY_RUNS ?=
 BENCH_BIN := target/release/capkk-bench
 # Debian's python3, for which python3-matplotlib is installed (a python3 earlier on PATH, e.g. pyenv's, lacks it).
 BENCH_PYTHON ?= /usr/bin/python3
 
-.PHONY: bench bench-ssh bench-controller bench-provision bench-real-vm bench-quick bench-venv bench-build bench-v3-driver bench-plots
+.PHONY: bench bench-ssh bench-controller bench-provision bench-real-vm bench-node-ready bench-node-ready-runs bench-quick bench-venv bench-build bench-v3-driver bench-plots
 
 bench-venv: $(BENCH_VENV)/bin/ansible-playbook
 
@@ -76,6 +83,13 @@ bench-ssh: bench-venv bench-build ## SSH provisioning benchmark: capkk-rs vs CAP
 bench-real-vm: bench-build node-artifacts ## capkk-rs vs CAPKK v3 with the real node artifacts, a freshly booted VM each (not in make test)
 	CAPKK_BENCH_V3_DRIVER=$$(test/bench/capkk-v3/build.sh) && export CAPKK_BENCH_V3_DRIVER && \
 	$(BENCH_BIN) real-vm --vm $(BENCH_REAL_VM) --name $(BENCH_REAL_NAME) $(BENCH_ARGS)
+
+bench-node-ready: bench-node-ready-runs bench-build ## Machine created -> Node Ready and our phases' share from real-VM run captures (NODE_READY_RUNS="dir ...")
+	$(BENCH_BIN) node-ready $(NODE_READY_RUNS) $(BENCH_ARGS)
+
+# Before the release build, which takes minutes: without captures there is nothing to read.
+bench-node-ready-runs:
+	@[ -n "$(strip $(NODE_READY_RUNS))" ] || { echo 'bench-node-ready: set NODE_READY_RUNS="<run>/timeline ..." (captures of test/vm/real.sh runs)' >&2; exit 2; }
 
 bench-quick: bench-venv bench-build ## benchmark smoke check: N=1,2, one run
 	CAPKK_BENCH_V3_DRIVER=$$(test/bench/capkk-v3/build.sh) && export CAPKK_BENCH_V3_DRIVER && \

@@ -6,13 +6,15 @@
 //! `capkk-bench ssh` orchestrates (sandbox, reset, alternating runs, verification, table);
 //! `capkk-bench drive` is one timed run of one method in its own process (so CPU and RSS are measured the
 //! same way for every method). `capkk-bench real-vm` runs capkk-rs's and CAPKK v3's host services with the real
-//! node artifacts on freshly booted VMs.
+//! node artifacts on freshly booted VMs. `capkk-bench node-ready` reads the captures of real-VM cluster runs
+//! (`test/vm/real.sh`) into Machine created → Node Ready and our host phases' share of it.
 
 mod artifacts;
 mod controller;
 mod hosts;
 mod measure;
 mod methods;
+mod noderdy;
 mod ours;
 mod plan;
 mod provision;
@@ -55,6 +57,8 @@ enum Cmd {
     Controller(controller::ControllerArgs),
     /// capkk-rs vs CAPKK v3 installing the real node artifacts (binaries, containerd) on a freshly booted VM each.
     RealVm(realvm::RealVmArgs),
+    /// Machine created → Node Ready and our phases' share, from captures of real-VM cluster runs (runs nothing).
+    NodeReady(noderdy::NodeReadyArgs),
     /// Internal: one timed run of one method; prints a JSON result on stdout.
     Drive {
         /// The spec file written by `ssh`.
@@ -153,6 +157,7 @@ fn main() -> anyhow::Result<()> {
         }
         Cmd::Ssh(args) => ssh_bench(&args),
         Cmd::RealVm(args) => realvm::run(&args),
+        Cmd::NodeReady(args) => noderdy::run(&args),
         Cmd::Controller(args) => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             let report = rt.block_on(controller::run(&args))?;

@@ -16,7 +16,7 @@ pub const SCHEMA: u32 = 1;
 /// What every results file starts with.
 #[derive(Clone, Debug, Serialize)]
 pub struct Meta {
-    /// Which benchmark: `ssh`, `claim` or `provision`.
+    /// Which benchmark: `ssh`, `claim`, `provision`, `real-vm` or `node-ready`.
     pub bench: &'static str,
     /// [`SCHEMA`].
     pub schema: u32,
