@@ -41,6 +41,12 @@ use crate::{
     reconcile::{Owner, Reconciler, requeue},
 };
 
+/// The `Ready` message while host work runs. The same for every step (`status.step` names the step): with the
+/// step in it, each step of each host was two more status writes in turn (this reconciler's, then the
+/// KKMachine's mirror of it) and a third by CAPI's Machine controller, which copies the KKMachine's `Ready`
+/// into the Machine; on a busy API server those writes held up the ones host work waits for.
+pub(crate) const HOST_WORK_IN_PROGRESS: &str = "host work in progress (status.step names the step)";
+
 /// The part of the status the reconciler writes: `state`, `observedGeneration` and the `Ready` and `Paused`
 /// conditions. Host work owns the rest ([`task::hostwork_status`]); `nodeRef` is written by the KKMachine
 /// reconciler once the workload Node carries the providerID.
@@ -168,11 +174,7 @@ impl Reconciler for KKInstance {
                     ready(false, reasons::UNREACHABLE, msg);
                     return Ok(Action::requeue(requeue::HOST_WORK));
                 }
-                ready(
-                    false,
-                    reasons::IN_PROGRESS,
-                    step.unwrap_or_else(|| "host work started".into()),
-                );
+                ready(false, reasons::IN_PROGRESS, HOST_WORK_IN_PROGRESS.into());
                 Ok(Action::requeue(requeue::HOST_WORK))
             }
             HostState::Provisioned => {
@@ -425,7 +427,7 @@ async fn start_provisioning(
         cond::READY,
         false,
         reasons::IN_PROGRESS,
-        "host work started",
+        HOST_WORK_IN_PROGRESS,
         generation,
     );
     Ok(Action::requeue(requeue::HOST_WORK))
