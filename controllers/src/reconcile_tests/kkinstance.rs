@@ -1011,3 +1011,28 @@ async fn a_busy_host_reports_one_ready_message_whatever_its_step_so_a_new_step_w
     t.ctx.tasks.abort(&uid);
     server.finish(t.ctx).await;
 }
+
+#[tokio::test]
+async fn host_work_on_a_host_already_marked_touched_does_not_mark_it_again() {
+    let km = recorded_kkmachine();
+    let mut t = world(&km);
+    let inst = claim(
+        &km,
+        "node1",
+        "10.0.0.1",
+        &[(TOUCHED_ANNOTATION, "true"), (BLOCK_MOVE_ANNOTATION, "true")],
+    );
+    let served = serve_host_work(t.api, &inst);
+    reconcile(Arc::new(inst), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    assert_eq!(task_end(&mut t.instance_triggers).await, Some("c.node1".into()));
+    let requests = served.finish();
+    assert_eq!(t.services.ran(), Phase::ALL);
+    assert!(
+        !requests
+            .iter()
+            .any(|(m, _, b)| m == "PATCH" && b["metadata"]["annotations"][TOUCHED_ANNOTATION] == "true"),
+        "no write repeats what the object says: {requests:#?}"
+    );
+}
