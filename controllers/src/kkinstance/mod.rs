@@ -41,6 +41,12 @@ use crate::{
     reconcile::{Owner, Reconciler, requeue},
 };
 
+/// The `Ready` message while host work runs. The same for every step (`status.step` names the step): with the
+/// step in it, each step of each host was two more status writes in turn (this reconciler's, then the
+/// KKMachine's mirror of it) and a third by CAPI's Machine controller, which copies the KKMachine's `Ready`
+/// into the Machine; on a busy API server those writes held up the ones host work waits for.
+pub(crate) const HOST_WORK_IN_PROGRESS: &str = "host work in progress (status.step names the step)";
+
 /// The part of the status the reconciler writes: `state`, `observedGeneration` and the `Ready` and `Paused`
 /// conditions. Host work owns the rest ([`task::hostwork_status`]); `nodeRef` is written by the KKMachine
 /// reconciler once the workload Node carries the providerID.
@@ -168,11 +174,7 @@ impl Reconciler for KKInstance {
                     ready(false, reasons::UNREACHABLE, msg);
                     return Ok(Action::requeue(requeue::HOST_WORK));
                 }
-                ready(
-                    false,
-                    reasons::IN_PROGRESS,
-                    step.unwrap_or_else(|| "host work started".into()),
-                );
+                ready(false, reasons::IN_PROGRESS, HOST_WORK_IN_PROGRESS.into());
                 Ok(Action::requeue(requeue::HOST_WORK))
             }
             HostState::Provisioned => {
@@ -367,8 +369,6 @@ async fn start_provisioning(
     retry: bool,
 ) -> Result<Action> {
     let generation = inst.metadata.generation;
-    let api: Api<KKInstance> = Api::namespaced(ctx.client.clone(), &inst.namespace().unwrap_or_default());
-    let name = inst.name_any();
     let kkc = get_kkcluster(ctx, inst).await?;
     if let Some(d) = kkc.as_ref().and_then(|k| k.spec.distribution.clone())
         && Distribution::parse(Some(&d)) != Ok(Distribution::Kubernetes)
@@ -389,15 +389,7 @@ async fn start_provisioning(
             .await;
         return Ok(Action::await_change());
     }
-    annotate(
-        &api,
-        &name,
-        &[
-            (BLOCK_MOVE_ANNOTATION, Some("true".into())),
-            (TOUCHED_ANNOTATION, Some("true".into())),
-        ],
-    )
-    .await?;
+    // The task marks the host touched itself, alongside its connect ([`mark_touched`]).
     let uid = inst.uid().unwrap_or_default();
     let task_ctx = ctx.clone();
     let task_inst = inst.clone();
@@ -425,7 +417,7 @@ async fn start_provisioning(
         cond::READY,
         false,
         reasons::IN_PROGRESS,
-        "host work started",
+        HOST_WORK_IN_PROGRESS,
         generation,
     );
     Ok(Action::requeue(requeue::HOST_WORK))
@@ -454,6 +446,27 @@ pub(crate) async fn get_kkcluster(ctx: &Context, inst: &KKInstance) -> Result<Op
         return Ok(None);
     };
     crate::context::cached_or_get(ctx.stores.cluster(&ns, name).await, &ctx.client, &ns, name).await
+}
+
+/// Mark `inst` touched (its release resets the host) and blocked for `clusterctl move` while host work runs,
+/// unless both are recorded already. Host work does it while it connects (the host-identity Leases, `true`)
+/// and runs no phase before it is written: made before the task started, it was one more API write in turn
+/// between the claim and the host's first command. `true` and the Leases change nothing a reset would undo.
+pub(crate) async fn mark_touched(api: &Api<KKInstance>, inst: &KKInstance) -> Result<()> {
+    let a = inst.annotations();
+    let set = |k: &str| a.get(k).map(String::as_str) == Some("true");
+    if set(TOUCHED_ANNOTATION) && set(BLOCK_MOVE_ANNOTATION) {
+        return Ok(());
+    }
+    annotate(
+        api,
+        &inst.name_any(),
+        &[
+            (BLOCK_MOVE_ANNOTATION, Some("true".into())),
+            (TOUCHED_ANNOTATION, Some("true".into())),
+        ],
+    )
+    .await
 }
 
 /// Merge-patch annotations (`None` removes one).

@@ -450,10 +450,12 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
         // The bootstrap data is read while connecting, not between the phases: the image pre-pull needs it
         // the moment containerd runs. Unreadable now, it is read again when needed (and its failure
         // reported by provisioning).
-        let (connected, early_data) = tokio::join!(
+        let (connected, early_data, touched) = tokio::join!(
             connect(&ctx, &inst, kkc.as_ref()),
-            bootstrap_data(&ctx, &inst)
+            bootstrap_data(&ctx, &inst),
+            super::mark_touched(&t.api, &inst)
         );
+        touched.map_err(|e| Failure::Transient(e.to_string()))?;
         let Connected { exec, target, claims } = connected?;
         let claims = claims.join(",");
         if inst.annotations().get(HOST_CLAIMS_ANNOTATION) != Some(&claims) {

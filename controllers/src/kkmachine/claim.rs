@@ -9,7 +9,7 @@ use capkk_api::{
     InstanceInfo, KKCluster, KKInstance, KKInstanceSpec, KKMachine, Role, SecretRef,
     consts::{
         ADDRESS_HASH_LABEL, CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, KKCLUSTER_NAME_LABEL,
-        TOUCHED_ANNOTATION, WATCH_FILTER_LABEL, reasons,
+        KKINSTANCE_FINALIZER, TOUCHED_ANNOTATION, WATCH_FILTER_LABEL, reasons,
     },
     names::{address_hash, instance_name, provider_id},
 };
@@ -377,6 +377,9 @@ fn new_instance(
             namespace: Some(ns),
             labels: Some(labels),
             owner_references: Some(vec![owner]),
+            // Created with it, the KKInstance's first reconcile goes straight to host work: adding it there
+            // was one more API write, in turn, between the claim and the host's first command.
+            finalizers: Some(vec![KKINSTANCE_FINALIZER.to_owned()]),
             ..Default::default()
         },
         spec: KKInstanceSpec {

@@ -1002,3 +1002,71 @@ async fn deleting_a_prepared_host_that_never_got_its_bootstrap_data_resets_it() 
         "the reset clears the journal's phases: {requests:#?}"
     );
 }
+
+#[tokio::test]
+async fn a_busy_host_reports_one_ready_message_whatever_its_step_so_a_new_step_writes_no_status_of_its_own() {
+    let km = recorded_kkmachine();
+    let t = world(&km);
+    let mut inst = claim(&km, "node1", "10.0.0.1", &[(TOUCHED_ANNOTATION, "true")]);
+    let uid = inst.metadata.uid.clone().unwrap_or_default();
+    // Host work of this KKInstance runs (it never ends in this test).
+    t.ctx.tasks.spawn(&uid, crate::context::TaskKind::Provision, |_| {
+        futures::future::pending::<()>()
+    });
+    inst.status = Some(capkk_api::KKInstanceStatus {
+        step: Some("step 1/5: bootstrap".into()),
+        ..Default::default()
+    });
+    let written = Arc::new(std::sync::Mutex::new(Value::Null));
+    let (keep, reply) = (written.clone(), inst.clone());
+    let server = t.api.script(|mut api: ApiServer| async move {
+        let c = api.expect("PATCH", &path("kkinstances", "c.node1/status")).await;
+        *keep.lock().unwrap() = c.body["status"].clone();
+        c.reply(&reply);
+        api
+    });
+    let res = reconcile(Arc::new(inst.clone()), t.ctx.clone()).await;
+    assert_eq!(res.expect("reconciled"), Action::requeue(requeue::HOST_WORK));
+    let first = written.lock().unwrap().clone();
+    assert_eq!(
+        first["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+            .map(|c| c["message"].clone()),
+        Some(json!(crate::kkinstance::HOST_WORK_IN_PROGRESS)),
+        "{first}"
+    );
+    // Host work moved on to its next step: the reconcile that wakes has nothing to write.
+    let mut status: capkk_api::KKInstanceStatus = serde_json::from_value(first).expect("a status");
+    status.step = Some("step 2/5: binary".into());
+    inst.status = Some(status);
+    let res = reconcile(Arc::new(inst), t.ctx.clone()).await;
+    assert_eq!(res.expect("reconciled"), Action::requeue(requeue::HOST_WORK));
+    t.ctx.tasks.abort(&uid);
+    server.finish(t.ctx).await;
+}
+
+#[tokio::test]
+async fn host_work_on_a_host_already_marked_touched_does_not_mark_it_again() {
+    let km = recorded_kkmachine();
+    let mut t = world(&km);
+    let inst = claim(
+        &km,
+        "node1",
+        "10.0.0.1",
+        &[(TOUCHED_ANNOTATION, "true"), (BLOCK_MOVE_ANNOTATION, "true")],
+    );
+    let served = serve_host_work(t.api, &inst);
+    reconcile(Arc::new(inst), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    assert_eq!(task_end(&mut t.instance_triggers).await, Some("c.node1".into()));
+    let requests = served.finish();
+    assert_eq!(t.services.ran(), Phase::ALL);
+    assert!(
+        !requests
+            .iter()
+            .any(|(m, _, b)| m == "PATCH" && b["metadata"]["annotations"][TOUCHED_ANNOTATION] == "true"),
+        "no write repeats what the object says: {requests:#?}"
+    );
+}

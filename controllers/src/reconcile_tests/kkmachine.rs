@@ -101,6 +101,33 @@ async fn a_claim_that_finds_its_first_host_taken_claims_the_next_and_records_it_
 }
 
 #[tokio::test]
+async fn a_claim_creates_its_kkinstance_with_the_finalizer_so_host_work_needs_no_write_to_add_it() {
+    let t = world(vec![kkcluster(&[("node1", "10.0.0.1")])]);
+    let res = scripted(t.ctx, t.api, kkmachine(), |mut api: ApiServer| async move {
+        let c = api.expect("POST", &path("kkinstances", "")).await;
+        assert_eq!(
+            c.body["metadata"]["finalizers"],
+            json!([KKINSTANCE_FINALIZER]),
+            "{}",
+            c.body["metadata"]
+        );
+        let inst = created(&c.body);
+        c.created(&inst);
+        let c = api.expect("PATCH", &path("kkmachines", "m")).await;
+        let mut recorded = kkmachine();
+        recorded.spec.instance_id = Some("c.node1".into());
+        c.reply(&recorded);
+        api.expect("POST", EVENTS).await.echo();
+        api.expect("PATCH", &path("kkmachines", "m/status"))
+            .await
+            .reply(&recorded);
+        api
+    })
+    .await;
+    assert_eq!(res.expect("reconciled"), Action::requeue(requeue::MACHINE_WORK));
+}
+
+#[tokio::test]
 async fn an_address_another_kkcluster_holds_is_refused_without_a_create_and_the_refusal_names_the_holder() {
     let mut t = world(vec![
         kkcluster(&[("node1", "10.0.0.9")]),
