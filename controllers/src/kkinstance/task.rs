@@ -455,13 +455,14 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
             bootstrap_data(&ctx, &inst),
             super::mark_touched(&t.api, &inst)
         );
-        touched.map_err(|e| Failure::Transient(e.to_string()))?;
         let Connected { exec, target, claims } = connected?;
         let claims = claims.join(",");
         if inst.annotations().get(HOST_CLAIMS_ANNOTATION) != Some(&claims) {
             // Recorded so that the claim is given back when the KKInstance goes.
             t.annotate(&[(HOST_CLAIMS_ANNOTATION, Some(claims))]);
         }
+        // After the claims are recorded: a failed mark still leaves the Leases connect took to be given back.
+        touched.map_err(|e| Failure::Transient(e.to_string()))?;
         if inst.spec.host_key.is_none()
             && inst.spec.host_keys.is_empty()
             && let Some(fp) = ctx.ssh.observed_fingerprint(&target)
