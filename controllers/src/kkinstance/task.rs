@@ -27,6 +27,7 @@
 //! ends. It never sleeps through a backoff: a transient failure is recorded in the registry and the task
 //! ends; the reconcile decides when to start again.
 
+use std::collections::BTreeSet;
 use std::sync::{
     Arc, Mutex,
     atomic::{AtomicBool, Ordering},
@@ -224,6 +225,30 @@ impl Task {
         self.writes.queue(Op::Annotate(
             set.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect(),
         ));
+    }
+
+    /// Records `phase` as completed: its condition, `done`, and the completed-phases annotation, in the
+    /// phases' order whatever order they ended in.
+    fn phase_completed(&mut self, done: &mut BTreeSet<String>, phase: Phase) {
+        self.set(phase.condition(), true, reasons::READY, "");
+        done.insert(phase.name().to_owned());
+        let list: Vec<&str> = Phase::ALL
+            .iter()
+            .map(|p| p.name())
+            .filter(|p| done.contains(*p))
+            .collect();
+        self.annotate(&[(COMPLETED_PHASES_ANNOTATION, Some(list.join(",")))]);
+    }
+
+    /// The log line per phase that `capkk-bench node-ready` reads: how long it ran, on its own.
+    fn phase_finished(&self, phase: Phase, ran: Duration, ok: bool) {
+        info!(
+            kkinstance = %self.name,
+            phase = %phase.name(),
+            duration_ms = ran.as_millis() as u64,
+            ok,
+            "Phase finished"
+        );
     }
 
     /// An event about the KKInstance. It refers to the object by kind, namespace, name and UID: the object
@@ -651,13 +676,7 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
                 };
                 t.journal(progress.drain());
                 t.journal(side_progress.drain());
-                info!(
-                    kkinstance = %t.name,
-                    phase = %phase.name(),
-                    duration_ms = ran.as_millis() as u64,
-                    ok = matches!(res, Ok(Ok(()))),
-                    "Phase finished"
-                );
+                t.phase_finished(phase, ran, matches!(res, Ok(Ok(()))));
                 let res = res?;
                 if let Some(f) = input.facts.lock().ok().and_then(|f| f.clone()) {
                     t.status.host_info = Some(capkk_api::HostInfo {
@@ -672,14 +691,7 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
                     });
                 }
                 res.map_err(|e| service_failure(phase, e))?;
-                t.set(phase.condition(), true, reasons::READY, "");
-                done.insert(phase.name().to_owned());
-                let list: Vec<&str> = phases
-                    .iter()
-                    .map(|p| p.name())
-                    .filter(|p| done.contains(*p))
-                    .collect();
-                t.annotate(&[(COMPLETED_PHASES_ANNOTATION, Some(list.join(",")))]);
+                t.phase_completed(&mut done, phase);
             }
             Ok(Ended::Provisioned)
         }
@@ -692,29 +704,14 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
                 if let Some(progress) = progress_of(phase) {
                     t.journal(progress.drain());
                 }
-                info!(
-                    kkinstance = %t.name,
-                    phase = %phase.name(),
-                    duration_ms = ran.as_millis() as u64,
-                    ok = matches!(res, Ok(Ok(()))),
-                    "Phase finished"
-                );
+                t.phase_finished(phase, ran, matches!(res, Ok(Ok(()))));
                 let failure = match res {
                     Ok(Ok(())) => None,
                     Ok(Err(e)) => Some(service_failure(phase, e)),
                     Err(f) => Some(f),
                 };
                 match failure {
-                    None => {
-                        t.set(phase.condition(), true, reasons::READY, "");
-                        done.insert(phase.name().to_owned());
-                        let list: Vec<&str> = phases
-                            .iter()
-                            .map(|p| p.name())
-                            .filter(|p| done.contains(*p))
-                            .collect();
-                        t.annotate(&[(COMPLETED_PHASES_ANNOTATION, Some(list.join(",")))]);
-                    }
+                    None => t.phase_completed(&mut done, phase),
                     Some(Failure::Terminal { reason, message }) => t.set(phase.condition(), false, reason, message),
                     Some(Failure::Transient(m)) => t.set(phase.condition(), false, reasons::UNREACHABLE, m),
                 }
