@@ -321,25 +321,22 @@ type PhaseOutcome = Result<ServiceResult<()>, Failure>;
 /// A phase's run, boxed so that phases started ahead of their turn can be held side by side.
 type PhaseJob<'a> = Pin<Box<dyn Future<Output = PhaseOutcome> + Send + 'a>>;
 
-/// A phase started ahead of its turn: its outcome and when it ended, kept until its turn.
-type TimedJob<'a> = Pin<Box<dyn Future<Output = (PhaseOutcome, tokio::time::Instant)> + Send + 'a>>;
+/// A phase started ahead of its turn: its outcome and how long it ran, kept until its turn.
+type TimedJob<'a> = Pin<Box<dyn Future<Output = (PhaseOutcome, Duration)> + Send + 'a>>;
 
 /// Phases started before their turn ([`Phase::independent`]), running beside the phase in front of them on
 /// channels of their own. Each keeps its result until the loop reaches its turn and takes it, so conditions,
 /// journal and completed phases are still written in the phases' order.
 #[derive(Default)]
 struct Early<'a> {
-    jobs: Vec<(Phase, tokio::time::Instant, MaybeDone<TimedJob<'a>>)>,
+    jobs: Vec<(Phase, MaybeDone<TimedJob<'a>>)>,
 }
 
 impl<'a> Early<'a> {
     fn start(&mut self, phase: Phase, job: PhaseJob<'a>) {
-        let timed: TimedJob<'a> = Box::pin(async move { (job.await, tokio::time::Instant::now()) });
-        self.jobs.push((
-            phase,
-            tokio::time::Instant::now(),
-            futures::future::maybe_done(timed),
-        ));
+        let started = tokio::time::Instant::now();
+        let timed: TimedJob<'a> = Box::pin(async move { (job.await, started.elapsed()) });
+        self.jobs.push((phase, futures::future::maybe_done(timed)));
     }
 
     fn is_started(&self, phase: Phase) -> bool {
@@ -352,7 +349,7 @@ impl<'a> Early<'a> {
     }
 
     fn poll_jobs(&mut self, cx: &mut std::task::Context<'_>) {
-        for (_, _, job) in &mut self.jobs {
+        for (_, job) in &mut self.jobs {
             // A finished job stays `Done` until taken; polling it again is a no-op.
             let _ = Pin::new(job).poll(cx);
         }
@@ -378,15 +375,11 @@ impl<'a> Early<'a> {
             let Some(i) = self.jobs.iter().position(|(p, ..)| *p == phase) else {
                 return Poll::Ready(None);
             };
-            if !matches!(self.jobs[i].2, MaybeDone::Done(_)) {
+            if !matches!(self.jobs[i].1, MaybeDone::Done(_)) {
                 return Poll::Pending;
             }
-            let (_, started, mut job) = self.jobs.remove(i);
-            Poll::Ready(
-                Pin::new(&mut job)
-                    .take_output()
-                    .map(|(out, ended)| (out, ended - started)),
-            )
+            let (_, mut job) = self.jobs.remove(i);
+            Poll::Ready(Pin::new(&mut job).take_output())
         })
         .await
     }
