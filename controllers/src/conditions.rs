@@ -76,6 +76,22 @@ pub(crate) fn set_raw(
     }
 }
 
+/// Carry the transition times of `written` (the conditions last written, which the cache may not show yet)
+/// into `conds`, computed from an older status: a condition whose status is the written one keeps the
+/// written time; one whose status differs from it transitions now (unless its time is already later).
+pub(crate) fn keep_transitions(conds: &mut [Condition], written: &[Condition]) {
+    for c in conds.iter_mut() {
+        let Some(w) = get(written, &c.type_) else {
+            continue;
+        };
+        if c.status == w.status {
+            c.last_transition_time = w.last_transition_time.clone();
+        } else if c.last_transition_time.0 <= w.last_transition_time.0 {
+            c.last_transition_time = Time(Timestamp::now());
+        }
+    }
+}
+
 /// The condition `type_`, if present.
 pub(crate) fn get<'a>(conds: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conds.iter().find(|c| c.type_ == type_)
@@ -113,5 +129,43 @@ mod tests {
         set(&mut c, "T", false, "R", msg, None);
         assert!(c[0].message.len() <= MAX_MESSAGE + 3);
         assert!(c[0].message.ends_with("END"));
+    }
+
+    #[test]
+    fn times_computed_from_an_older_status_become_the_written_ones_unless_the_status_moved_on() {
+        let at = |s: &str| Time(s.parse::<Timestamp>().unwrap());
+        let cond = |type_: &str, status: &str, t: &str| Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: "R".into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: at(t),
+        };
+        let written = [
+            cond("Paused", "False", "2026-01-01T00:00:01Z"),
+            cond("Ready", "False", "2026-01-01T00:00:01Z"),
+        ];
+        // From a cached status without the written conditions: both were stamped "now" (here: later).
+        let mut conds = vec![
+            cond("Paused", "False", "2026-01-01T00:00:05Z"),
+            cond("Ready", "True", "2026-01-01T00:00:00Z"),
+            cond("New", "True", "2026-01-01T00:00:05Z"),
+        ];
+        keep_transitions(&mut conds, &written);
+        assert_eq!(
+            conds[0].last_transition_time,
+            at("2026-01-01T00:00:01Z"),
+            "unchanged: the written time"
+        );
+        assert!(
+            conds[1].last_transition_time.0 > at("2026-01-01T00:00:01Z").0,
+            "False -> True against what was written is a transition now"
+        );
+        assert_eq!(
+            conds[2].last_transition_time,
+            at("2026-01-01T00:00:05Z"),
+            "not written: as computed"
+        );
     }
 }

@@ -334,20 +334,38 @@ pub(crate) fn finalizer_patch<K: Resource>(obj: &K, finalizer: &str) -> serde_js
     json!({ "metadata": { "finalizers": finalizers, "resourceVersion": obj.resource_version() } })
 }
 
-/// Server-side apply of the reconciler's part of the status, when it changed.
+/// Server-side apply of the reconciler's part of the status, when it changed: against the status this
+/// reconciler last wrote while the cache does not show it yet (see [`crate::context::written`]), else against
+/// the cached one.
 pub(crate) async fn write_status<K: Reconciler>(
     obj: &K,
     old: &K::Status,
     new: &K::Status,
     ctx: &Context,
 ) -> Result<()> {
-    let (old, new) = (K::owned_status(old), K::owned_status(new));
-    if old == new {
+    let key = backoff_key(obj);
+    let (old, mut new) = (K::owned_status(old), K::owned_status(new));
+    let base = match ctx.written.get::<K::Status>(&key) {
+        Some(mut written) if written != old => {
+            // Computed from a status older than the last write: its conditions' times are the written ones
+            // where nothing changed since.
+            conditions::keep_transitions(K::conditions(&mut new), K::conditions(&mut written));
+            written
+        }
+        Some(_) => {
+            ctx.written.forget(&key);
+            old
+        }
+        None => old,
+    };
+    if base == new {
         return Ok(());
     }
     let name = obj.name_any();
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default());
-    apply_status(&api, &name, &new, FIELD_MANAGER).await
+    apply_status(&api, &name, &new, FIELD_MANAGER).await?;
+    ctx.written.put(&key, new);
+    Ok(())
 }
 
 /// Server-side apply `status` (`{"status": status}`) of `name` as `manager`.

@@ -13,6 +13,7 @@ pub(crate) mod probes;
 pub(crate) mod reservations;
 pub(crate) mod stores;
 pub(crate) mod tasks;
+pub(crate) mod written;
 
 use std::{sync::Arc, time::Duration};
 
@@ -149,6 +150,8 @@ pub(crate) struct Context {
     pub remediations: crate::kkremediation::task::Attempts,
     /// In-place upgrades (CAPI's `UpdateMachine`) and their outcomes.
     pub upgrades: crate::inplace::update::Updates,
+    /// The status each reconciler last wrote, until the cache shows it.
+    pub written: written::Written,
 }
 
 impl Context {
@@ -188,6 +191,7 @@ impl Context {
             reservations: Reservations::default(),
             remediations: Default::default(),
             upgrades: Default::default(),
+            written: Default::default(),
         }
     }
 
@@ -246,6 +250,14 @@ impl Context {
         let _ = self
             .triggers
             .instances
+            .unbounded_send(ObjectRef::new(name).within(ns));
+    }
+
+    /// Ask for a reconcile of a KKMachine.
+    pub(crate) fn trigger_machine(&self, name: &str, ns: &str) {
+        let _ = self
+            .triggers
+            .machines
             .unbounded_send(ObjectRef::new(name).within(ns));
     }
 

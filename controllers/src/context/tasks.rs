@@ -60,6 +60,8 @@ pub(crate) struct TaskRegistry {
     /// UIDs whose task ended since the last reconcile looked (their object is re-read from the API: the
     /// cache may not have the task's last writes yet).
     finished: Mutex<HashSet<String>>,
+    /// UIDs whose host work reported the host provisioned, until their KKMachine saw it in the cache.
+    provisioned: Mutex<HashSet<String>>,
 }
 
 impl TaskRegistry {
@@ -70,6 +72,7 @@ impl TaskRegistry {
             permits: HostPermits::new(max, per_namespace),
             failures: Mutex::new(HashMap::new()),
             finished: Mutex::new(HashSet::new()),
+            provisioned: Mutex::new(HashSet::new()),
         }
     }
 
@@ -149,6 +152,29 @@ impl TaskRegistry {
     /// True (once) when the task of `uid` ended since the last call.
     pub(crate) fn take_finished(&self, uid: &str) -> bool {
         self.finished.lock().map(|mut f| f.remove(uid)).unwrap_or(false)
+    }
+
+    /// Called by host work when the host of `uid` is provisioned, as its status write is queued: the
+    /// KKMachine reports `provisioned` from this at once instead of after that write came back through the
+    /// KKInstance watch (a write and a watch round trip later, a second or more on a loaded API server,
+    /// while CAPI waits for it). Only ever true of a host whose bootstrap data ran; a KKMachine's
+    /// `provisioned`, once reported, stays.
+    pub(crate) fn report_provisioned(&self, uid: &str) {
+        if let Ok(mut p) = self.provisioned.lock() {
+            p.insert(uid.to_owned());
+        }
+    }
+
+    /// True when host work of `uid` reported the host provisioned and the cache may not show it yet.
+    pub(crate) fn reported_provisioned(&self, uid: &str) -> bool {
+        self.provisioned.lock().map(|p| p.contains(uid)).unwrap_or(false)
+    }
+
+    /// Forget the report of `uid` (its KKMachine saw the status, or new host work or a reset started).
+    pub(crate) fn forget_provisioned(&self, uid: &str) {
+        if let Ok(mut p) = self.provisioned.lock() {
+            p.remove(uid);
+        }
     }
 
     /// Record a transient failure of `uid`'s host work; returns the backoff before the next attempt. The

@@ -8,6 +8,7 @@ use capkk_executor::{ExecRequest, Executor};
 use capkk_service::journal::Redactor;
 use k8s_openapi::api::core::v1::Secret as K8sSecret;
 use kube::{Api, ResourceExt};
+use tracing::debug;
 
 use super::failure::{Failure, exec_failure};
 use crate::{
@@ -40,6 +41,7 @@ pub(crate) async fn connect(
     inst: &KKInstance,
     kkc: Option<&KKCluster>,
 ) -> Result<Connected, Failure> {
+    let start = std::time::Instant::now();
     let target = hosts::instance_target(&ctx.client, inst, kkc)
         .await
         .map_err(|e| match e {
@@ -55,7 +57,9 @@ pub(crate) async fn connect(
         })?;
     // Who answers is learned from the handshake alone; the claim on that identity is settled before the
     // first command (a refused claim has run nothing on the host).
+    let resolved = start.elapsed();
     let seen = ctx.ssh.observe(&target).await.map_err(|e| exec_failure(&e))?;
+    let observed = start.elapsed();
     let id = HostIdentity::new(
         &seen.host_key_fingerprint,
         &target.address,
@@ -75,6 +79,7 @@ pub(crate) async fn connect(
             ctx.settings.host_claim_namespace
         ))
     })?;
+    let claimed = start.elapsed();
     let claims = match outcome {
         Outcome::Held(names) => names,
         refused => {
@@ -98,6 +103,15 @@ pub(crate) async fn connect(
             out.exit_code, inst.spec.address
         )));
     }
+    // Where the time from a claim to the host's first command goes (`capkk-bench controller --provision`).
+    debug!(
+        kkinstance = %inst.name_any(),
+        credentials_ms = resolved.as_millis() as u64,
+        handshake_ms = (observed - resolved).as_millis() as u64,
+        leases_ms = (claimed - observed).as_millis() as u64,
+        check_ms = (start.elapsed() - claimed).as_millis() as u64,
+        "Connected"
+    );
     Ok(Connected { exec, target, claims })
 }
 

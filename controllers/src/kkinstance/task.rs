@@ -455,6 +455,7 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
         .acquire(&inst.namespace().unwrap_or_default())
         .await;
     let mut t = Task::new(ctx.clone(), &inst);
+    ctx.tasks.forget_provisioned(&t.uid);
     ctx.metrics.set_tasks_running(ctx.tasks.len() as i64);
     let phases = Phase::ALL;
     let n = phases.len();
@@ -534,18 +535,10 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
         let side_progress = TaskProgress::of(&t.name);
         let mut prepull: Option<SideJob<'_>> = None;
         let mut prepull_started: Option<tokio::time::Instant> = None;
-        // Each phase that may start early reports its steps here (the job borrows it while it runs).
-        let early_progress: Vec<(Phase, TaskProgress)> = phases
-            .iter()
-            .filter(|p| p.independent())
-            .map(|p| (*p, TaskProgress::of(&t.name)))
-            .collect();
-        let progress_of = |phase: Phase| {
-            early_progress
-                .iter()
-                .find(|(p, _)| *p == phase)
-                .map(|(_, progress)| progress)
-        };
+        // Each phase reports its steps to its own progress (a phase started early borrows it while it runs
+        // beside the current one), indexed by the phase.
+        let progress: [TaskProgress; Phase::ALL.len()] = Phase::ALL.map(|_| TaskProgress::of(&t.name));
+        let progress_of = |phase: Phase| &progress[phase as usize];
         let mut early = Early::default();
         let phases_result: Result<Ended, Failure> = async {
             for (i, phase) in phases.iter().copied().enumerate() {
@@ -609,13 +602,12 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
                 {
                     let _ = input.bootstrap.set(data);
                 }
-                let own_progress = TaskProgress::of(&t.name);
-                let (res, ran, progress) = if early.is_started(phase) {
+                let (res, ran) = if early.is_started(phase) {
                     // Started beside an earlier phase: its turn is to wait for its end.
                     let (res, ran) = alongside(early.take(phase), &mut prepull)
                         .await
                         .expect("a started phase is taken once");
-                    (res, ran, progress_of(phase).unwrap_or(&own_progress))
+                    (res, ran)
                 } else {
                     let step = format!("step {}/{}: {}", i + 1, n, phase.name());
                     info!(kkinstance = %t.name, "Running {step}");
@@ -630,16 +622,13 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
                             if !later.independent() || done.contains(later.name()) || early.is_started(later) {
                                 continue;
                             }
-                            let Some(later_progress) = progress_of(later) else {
-                                continue;
-                            };
                             let step = format!("step {}/{}: {} (alongside {})", j + 1, n, later.name(), phase.name());
                             info!(kkinstance = %t.name, "Running {step}");
                             t.set(later.condition(), false, reasons::IN_PROGRESS, &step);
                             let host = HostCall {
                                 exec: &*exec,
                                 input: &input,
-                                progress: later_progress,
+                                progress: progress_of(later),
                             };
                             let services = &ctx.services;
                             let limit = ctx.settings.max_host_phase_duration;
@@ -654,7 +643,7 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
                     let host = HostCall {
                         exec: &*exec,
                         input: &input,
-                        progress: &own_progress,
+                        progress: progress_of(phase),
                     };
                     let res = alongside(
                         early.drive(bounded_phase(
@@ -665,9 +654,9 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
                         &mut prepull,
                     )
                     .await;
-                    (res, started.elapsed(), &own_progress)
+                    (res, started.elapsed())
                 };
-                t.journal(progress.drain());
+                t.journal(progress_of(phase).drain());
                 t.journal(side_progress.drain());
                 t.phase_finished(phase, ran, matches!(res, Ok(Ok(()))));
                 let res = res?;
@@ -694,9 +683,7 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
         // recorded, so that a retry skips what completed.
         for phase in early.pending() {
             if let Some((res, ran)) = early.take(phase).await {
-                if let Some(progress) = progress_of(phase) {
-                    t.journal(progress.drain());
-                }
+                t.journal(progress_of(phase).drain());
                 t.phase_finished(phase, ran, matches!(res, Ok(Ok(()))));
                 let failure = match res {
                     Ok(Ok(())) => None,
@@ -731,6 +718,11 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
             t.status.step = Some(format!("step {n}/{n}: done"));
             t.flush();
             info!(kkinstance = %t.name, "Host provisioned");
+            // The KKMachine need not wait for the status write just queued to come back through the watch.
+            ctx.tasks.report_provisioned(&t.uid);
+            if let Some(km) = controlling_kkmachine(&inst) {
+                ctx.trigger_machine(&km, &t.ns);
+            }
             t.event(
                 false,
                 "Provisioned",
@@ -774,6 +766,14 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
     t.done().await;
 }
 
+/// The KKMachine that controls `inst` (its claim), if any.
+fn controlling_kkmachine(inst: &KKInstance) -> Option<String> {
+    inst.owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == "KKMachine")
+        .map(|o| o.name.clone())
+}
+
 /// Reset the host (kubeadm reset, capkk state, bootstrap files). On release, a host whose reset fails
 /// terminally is quarantined.
 pub(crate) async fn reset_task(ctx: Arc<Context>, inst: KKInstance, releasing: bool) {
@@ -783,6 +783,7 @@ pub(crate) async fn reset_task(ctx: Arc<Context>, inst: KKInstance, releasing: b
         .acquire(&inst.namespace().unwrap_or_default())
         .await;
     let mut t = Task::new(ctx.clone(), &inst);
+    ctx.tasks.forget_provisioned(&t.uid);
     t.status.step = Some("reset".into());
     t.set(cond::DELETING, false, reasons::IN_PROGRESS, "resetting the host");
     t.flush();

@@ -3,11 +3,13 @@
 //!
 //! Host work has about 12 writes per host: the phase's status before each phase, the completed-phases
 //! annotation after it. Made between its commands, each would put an API round trip (slow on a loaded API
-//! server) in the middle of host work. They are queued instead, and one writer per
-//! task sends what queued up since its last write as at most two writes, at the same time: the latest status
-//! (each is the whole of host work's part, applied with SSA) and one merge patch of the annotations (a later
-//! value for a key wins). The task waits for the writes ([`Writes::sync`]) only before it ends, so the
-//! reconcile it triggers then reads them.
+//! server) in the middle of host work. They are queued instead, on two lanes: the status (each is the whole
+//! of host work's part, applied with SSA) and the annotations (merge patches). Each lane's writer sends what
+//! queued up on it since its last write as one write: the latest status, or one merge patch of the
+//! annotations (a later value for a key wins). The lanes do not wait for each other: the last status (the
+//! host is provisioned, which the KKMachine and CAPI wait for) goes out as soon as it is queued, not after an
+//! annotation patch in flight on a loaded API server. The task waits for both lanes ([`Writes::sync`]) only
+//! before it ends, so the reconcile it triggers then reads them.
 //!
 //! The status and the annotations are different parts of the object (the status subresource, metadata) and
 //! nothing depends on their order: the KKMachine mirrors the status; the state machine reads the annotations,
@@ -61,24 +63,14 @@ enum Msg {
     Sync(oneshot::Sender<()>),
 }
 
-/// The background writer of one task. Dropping it drops what was not written yet (see the module doc).
-pub(crate) struct Writes {
+/// One lane: its queue and its writer.
+struct Lane {
     tx: mpsc::UnboundedSender<Msg>,
     writer: tokio::task::JoinHandle<()>,
 }
 
-impl Writes {
-    /// Start the writer for KKInstance `name`.
-    pub(crate) fn start(api: Api<KKInstance>, name: String) -> Self {
-        Self::with(move |op| {
-            let (api, name) = (api.clone(), name.clone());
-            async move { send(&api, &name, op).await }
-        })
-    }
-
-    /// Start a writer that hands the writes to `send` (at most one status and one annotation patch at a
-    /// time).
-    fn with<F, Fut>(send: F) -> Self
+impl Lane {
+    fn start<F, Fut>(send: F) -> Self
     where
         F: FnMut(Op) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
@@ -90,16 +82,54 @@ impl Writes {
         }
     }
 
+    fn sync(&self) -> Option<oneshot::Receiver<()>> {
+        let (done, wait) = oneshot::channel();
+        self.tx.send(Msg::Sync(done)).ok().map(|_| wait)
+    }
+}
+
+/// The background writers of one task. Dropping it drops what was not written yet (see the module doc).
+pub(crate) struct Writes {
+    status: Lane,
+    annotations: Lane,
+}
+
+impl Writes {
+    /// Start the writers for KKInstance `name`.
+    pub(crate) fn start(api: Api<KKInstance>, name: String) -> Self {
+        Self::with(move |op| {
+            let (api, name) = (api.clone(), name.clone());
+            async move { send(&api, &name, op).await }
+        })
+    }
+
+    /// Start writers that hand the writes to `send` (at most one status and one annotation patch at a time,
+    /// each lane on its own).
+    fn with<F, Fut>(send: F) -> Self
+    where
+        F: FnMut(Op) -> Fut + Clone + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        Self {
+            status: Lane::start(send.clone()),
+            annotations: Lane::start(send),
+        }
+    }
+
     /// Queue a write.
     pub(crate) fn queue(&self, op: Op) {
-        // The writer only ends when this handle is dropped.
-        let _ = self.tx.send(Msg::Op(op));
+        let lane = match op {
+            Op::Status(_) => &self.status,
+            Op::Annotate(_) => &self.annotations,
+        };
+        // A writer only ends when this handle is dropped.
+        let _ = lane.tx.send(Msg::Op(op));
     }
 
     /// Wait until everything queued so far was written (or failed, which is logged).
     pub(crate) async fn sync(&self) {
-        let (done, wait) = oneshot::channel();
-        if self.tx.send(Msg::Sync(done)).is_ok() {
+        let waits = [self.status.sync(), self.annotations.sync()];
+        for wait in waits.into_iter().flatten() {
             let _ = wait.await;
         }
     }
@@ -107,7 +137,8 @@ impl Writes {
 
 impl Drop for Writes {
     fn drop(&mut self) {
-        self.writer.abort();
+        self.status.writer.abort();
+        self.annotations.writer.abort();
     }
 }
 
@@ -133,7 +164,7 @@ async fn send(api: &Api<KKInstance>, name: &str, op: Op) {
     debug!(kkinstance = %name, what, ms = start.elapsed().as_millis() as u64, "Host work wrote");
 }
 
-/// Send what was queued; what queued up during a write goes out together ([`coalesce`]).
+/// Send what was queued on one lane; what queued up during a write goes out together ([`coalesce`]).
 async fn write<F, Fut>(mut rx: mpsc::UnboundedReceiver<Msg>, mut send: F)
 where
     F: FnMut(Op) -> Fut,
@@ -149,7 +180,9 @@ where
                 Msg::Sync(s) => syncs.push(s),
             }
         }
-        futures::future::join_all(coalesce(ops).into_iter().map(&mut send)).await;
+        for op in coalesce(ops) {
+            send(op).await;
+        }
         for s in syncs {
             let _ = s.send(());
         }
@@ -223,10 +256,40 @@ mod tests {
         w.sync().await;
         let sent = sent.lock().unwrap();
         assert_eq!(sent.len(), 3, "{sent:?}");
-        assert_eq!(sent[0], status("connecting"));
-        // The two writes of the second batch go out at the same time: their order is not fixed.
-        assert!(sent.contains(&status("step 3/5")));
+        assert!(sent.contains(&status("connecting")));
         assert!(sent.contains(&annotations(&[("completed", Some("bootstrap"))])));
+        assert_eq!(sent[2], status("step 3/5"), "the latest status last: {sent:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_status_does_not_wait_for_an_annotation_patch_in_flight() {
+        let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = sent.clone();
+        let w = Writes::with(move |op| {
+            let log = log.clone();
+            async move {
+                // A slow annotation patch (a loaded API server), a quick status.
+                let ms = if matches!(op, Op::Annotate(_)) { 500 } else { 10 };
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                log.lock().unwrap().push((op, tokio::time::Instant::now()));
+            }
+        });
+        let t0 = tokio::time::Instant::now();
+        w.queue(annotations(&[("completed", Some("bootstrap,provisioning"))]));
+        tokio::task::yield_now().await;
+        w.queue(status("step 5/5: done"));
+        w.sync().await;
+        let sent = sent.lock().unwrap();
+        let done = |op: &Op| sent.iter().find(|(o, _)| o == op).map(|(_, t)| *t - t0);
+        assert_eq!(
+            done(&status("step 5/5: done")),
+            Some(std::time::Duration::from_millis(10))
+        );
+        assert_eq!(
+            done(&annotations(&[("completed", Some("bootstrap,provisioning"))])),
+            Some(std::time::Duration::from_millis(500)),
+            "sync waits for both lanes"
+        );
     }
 
     #[tokio::test(start_paused = true)]

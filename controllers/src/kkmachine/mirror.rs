@@ -54,8 +54,21 @@ pub(crate) fn addresses(inst: &KKInstance) -> Vec<MachineAddress> {
     addrs
 }
 
-/// Copy the KKInstance's progress into the KKMachine status.
-pub(crate) fn mirror(status: &mut KKMachineStatus, inst: &KKInstance, gen_: Option<i64>) {
+/// True when the KKInstance's status says its host is provisioned.
+pub(crate) fn instance_provisioned(inst: &KKInstance) -> bool {
+    inst.status.as_ref().is_some_and(|s| {
+        conditions::is_true(&s.conditions, cond::PROVISIONED) || s.state == Some(InstanceState::Running)
+    })
+}
+
+/// Copy the KKInstance's progress into the KKMachine status. `reported_provisioned`: this manager's host
+/// work reported the host provisioned, and the KKInstance in the cache may not say so yet.
+pub(crate) fn mirror(
+    status: &mut KKMachineStatus,
+    inst: &KKInstance,
+    reported_provisioned: bool,
+    gen_: Option<i64>,
+) {
     let ist = inst.status.clone().unwrap_or_default();
     conditions::set_ready(
         &mut status.conditions,
@@ -97,8 +110,8 @@ pub(crate) fn mirror(status: &mut KKMachineStatus, inst: &KKInstance, gen_: Opti
     }
     // `Running` is re-derived from the KKInstance's annotations, so it holds again after `clusterctl move`
     // (which copies neither status); the `Provisioned` condition is host work's own report.
-    let provisioned = conditions::is_true(&ist.conditions, cond::PROVISIONED)
-        || ist.state == Some(InstanceState::Running)
+    let provisioned = reported_provisioned
+        || instance_provisioned(inst)
         || status.initialization.as_ref().and_then(|i| i.provisioned) == Some(true);
     if provisioned {
         status.initialization = Some(capkk_api::Initialization {
@@ -202,7 +215,7 @@ mod tests {
                 ..Default::default()
             });
             let mut st = KKMachineStatus::default();
-            mirror(&mut st, &i, Some(1));
+            mirror(&mut st, &i, false, Some(1));
             assert_eq!(st.phase, Some(want), "{state:?}");
         }
     }
@@ -226,7 +239,7 @@ mod tests {
             ..Default::default()
         });
         let mut st = KKMachineStatus::default();
-        mirror(&mut st, &i, Some(1));
+        mirror(&mut st, &i, false, Some(1));
         assert_eq!(st.initialization.as_ref().and_then(|x| x.provisioned), Some(true));
         assert_eq!(st.phase, Some(MachinePhase::Provisioned));
         assert!(conditions::is_true(&st.conditions, cond::READY));
@@ -241,7 +254,7 @@ mod tests {
             ..Default::default()
         });
         let mut st = KKMachineStatus::default();
-        mirror(&mut st, &i, Some(1));
+        mirror(&mut st, &i, false, Some(1));
         let ir = conditions::get(&st.conditions, cond::INSTANCE_READY).unwrap();
         assert_eq!(
             (ir.status.as_str(), ir.reason.as_str()),
@@ -258,9 +271,29 @@ mod tests {
             ],
             ..Default::default()
         });
-        mirror(&mut st, &i, Some(1));
+        mirror(&mut st, &i, false, Some(1));
         assert_eq!(st.initialization.as_ref().and_then(|x| x.provisioned), Some(true));
         assert!(conditions::is_true(&st.conditions, cond::READY));
         assert_eq!(st.addresses.len(), 3);
+    }
+
+    #[test]
+    fn a_host_reported_provisioned_by_host_work_is_provisioned_before_the_kkinstance_says_so() {
+        let mut i = claim_of("a", "n", "10.0.0.1");
+        i.status = Some(KKInstanceStatus {
+            state: Some(InstanceState::Provisioning),
+            step: Some("step 5/5: provisioning".into()),
+            ..Default::default()
+        });
+        let mut st = KKMachineStatus::default();
+        mirror(&mut st, &i, true, Some(1));
+        assert_eq!(st.initialization.as_ref().and_then(|x| x.provisioned), Some(true));
+        assert_eq!(st.phase, Some(MachinePhase::Provisioned));
+        assert!(!st.addresses.is_empty());
+        assert!(
+            !conditions::is_true(&st.conditions, cond::READY),
+            "Ready waits for the KKInstance's own Ready"
+        );
+        assert!(!instance_provisioned(&i));
     }
 }

@@ -34,7 +34,7 @@ use tracing::{debug, info};
 
 use self::{
     claim::{Claim, claim, controlled_by},
-    mirror::{mirror, newly_provisioned},
+    mirror::{instance_provisioned, mirror, newly_provisioned},
     node::{patch_node_provider_id, record_node_ref},
 };
 use crate::{
@@ -249,7 +249,12 @@ async fn apply(
         // Claimed (and prepared) before the bootstrap data existed: handing it over starts provisioning.
         *inst = hand_over_bootstrap_data(ctx, &inst, secret).await?;
     }
-    mirror(status, &inst, gen_);
+    let uid = inst.uid().unwrap_or_default();
+    let reported = ctx.tasks.reported_provisioned(&uid);
+    if reported && instance_provisioned(&inst) {
+        ctx.tasks.forget_provisioned(&uid);
+    }
+    mirror(status, &inst, reported, gen_);
     let done = status.initialization.as_ref().and_then(|i| i.provisioned) == Some(true);
     if newly_provisioned(km.status.as_ref(), status) {
         // Report it before going to the workload cluster (connecting to it, a Node watch, a GET and a LIST
