@@ -5,7 +5,8 @@
 //! anything runs on a host, the KKInstance takes two Leases in one well-known namespace
 //! (`--host-claim-namespace`): one named after the SSH host key the connection saw, one after the address
 //! the connection reached. Creating them is create-if-absent, so the API server decides every race, between
-//! reconciles, namespaces and managers alike; the loser is refused without a command run on the host.
+//! reconciles, namespaces and managers alike (the host-key Lease decides; see [`claim`]); the loser is refused
+//! without a command run on the host.
 //!
 //! Why Leases in one namespace: tenants get no rights there (they cannot forge or delete a claim), every
 //! manager sharing the management cluster can be given the same Role, and no CRD is needed. Why both keys:
@@ -18,7 +19,7 @@
 //! takes no Lease along: the moved KKInstance (a new UID on the target cluster) claims again at its next
 //! connection, from what it observes then.
 
-use std::net::IpAddr;
+use std::{net::IpAddr, time::Duration};
 
 use capkk_api::KKInstance;
 use k8s_openapi::{
@@ -59,8 +60,8 @@ impl HostIdentity {
         }
     }
 
-    /// `(kind, Lease name, key)` of each Lease the identity needs, host key first: every claimant takes them
-    /// in the same order, so two claims of one host meet on the first Lease.
+    /// `(kind, Lease name, key)` of each Lease the identity needs, host key first: the host-key Lease decides
+    /// a race (see [`claim`]).
     pub fn leases(&self) -> [(&'static str, String, &str); 2] {
         [
             ("host-key", lease_name("key", &self.host_key), &self.host_key),
@@ -171,8 +172,19 @@ impl Outcome {
     }
 }
 
-/// Take every Lease of `id` for `holder` in `lease_ns`, or learn who holds the host. Leases this call created
-/// are given back when a later one is refused (a half-held host would block both claimants).
+/// How long a claim that holds the host-key Lease waits for the address Lease to be given back before it is
+/// refused (see [`claim`]).
+pub const ADDRESS_RACE_WAIT: Duration = Duration::from_secs(5);
+
+/// Take both Leases of `id` for `holder` in `lease_ns`, or learn who holds the host. Leases this call created
+/// are given back when it is refused (a half-held host would block both claimants).
+///
+/// Both are requested at once (one API round trip instead of two, each a few hundred milliseconds on a loaded
+/// API server while many hosts are claimed). The host-key Lease decides: it is created once, so of claims
+/// racing for one host exactly one holds it, and the others are refused and give back the address Lease they
+/// may have created meanwhile. The holder of the host-key Lease that finds the address Lease held waits for it
+/// (up to [`ADDRESS_RACE_WAIT`]) before it is refused too: the other may be such a loser, about to give it
+/// back, or a claim of another machine that had this address.
 pub async fn claim(
     client: &Client,
     lease_ns: &str,
@@ -180,28 +192,56 @@ pub async fn claim(
     holder: &Holder,
 ) -> Result<Outcome, kube::Error> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), lease_ns);
+    let [(key_kind, key_name, key), (addr_kind, addr_name, addr)] = id.leases();
+    let (by_key, mut by_addr) = tokio::join!(
+        acquire(client, &leases, key_kind, &key_name, key, holder),
+        acquire(client, &leases, addr_kind, &addr_name, addr, holder),
+    );
     let mut created = Vec::new();
-    let mut names = Vec::new();
-    for (kind, name, key) in id.leases() {
-        match acquire(client, &leases, kind, &name, key, holder).await {
-            Ok(Acquired::Created) => created.push(name.clone()),
-            Ok(Acquired::Already) => {}
-            Ok(Acquired::HeldBy(other)) => {
+    if matches!(by_key, Ok(Acquired::Created)) {
+        created.push(key_name.clone());
+    }
+    if matches!(by_addr, Ok(Acquired::Created)) {
+        created.push(addr_name.clone());
+    }
+    match by_key {
+        Ok(Acquired::Created | Acquired::Already) => {}
+        Ok(Acquired::HeldBy(other)) => {
+            release(client, lease_ns, &created, &holder.uid).await?;
+            return Ok(Outcome::Refused {
+                holder: other,
+                by: format!("{key_kind} {key}"),
+            });
+        }
+        Err(e) => {
+            // Best effort: a Lease left behind is taken over once this holder is gone.
+            let _ = release(client, lease_ns, &created, &holder.uid).await;
+            return Err(e);
+        }
+    }
+    let deadline = tokio::time::Instant::now() + ADDRESS_RACE_WAIT;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match by_addr {
+            Ok(Acquired::Created | Acquired::Already) => return Ok(Outcome::Held(vec![key_name, addr_name])),
+            Ok(Acquired::HeldBy(other)) if tokio::time::Instant::now() + pause > deadline => {
                 release(client, lease_ns, &created, &holder.uid).await?;
                 return Ok(Outcome::Refused {
                     holder: other,
-                    by: format!("{kind} {key}"),
+                    by: format!("{addr_kind} {addr}"),
                 });
             }
+            Ok(Acquired::HeldBy(_)) => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+                by_addr = acquire(client, &leases, addr_kind, &addr_name, addr, holder).await;
+            }
             Err(e) => {
-                // Best effort: a Lease left behind is taken over once this holder is gone.
                 let _ = release(client, lease_ns, &created, &holder.uid).await;
                 return Err(e);
             }
         }
-        names.push(name);
     }
-    Ok(Outcome::Held(names))
 }
 
 enum Acquired {
