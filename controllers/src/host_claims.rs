@@ -419,4 +419,185 @@ mod tests {
         );
         assert_eq!(Outcome::Held(vec![]).refusal(), None);
     }
+
+    /// A scripted API server for [`claim`]: the Leases in `held` (name → holder) exist; `frees_after` is how
+    /// many refused creates of each held Lease pass before its holder gives it back. Every KKInstance a Lease
+    /// names exists (its holder is alive).
+    mod api {
+        use std::{
+            collections::BTreeMap,
+            sync::{Arc, Mutex},
+        };
+
+        use serde_json::{Value, json};
+
+        use super::*;
+        use crate::fixtures::{Served, TestContext};
+
+        pub(super) const NS: &str = "capkk-host-claims";
+
+        pub(super) fn lease(name: &str, h: &Holder) -> Value {
+            json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": { "name": name, "namespace": NS, "uid": format!("lease-{name}"),
+                    "resourceVersion": "1",
+                    "annotations": { HOLDER_UID_ANNOTATION: h.uid, HOLDER_KKCLUSTER_ANNOTATION: h.kkcluster } },
+                "spec": { "holderIdentity": h.identity() },
+            })
+        }
+
+        pub(super) fn serve(
+            t: TestContext,
+            held: Vec<(String, Holder)>,
+            frees_after: usize,
+        ) -> (Client, Served) {
+            let state = Arc::new(Mutex::new((
+                BTreeMap::<String, Value>::new(),
+                BTreeMap::<String, usize>::new(),
+            )));
+            {
+                let mut s = state.lock().unwrap();
+                for (name, h) in &held {
+                    s.0.insert(name.clone(), lease(name, h));
+                }
+            }
+            let client = t.ctx.client.clone();
+            let served = t.api.serve_calls(move |call| {
+                let mut s = state.lock().unwrap();
+                let leases = format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases");
+                let name = call.path.strip_prefix(&format!("{leases}/")).map(str::to_owned);
+                match (call.method.as_str(), name) {
+                    ("POST", None) if call.path == leases => {
+                        let name = call.body["metadata"]["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned();
+                        if s.0.contains_key(&name) {
+                            let refused = s.1.entry(name.clone()).or_default();
+                            *refused += 1;
+                            if *refused > frees_after && held.iter().any(|(n, _)| *n == name) {
+                                s.0.remove(&name);
+                            }
+                            call.already_exists();
+                        } else {
+                            let body = call.body.clone();
+                            s.0.insert(name, body.clone());
+                            call.created(&body);
+                        }
+                        None
+                    }
+                    ("GET", Some(name)) => {
+                        match s.0.get(&name) {
+                            Some(l) => call.reply(&l.clone()),
+                            None => call.not_found(),
+                        }
+                        None
+                    }
+                    ("DELETE", Some(name)) => {
+                        s.0.remove(&name);
+                        call.reply(&json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}));
+                        None
+                    }
+                    ("GET", None) if call.path.contains("/kkinstances/") => {
+                        // Every holder is alive: its KKInstance exists with the UID the Lease names.
+                        let path = call.path.clone();
+                        let (ns, name) = path
+                            .split_once("/namespaces/")
+                            .and_then(|(_, rest)| rest.split_once("/kkinstances/"))
+                            .unwrap_or_default();
+                        call.reply(&json!({
+                            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "KKInstance",
+                            "metadata": { "name": name, "namespace": ns, "uid": format!("uid-{name}") },
+                            "spec": { "name": "node", "address": "198.18.0.1" },
+                        }));
+                        None
+                    }
+                    _ => Some(call),
+                }
+            });
+            (client, served)
+        }
+    }
+
+    fn holder(name: &str) -> Holder {
+        Holder {
+            namespace: format!("ns-{name}"),
+            instance: name.into(),
+            uid: format!("uid-{name}"),
+            kkcluster: format!("kkc-{name}"),
+        }
+    }
+
+    fn deleted(requests: &[(String, String, serde_json::Value)]) -> Vec<String> {
+        requests
+            .iter()
+            .filter(|(m, _, _)| m == "DELETE")
+            .map(|(_, p, _)| p.rsplit('/').next().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_host_key_holder_takes_the_address_lease_a_racing_loser_gives_back() {
+        let id = HostIdentity::new("SHA256:key", "198.18.0.1", None, None);
+        let [(_, key, _), (_, addr, _)] = id.leases();
+        // Another claim created the address Lease in the same instant; refused on the host key, it gives it
+        // back after the first two tries.
+        let t = crate::fixtures::TestContext::new();
+        let (client, served) = api::serve(t, vec![(addr.clone(), holder("loser"))], 2);
+        let started = tokio::time::Instant::now();
+        let out = claim(&client, api::NS, &id, &holder("me")).await.unwrap();
+        assert_eq!(out, Outcome::Held(vec![key, addr]));
+        assert!(started.elapsed() < ADDRESS_RACE_WAIT, "{:?}", started.elapsed());
+        assert!(
+            deleted(&served.finish()).is_empty(),
+            "nothing of this claim given back"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_address_lease_another_claim_keeps_refuses_the_host_after_the_wait_and_gives_back_the_host_key()
+     {
+        let id = HostIdentity::new("SHA256:key", "198.18.0.1", None, None);
+        let [(_, key, _), (_, addr, _)] = id.leases();
+        let t = crate::fixtures::TestContext::new();
+        let (client, served) = api::serve(t, vec![(addr.clone(), holder("other"))], usize::MAX);
+        let started = tokio::time::Instant::now();
+        let out = claim(&client, api::NS, &id, &holder("me")).await.unwrap();
+        assert_eq!(
+            out,
+            Outcome::Refused {
+                holder: holder("other"),
+                by: "address 198.18.0.1".into()
+            }
+        );
+        let waited = started.elapsed();
+        assert!(
+            waited >= ADDRESS_RACE_WAIT / 2 && waited <= ADDRESS_RACE_WAIT,
+            "{waited:?}"
+        );
+        assert_eq!(
+            deleted(&served.finish()),
+            [key],
+            "the host-key Lease it created is given back"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_host_key_held_by_another_refuses_at_once_and_gives_back_the_address_lease_created_beside_it() {
+        let id = HostIdentity::new("SHA256:key", "198.18.0.1", None, None);
+        let [(_, key, _), (_, addr, _)] = id.leases();
+        let t = crate::fixtures::TestContext::new();
+        let (client, served) = api::serve(t, vec![(key, holder("winner"))], usize::MAX);
+        let started = tokio::time::Instant::now();
+        let out = claim(&client, api::NS, &id, &holder("me")).await.unwrap();
+        assert_eq!(
+            out,
+            Outcome::Refused {
+                holder: holder("winner"),
+                by: "host-key SHA256:key".into()
+            }
+        );
+        assert_eq!(started.elapsed(), Duration::ZERO, "no wait");
+        assert_eq!(deleted(&served.finish()), [addr]);
+    }
 }
