@@ -472,17 +472,21 @@ mod tests {
                             .as_str()
                             .unwrap_or_default()
                             .to_owned();
-                        if s.0.contains_key(&name) {
-                            let refused = s.1.entry(name.clone()).or_default();
-                            *refused += 1;
-                            if *refused > frees_after && held.iter().any(|(n, _)| *n == name) {
-                                s.0.remove(&name);
+                        let (leases, refusals) = &mut *s;
+                        match leases.entry(name.clone()) {
+                            std::collections::btree_map::Entry::Occupied(taken) => {
+                                let refused = refusals.entry(name.clone()).or_default();
+                                *refused += 1;
+                                if *refused > frees_after && held.iter().any(|(n, _)| *n == name) {
+                                    taken.remove();
+                                }
+                                call.already_exists();
                             }
-                            call.already_exists();
-                        } else {
-                            let body = call.body.clone();
-                            s.0.insert(name, body.clone());
-                            call.created(&body);
+                            std::collections::btree_map::Entry::Vacant(free) => {
+                                let body = call.body.clone();
+                                free.insert(body.clone());
+                                call.created(&body);
+                            }
                         }
                         None
                     }
