@@ -540,68 +540,75 @@ mod tests {
             .collect()
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn the_host_key_holder_takes_the_address_lease_a_racing_loser_gives_back() {
+    /// One claim of host `198.18.0.1` (host key `SHA256:key`) by "me" against the scripted API server.
+    struct Run {
+        out: Outcome,
+        took: Duration,
+        deleted: Vec<String>,
+        key: String,
+        addr: String,
+    }
+
+    /// Claim as "me" while the Leases `held(key, addr)` names exist (see [`api::serve`] for `frees_after`).
+    async fn claim_with(held: impl FnOnce(&str, &str) -> Vec<(String, Holder)>, frees_after: usize) -> Run {
         let id = HostIdentity::new("SHA256:key", "198.18.0.1", None, None);
         let [(_, key, _), (_, addr, _)] = id.leases();
-        // Another claim created the address Lease in the same instant; refused on the host key, it gives it
-        // back after the first two tries.
         let t = crate::fixtures::TestContext::new();
-        let (client, served) = api::serve(t, vec![(addr.clone(), holder("loser"))], 2);
+        let (client, served) = api::serve(t, held(&key, &addr), frees_after);
         let started = tokio::time::Instant::now();
         let out = claim(&client, api::NS, &id, &holder("me")).await.unwrap();
-        assert_eq!(out, Outcome::Held(vec![key, addr]));
-        assert!(started.elapsed() < ADDRESS_RACE_WAIT, "{:?}", started.elapsed());
-        assert!(
-            deleted(&served.finish()).is_empty(),
-            "nothing of this claim given back"
-        );
+        let took = started.elapsed();
+        Run {
+            out,
+            took,
+            deleted: deleted(&served.finish()),
+            key,
+            addr,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_host_key_holder_takes_the_address_lease_a_racing_loser_gives_back() {
+        // Another claim created the address Lease in the same instant; refused on the host key, it gives it
+        // back after the first two tries.
+        let r = claim_with(|_, addr| vec![(addr.to_owned(), holder("loser"))], 2).await;
+        assert_eq!(r.out, Outcome::Held(vec![r.key, r.addr]));
+        assert!(r.took < ADDRESS_RACE_WAIT, "{:?}", r.took);
+        assert!(r.deleted.is_empty(), "nothing of this claim given back");
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_address_lease_another_claim_keeps_refuses_the_host_after_the_wait_and_gives_back_the_host_key()
      {
-        let id = HostIdentity::new("SHA256:key", "198.18.0.1", None, None);
-        let [(_, key, _), (_, addr, _)] = id.leases();
-        let t = crate::fixtures::TestContext::new();
-        let (client, served) = api::serve(t, vec![(addr.clone(), holder("other"))], usize::MAX);
-        let started = tokio::time::Instant::now();
-        let out = claim(&client, api::NS, &id, &holder("me")).await.unwrap();
+        let r = claim_with(|_, addr| vec![(addr.to_owned(), holder("other"))], usize::MAX).await;
+        let by = "address 198.18.0.1".to_owned();
         assert_eq!(
-            out,
+            r.out,
             Outcome::Refused {
                 holder: holder("other"),
-                by: "address 198.18.0.1".into()
+                by
             }
         );
-        let waited = started.elapsed();
         assert!(
-            waited >= ADDRESS_RACE_WAIT / 2 && waited <= ADDRESS_RACE_WAIT,
-            "{waited:?}"
+            r.took >= ADDRESS_RACE_WAIT / 2 && r.took <= ADDRESS_RACE_WAIT,
+            "{:?}",
+            r.took
         );
-        assert_eq!(
-            deleted(&served.finish()),
-            [key],
-            "the host-key Lease it created is given back"
-        );
+        assert_eq!(r.deleted, [r.key], "the host-key Lease it created is given back");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_host_key_held_by_another_refuses_at_once_and_gives_back_the_address_lease_created_beside_it() {
-        let id = HostIdentity::new("SHA256:key", "198.18.0.1", None, None);
-        let [(_, key, _), (_, addr, _)] = id.leases();
-        let t = crate::fixtures::TestContext::new();
-        let (client, served) = api::serve(t, vec![(key, holder("winner"))], usize::MAX);
-        let started = tokio::time::Instant::now();
-        let out = claim(&client, api::NS, &id, &holder("me")).await.unwrap();
+        let r = claim_with(|key, _| vec![(key.to_owned(), holder("winner"))], usize::MAX).await;
+        let by = "host-key SHA256:key".to_owned();
         assert_eq!(
-            out,
+            r.out,
             Outcome::Refused {
                 holder: holder("winner"),
-                by: "host-key SHA256:key".into()
+                by
             }
         );
-        assert_eq!(started.elapsed(), Duration::ZERO, "no wait");
-        assert_eq!(deleted(&served.finish()), [addr]);
+        assert_eq!(r.took, Duration::ZERO, "no wait");
+        assert_eq!(r.deleted, [r.addr]);
     }
 }
