@@ -540,6 +540,13 @@ mod tests {
             .collect()
     }
 
+    fn refused(by_holder: &str, by: &str) -> Outcome {
+        Outcome::Refused {
+            holder: holder(by_holder),
+            by: by.into(),
+        }
+    }
+
     /// One claim of host `198.18.0.1` (host key `SHA256:key`) by "me" against the scripted API server.
     struct Run {
         out: Outcome,
@@ -581,14 +588,7 @@ mod tests {
     async fn an_address_lease_another_claim_keeps_refuses_the_host_after_the_wait_and_gives_back_the_host_key()
      {
         let r = claim_with(|_, addr| vec![(addr.to_owned(), holder("other"))], usize::MAX).await;
-        let by = "address 198.18.0.1".to_owned();
-        assert_eq!(
-            r.out,
-            Outcome::Refused {
-                holder: holder("other"),
-                by
-            }
-        );
+        assert_eq!(r.out, refused("other", "address 198.18.0.1"));
         assert!(
             r.took >= ADDRESS_RACE_WAIT / 2 && r.took <= ADDRESS_RACE_WAIT,
             "{:?}",
@@ -600,14 +600,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_host_key_held_by_another_refuses_at_once_and_gives_back_the_address_lease_created_beside_it() {
         let r = claim_with(|key, _| vec![(key.to_owned(), holder("winner"))], usize::MAX).await;
-        let by = "host-key SHA256:key".to_owned();
-        assert_eq!(
-            r.out,
-            Outcome::Refused {
-                holder: holder("winner"),
-                by
-            }
-        );
+        assert_eq!(r.out, refused("winner", "host-key SHA256:key"));
         assert_eq!(r.took, Duration::ZERO, "no wait");
         assert_eq!(r.deleted, [r.addr]);
     }
