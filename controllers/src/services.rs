@@ -443,6 +443,8 @@ impl HostServices for ServiceLayer {
                     registry_auth: input.registry_auth.clone(),
                     arch,
                     source: component_source(component)?,
+                    // Decided by `ensure` from the host's facts, not by the spec.
+                    restrict_oom_score_adj: false,
                 };
                 capkk_service::containermanager::ensure(exec, &cfg, &f, &self.cache, progress, r).await?;
                 Ok(())

@@ -40,6 +40,13 @@
 #   test/vm/real.sh down | e2e-down | quickstart-down | clusterctl-down | day2-down | remediation-down
 #                                tear down what that mode left (VMs, mirror, registry, manager, namespace)
 #
+# HOSTS=containers (the default) runs every mode's hosts as node containers (test/vm/src/containers.rs:
+# privileged podman containers with systemd and sshd on the machine's kernel, at native speed); HOSTS=vms boots
+# Debian VMs under QEMU instead (TCG here: 10-100x slower). The remediation mode defaults to VMs: its reboot
+# tier needs a kernel of its own. Both sources write the same fleet manifest (state.json); the stages below
+# read only that and the `vm` CLI, whichever source made the hosts. On containers the run checks at its end
+# that the machine's kernel settings a node could change (`vm sysctls`) are as they were before.
+#
 # REAL_NAME names the run (default real-smoke, real-e2e, real-quickstart: VMs, namespace, work dir); use one of
 # your own when others run on the machine. REAL_KEEP=1 leaves everything running at the end, passed or failed
 # (the VMs then have no watchdog: the matching down mode removes them). REAL_FROM=STAGE, with REAL_KEEP=1 runs
@@ -80,6 +87,9 @@ case $MODE in
   remediation | remediation-down) NAME=${REAL_NAME:-real-remediation} ;;
   *) echo "usage: $0 smoke|e2e|quickstart|clusterctl|day2|remediation|down|e2e-down|quickstart-down|clusterctl-down|day2-down|remediation-down" >&2; exit 2 ;;
 esac
+# The host source (see above); the remediation mode's reboot tier needs VMs.
+HOSTS=${HOSTS:-$([ "${MODE%-down}" = remediation ] && echo vms || echo containers)}
+case $HOSTS in containers | vms) ;; *) echo "HOSTS=$HOSTS: containers or vms" >&2; exit 2 ;; esac
 KEEP=${REAL_KEEP:-0}
 FROM=${REAL_FROM:-}
 TO=${REAL_TO:-}
@@ -287,6 +297,7 @@ vm_name() { fleet_json "d['vms'][$1-1]['name']"; }
 vmsh() { local i=$1; shift; "$VMCTL" ssh --name "$NAME" --vm "$i" -- "$@"; }
 
 vms_up() {
+  if [ "$HOSTS" = containers ]; then containers_up; return; fi
   stage "VMs boot to SSH ($VMS VM(s), image from cache or built)"
   local cp_size=2x3072 worker_size=1x2048 specs i
   # A management cluster's nodes carry CAPI, cert-manager and us besides kubeadm's Pods: with the default sizes
@@ -302,16 +313,47 @@ vms_up() {
   [ "$KEEP" = 1 ] || [ "$MODE" = quickstart ] || specs+=(--guard-pid $$)
   # The image first (cached, or minutes of mmdebstrap), then the boot, each with its own heartbeat; the boot's
   # shows VM 1's serial console.
-  heartbeat "   .. VM image (cached, or built with mmdebstrap)" "$VMCTL" image >/dev/null
+  heartbeat "   .. VM image (cached, or built with mmdebstrap)" "$VMCTL" image --source vms >/dev/null
   log "  acceleration: ${CAPKK_VM_ACCEL:-tcg} (CAPKK_VM_ACCEL=kvm on a machine with real KVM: minutes faster)"
   heartbeat --tail "/tmp/capkk-sandbox/$NAME/vm1/console.log" "   .. VMs boot (console of VM 1)" \
-    "$VMCTL" up --name "$NAME" "${specs[@]}" >/dev/null
+    "$VMCTL" up --source vms --name "$NAME" "${specs[@]}" >/dev/null
+  fleet_up_done QEMU
+}
+
+fleet_up_done() { # fleet_up_done WHAT: the fleet's bridge and inner network; each host's time from WHAT's start
+  local i
   BRIDGE=$(fleet_json "d['bridge_address']")
   INNER=$(fleet_json "d['inner_cidr']")
-  for i in $(seq "$VMS"); do
-    log "  $(vm_name "$i") $(vm_addr "$i") ready $(fleet_json "round(d['vms'][$i-1]['boot_secs'])")s after QEMU start (image build $(fleet_json "round(d['image_build_secs'])")s)"
+  for i in $(seq "$((VMS + EXTRA_VMS))"); do
+    log "  $(vm_name "$i") $(vm_addr "$i") ready $(fleet_json "round(d['vms'][$i-1]['boot_secs'])")s after $1 start (image build $(fleet_json "round(d['image_build_secs'])")s)"
   done
-  check "VM 1 answers over SSH with the pinned host key" vmsh 1 true
+  check "host 1 answers over SSH with the pinned host key" vmsh 1 true
+}
+
+# The same fleet as node containers: systemd and sshd on the machine's kernel, nothing of Kubernetes (the
+# provider installs it over SSH as on VMs). Sizes are the VMs' (recorded; a container is not limited).
+containers_up() {
+  stage "node containers start to SSH ($((VMS + EXTRA_VMS)) host(s), image from cache or built)"
+  local specs=() i
+  for i in $(seq "$((VMS + EXTRA_VMS))"); do specs+=(--vm 2x3072); done
+  [ "$KEEP" = 1 ] || [ "$MODE" = quickstart ] || specs+=(--guard-pid $$)
+  # What a node could change on the machine, before any node runs (checked by machine_unchanged).
+  "$VMCTL" sysctls >"$WORK/sysctls.before"
+  heartbeat "   .. node image (cached, or built with mmdebstrap)" "$VMCTL" image --source containers >/dev/null
+  heartbeat "   .. node containers start" "$VMCTL" up --source containers --name "$NAME" "${specs[@]}" >/dev/null
+  fleet_up_done container
+}
+
+# The machine's kernel settings that a privileged node can write (the kubelet sets kernel.panic and others; the
+# provider vm.max_map_count and others) are what they were before the first node started: each node's entrypoint
+# shields them (test/vm/src/build-node-image.sh).
+machine_unchanged() {
+  [ "$HOSTS" = containers ] || return 0
+  stage "the machine's kernel settings unchanged by the nodes"
+  "$VMCTL" sysctls >"$WORK/sysctls.after"
+  sed 's/^/    /' "$WORK/sysctls.after"
+  check "kernel.panic, panic_on_oops, vm.overcommit_memory, nf_conntrack_max and the rest as before the nodes" \
+    diff -u "$WORK/sysctls.before" "$WORK/sysctls.after"
 }
 
 # KKCluster spec.component for this run: the bridge mirror, each binary's checksum file on it (one line of YAML).
@@ -428,7 +470,14 @@ render_apply() {
     clusterctl generate cluster "$CLUSTER" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" \
     --kubernetes-version "$kv" --control-plane-machine-count 1 --worker-machine-count "$((VMS - 1 - SPARE))" \
     >"$WORK/cluster-generated.yaml"
-  python3 "$ROOT/test/vm/tcg-knobs.py" "$WORK/cluster-generated.yaml" "$WORK/cluster.yaml" \
+  # Node containers share the machine's kernel: kube-proxy may not size its conntrack table, and on a cgroup v1
+  # machine the kubelet must be told to accept it (both settings a user of such hosts makes; docs/host-paths.md).
+  local hostknobs=()
+  if [ "$HOSTS" = containers ]; then
+    hostknobs=(--container-hosts)
+    [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ] || hostknobs+=(--cgroup-v1)
+  fi
+  python3 "$ROOT/test/vm/tcg-knobs.py" "$WORK/cluster-generated.yaml" "$WORK/cluster.yaml" "${hostknobs[@]}" \
     --registry "$NODE_REGISTRY" --registry-secret "$CLUSTER-registry" \
     --containerd "$CONTAINERD_VERSION" --runc "$RUNC_VERSION" --crictl "$CRICTL_VERSION" \
     --pause "$NODE_REGISTRY/pause:$PAUSE_VERSION" "${net[@]}" "${day2[@]}"
@@ -1627,6 +1676,8 @@ main() {
   if [ -n "$TO" ]; then
     [[ " ${steps[*]} " == *" ${TO//-/_} "* ]] || die "REAL_TO=$TO: not a stage of $MODE (${steps[*]})"
   fi
+  # On node containers, every mode ends with the machine's kernel settings checked.
+  [ "$HOSTS" != containers ] || steps+=(machine_unchanged)
   for step in "${steps[@]}"; do
     [ "$step" = "$FROM" ] && started=1
     [ "$started" = 1 ] || continue

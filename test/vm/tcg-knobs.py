@@ -5,7 +5,7 @@
                  --pause IMAGE --pod-cidr CIDR [--worker-pod-cidr CIDR] [--cp-routes CIDR=VIA,...]
                  [--worker-routes CIDR=VIA,...] [--addons-after-init] [--untainted-control-plane]
                  [--control-plane-lb HOST] [--etcd-image-tag TAG] [--dns-image-tag TAG] [--worker-version V]
-                 [--k8s-io-mirror-secret NAME]
+                 [--k8s-io-mirror-secret NAME] [--container-hosts] [--cgroup-v1]
 
 Everything here is a setting a user would make in their own cluster YAML; nothing reaches into the product:
 - KKCluster spec.registry: the local OCI registry as privateRegistry (plain HTTP, Basic auth from a Secret);
@@ -32,6 +32,12 @@ Everything here is a setting a user would make in their own cluster YAML; nothin
   registry.k8s.io through the registry instead (a hosts.toml from that Secret, key hosts.toml, with the
   registry's Basic auth header), as an air-gapped user mirrors it: image names stay the upstream ones, which
   CAPI's upgrade spec checks (kube-proxy's image must be registry.k8s.io/kube-proxy:<version>).
+- with --container-hosts (node containers on the machine's kernel, test/vm/src/containers.rs), kube-proxy's
+  conntrack.maxPerCore 0: only the machine's network namespace may size the conntrack table (needs
+  --addons-after-init: the KubeProxyConfiguration goes into the retried addon phase's configuration);
+- with --cgroup-v1 (a host on cgroup v1, as node containers on this hybrid-cgroup machine are), the kubelet's
+  failCgroupV1: false (a kubeadm patch of the KubeletConfiguration, on every node) and kubeadm's
+  SystemVerification preflight check ignored: Kubernetes v1.35+ refuses cgroup v1 unless told both.
 See ../shared/reference/real-nodes.md for the measurements behind the numbers.
 """
 
@@ -61,7 +67,11 @@ p.add_argument("--etcd-image-tag", help="ClusterConfiguration etcd.local.imageTa
 p.add_argument("--dns-image-tag", help="ClusterConfiguration dns.imageTag")
 p.add_argument("--worker-version", help="the MachineDeployment's Kubernetes version (one minor behind is allowed)")
 p.add_argument("--k8s-io-mirror-secret", help="Secret whose hosts.toml points containerd's registry.k8s.io at --registry")
+p.add_argument("--container-hosts", action="store_true", help="kube-proxy leaves the conntrack table size alone")
+p.add_argument("--cgroup-v1", action="store_true", help="kubelet and kubeadm accept a cgroup v1 host")
 a = p.parse_args()
+if a.container_hosts and not a.addons_after_init:
+    sys.exit("tcg-knobs.py: --container-hosts needs --addons-after-init (kube-proxy's configuration goes there)")
 
 docs = [d for d in yaml.safe_load_all(open(a.src)) if d]
 
@@ -153,6 +163,29 @@ ADDONS = [
 ]
 
 
+# kube-proxy's configuration for hosts that share the machine's kernel: it would size nf_conntrack_max, which only
+# the machine's network namespace may write ("Permission denied" in a node's). Appended to the retried addon
+# phase's configuration, which kubeadm turns into the kube-proxy ConfigMap every node's kube-proxy reads.
+KUBE_PROXY_CONTAINER = (
+    f"printf '%s\\n' --- 'apiVersion: kubeproxy.config.k8s.io/v1alpha1' 'kind: KubeProxyConfiguration'"
+    f" 'conntrack:' '  maxPerCore: 0' >> {ADDONS_CONFIG}"
+)
+
+
+def kubelet_cgroup_v1_patch():
+    # kubeadm applies it to the KubeletConfiguration it writes on this node (init and join alike).
+    return {
+        "path": f"{PATCH_DIR}/kubeletconfiguration+merge.yaml",
+        "permissions": "0644",
+        "content": yaml.safe_dump({"failCgroupV1": False}),
+    }
+
+
+def ignore_system_verification(cfg):
+    nr = cfg.setdefault("nodeRegistration", {})
+    nr["ignorePreflightErrors"] = sorted(set(nr.get("ignorePreflightErrors", [])) | {"SystemVerification"})
+
+
 def k8s_io_mirror(secret):
     # Written with the bootstrap data, before kubeadm pulls; containerd reads certs.d at every pull.
     return {
@@ -227,9 +260,16 @@ for d in docs:
         k["files"] = k.get("files", []) + [
             probe_patch(n) for n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd")
         ] + [cni_file(a.pod_cidr)] + ([k8s_io_mirror(a.k8s_io_mirror_secret)] if a.k8s_io_mirror_secret else [])
+        if a.cgroup_v1:
+            k["files"].append(kubelet_cgroup_v1_patch())
+            ignore_system_verification(ic)
+            ignore_system_verification(jc)
         if a.addons_after_init:
             ic["skipPhases"] = ["addon/coredns", "addon/kube-proxy"]
-        cmds = (ADDONS if a.addons_after_init else []) + route_commands(a.cp_routes)
+        addons = ADDONS
+        if a.container_hosts:
+            addons = [ADDONS[0] + " && " + KUBE_PROXY_CONTAINER] + ADDONS[1:]
+        cmds = (addons if a.addons_after_init else []) + route_commands(a.cp_routes)
         if cmds:
             k["postKubeadmCommands"] = k.get("postKubeadmCommands", []) + cmds
         seen.add(kind)
@@ -241,6 +281,10 @@ for d in docs:
             t["files"] = t.get("files", []) + [cni_file(a.worker_pod_cidr)]
         if a.k8s_io_mirror_secret:
             t["files"] = t.get("files", []) + [k8s_io_mirror(a.k8s_io_mirror_secret)]
+        if a.cgroup_v1:
+            t["files"] = t.get("files", []) + [kubelet_cgroup_v1_patch()]
+            jc["patches"] = {"directory": PATCH_DIR}
+            ignore_system_verification(jc)
         cmds = route_commands(a.worker_routes)
         if cmds:
             t["postKubeadmCommands"] = t.get("postKubeadmCommands", []) + cmds

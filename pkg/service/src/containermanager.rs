@@ -123,6 +123,10 @@ pub struct ContainerdConfig {
     pub arch: String,
     /// Download sources.
     pub source: ComponentSource,
+    /// containerd's CRI `restrict_oom_score_adj`: never set a pod's score below containerd's own. Not an
+    /// input: [`ensure`] sets it from the host's facts ([`HostFacts::can_lower_oom_score_adj`]), since on a
+    /// host that may not lower scores every pod sandbox fails to start without it.
+    pub restrict_oom_score_adj: bool,
 }
 
 /// What [`ensure`] did.
@@ -208,7 +212,7 @@ pub fn config_toml(cfg: &ContainerdConfig) -> String {
     format!(
         "# Managed by capkk.\nversion = 2\nroot = \"/var/lib/containerd\"\nstate = \"/run/containerd\"\n\n\
          [grpc]\n  address = {sock}\n\n\
-         [plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = {sandbox}\n\
+         [plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = {sandbox}\n{oom}\
          \x20 [plugins.\"io.containerd.grpc.v1.cri\".containerd]\n    default_runtime_name = \"runc\"\n\
          \x20   [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n      runtime_type = \"io.containerd.runc.v2\"\n\
          \x20     [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n        SystemdCgroup = true\n\
@@ -216,6 +220,11 @@ pub fn config_toml(cfg: &ContainerdConfig) -> String {
          \x20 [plugins.\"io.containerd.grpc.v1.cri\".registry]\n    config_path = {certs}\n",
         sock = toml_str(sock),
         sandbox = toml_str(sandbox),
+        oom = if cfg.restrict_oom_score_adj {
+            "  restrict_oom_score_adj = true\n"
+        } else {
+            ""
+        },
         certs = toml_str(CERTS_D),
     )
 }
@@ -368,6 +377,10 @@ pub async fn ensure(
     check_input(cfg)?;
     facts.check_arch(&cfg.arch)?;
     facts.init.require_systemctl()?;
+    let cfg = &ContainerdConfig {
+        restrict_oom_score_adj: !facts.can_lower_oom_score_adj,
+        ..cfg.clone()
+    };
     let mut redactor = redactor.clone();
     for t in cfg.registry_auth.iter().flat_map(RegistryAuth::secret_texts) {
         redactor.add(t);
@@ -568,6 +581,21 @@ pub(crate) fn config_steps(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn containerd_restricts_pod_oom_scores_only_where_the_host_cannot_lower_them() {
+        let mut cfg = ContainerdConfig::default();
+        assert!(!config_toml(&cfg).contains("restrict_oom_score_adj"));
+        cfg.restrict_oom_score_adj = true;
+        let toml = config_toml(&cfg);
+        let cri = toml.find("[plugins.\"io.containerd.grpc.v1.cri\"]\n").unwrap();
+        let at = toml.find("  restrict_oom_score_adj = true\n").unwrap();
+        let next = toml[cri + 1..].find("\n  [").unwrap() + cri + 1;
+        assert!(
+            cri < at && at < next,
+            "not a key of the CRI plugin's own table:\n{toml}"
+        );
+    }
 
     #[test]
     fn renders_config_and_hosts_files() {

@@ -23,6 +23,7 @@
 //! that tears the fleet down once the guarded process exits, so no VM outlives its test run. Teardown keeps
 //! each console log in `/tmp/capkk-vm-logs/<name>/` for failure analysis.
 
+pub mod containers;
 pub mod image;
 
 use std::{
@@ -129,9 +130,47 @@ impl std::str::FromStr for VmSpec {
     }
 }
 
+/// What the fleet's hosts are: one fleet manifest (`state.json`) and one CLI for both, so every real tier
+/// reads its hosts the same way whichever source made them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// Debian VMs under QEMU: a kernel of their own (reboots, kernel panics, a pulled cable), emulated here.
+    #[default]
+    Vms,
+    /// Node containers ([`containers`]): the machine's kernel at native speed.
+    Containers,
+}
+
+impl Source {
+    /// From `CAPKK_HOSTS` (`vms` when unset: the library's tests boot VMs unless told otherwise).
+    pub fn from_env() -> Result<Self> {
+        match std::env::var("CAPKK_HOSTS").as_deref() {
+            Err(_) | Ok("") => Ok(Source::Vms),
+            Ok(s) => s.parse(),
+        }
+    }
+}
+
+impl std::str::FromStr for Source {
+    type Err = VmError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "vms" => Ok(Source::Vms),
+            "containers" => Ok(Source::Containers),
+            other => Err(VmError::Invalid(format!(
+                "host source {other:?}: use containers or vms"
+            ))),
+        }
+    }
+}
+
 /// What to boot.
 #[derive(Clone, Debug)]
 pub struct FleetConfig {
+    /// VMs or node containers.
+    pub source: Source,
     /// Fleet name (`[a-z0-9-]`, at most 32 chars); VM `i` is named `<name>-<i>` (also its hostname).
     pub name: String,
     /// One entry per VM.
@@ -153,6 +192,7 @@ impl FleetConfig {
             .and_then(|s| s.parse().ok())
             .unwrap_or(900);
         Self {
+            source: Source::default(),
             name: name.into(),
             vms,
             ready_timeout: Duration::from_secs(secs),
@@ -228,6 +268,9 @@ impl VmInfo {
 pub struct FleetState {
     /// Fleet name.
     pub name: String,
+    /// VMs or node containers (absent in manifests written before containers: VMs).
+    #[serde(default)]
+    pub source: Source,
     /// Slot `N`.
     pub index: u8,
     /// State dir.
@@ -239,7 +282,7 @@ pub struct FleetState {
     /// A /24 for what runs inside the VMs (`198.19.N.0/24`), e.g. the workload cluster's pod and service
     /// networks; never routed on the machine.
     pub inner_cidr: String,
-    /// Acceleration.
+    /// Acceleration (VMs only).
     pub accel: Accel,
     /// The image's content hash.
     pub image_hash: String,
@@ -306,7 +349,7 @@ fn which(tool: &str) -> Option<PathBuf> {
         .find(|p| p.exists())
 }
 
-fn run(cmd: &mut Command) -> Result<Output> {
+pub(crate) fn run(cmd: &mut Command) -> Result<Output> {
     capkk_sandbox::run(cmd).map_err(|e| match e {
         capkk_sandbox::SandboxError::RunCommand { command, message } => {
             VmError::RunCommand { command, message }
@@ -331,7 +374,7 @@ fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<()> {
 }
 
 /// Single-quote for sh.
-fn q(s: &str) -> String {
+pub(crate) fn q(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
@@ -379,6 +422,9 @@ fn teardown_script(state: &FleetState) -> String {
         idx = state.index,
         logs = q(&logs.display().to_string()),
     );
+    if state.source == Source::Containers {
+        s.push_str(&containers::teardown_lines(state, &logs));
+    }
     s.push_str(&format!(
         "pids=''\nfor f in {d}/*/qemu.pid; do\n  [ -f \"$f\" ] || continue\n  p=$(cat \"$f\")\n  \
          if [ -n \"$p\" ] && tr '\\0' ' ' < /proc/$p/cmdline 2>/dev/null | grep -q -e {m}; then\n    \
@@ -524,10 +570,23 @@ impl Fleet {
             let mut still = Vec::new();
             for i in pending {
                 let vm = &self.state.vms[i];
+                let containers = self.state.source == Source::Containers;
                 if !Path::new(&format!("/proc/{}", vm.pid)).exists() {
-                    return Err(not_ready(vm, "QEMU exited"));
+                    return Err(not_ready(
+                        vm,
+                        if containers {
+                            "the container exited"
+                        } else {
+                            "QEMU exited"
+                        },
+                    ));
                 }
-                match console_fingerprint(vm).filter(|_| ssh_banner(&vm.address)) {
+                let fingerprint = if containers {
+                    containers::fingerprint(vm)
+                } else {
+                    console_fingerprint(vm)
+                };
+                match fingerprint.filter(|_| ssh_banner(&vm.address)) {
                     Some(fp) => {
                         let line = keyscan(&vm.address, &fp).map_err(|m| not_ready(vm, &m))?;
                         let boot_secs = started
@@ -554,10 +613,16 @@ impl Fleet {
             }
             if Instant::now() > deadline {
                 let vm = &self.state.vms[pending[0]];
-                return Err(not_ready(
-                    vm,
-                    &format!("no SSH within {}s of QEMU start", timeout.as_secs()),
-                ));
+                let why = if self.state.source == Source::Containers {
+                    format!(
+                        "no SSH within {}s of the container's start; inside:\n{}",
+                        timeout.as_secs(),
+                        containers::diagnose(vm)
+                    )
+                } else {
+                    format!("no SSH within {}s of QEMU start", timeout.as_secs())
+                };
+                return Err(not_ready(vm, &why));
             }
             thread::sleep(Duration::from_secs(1));
         }
@@ -591,6 +656,18 @@ impl Fleet {
             });
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+impl Fleet {
+    /// Run `script` as root on host `i` (0-based) out of band, not through its sshd: `podman exec` in a node
+    /// container, root SSH on a VM (which has no other way in). For assertions and faults; a non-zero exit is
+    /// not an error.
+    pub fn inside(&self, i: usize, script: &str) -> Result<Output> {
+        match self.state.source {
+            Source::Containers => containers::inside(&self.state.vms[i], script),
+            Source::Vms => self.ssh(i, script),
+        }
     }
 }
 
@@ -735,6 +812,9 @@ fn boot(config: &FleetConfig) -> Result<FleetState> {
         return Err(VmError::Invalid("a fleet has 1 to 9 VMs".into()));
     }
     require_root()?;
+    if config.source == Source::Containers {
+        return boot_containers(config);
+    }
     require_tools(&[
         ("qemu-system-x86_64", "qemu-system-x86"),
         ("qemu-img", "qemu-utils"),
@@ -745,49 +825,13 @@ fn boot(config: &FleetConfig) -> Result<FleetState> {
     ])?;
     let accel = Accel::from_env()?;
     let image = ensure_image(&ImageSpec::default())?;
-    down(&config.name)?;
-    let idx = capkk_sandbox::claim_slot(&config.name)?;
-    let dir = state_dir(&config.name);
-    fs::create_dir_all(&dir).map_err(io_err(&dir))?;
-    fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).map_err(io_err(&dir))?;
-    let bridge = format!("kkbr{idx}");
-    let bridge_address = format!("198.18.{idx}.1");
-    let mut state = FleetState {
-        name: config.name.clone(),
-        index: idx,
-        dir: dir.clone(),
-        bridge: bridge.clone(),
-        bridge_address: bridge_address.clone(),
-        inner_cidr: format!("198.19.{idx}.0/24"),
+    let mut state = plan(
+        config,
         accel,
-        image_hash: image.hash.clone(),
-        image_build_secs: image.build_secs,
-        private_key: image.private_key(),
-        known_hosts: dir.join("known_hosts"),
-        vms: Vec::new(),
-    };
-    for (i, spec) in config.vms.iter().enumerate() {
-        let n = i + 1;
-        state.vms.push(VmInfo {
-            name: format!("{}-{n}", config.name),
-            address: format!("198.18.{idx}.{}", 10 + n),
-            mac: format!("52:54:00:c4:{idx:02x}:{n:02x}"),
-            uuid: random_uuid()?,
-            tap: format!("kk{idx}t{n}"),
-            spec: *spec,
-            dir: dir.join(format!("vm{n}")),
-            pid: 0,
-            host_key_fingerprint: String::new(),
-            boot_secs: 0.0,
-        });
-    }
-    // The teardown script exists before the first device does, so a crash from here on is cleaned up.
-    save_state(&state)?;
-    write_file(&state.known_hosts, b"", 0o600)?;
-    run(Command::new("ip").args(["link", "add", &bridge, "type", "bridge"]))?;
-    run(Command::new("ip").args(["addr", "add", &format!("{bridge_address}/24"), "dev", &bridge]))?;
-    run(Command::new("ip").args(["link", "set", &bridge, "up"]))?;
-    write_file(&dir.join("started"), b"", 0o644)?;
+        (image.hash.clone(), image.build_secs, image.private_key()),
+    )?;
+    let bridge = state.bridge.clone();
+    let bridge_address = state.bridge_address.clone();
     for vm in &mut state.vms {
         fs::create_dir_all(&vm.dir).map_err(io_err(&vm.dir))?;
         run(Command::new("ip").args(["tuntap", "add", "dev", &vm.tap, "mode", "tap"]))?;
@@ -849,6 +893,77 @@ fn boot(config: &FleetConfig) -> Result<FleetState> {
     Ok(state)
 }
 
+/// The fleet's plan, saved with its teardown script, and its bridge up: slot, addresses, names, state dir.
+/// `image` is the hash, build time and client key of the hosts' image.
+fn plan(config: &FleetConfig, accel: Accel, image: (String, f64, PathBuf)) -> Result<FleetState> {
+    down(&config.name)?;
+    let idx = capkk_sandbox::claim_slot(&config.name)?;
+    let dir = state_dir(&config.name);
+    fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).map_err(io_err(&dir))?;
+    let bridge = format!("kkbr{idx}");
+    let bridge_address = format!("198.18.{idx}.1");
+    let mut state = FleetState {
+        name: config.name.clone(),
+        source: config.source,
+        index: idx,
+        dir: dir.clone(),
+        bridge: bridge.clone(),
+        bridge_address: bridge_address.clone(),
+        inner_cidr: format!("198.19.{idx}.0/24"),
+        accel,
+        image_hash: image.0,
+        image_build_secs: image.1,
+        private_key: image.2,
+        known_hosts: dir.join("known_hosts"),
+        vms: Vec::new(),
+    };
+    for (i, spec) in config.vms.iter().enumerate() {
+        let n = i + 1;
+        state.vms.push(VmInfo {
+            name: format!("{}-{n}", config.name),
+            address: format!("198.18.{idx}.{}", 10 + n),
+            mac: format!("52:54:00:c4:{idx:02x}:{n:02x}"),
+            uuid: random_uuid()?,
+            tap: format!("kk{idx}t{n}"),
+            spec: *spec,
+            dir: dir.join(format!("vm{n}")),
+            pid: 0,
+            host_key_fingerprint: String::new(),
+            boot_secs: 0.0,
+        });
+    }
+    // The teardown script exists before the first device does, so a crash from here on is cleaned up.
+    save_state(&state)?;
+    write_file(&state.known_hosts, b"", 0o600)?;
+    run(Command::new("ip").args(["link", "add", &bridge, "type", "bridge"]))?;
+    run(Command::new("ip").args(["addr", "add", &format!("{bridge_address}/24"), "dev", &bridge]))?;
+    run(Command::new("ip").args(["link", "set", &bridge, "up"]))?;
+    write_file(&dir.join("started"), b"", 0o644)?;
+    Ok(state)
+}
+
+fn boot_containers(config: &FleetConfig) -> Result<FleetState> {
+    require_tools(&[
+        ("podman", "podman"),
+        ("runc", "runc"),
+        ("ip", "iproute2"),
+        ("nsenter", "util-linux"),
+        ("setsid", "util-linux"),
+        ("ssh", "openssh-client"),
+        ("ssh-keyscan", "openssh-client"),
+    ])?;
+    let image = containers::ensure_node_image()?;
+    let mut state = plan(
+        config,
+        Accel::Tcg,
+        (image.hash.clone(), image.build_secs, image.private_key()),
+    )?;
+    containers::start(&mut state, &image)?;
+    save_state(&state)?;
+    Ok(state)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -872,6 +987,7 @@ mod tests {
     fn teardown_names_only_this_fleet() {
         let state = FleetState {
             name: "vm-x".into(),
+            source: Source::Vms,
             index: 9,
             dir: "/tmp/capkk-sandbox/vm-x".into(),
             bridge: "kkbr9".into(),

@@ -104,6 +104,10 @@ pub struct HostFacts {
     pub init: InitSystem,
     /// SELinux mode from `getenforce` (`Enforcing`, `Permissive`, `Disabled`), when present.
     pub selinux: Option<String>,
+    /// Whether root may lower a process's `oom_score_adj`: false in containers without `CAP_SYS_RESOURCE`
+    /// (LXC, privileged node containers), where containerd must restrict its pods' scores
+    /// ([`crate::containermanager`]). True when the probe did not say (an older probe's output).
+    pub can_lower_oom_score_adj: bool,
 }
 
 impl HostFacts {
@@ -234,6 +238,7 @@ pub fn parse(text: &str) -> Result<HostFacts> {
             .get("selinux")
             .and_then(|v| v.first().cloned())
             .filter(|s| !s.is_empty()),
+        can_lower_oom_score_adj: one("oom_lower") != "0",
     })
 }
 
@@ -268,6 +273,21 @@ mod tests {
     use super::*;
 
     const ROCKY: &str = "@@os-release\nNAME=\"Rocky Linux\"\nVERSION_ID=\"9.3\"\nID=\"rocky\"\nID_LIKE=\"rhel centos fedora\"\nPRETTY_NAME=\"Rocky Linux 9.3 (Blue Onyx)\"\n@@end\nmachine=aarch64\nkernel=5.14\nhostname=n1\nsystemctl=/usr/bin/systemctl\npm=dnf\npm=yum\nselinux=Enforcing\n";
+
+    #[test]
+    fn a_host_that_may_not_lower_oom_scores_says_so_and_silence_means_it_may() {
+        assert!(parse(ROCKY).unwrap().can_lower_oom_score_adj);
+        assert!(
+            parse(&format!("{ROCKY}oom_lower=1\n"))
+                .unwrap()
+                .can_lower_oom_score_adj
+        );
+        assert!(
+            !parse(&format!("{ROCKY}oom_lower=0\n"))
+                .unwrap()
+                .can_lower_oom_score_adj
+        );
+    }
 
     #[test]
     fn parses_rocky_on_arm() {

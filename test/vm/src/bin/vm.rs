@@ -1,21 +1,26 @@
-//! `vm`: build the image, boot, inspect and tear down VM test hosts from make targets and scripts.
+//! `vm`: build the image, boot, inspect and tear down the real test hosts (VMs or node containers) from make
+//! targets and scripts. Every command but `image` and `up` reads the fleet's `state.json`, whichever source
+//! made it.
 //!
 //! ```text
-//! cargo run -p capkk-vm --bin vm -- image                      # build or find the cached image, print its dir
-//! cargo run -p capkk-vm --bin vm -- up --name real --vm 2x3072 --vm 1x2048 [--guard-pid PID] [--no-wait]
+//! cargo run -p capkk-vm --bin vm -- image [--source containers] # build or find the cached image, print its dir
+//! cargo run -p capkk-vm --bin vm -- up --name real --vm 2x3072 --vm 1x2048 [--source containers] [--guard-pid PID] [--no-wait]
 //! cargo run -p capkk-vm --bin vm -- wait --name real
 //! cargo run -p capkk-vm --bin vm -- status --name real
 //! cargo run -p capkk-vm --bin vm -- ssh --name real --vm 1 -- systemctl is-system-running
+//! cargo run -p capkk-vm --bin vm -- inside --name real --vm 1 -- cat /proc/sys/kernel/panic   # out of band
+//! cargo run -p capkk-vm --bin vm -- sysctls                    # the machine's watched kernel settings
 //! cargo run -p capkk-vm --bin vm -- down --name real
 //! cargo run -p capkk-vm --bin vm -- owned-paths               # what a reset host must no longer have
 //! ```
 //! `up` prints the state dir; its `state.json` describes bridge, addresses, host keys and the client key.
+//! `--source` defaults to `CAPKK_HOSTS` (containers | vms), else vms.
 //! With `--guard-pid` a watchdog tears the fleet down once that process exits (scripts pass their own `$$`).
 
 use std::{os::unix::process::CommandExt, process::Command};
 
 use anyhow::{Context, Result};
-use capkk_vm::{Fleet, FleetConfig, ImageSpec, VmSpec, ensure_image, ssh_args};
+use capkk_vm::{Fleet, FleetConfig, ImageSpec, Source, VmSpec, containers, ensure_image, ssh_args};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -28,7 +33,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Build the image unless the cache has it; print its dir and hash.
-    Image,
+    Image {
+        /// VMs or node containers (default: `CAPKK_HOSTS`, else vms).
+        #[arg(long)]
+        source: Option<Source>,
+    },
     /// Boot a fleet (tearing down an earlier one of the same name first).
     Up {
         /// Fleet name.
@@ -43,6 +52,9 @@ enum Cmd {
         /// Return once QEMU runs, without waiting for SSH.
         #[arg(long)]
         no_wait: bool,
+        /// VMs or node containers (default: `CAPKK_HOSTS`, else vms).
+        #[arg(long)]
+        source: Option<Source>,
     },
     /// Wait until every VM of a fleet is ready.
     Wait {
@@ -68,6 +80,20 @@ enum Cmd {
         #[arg(trailing_var_arg = true, required = true)]
         command: Vec<String>,
     },
+    /// Run a command as root inside a host out of band (node containers: `podman exec`; VMs: root SSH).
+    Inside {
+        /// Fleet name.
+        #[arg(long)]
+        name: String,
+        /// Host number, 1-based.
+        #[arg(long)]
+        vm: usize,
+        /// The command (one `sh -c` script).
+        #[arg(trailing_var_arg = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Print the machine's kernel settings a node container must not change (`name=value`, one a line).
+    Sysctls,
     /// Tear a fleet down (idempotent).
     Down {
         /// Fleet name.
@@ -81,25 +107,38 @@ enum Cmd {
 
 fn main() -> Result<()> {
     match Cli::parse().command {
-        Cmd::Image => {
-            let img = ensure_image(&ImageSpec::default())?;
-            println!(
-                "{} {} build_secs={:.0}",
-                img.dir.display(),
-                img.hash,
-                img.build_secs
-            );
-        }
+        Cmd::Image { source } => match source.map_or_else(Source::from_env, Ok)? {
+            Source::Vms => {
+                let img = ensure_image(&ImageSpec::default())?;
+                println!(
+                    "{} {} build_secs={:.0}",
+                    img.dir.display(),
+                    img.hash,
+                    img.build_secs
+                );
+            }
+            Source::Containers => {
+                let img = containers::ensure_node_image()?;
+                println!(
+                    "{} {} build_secs={:.0}",
+                    img.dir.display(),
+                    img.reference,
+                    img.build_secs
+                );
+            }
+        },
         Cmd::Up {
             name,
             mut vms,
             guard_pid,
             no_wait,
+            source,
         } => {
             if vms.is_empty() {
                 vms.push(VmSpec::CONTROL_PLANE);
             }
-            let cfg = FleetConfig::new(&name, vms);
+            let mut cfg = FleetConfig::new(&name, vms);
+            cfg.source = source.map_or_else(Source::from_env, Ok)?;
             let mut fleet = Fleet::start(&cfg, guard_pid)?;
             if !no_wait {
                 fleet.wait_ready(cfg.ready_timeout)?;
@@ -130,6 +169,21 @@ fn main() -> Result<()> {
                 .arg(command.join(" "))
                 .exec();
             return Err(err).context("exec ssh");
+        }
+        Cmd::Inside { name, vm, command } => {
+            let fleet = Fleet::attach(&name)?;
+            let i = vm.checked_sub(1).context("hosts are numbered from 1")?;
+            anyhow::ensure!(i < fleet.vms().len(), "fleet {name} has no host {vm}");
+            let out = fleet.inside(i, &command.join(" "))?;
+            use std::io::Write;
+            std::io::stdout().write_all(&out.stdout)?;
+            std::io::stderr().write_all(&out.stderr)?;
+            std::process::exit(out.status.code().unwrap_or(1));
+        }
+        Cmd::Sysctls => {
+            for (k, v) in containers::machine_sysctls() {
+                println!("{k}={v}");
+            }
         }
         Cmd::Down { name } => capkk_vm::down(&name)?,
         Cmd::OwnedPaths => {

@@ -1,0 +1,479 @@
+//! Node containers: the fleet's hosts as privileged podman containers with systemd as PID 1 and sshd, the way
+//! kind and CAPI's Docker provider run nodes, at native speed on the machine's kernel.
+//!
+//! A node container looks like a user's bare host: Debian with systemd, sshd and nothing of Kubernetes; the
+//! provider installs everything over SSH as on VMs. Each fleet keeps the VM fleet's plan (slot `N`, bridge
+//! `kkbrN` at `198.18.N.1/24`, host `i` at `198.18.N.(10+i)`, `state.json`, `teardown.sh`), so every real tier
+//! reads one fleet manifest whichever source made it. The container has no network of podman's
+//! (`--network none`): a veth pair puts its `eth0` on the fleet's bridge, with no NAT to anywhere, exactly as
+//! a VM's tap does.
+//!
+//! Identity: hostname = container name; a machine-id made at first boot; an ed25519 host key made at first
+//! boot, read out of band (`podman exec`) and pinned. Resources carry the labels `capkk.run=<fleet>`,
+//! `capkk.host=<i>` and `capkk.slot=<N>`, and volumes are named after the host, so teardown finds them all
+//! again from a fresh process.
+//!
+//! What running on the machine's kernel takes (facts measured here: `../shared/reference/container-hosts.md`):
+//! runc (crun refuses hybrid cgroups), `--privileged --cgroupns=private --systemd=false`, tmpfs `/run` and
+//! `/tmp`, volumes for `/var/lib/containerd` and `/var/lib/kubelet` (overlayfs cannot stack on the container's
+//! own overlay root), rlimits within the bounding set, and the image's entrypoint shielding the machine's
+//! kernel settings (`build-node-image.sh`).
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+    time::Instant,
+};
+
+use sha2::{Digest, Sha256};
+
+use crate::{FleetState, Result, VmError, VmInfo, image::cache_root, q, require_tools, run};
+
+const BUILD_SCRIPT: &str = include_str!("build-node-image.sh");
+
+/// Debian packages of a node container besides `--variant=minbase`: the VM image's (systemd as init, sshd,
+/// what kubeadm's preflight and the kubelet expect of a node) without a kernel, udev or initramfs, plus
+/// D-Bus (systemd's cgroup driver talks to systemd over it).
+pub const NODE_PACKAGES: &[&str] = &[
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "openssh-server",
+    "iproute2",
+    "sudo",
+    "ca-certificates",
+    "kmod",
+    "iptables",
+    "ethtool",
+    "procps",
+    "curl",
+];
+
+/// Repository of the node image in podman's local storage (never pushed anywhere).
+pub const IMAGE_REPO: &str = "localhost/capkk-node";
+
+/// Label naming the fleet of a container or volume.
+pub const LABEL_RUN: &str = "capkk.run";
+
+/// Files under `/proc/sys` whose machine values every container-host tier checks before and after: the ones
+/// a kubelet writes (issue 40) and the conntrack table size kube-proxy would.
+pub const WATCHED_SYSCTLS: &[&str] = &[
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+    "vm/max_map_count",
+    "vm/swappiness",
+    "fs/inotify/max_user_watches",
+    "fs/inotify/max_user_instances",
+    "kernel/pid_max",
+    "fs/file-max",
+    "fs/nr_open",
+    "net/netfilter/nf_conntrack_max",
+];
+
+/// A node image, built (or found) in the cache and present in podman's storage.
+#[derive(Clone, Debug)]
+pub struct NodeImage {
+    /// Content hash (script, suite, packages).
+    pub hash: String,
+    /// Its cache dir (`rootfs.tar`, the client key, `packages.txt`).
+    pub dir: PathBuf,
+    /// `localhost/capkk-node:<hash>`.
+    pub reference: String,
+    /// Seconds the build took (0 when cached).
+    pub build_secs: f64,
+}
+
+impl NodeImage {
+    /// The test-only client key root's `authorized_keys` holds.
+    pub fn private_key(&self) -> PathBuf {
+        self.dir.join("id_ed25519")
+    }
+}
+
+/// The content hash of the node image (first 16 hex digits of the SHA-256 of script, suite and packages).
+pub fn node_image_hash(suite: &str, packages: &[&str]) -> String {
+    let mut h = Sha256::new();
+    h.update(BUILD_SCRIPT.as_bytes());
+    h.update(b"\0");
+    h.update(suite.as_bytes());
+    h.update(b"\0");
+    h.update(packages.join(",").as_bytes());
+    hex::encode(h.finalize())[..16].to_owned()
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> VmError + '_ {
+    move |source| VmError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// The node image, built now unless the cache has it, and imported into podman unless present there.
+pub fn ensure_node_image() -> Result<NodeImage> {
+    let spec = crate::ImageSpec::default();
+    let hash = node_image_hash(&spec.suite, NODE_PACKAGES);
+    let root = cache_root().join("containers");
+    let dir = root.join(format!("image-{hash}"));
+    let reference = format!("{IMAGE_REPO}:{hash}");
+    fs::create_dir_all(&root).map_err(io(&root))?;
+    // One builder at a time per image, across processes (as the VM image).
+    let lock_path = root.join(format!("image-{hash}.lock"));
+    let lock = fs::File::create(&lock_path).map_err(io(&lock_path))?;
+    lock.lock().map_err(io(&lock_path))?;
+    let mut build_secs = 0.0;
+    if !dir.join("done").exists() {
+        require_tools(&[
+            ("mmdebstrap", "mmdebstrap"),
+            ("ssh-keygen", "openssh-client"),
+            ("tar", "tar"),
+        ])?;
+        let tmp = root.join(format!("image-{hash}.tmp-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&tmp);
+        fs::create_dir_all(&tmp).map_err(io(&tmp))?;
+        let script = tmp.join("build-node-image.sh");
+        fs::write(&script, BUILD_SCRIPT).map_err(io(&script))?;
+        let start = Instant::now();
+        let out = Command::new("sh")
+            .arg(&script)
+            .arg(&tmp)
+            .arg(&spec.suite)
+            .arg(&spec.mirror)
+            .arg(NODE_PACKAGES.join(","))
+            .stdin(Stdio::null())
+            .output()
+            .map_err(io(&script))?;
+        if !out.status.success() {
+            let _ = fs::remove_dir_all(&tmp);
+            return Err(VmError::BuildImage(format!(
+                "node image: {}: {}",
+                out.status,
+                crate::image::tail(&String::from_utf8_lossy(&out.stderr), 30)
+            )));
+        }
+        build_secs = start.elapsed().as_secs_f64();
+        let done = tmp.join("done");
+        fs::write(&done, format!("build_secs={build_secs:.0}\n")).map_err(io(&done))?;
+        let _ = fs::remove_dir_all(&dir);
+        fs::rename(&tmp, &dir).map_err(io(&dir))?;
+    }
+    // podman's storage is the machine's, not the cache's: import again after it was reset.
+    let present = Command::new("podman")
+        .args(["image", "exists", &reference])
+        .stdin(Stdio::null())
+        .status()
+        .map_err(|e| VmError::Unsupported(format!("podman (Debian package podman): {e}")))?;
+    if !present.success() {
+        run(Command::new("podman")
+            .args(["import", "--quiet"])
+            .args(["--change", r#"CMD ["/usr/local/sbin/capkk-node-init"]"#])
+            .args(["--change", "ENV container=podman"])
+            .args(["--change", "STOPSIGNAL SIGRTMIN+3"])
+            .arg(dir.join("rootfs.tar"))
+            .arg(&reference))?;
+    }
+    Ok(NodeImage {
+        hash,
+        dir,
+        reference,
+        build_secs,
+    })
+}
+
+/// Names of the volumes of host `name`: containerd's and the kubelet's state, which need a file system that
+/// overlayfs can stack on (the container's root is an overlay itself).
+pub fn volumes(name: &str) -> [(String, &'static str); 2] {
+    [
+        (format!("{name}-containerd"), "/var/lib/containerd"),
+        (format!("{name}-kubelet"), "/var/lib/kubelet"),
+    ]
+}
+
+/// The `podman run` arguments of host `vm` of fleet `state` (without the program).
+pub fn run_args(state: &FleetState, vm: &VmInfo, n: usize, image: &str) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "run",
+        "--detach",
+        "--name",
+        &vm.name,
+        "--hostname",
+        &vm.name,
+        "--label",
+        &format!("{LABEL_RUN}={}", state.name),
+        "--label",
+        &format!("capkk.host={n}"),
+        "--label",
+        &format!("capkk.slot={}", state.index),
+        // runc: crun refuses this machine's hybrid cgroups.
+        "--runtime",
+        "runc",
+        "--privileged",
+        // A cgroup tree of its own: podman's systemd mode bind-mounts the machine's name=systemd tree, and two
+        // nodes then shared one containerd cgroup. systemd still runs as PID 1 from the image's entrypoint.
+        "--cgroupns=private",
+        "--systemd=false",
+        "--security-opt",
+        "seccomp=unconfined",
+        "--security-opt",
+        "label=disable",
+        // The fleet's bridge, not a podman network: no NAT, the same plan as the VMs (plumbed after start).
+        "--network",
+        "none",
+        // The image's /etc/hosts; the provider manages its own block in it, as on any host.
+        "--no-hosts",
+        "--tmpfs",
+        "/run:rw,exec,mode=755",
+        "--tmpfs",
+        "/tmp:rw,exec,mode=1777",
+        // Within the bounding set (no CAP_SYS_RESOURCE): podman's defaults make runc fail setting rlimits.
+        "--ulimit",
+        "nofile=20000:20000",
+        "--ulimit",
+        "nproc=32768:32768",
+        "--stop-timeout",
+        "10",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for (vol, path) in volumes(&vm.name) {
+        a.push("--volume".into());
+        a.push(format!("{vol}:{path}"));
+    }
+    a.push(image.into());
+    a
+}
+
+/// Lines of `teardown.sh` that remove fleet `state`'s containers and volumes (found by label, so a crash
+/// between two creations leaves nothing behind) after keeping each host's journal in `logs`.
+pub fn teardown_lines(state: &FleetState, logs: &Path) -> String {
+    let label = q(&format!("label={LABEL_RUN}={}", state.name));
+    let mut s = String::new();
+    for vm in &state.vms {
+        s.push_str(&format!(
+            "timeout 15 podman exec {name} journalctl --no-pager -n 3000 > {dst} 2>/dev/null\n",
+            name = q(&vm.name),
+            dst = q(&logs
+                .join(format!("{}.journal.log", vm.name))
+                .display()
+                .to_string()),
+        ));
+    }
+    s.push_str(&format!(
+        "for c in $(podman ps -a -q --filter {label}); do podman rm -f -t 10 -v \"$c\" >/dev/null 2>&1; done\n\
+         for v in $(podman volume ls -q --filter {label}); do podman volume rm -f \"$v\" >/dev/null 2>&1; done\n"
+    ));
+    s
+}
+
+/// Start the containers of `state` (created by [`crate::boot`]: bridge up, state saved) and put each on the
+/// bridge; fills in each host's PID.
+pub(crate) fn start(state: &mut FleetState, image: &NodeImage) -> Result<()> {
+    require_tools(&[("podman", "podman"), ("runc", "runc"), ("nsenter", "util-linux")])?;
+    for (i, vm) in state.vms.clone().iter().enumerate() {
+        let n = i + 1;
+        fs::create_dir_all(&vm.dir).map_err(io(&vm.dir))?;
+        for (vol, _) in volumes(&vm.name) {
+            // A volume left by a crashed run of the same name must not carry its containerd state over.
+            let _ = Command::new("podman")
+                .args(["volume", "rm", "-f", &vol])
+                .stdin(Stdio::null())
+                .output();
+            run(Command::new("podman").args([
+                "volume",
+                "create",
+                "--label",
+                &format!("{LABEL_RUN}={}", state.name),
+                &vol,
+            ]))?;
+        }
+        let _ = Command::new("podman")
+            .args(["rm", "-f", "-v", &vm.name])
+            .stdin(Stdio::null())
+            .output();
+        run(Command::new("podman").args(run_args(state, vm, n, &image.reference)))?;
+        let pid = host_pid(&vm.name)?;
+        state.vms[i].pid = pid;
+        plumb(state, &state.vms[i])?;
+    }
+    Ok(())
+}
+
+/// The host PID of container `name`'s init (its namespaces are `/proc/<pid>/ns/*`).
+pub fn host_pid(name: &str) -> Result<u32> {
+    let out = run(Command::new("podman").args(["inspect", "--format", "{{.State.Pid}}", name]))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .parse()
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| VmError::Invalid(format!("container {name} has no PID ({:?})", text.trim())))
+}
+
+/// Put host `vm` on the fleet's bridge: a veth pair (`kkNtI` on the machine, `eth0` inside) with the host's
+/// address and MAC, a default route via the bridge and a resolver naming it. Again after a restart (a new
+/// network namespace).
+pub fn plumb(state: &FleetState, vm: &VmInfo) -> Result<()> {
+    let pid = vm.pid.to_string();
+    let _ = Command::new("ip").args(["link", "del", &vm.tap]).output();
+    run(Command::new("ip").args([
+        "link", "add", &vm.tap, "type", "veth", "peer", "name", "eth0", "netns", &pid,
+    ]))?;
+    run(Command::new("ip").args(["link", "set", &vm.tap, "master", &state.bridge, "up"]))?;
+    let gw = &state.bridge_address;
+    let script = format!(
+        "ip link set eth0 address {mac} && ip addr add {addr}/24 dev eth0 && ip link set eth0 up && \
+         ip route add default via {gw}",
+        mac = vm.mac,
+        addr = vm.address,
+    );
+    run(Command::new("nsenter").args(["-t", &pid, "-n", "sh", "-c", &script]))?;
+    // The resolver names the gateway, which runs no DNS server: lookups fail fast and never leave the machine
+    // (the kubelet refuses pod sandboxes without a resolv.conf; CoreDNS forwards to it).
+    inside_ok(vm, &format!("echo 'nameserver {gw}' > /etc/resolv.conf"))?;
+    Ok(())
+}
+
+/// Run `script` with `sh -c` inside host `vm` out of band (`podman exec`, not SSH). A non-zero exit is data.
+pub fn inside(vm: &VmInfo, script: &str) -> Result<Output> {
+    Command::new("podman")
+        .args(["exec", &vm.name, "sh", "-c", script])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| VmError::RunCommand {
+            command: format!("podman exec {}", vm.name),
+            message: e.to_string(),
+        })
+}
+
+fn inside_ok(vm: &VmInfo, script: &str) -> Result<String> {
+    let out = inside(vm, script)?;
+    if !out.status.success() {
+        return Err(VmError::RunCommand {
+            command: format!("podman exec {}: {script}", vm.name),
+            message: format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Whether the container still runs (its init PID is alive).
+pub fn running(vm: &VmInfo) -> bool {
+    Path::new(&format!("/proc/{}", vm.pid)).exists()
+}
+
+/// The host key fingerprint, once systemd is up and sshd has its key; `None` while it boots.
+pub fn fingerprint(vm: &VmInfo) -> Option<String> {
+    let out = inside(
+        vm,
+        "s=$(systemctl is-system-running 2>/dev/null); case $s in running|degraded) ;; *) exit 1;; esac; \
+         systemctl is-active -q ssh && ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub",
+    )
+    .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .nth(1)
+        .filter(|f| f.starts_with("SHA256:"))
+        .map(str::to_owned)
+}
+
+/// A diagnosis for a host that did not become ready: systemd's state and failed units.
+pub fn diagnose(vm: &VmInfo) -> String {
+    inside(
+        vm,
+        "systemctl is-system-running; systemctl --failed --no-legend --no-pager; journalctl -n 20 --no-pager",
+    )
+    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+    .unwrap_or_else(|e| e.to_string())
+}
+
+/// Values of [`WATCHED_SYSCTLS`] on the machine (this process's view: run it outside any node).
+pub fn machine_sysctls() -> Vec<(String, String)> {
+    WATCHED_SYSCTLS
+        .iter()
+        .map(|s| {
+            let v = fs::read_to_string(Path::new("/proc/sys").join(s))
+                .map(|v| v.trim().to_owned())
+                .unwrap_or_else(|e| format!("unreadable: {e}"));
+            (s.replace('/', "."), v)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Accel, Source, VmSpec};
+
+    fn state() -> FleetState {
+        FleetState {
+            name: "ct-x".into(),
+            source: Source::Containers,
+            index: 9,
+            dir: "/tmp/capkk-sandbox/ct-x".into(),
+            bridge: "kkbr9".into(),
+            bridge_address: "198.18.9.1".into(),
+            inner_cidr: "198.19.9.0/24".into(),
+            accel: Accel::Tcg,
+            image_hash: "h".into(),
+            image_build_secs: 0.0,
+            private_key: "/k".into(),
+            known_hosts: "/kh".into(),
+            vms: vec![VmInfo {
+                name: "ct-x-1".into(),
+                address: "198.18.9.11".into(),
+                mac: "52:54:00:c4:09:01".into(),
+                uuid: "u".into(),
+                tap: "kk9t1".into(),
+                spec: VmSpec::WORKER,
+                dir: "/tmp/capkk-sandbox/ct-x/vm1".into(),
+                pid: 1,
+                host_key_fingerprint: String::new(),
+                boot_secs: 0.0,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_node_container_runs_privileged_on_runc_with_its_own_cgroups_and_no_podman_network() {
+        let s = state();
+        let a = run_args(&s, &s.vms[0], 1, "localhost/capkk-node:h").join(" ");
+        for want in [
+            "--runtime runc",
+            "--privileged",
+            "--cgroupns=private",
+            "--systemd=false",
+            "--network none",
+            "--label capkk.run=ct-x",
+            "--volume ct-x-1-containerd:/var/lib/containerd",
+            "--volume ct-x-1-kubelet:/var/lib/kubelet",
+            "--ulimit nofile=20000:20000",
+        ] {
+            assert!(a.contains(want), "{want} missing from {a}");
+        }
+        assert!(a.ends_with("localhost/capkk-node:h"));
+    }
+
+    #[test]
+    fn teardown_finds_containers_and_volumes_by_the_fleets_label_only() {
+        let s = teardown_lines(&state(), Path::new("/tmp/logs/ct-x"));
+        assert!(s.contains("podman ps -a -q --filter 'label=capkk.run=ct-x'"));
+        assert!(s.contains("podman volume ls -q --filter 'label=capkk.run=ct-x'"));
+        assert!(s.contains("'/tmp/logs/ct-x/ct-x-1.journal.log'"));
+        assert!(!s.contains("pkill") && !s.contains("podman system"));
+    }
+
+    #[test]
+    fn the_node_image_hash_changes_with_its_packages() {
+        let a = node_image_hash("bookworm", NODE_PACKAGES);
+        assert_eq!(a.len(), 16);
+        assert_ne!(a, node_image_hash("bookworm", &["systemd"]));
+    }
+}
