@@ -1,4 +1,9 @@
-# Makefile fragment for VM test hosts and the real-node tiers (test/vm). Included from the top Makefile.
+# Makefile fragment for the real test hosts (test/vm: node containers and VMs) and the real-node tiers.
+# Included from the top Makefile.
+#
+# The real-node targets run their hosts as node containers (HOSTS=containers, the default: privileged podman
+# containers with systemd and sshd on this machine's kernel, at native speed) or as QEMU VMs (HOSTS=vms), e.g.
+# `make e2e-real HOSTS=vms`. make e2e-real-remediation defaults to VMs (its reboot tier needs a kernel of its own).
 #
 #   make vm-image             build (or find in $CAPKK_CACHE/vm) the Debian VM image
 #   make test-vm              VM tier tests: boot, identity, SSH with pinned ed25519 host key, watchdog
@@ -6,8 +11,9 @@
 #                             (Ready, holding its Lease, handing it over), and back (in TEST_TIERS, after test-vm)
 #   make e2e-real             2 VMs: control plane + worker Ready, CoreDNS, a pod over the pod network, scale the
 #                             worker 1 -> 0 -> 1, delete the Cluster (the full real lifecycle; not in TEST_TIERS)
-#   make quickstart           e2e-real's cluster (2 VMs) left running to explore; make quickstart-down removes it
-#                             (quickstart-real and quickstart-real-down: the same, by their earlier names)
+#   make quickstart           e2e-real's cluster (2 node containers) left running to explore; make quickstart-down
+#                             removes it (quickstart-real and quickstart-real-down: the same, by their earlier names;
+#                             make quickstart-vm / quickstart-vm-down: the same on 2 QEMU VMs)
 #   make e2e-real-day2        2 VMs: the worker one minor behind the control plane, upgraded in place through CAPI's
 #                             hooks, repaired by a KKRemediation, rolled across versions onto the VM it freed, a
 #                             workload probed through its Service all along (issue 24; long, not in TEST_TIERS)
@@ -31,11 +37,12 @@ test-vm: ## VM test hosts: boot, identity, SSH, watchdog (needs root, qemu; boot
 
 .PHONY: test-real-smoke real-smoke-down
 
-# Every landing proves a real node: kubeadm init on a real VM through the production path. Cold, it also builds
-# the node artifacts (test/vm/artifacts, sharing Go's build cache with mgmt-bin). Times: docs/benchmarks.md.
+# Every landing proves a real node: kubeadm init on a real host (a node container: the machine's kernel, native
+# speed) through the production path. Cold, it also builds the node artifacts (test/vm/artifacts, sharing Go's
+# build cache with mgmt-bin). Times: docs/benchmarks.md.
 TEST_TIERS += test-real-smoke
 
-test-real-smoke: ## real-node smoke: 1 VM, kubeadm init through our controllers, Node Ready, delete resets it (long)
+test-real-smoke: ## real-node smoke: 1 node container, kubeadm init through our controllers, Node Ready, the manager as a Pod, delete resets it
 	IMG="$(IMG)" PODMAN="$(PODMAN)" test/vm/real.sh smoke
 
 real-smoke-down: ## tear down what an interrupted real-node smoke left
@@ -66,9 +73,10 @@ e2e-real-remediation: ## 3 VMs: the worker cut off, KKRemediation exhausted, Mac
 e2e-real-remediation-down: ## tear down what an interrupted (or REAL_KEEP=1) e2e-real-remediation left
 	test/vm/real.sh remediation-down
 
-.PHONY: e2e-real e2e-real-down quickstart quickstart-down quickstart-real quickstart-real-down
+.PHONY: e2e-real e2e-real-down quickstart quickstart-down quickstart-real quickstart-real-down quickstart-vm \
+        quickstart-vm-down
 
-e2e-real: ## real nodes end to end: 2 VMs join Ready, CoreDNS, pod network, scale 1->0->1, delete (long: 20-40 min)
+e2e-real: ## real nodes end to end: 2 node containers (HOSTS=vms: VMs) join Ready, CoreDNS, pod network, scale 1->0->1, delete
 	test/vm/real.sh e2e
 
 e2e-real-down: ## tear down what an interrupted (or REAL_KEEP=1) e2e-real left
@@ -76,11 +84,17 @@ e2e-real-down: ## tear down what an interrupted (or REAL_KEEP=1) e2e-real left
 
 # The newcomer's first command: real nodes (a Ready control plane and worker, a pod running). The simulated
 # cluster is `make quickstart-sim` (test/e2e/e2e.mk).
-quickstart: deps ## real nodes: 2 VMs (control plane + worker) Ready, a pod running, left up with the commands to explore it (needs root)
+quickstart: deps ## real nodes: 2 node containers (control plane + worker) Ready, a pod running, left up with the commands to explore it (needs root)
 	test/vm/real.sh quickstart
 
 quickstart-down: ## tear down the quickstart cluster (VMs, mirror, registry, manager, namespace)
 	test/vm/real.sh quickstart-down
+
+quickstart-vm: deps ## the quickstart on 2 QEMU VMs instead of node containers (TCG here: 35-40 min)
+	HOSTS=vms test/vm/real.sh quickstart
+
+quickstart-vm-down: ## tear down the VM quickstart
+	HOSTS=vms test/vm/real.sh quickstart-down
 
 quickstart-real: quickstart ## the same as quickstart (its earlier name)
 
