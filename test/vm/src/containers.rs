@@ -303,6 +303,34 @@ pub(crate) fn start(state: &mut FleetState, image: &NodeImage) -> Result<()> {
     Ok(())
 }
 
+/// Restart host `i` (0-based) of `state` as a power cycle would: the container stops (systemd shuts down), starts
+/// again with a fresh `/run` and network namespace, is put back on the bridge and waits for SSH. Its disk (the
+/// container's root and volumes) and host key survive. Updates the host's PID in `state`.
+pub fn restart(state: &mut FleetState, i: usize, timeout: std::time::Duration) -> Result<()> {
+    let name = state.vms[i].name.clone();
+    run(Command::new("podman").args(["restart", "--time", "10", &name]))?;
+    state.vms[i].pid = host_pid(&name)?;
+    plumb(state, &state.vms[i])?;
+    let deadline = Instant::now() + timeout;
+    while fingerprint(&state.vms[i]).as_deref() != Some(state.vms[i].host_key_fingerprint.as_str())
+        || !crate::ssh_banner(&state.vms[i].address)
+    {
+        if Instant::now() > deadline {
+            return Err(VmError::NotReady {
+                vm: name,
+                message: format!(
+                    "no SSH within {}s of the restart; inside:\n{}",
+                    timeout.as_secs(),
+                    diagnose(&state.vms[i])
+                ),
+                console: String::new(),
+            });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    Ok(())
+}
+
 /// The host PID of container `name`'s init (its namespaces are `/proc/<pid>/ns/*`).
 pub fn host_pid(name: &str) -> Result<u32> {
     let out = run(Command::new("podman").args(["inspect", "--format", "{{.State.Pid}}", name]))?;

@@ -660,6 +660,18 @@ impl Fleet {
 }
 
 impl Fleet {
+    /// Restart host `i` (0-based) like a power cycle and wait for SSH again (node containers only: a VM's
+    /// reboot is its guest's own, e.g. `systemctl reboot` with `CAPKK_VM_REBOOT=1`).
+    pub fn restart(&mut self, i: usize) -> Result<()> {
+        if self.state.source != Source::Containers {
+            return Err(VmError::Invalid(
+                "restart is for node containers; reboot a VM from inside it".into(),
+            ));
+        }
+        containers::restart(&mut self.state, i, Duration::from_secs(300))?;
+        save_state(&self.state)
+    }
+
     /// Run `script` as root on host `i` (0-based) out of band, not through its sshd: `podman exec` in a node
     /// container, root SSH on a VM (which has no other way in). For assertions and faults; a non-zero exit is
     /// not an error.
@@ -727,7 +739,7 @@ fn console_fingerprint(vm: &VmInfo) -> Option<String> {
         .find(|fp| fp.starts_with("SHA256:"))
 }
 
-fn ssh_banner(address: &str) -> bool {
+pub(crate) fn ssh_banner(address: &str) -> bool {
     let Ok(addr) = format!("{address}:22").parse::<SocketAddr>() else {
         return false;
     };

@@ -229,3 +229,38 @@ fn a_fleet_of_node_containers_leaves_no_container_volume_link_or_cgroup_behind()
         "the node's journal is kept"
     );
 }
+
+#[test]
+fn a_restarted_node_container_comes_back_on_the_bridge_with_its_disk_key_and_shield() {
+    let mut fleet = Fleet::up(&config("ct-restart", 1)).expect("node container up");
+    let before = fleet
+        .sh(
+            0,
+            "cat /etc/machine-id; echo kept > /var/lib/kubelet/mark; cat /proc/sys/kernel/random/boot_id",
+        )
+        .expect("ssh");
+    let pid = fleet.vms()[0].pid;
+    let t = Instant::now();
+    fleet.restart(0).expect("restart");
+    eprintln!(
+        "ct-restart: back over SSH {:.1}s after the restart began",
+        t.elapsed().as_secs_f64()
+    );
+    assert_ne!(fleet.vms()[0].pid, pid, "a new init process");
+    // StrictHostKeyChecking against the pinned key: the host key survived with the disk.
+    let after = fleet
+        .sh(
+            0,
+            "cat /etc/machine-id; cat /var/lib/kubelet/mark; cat /run/capkk-sysctl.count; \
+             ip -4 -o addr show dev eth0",
+        )
+        .expect("ssh after the restart");
+    let (b, a): (Vec<&str>, Vec<&str>) = (before.lines().collect(), after.lines().collect());
+    assert_eq!(a[0], b[0], "the same machine-id: {after}");
+    assert_eq!(a[1], "kept", "the volume survived: {after}");
+    assert!(a[2].parse::<u32>().unwrap_or(0) > 100, "shielded again: {after}");
+    assert!(
+        a[3].contains(&format!("inet {}/24", fleet.vms()[0].address)),
+        "back on the bridge: {after}"
+    );
+}

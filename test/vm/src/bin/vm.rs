@@ -9,6 +9,7 @@
 //! cargo run -p capkk-vm --bin vm -- status --name real
 //! cargo run -p capkk-vm --bin vm -- ssh --name real --vm 1 -- systemctl is-system-running
 //! cargo run -p capkk-vm --bin vm -- inside --name real --vm 1 -- cat /proc/sys/kernel/panic   # out of band
+//! cargo run -p capkk-vm --bin vm -- restart --name real --vm 2   # a node container power-cycled
 //! cargo run -p capkk-vm --bin vm -- sysctls                    # the machine's watched kernel settings
 //! cargo run -p capkk-vm --bin vm -- down --name real
 //! cargo run -p capkk-vm --bin vm -- owned-paths               # what a reset host must no longer have
@@ -91,6 +92,15 @@ enum Cmd {
         /// The command (one `sh -c` script).
         #[arg(trailing_var_arg = true, required = true)]
         command: Vec<String>,
+    },
+    /// Restart a node container like a power cycle (its disk survives) and wait for SSH again.
+    Restart {
+        /// Fleet name.
+        #[arg(long)]
+        name: String,
+        /// Host number, 1-based.
+        #[arg(long)]
+        vm: usize,
     },
     /// Print the machine's kernel settings a node container must not change (`name=value`, one a line).
     Sysctls,
@@ -179,6 +189,12 @@ fn main() -> Result<()> {
             std::io::stdout().write_all(&out.stdout)?;
             std::io::stderr().write_all(&out.stderr)?;
             std::process::exit(out.status.code().unwrap_or(1));
+        }
+        Cmd::Restart { name, vm } => {
+            let mut fleet = Fleet::attach(&name)?;
+            let i = vm.checked_sub(1).context("hosts are numbered from 1")?;
+            anyhow::ensure!(i < fleet.vms().len(), "fleet {name} has no host {vm}");
+            fleet.restart(i)?;
         }
         Cmd::Sysctls => {
             for (k, v) in containers::machine_sysctls() {
