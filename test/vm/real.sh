@@ -47,6 +47,12 @@
 # read only that and the `vm` CLI, whichever source made the hosts. On containers the run checks at its end
 # that the machine's kernel settings a node could change (`vm sysctls`) are as they were before.
 #
+# REAL_CNI=flannel: the pod network is flannel, installed the CAPI way (the template's flannel flavor: a
+# ClusterResourceSet; its image from the node artifacts' registry); REAL_CNI=static: a bridge CNI config per node
+# and static routes between the nodes (test-environment YAML, tcg-knobs.py). REAL_WORKERS=N (e2e and quickstart):
+# N workers in the MachineDeployment (default 1; more than 1 needs flannel); the scale stages then go N -> N-1 ->
+# N, the host of the first worker leaving and coming back.
+#
 # REAL_NAME names the run (default real-smoke, real-e2e, real-quickstart: VMs, namespace, work dir); use one of
 # your own when others run on the machine. REAL_KEEP=1 leaves everything running at the end, passed or failed
 # (the VMs then have no watchdog: the matching down mode removes them). REAL_FROM=STAGE, with REAL_KEEP=1 runs
@@ -90,6 +96,12 @@ esac
 # The host source (see above); the remediation mode's reboot tier needs VMs.
 HOSTS=${HOSTS:-$([ "${MODE%-down}" = remediation ] && echo vms || echo containers)}
 case $HOSTS in containers | vms) ;; *) echo "HOSTS=$HOSTS: containers or vms" >&2; exit 2 ;; esac
+CNI=${REAL_CNI:-static}
+# The flannel image in the node artifacts' registry (test/vm/artifacts), for the flannel flavor's FLANNEL_IMAGE.
+FLANNEL_IMAGE_PATH=flannel:v0.28.10
+# The MachineDeployment's worker count (main sets it per mode).
+WORKERS=''
+case $CNI in static | flannel) ;; *) echo "REAL_CNI=$CNI: static or flannel" >&2; exit 2 ;; esac
 KEEP=${REAL_KEEP:-0}
 FROM=${REAL_FROM:-}
 TO=${REAL_TO:-}
@@ -458,16 +470,22 @@ render_apply() {
   rm -f "$WORK/nodes.txt" "$WORK/workload.kubeconfig"
   # Both modes move kubeadm's addon phase into a retried phase after init (tcg-knobs.py ADDONS): its fixed
   # 10 s client timeout fails `kubeadm init` when the TCG apiserver is slow, and the smoke gates `make test`.
-  if [ "$VMS" = 1 ]; then
+  if [ "$CNI" = flannel ]; then
+    # Each node a /27 of the /25 (up to 4 nodes), assigned by kube-controller-manager; flannel routes between
+    # them (vxlan) from the Nodes' podCIDRs.
+    net=(--pod-cidr "$base.0/25" --node-mask 27 --no-static-cni --addons-after-init)
+  elif [ "$VMS" = 1 ]; then
     net=(--pod-cidr "$base.0/25" --addons-after-init)
   else
     pod_subnets
     net=(--pod-cidr "$CP_PODS" --worker-pod-cidr "$WORKER_PODS" --addons-after-init
       --cp-routes "$WORKER_PODS=$(vm_addr 2)" --worker-routes "$CP_PODS=$(vm_addr 1)")
   fi
+  local flavor=()
+  [ "$CNI" != flannel ] || flavor=(--flavor flannel)
   KUBEKEY_INSTANCES="[$instances]" KUBEKEY_COMPONENT="$component" KUBEKEY_SSH_SECRET="$CLUSTER-ssh" \
-    POD_CIDR="$base.0/25" SERVICE_CIDR="$base.128/25" \
-    clusterctl generate cluster "$CLUSTER" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" \
+    POD_CIDR="$base.0/25" SERVICE_CIDR="$base.128/25" FLANNEL_IMAGE="$NODE_REGISTRY/$FLANNEL_IMAGE_PATH" \
+    clusterctl generate cluster "$CLUSTER" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" "${flavor[@]}" \
     --kubernetes-version "$kv" --control-plane-machine-count 1 --worker-machine-count "$((VMS - 1 - SPARE))" \
     >"$WORK/cluster-generated.yaml"
   # Node containers share the machine's kernel: kube-proxy may not size its conntrack table, and on a cgroup v1
@@ -876,24 +894,25 @@ print(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))' >"$WORK
 }
 
 machine_count() { [ "$(kubectl get machines -n "$NS" -l "$1" -o name | grep -c .)" = "$2" ]; }
-worker_machine_is() { # worker_machine_is NODE: the one worker Machine's nodeRef names NODE
-  [ "$(kubectl get machines -n "$NS" -l "$MD_SEL" -o jsonpath='{.items[*].status.nodeRef.name}')" = "$1" ]
+worker_machine_is() { # worker_machine_is "NODE...": the worker Machines' nodeRefs name exactly these Nodes
+  [ "$(kubectl get machines -n "$NS" -l "$MD_SEL" -o jsonpath='{range .items[*]}{.status.nodeRef.name}{"\n"}{end}' |
+    sort | tr '\n' ' ' | sed 's/ $//')" = "$(tr ' ' '\n' <<<"$1" | sort | tr '\n' ' ' | sed 's/ $//')" ]
 }
 cluster_provisioned() { [ "$(kubectl get cluster -n "$NS" "$CLUSTER" -o jsonpath='{.status.phase}')" = Provisioned ]; }
 node_absent() { ! wl get node "$1" >/dev/null 2>&1 && wl get nodes >/dev/null; }
 
+worker_hosts() { local i; for i in $(seq 2 "$((1 + WORKERS))"); do vm_name "$i"; done | tr '\n' ' ' | sed 's/ $//'; }
 workers() {
-  local w
-  w=$(vm_name 2)
-  stage "worker: host phases + kubeadm join + Machine Running"
-  wait_for "worker Machine Running with a nodeRef" "$WORKER_TIMEOUT" machines_running "$MD_SEL" 1
+  local i
+  stage "worker(s): host phases + kubeadm join + Machine Running"
+  wait_for "$WORKERS worker Machine(s) Running with a nodeRef" "$WORKER_TIMEOUT" machines_running "$MD_SEL" "$WORKERS"
   phase_times 6
-  check "the worker Machine's Node is $w" worker_machine_is "$w"
-  stage "worker Node Ready"
-  node_joined "$w"
+  check "the worker Machines' Nodes are $(worker_hosts)" worker_machine_is "$(worker_hosts)"
+  stage "worker Node(s) Ready"
+  for i in $(seq 2 "$((1 + WORKERS))"); do node_joined "$(vm_name "$i")"; done
   wait_for "Cluster $CLUSTER is Provisioned" 300 cluster_provisioned
-  check "every Machine of the Cluster Running (control plane + worker)" \
-    machines_running "cluster.x-k8s.io/cluster-name=$CLUSTER" 2
+  check "every Machine of the Cluster Running (control plane + $WORKERS worker(s))" \
+    machines_running "cluster.x-k8s.io/cluster-name=$CLUSTER" "$((1 + WORKERS))"
   nodes_wide
   timeline_capture
 }
@@ -931,8 +950,14 @@ coredns_from_local_registry() {
 }
 
 addons() {
-  stage "kubeadm's addons: kube-proxy on both nodes, CoreDNS"
-  wait_for "kube-proxy Running and Ready on both nodes" 900 pods_ready kube-system k8s-app=kube-proxy 2
+  local nodes=$((1 + WORKERS))
+  stage "kubeadm's addons: kube-proxy on all $nodes nodes, CoreDNS$([ "$CNI" != flannel ] || echo ', flannel')"
+  wait_for "kube-proxy Running and Ready on all $nodes nodes" 900 pods_ready kube-system k8s-app=kube-proxy "$nodes"
+  if [ "$CNI" = flannel ]; then
+    wait_for "flannel Running and Ready on all $nodes nodes (the ClusterResourceSet applied it)" 900 \
+      pods_ready kube-flannel app=flannel "$nodes"
+    check "flannel's image comes from the local registry ($NODE_REGISTRY)" flannel_from_local_registry
+  fi
   check "CoreDNS's image comes from the local registry ($NODE_REGISTRY)" coredns_from_local_registry
   # CoreDNS turns Ready once its kubernetes plugin has synced: through the apiserver's Service IP, i.e. kube-proxy.
   wait_for "CoreDNS Running and Ready (2 replicas)" 900 pods_ready kube-system k8s-app=kube-dns 2
@@ -975,14 +1000,28 @@ in_cidr() { python3 -c 'import ipaddress, sys; sys.exit(ipaddress.ip_address(sys
 answers() { # answers URL: the control-plane VM gets the hello pod's answer from URL
   [ "$(vmsh 1 "curl -fsS --max-time 10 $1")" = "hello from $HELLO_POD" ]
 }
+flannel_from_local_registry() {
+  wl get ds -n kube-flannel -o jsonpath='{.items[*].spec.template.spec.containers[*].image}' | grep -q "^$NODE_REGISTRY/"
+}
 hello_answers() { # over the pod network (the pod IP, routed to the worker) and through the Service (kube-proxy)
-  local svc
+  local svc i
+  # With flannel the worker's pod subnet is what kube-controller-manager gave its Node.
+  [ "$CNI" != flannel ] || WORKER_PODS=$(wl get node "$(vm_name 2)" -o jsonpath='{.spec.podCIDR}')
   check "the pod's IP $HELLO_IP is in the worker's pod subnet $WORKER_PODS" in_cidr "$HELLO_IP" "$WORKER_PODS"
   wait_for "the control-plane VM reaches the pod on the worker at $HELLO_IP:8080" 300 answers "http://$HELLO_IP:8080/"
   svc=$(wl get service -n default hello -o jsonpath='{.spec.clusterIP}')
   # The Service follows a new pod through kube-controller-manager's EndpointSlices and kube-proxy's sync: at load
   # 9-10 kube-controller-manager lost its lease and restarted right then, and 120 s were not enough (run 3).
   wait_for "the control-plane VM reaches it through its Service $svc:80 (kube-proxy)" 600 answers "http://$svc/"
+  for i in $(seq 3 "$((1 + WORKERS))"); do
+    wait_for "$(vm_name "$i") reaches the pod at $HELLO_IP:8080 and through its Service" 300 answers_from "$i" \
+      "http://$HELLO_IP:8080/" "http://$svc/"
+  done
+}
+answers_from() { # answers_from I URL...: host I gets the hello pod's answer from every URL
+  local i=$1 u
+  shift
+  for u in "$@"; do [ "$(vmsh "$i" "curl -fsS --max-time 10 $u")" = "hello from $HELLO_POD" ] || return 1; done
 }
 
 pod_network() {
@@ -993,11 +1032,16 @@ pod_network() {
 }
 
 scale_down() {
-  local w
+  local w m
   w=$(vm_name 2)
-  stage "scale 1 -> 0: drain, delete, the worker VM reset"
-  kubectl scale machinedeployment -n "$NS" "$MD" --replicas 0 >/dev/null
-  wait_for "the worker Machine is gone" 900 machine_count "$MD_SEL" 0
+  stage "scale $WORKERS -> $((WORKERS - 1)): drain, delete, the worker host $w reset"
+  # The Machine on $w goes: CAPI deletes the Machines marked for deletion first.
+  m=$(kubectl get machines -n "$NS" -l "$MD_SEL" -o jsonpath="{.items[?(@.status.nodeRef.name==\"$w\")].metadata.name}")
+  [ -n "$m" ] || die "no worker Machine on $w"
+  kubectl annotate machine -n "$NS" "$m" cluster.x-k8s.io/delete-machine=yes >/dev/null
+  kubectl scale machinedeployment -n "$NS" "$MD" --replicas "$((WORKERS - 1))" >/dev/null
+  wait_for "the worker Machine $m on $w is gone" 900 machine_gone "$m"
+  wait_for "$((WORKERS - 1)) worker Machine(s) left" 300 machine_count "$MD_SEL" "$((WORKERS - 1))"
   wait_for "$w was reset for real (no kubeadm state, kubelet, containerd, KUBE- rules, CNI links, owned paths)" \
     600 host_reset 2
   check "$w's Node is gone from the workload cluster" node_absent "$w"
@@ -1007,10 +1051,10 @@ scale_down() {
 scale_up() {
   local w
   w=$(vm_name 2)
-  stage "scale 0 -> 1: the same VM claimed, Machine Running"
-  kubectl scale machinedeployment -n "$NS" "$MD" --replicas 1 >/dev/null
-  wait_for "worker Machine Running with a nodeRef" "$WORKER_TIMEOUT" machines_running "$MD_SEL" 1
-  check "the new worker Machine's Node is $w (the same VM, claimed again)" worker_machine_is "$w"
+  stage "scale $((WORKERS - 1)) -> $WORKERS: the same host claimed, Machine Running"
+  kubectl scale machinedeployment -n "$NS" "$MD" --replicas "$WORKERS" >/dev/null
+  wait_for "$WORKERS worker Machine(s) Running with a nodeRef" "$WORKER_TIMEOUT" machines_running "$MD_SEL" "$WORKERS"
+  check "the worker Machines' Nodes are $(worker_hosts) ($w claimed again)" worker_machine_is "$(worker_hosts)"
   stage "rejoined worker Node Ready, the pod back and answering"
   node_joined "$w"
   wait_for "the $WORKLOAD_IMAGE pod Running and Ready on $w again" 900 hello_ready
@@ -1617,7 +1661,10 @@ main() {
       steps=(build mgmt_up release vms_up serve_up render_apply control_plane manager_pod delete_cluster)
       ;;
     e2e | quickstart)
-      VMS=2
+      WORKERS=${REAL_WORKERS:-1}
+      case $WORKERS in 1) ;; [23]) [ "$CNI" = flannel ] || die "REAL_WORKERS=$WORKERS needs REAL_CNI=flannel" ;;
+        *) die "REAL_WORKERS=$WORKERS: 1 to 3" ;; esac
+      VMS=$((1 + WORKERS))
       steps=(build mgmt_up release vms_up serve_up render_apply control_plane workers addons pod_network)
       [ "$MODE" = quickstart ] || steps+=(scale_down scale_up delete_cluster)
       ;;
@@ -1676,6 +1723,8 @@ main() {
   if [ -n "$TO" ]; then
     [[ " ${steps[*]} " == *" ${TO//-/_} "* ]] || die "REAL_TO=$TO: not a stage of $MODE (${steps[*]})"
   fi
+  # The MachineDeployment's workers: every host but the control plane's and the spare (e2e sets its own).
+  WORKERS=${WORKERS:-$((VMS - 1 - SPARE))}
   # On node containers, every mode ends with the machine's kernel settings checked.
   [ "$HOSTS" != containers ] || steps+=(machine_unchanged)
   for step in "${steps[@]}"; do

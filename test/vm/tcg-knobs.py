@@ -32,6 +32,8 @@ Everything here is a setting a user would make in their own cluster YAML; nothin
   registry.k8s.io through the registry instead (a hosts.toml from that Secret, key hosts.toml, with the
   registry's Basic auth header), as an air-gapped user mirrors it: image names stay the upstream ones, which
   CAPI's upgrade spec checks (kube-proxy's image must be registry.k8s.io/kube-proxy:<version>).
+- with --no-static-cni, no bridge CNI config: the cluster's own CNI (the flannel flavor's ClusterResourceSet)
+  writes it; --node-mask sizes each node's pod subnet (kube-controller-manager's node-cidr-mask-size-ipv4);
 - with --container-hosts (node containers on the machine's kernel, test/vm/src/containers.rs), kube-proxy's
   conntrack.maxPerCore 0: only the machine's network namespace may size the conntrack table (needs
   --addons-after-init: the KubeProxyConfiguration goes into the retried addon phase's configuration);
@@ -67,6 +69,8 @@ p.add_argument("--etcd-image-tag", help="ClusterConfiguration etcd.local.imageTa
 p.add_argument("--dns-image-tag", help="ClusterConfiguration dns.imageTag")
 p.add_argument("--worker-version", help="the MachineDeployment's Kubernetes version (one minor behind is allowed)")
 p.add_argument("--k8s-io-mirror-secret", help="Secret whose hosts.toml points containerd's registry.k8s.io at --registry")
+p.add_argument("--node-mask", type=int, default=26, help="node-cidr-mask-size-ipv4 (each node's pod subnet)")
+p.add_argument("--no-static-cni", action="store_true", help="no bridge CNI config files: the cluster's CNI writes its own")
 p.add_argument("--container-hosts", action="store_true", help="kube-proxy leaves the conntrack table size alone")
 p.add_argument("--cgroup-v1", action="store_true", help="kubelet and kubeadm accept a cgroup v1 host")
 a = p.parse_args()
@@ -238,7 +242,7 @@ for d in docs:
         if not a.k8s_io_mirror_secret:
             cc["imageRepository"] = a.registry
         cc["encryptionAlgorithm"] = "ECDSA-P256"
-        cc.setdefault("controllerManager", {})["extraArgs"] = args(dict(LEADER, **{"node-cidr-mask-size-ipv4": "26"}))
+        cc.setdefault("controllerManager", {})["extraArgs"] = args(dict(LEADER, **{"node-cidr-mask-size-ipv4": str(a.node_mask)}))
         cc.setdefault("scheduler", {})["extraArgs"] = args(LEADER)
         # A single-member etcd on an emulated disk: fsync latency made the apiserver time out against etcd
         # and crash-loop until kubeadm init gave up. A throwaway test cluster needs no
@@ -259,7 +263,7 @@ for d in docs:
         jc["patches"] = {"directory": PATCH_DIR}
         k["files"] = k.get("files", []) + [
             probe_patch(n) for n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd")
-        ] + [cni_file(a.pod_cidr)] + ([k8s_io_mirror(a.k8s_io_mirror_secret)] if a.k8s_io_mirror_secret else [])
+        ] + ([] if a.no_static_cni else [cni_file(a.pod_cidr)]) + ([k8s_io_mirror(a.k8s_io_mirror_secret)] if a.k8s_io_mirror_secret else [])
         if a.cgroup_v1:
             k["files"].append(kubelet_cgroup_v1_patch())
             ignore_system_verification(ic)
@@ -277,7 +281,7 @@ for d in docs:
         t = spec["template"].setdefault("spec", {})
         jc = t.setdefault("joinConfiguration", {})
         jc["timeouts"] = INIT_TIMEOUTS
-        if a.worker_pod_cidr:
+        if a.worker_pod_cidr and not a.no_static_cni:
             t["files"] = t.get("files", []) + [cni_file(a.worker_pod_cidr)]
         if a.k8s_io_mirror_secret:
             t["files"] = t.get("files", []) + [k8s_io_mirror(a.k8s_io_mirror_secret)]
