@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the node artifacts for real-node tests (see README.md): Kubernetes node and control-plane binaries,
-# containerd, runc, crictl, CNI plugins, CoreDNS, pause and a workload server from the Go modules pinned in
-# tools/*/go.mod; container images made with go-containerregistry and pushed into a real registry's storage;
+# containerd, runc, crictl, CNI plugins, CoreDNS, flannel, pause and a workload server from the Go modules pinned
+# in tools/*/go.mod; container images made with go-containerregistry and pushed into a real registry's storage;
 # the release-file tree `spec.component.host` expects, with upstream-style checksum files; a flat Debian
 # package repository for the repository service's apt runs.
 #
@@ -37,6 +37,8 @@ RUNC_VERSION=$(modv runc github.com/opencontainers/runc)
 CRICTL_VERSION=$(modv crictl sigs.k8s.io/cri-tools)
 CNI_VERSION=$(modv cni github.com/containernetworking/plugins)
 COREDNS_VERSION=$(modv coredns github.com/coredns/coredns)
+FLANNEL_VERSION=$(modv flannel github.com/flannel-io/flannel)
+CNI_FLANNEL_VERSION=$(modv cni-flannel github.com/containernetworking/plugins) # the flannel CNI plugin's release
 REGISTRY_VERSION=$(modv registry github.com/distribution/distribution/v3)
 [ "$KUBE_VERSION" = "$(TOOLS_DIR=$REPO/test/mgmt/tools mod_version kube k8s.io/kubernetes)" ] ||
   die "tools/kube pins Kubernetes $KUBE_VERSION, test/mgmt/tools/kube another: keep them equal (shared build cache)"
@@ -46,7 +48,7 @@ APT_PACKAGES=$(sed -n 's/^pub const DEFAULT_APT_PACKAGES: &\[&str\] = &\[\(.*\)\
   "$REPO/pkg/service/src/repository.rs" | tr -d '",' )
 [ -n "$APT_PACKAGES" ] || die "cannot read DEFAULT_APT_PACKAGES from pkg/service/src/repository.rs"
 # Image root filesystems: glibc for the cgo-linked Kubernetes/etcd binaries (the same build as the management
-# plane, so Go's build cache is shared), Debian's iptables (nft backend) for kube-proxy.
+# plane, so Go's build cache is shared), Debian's iptables (nft backend) for kube-proxy and flanneld.
 BASE_DEBS="libc6"
 IPTABLES_DEBS="iptables libip4tc2 libip6tc2 libxtables12 libnftnl11 libmnl0 libnetfilter-conntrack3 libnfnetlink0"
 
@@ -93,7 +95,7 @@ flock 9
 T0=$(date +%s)
 log "output: $OUT"
 log "pins: kubernetes $KUBE_VERSION, containerd $CONTAINERD_VERSION, runc $RUNC_VERSION, crictl $CRICTL_VERSION," \
-  "cni $CNI_VERSION, coredns $COREDNS_VERSION, etcd $ETCD_VERSION, registry $REGISTRY_VERSION, $(go_version)"
+  "cni $CNI_VERSION, flannel $FLANNEL_VERSION (cni plugin $CNI_FLANNEL_VERSION), coredns $COREDNS_VERSION, etcd $ETCD_VERSION, registry $REGISTRY_VERSION, $(go_version)"
 log "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 piece() { # <name> <function>: run once (stamped), timed
@@ -157,6 +159,25 @@ build_cni() {
   (cd "$TOOLS/cni" && CGO_ENABLED=0 "${GOBUILD[@]}" \
     -ldflags "-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$CNI_VERSION" \
     -o "$OUT/bin/cni/" tool)
+}
+# flanneld as upstream's `make dist/flanneld`: cgo (the udp backend's C proxy is compiled in on amd64) and
+# statically linked, stamped like upstream (pkg/version.Version); netgo/osusergo as runc, so the static glibc
+# never loads NSS modules. install_conf (the module's atomic copier) comes out of the same build. The flannel
+# CNI plugin is pure Go, from its own module (tools/cni-flannel), stamped like tools/cni's plugins.
+build_flannel() {
+  local d=$OUT/bin/flannel st=$OUT/.flannel-build
+  rm -rf "$st"; mkdir -p "$d" "$st"
+  (cd "$TOOLS/flannel" && CGO_ENABLED=1 "${GOBUILD[@]}" -tags "netgo osusergo" \
+    -ldflags "-s -w -X github.com/flannel-io/flannel/pkg/version.Version=$FLANNEL_VERSION -extldflags -static" \
+    -o "$st/" tool)
+  # `go build` names them after their packages: flannel (upstream's binary is flanneld) and install_conf
+  # (upstream's image calls it install-conf).
+  mv -f "$st/flannel" "$d/flanneld"
+  mv -f "$st/install_conf" "$d/install-conf"
+  rmdir "$st"
+  (cd "$TOOLS/cni-flannel" && CGO_ENABLED=0 "${GOBUILD[@]}" \
+    -ldflags "-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$CNI_FLANNEL_VERSION" \
+    -o "$d/" tool)
 }
 build_coredns() {
   (cd "$TOOLS/coredns" && CGO_ENABLED=0 "${GOBUILD[@]}" \
@@ -284,8 +305,19 @@ build_images() {
     esac
   done
   "$it" build -o "$dir/hello.tar" -tag "docker.io/$WORKLOAD_IMAGE" -file "$OUT/bin/hello=/hello" -entrypoint /hello
+  # flannel: flanneld as upstream's image has it (/opt/bin/flanneld, the entrypoint), the CNI plugin and
+  # install-conf for the DaemonSet's init containers, and Debian's iptables (flannel's default iptables mode
+  # programs the masquerade and FORWARD rules with iptables/iptables-restore; the nftables cleanup it runs at
+  # start tolerates a missing nft). The base layer only serves iptables' glibc: flanneld is static. Tagged with
+  # upstream's name and as localhost:5000/flannel (a local registry's name; a bare "localhost/" would count as
+  # a Docker Hub path): pushed as <registry>/flannel.
+  "$it" build -o "$dir/flannel.tar" -tag "$FLANNEL_UPSTREAM_IMAGE" -tag "localhost:5000/$FLANNEL_IMAGE_PATH" \
+    -layer-dir "$base" -layer-dir "$ipt" -file "$OUT/bin/flannel/flanneld=/opt/bin/flanneld" \
+    -file "$OUT/bin/flannel/install-conf=/opt/bin/install-conf" -file "$OUT/bin/flannel/flannel=/flannel" \
+    -entrypoint /opt/bin/flanneld
   images_list > "$dir/kubeadm-images.txt"
   echo "docker.io/$WORKLOAD_IMAGE" >> "$dir/kubeadm-images.txt"
+  echo "$FLANNEL_UPSTREAM_IMAGE" >> "$dir/kubeadm-images.txt"
 }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 # Push into a real registry's filesystem storage (the same storage serve.sh serves read-only later).
@@ -355,7 +387,10 @@ build_mirror() {
 }
 
 WORKLOAD_IMAGE=capkk/hello:v1
-PIECES="kube etcd containerd runc crictl cni coredns registry debian-repo rootfs tools images registry-storage mirror"
+# The flannel image: upstream's name (the template's FLANNEL_IMAGE default) and its path in the node registry.
+FLANNEL_UPSTREAM_IMAGE=ghcr.io/flannel-io/flannel:$FLANNEL_VERSION
+FLANNEL_IMAGE_PATH=flannel:$FLANNEL_VERSION
+PIECES="kube etcd containerd runc crictl cni flannel coredns registry debian-repo rootfs tools images registry-storage mirror"
 # `build.sh PIECE...` runs only those pieces (development); no argument runs all and publishes current.env.
 # shellcheck disable=SC2048 # the pieces are words, and so are the arguments
 for p in ${*:-$PIECES}; do
@@ -380,6 +415,8 @@ containerd $CONTAINERD_VERSION
 runc $RUNC_VERSION
 crictl $CRICTL_VERSION
 cni-plugins $CNI_VERSION
+flannel $FLANNEL_VERSION
+cni-plugin-flannel $CNI_FLANNEL_VERSION
 coredns $COREDNS_VERSION
 pause $PAUSE_TAG
 distribution $REGISTRY_VERSION
@@ -402,6 +439,10 @@ q() { printf '%q' "$1"; }
   echo "CRICTL_VERSION=$CRICTL_VERSION"
   echo "CNI_VERSION=$CNI_VERSION"
   echo "COREDNS_VERSION=$COREDNS_VERSION"
+  echo "FLANNEL_VERSION=$FLANNEL_VERSION"
+  echo "CNI_FLANNEL_VERSION=$CNI_FLANNEL_VERSION"
+  # Not FLANNEL_IMAGE: that is the template's clusterctl variable (<registry>/$FLANNEL_IMAGE_PATH).
+  echo "FLANNEL_IMAGE_PATH=$FLANNEL_IMAGE_PATH"
   echo "PAUSE_VERSION=$PAUSE_TAG"
   echo "WORKLOAD_IMAGE=$WORKLOAD_IMAGE"
   echo "NODE_APT_PACKAGES=$(q "$APT_PACKAGES")"

@@ -7,7 +7,8 @@
 #    `kubeadm config images list` prints, refuses anonymous pulls and pushes; the mirror serves the files
 #    byte-identical; real apt reads the Debian repository and offers every package the repository service
 #    installs; the built containerd pulls images through a hosts.toml with Basic auth, and is refused without;
-#  - each image's root filesystem runs its binary (chroot), kube-proxy's has a working iptables;
+#  - each image's root filesystem runs its binary (chroot), kube-proxy's and flannel's have a working iptables,
+#    flannel's install-conf copies the CNI plugin the way the DaemonSet's init container does;
 #  - the previous Kubernetes minor's set (build-prev.sh, prev.env), served together with the main set
 #    (serve.sh NODE_SERVE_PREV=1): its binaries stamped with its version, its kubernetes-release tree with checksum
 #    files, and every image `kubeadm config images list` of that version prints for a ClusterConfiguration with
@@ -77,6 +78,10 @@ expect_eq "crictl --version" "$("$B/crictl" --version 2>&1)" "crictl version $CR
 for p in bridge host-local loopback portmap; do
   expect_has "CNI $p" "$("$B/cni/$p" 2>&1)" "CNI $p plugin $CNI_VERSION"
 done
+expect_eq "flanneld --version" "$("$B/flannel/flanneld" --version 2>&1)" "$FLANNEL_VERSION"
+expect_has "ldd flanneld (static like upstream's)" "$(ldd "$B/flannel/flanneld" 2>&1)" "not a dynamic executable"
+expect_has "CNI flannel" "$("$B/flannel/flannel" 2>&1)" "CNI flannel plugin $CNI_FLANNEL_VERSION"
+expect_has "install-conf (no arguments)" "$("$B/flannel/install-conf" 2>&1)" "<src> <dest>"
 expect_has "coredns -version" "$("$B/coredns" -version 2>&1)" "CoreDNS-${COREDNS_VERSION#v}"
 coredns_plugins=$("$B/coredns" -plugins 2>&1)
 for p in errors health ready kubernetes prometheus forward cache loop reload loadbalance; do
@@ -183,7 +188,8 @@ EOF
   done
   images="$images $prev_images"
 fi
-for ref in $images "registry.k8s.io/coredns:$COREDNS_VERSION" "docker.io/$WORKLOAD_IMAGE"; do
+for ref in $images "registry.k8s.io/coredns:$COREDNS_VERSION" "docker.io/$WORKLOAD_IMAGE" \
+  "ghcr.io/flannel-io/flannel:$FLANNEL_VERSION" "localhost:5000/$FLANNEL_IMAGE_PATH"; do
   repo=${ref#*/}; tag=${repo##*:}; repo=${repo%:*}
   body=$(curl -s -u "$user:$pass" -H "Accept: $ACCEPT" -w '\n%{http_code}' "$R/v2/$repo/manifests/$tag")
   code=${body##*$'\n'}; body=${body%$'\n'*}
@@ -262,7 +268,7 @@ hosts_toml "$(printf '%s:%s' "$user" "$pass" | base64 -w0)" > "$C/certs.d/$REG/h
 cpid=$!
 CRICTL=("$B/crictl" --runtime-endpoint "unix://$C/containerd.sock" --image-endpoint "unix://$C/containerd.sock" --timeout 60s)
 for _ in $(seq 1 100); do "${CRICTL[@]}" version >/dev/null 2>&1 && break; sleep 0.3; done
-pulls=("pause:$PAUSE_VERSION" "kube-proxy:$KUBE_VERSION")
+pulls=("pause:$PAUSE_VERSION" "kube-proxy:$KUBE_VERSION" "$FLANNEL_IMAGE_PATH")
 [ "$PREV" = 0 ] || pulls+=("pause:$PREV_PAUSE_VERSION" "kube-proxy:$PREV_KUBE_VERSION" "etcd:$PREV_ETCD_IMAGE_TAG")
 for img in "${pulls[@]}"; do
   if out=$("${CRICTL[@]}" pull "$REG/$img" 2>&1); then ok "containerd $CONTAINERD_VERSION pulls $REG/$img (hosts.toml, Basic auth)"
@@ -299,6 +305,23 @@ done
 run_in kube-proxy "Kubernetes $KUBE_VERSION" /usr/local/bin/kube-proxy --version
 run_in kube-proxy "(nf_tables)" /usr/sbin/iptables --version
 run_in kube-proxy "(nf_tables)" /usr/sbin/ip6tables-restore --version
+# flannel: flanneld and iptables as kube-proxy's; install-conf copies the CNI plugin into a directory the way
+# the DaemonSet's init container does (same bytes, still executable).
+F=$TMP/rootfs-flannel
+unpack "$I/flannel.tar" "$F"
+expect_eq "image flannel: /opt/bin/flanneld --version" "$(chroot "$F" /opt/bin/flanneld --version 2>&1)" "$FLANNEL_VERSION"
+expect_has "image flannel: /usr/sbin/iptables --version" "$(chroot "$F" /usr/sbin/iptables --version 2>&1)" "(nf_tables)"
+expect_has "image flannel: /usr/sbin/iptables-restore --version" \
+  "$(chroot "$F" /usr/sbin/iptables-restore --version 2>&1)" "(nf_tables)"
+expect_has "image flannel: /flannel" "$(chroot "$F" /flannel 2>&1)" "CNI flannel plugin $CNI_FLANNEL_VERSION"
+mkdir -p "$F/host/opt/cni/bin"
+if out=$(chroot "$F" /opt/bin/install-conf /flannel /host/opt/cni/bin/flannel 2>&1) &&
+  [ -x "$F/host/opt/cni/bin/flannel" ] && cmp -s "$F/flannel" "$F/host/opt/cni/bin/flannel"; then
+  ok "image flannel: install-conf /flannel /host/opt/cni/bin/flannel (same bytes, executable)"
+else
+  bad "image flannel: install-conf /flannel /host/opt/cni/bin/flannel: $out $(ls -l "$F/host/opt/cni/bin" 2>&1)"
+fi
+rm -rf "$F"
 run_in etcd "etcd Version: ${ETCD_VERSION#v}" /usr/local/bin/etcd --version
 run_in coredns "CoreDNS-${COREDNS_VERSION#v}" /coredns -version
 run_in pause "pause $PAUSE_VERSION" /pause -v
