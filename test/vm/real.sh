@@ -97,8 +97,8 @@ esac
 HOSTS=${HOSTS:-$([ "${MODE%-down}" = remediation ] && echo vms || echo containers)}
 case $HOSTS in containers | vms) ;; *) echo "HOSTS=$HOSTS: containers or vms" >&2; exit 2 ;; esac
 CNI=${REAL_CNI:-static}
-# The flannel image in the node artifacts' registry (test/vm/artifacts), for the flannel flavor's FLANNEL_IMAGE.
-FLANNEL_IMAGE_PATH=flannel:v0.28.10
+# The flannel image's path in the node artifacts' registry (their current.env sets it), for FLANNEL_IMAGE.
+FLANNEL_IMAGE_PATH=''
 # The MachineDeployment's worker count (main sets it per mode).
 WORKERS=''
 case $CNI in static | flannel) ;; *) echo "REAL_CNI=$CNI: static or flannel" >&2; exit 2 ;; esac
@@ -482,7 +482,10 @@ render_apply() {
       --cp-routes "$WORKER_PODS=$(vm_addr 2)" --worker-routes "$CP_PODS=$(vm_addr 1)")
   fi
   local flavor=()
-  [ "$CNI" != flannel ] || flavor=(--flavor flannel)
+  if [ "$CNI" = flannel ]; then
+    [ -n "$FLANNEL_IMAGE_PATH" ] || die "node artifacts: FLANNEL_IMAGE_PATH missing in current.env (make node-artifacts)"
+    flavor=(--flavor flannel)
+  fi
   KUBEKEY_INSTANCES="[$instances]" KUBEKEY_COMPONENT="$component" KUBEKEY_SSH_SECRET="$CLUSTER-ssh" \
     POD_CIDR="$base.0/25" SERVICE_CIDR="$base.128/25" FLANNEL_IMAGE="$NODE_REGISTRY/$FLANNEL_IMAGE_PATH" \
     clusterctl generate cluster "$CLUSTER" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" "${flavor[@]}" \
@@ -1029,6 +1032,21 @@ pod_network() {
   hello_apply
   wait_for "a $WORKLOAD_IMAGE pod Running and Ready on $(vm_name 2)" 900 hello_ready
   hello_answers
+}
+
+# A worker power-cycled (node containers: `vm restart`; its disk survives, its network namespace, routes and
+# pod sandboxes do not): its kubelet back, its Node Ready, and the pod network across nodes back through
+# flannel's routes (the static routes of REAL_CNI=static would be gone).
+node_restart() {
+  local i=$((1 + WORKERS)) w
+  w=$(vm_name "$i")
+  stage "$w power-cycled: kubelet and Node back, pods reached across nodes again (flannel)"
+  check "$w restarted and answers over SSH again" "$VMCTL" restart --name "$NAME" --vm "$i"
+  wait_for "$w's kubelet active again" 300 vmsh "$i" 'systemctl is-active -q kubelet'
+  wait_for "$w Ready" 600 node_ready "$w"
+  wait_for "flannel Running and Ready on all $((1 + WORKERS)) nodes" 600 pods_ready kube-flannel app=flannel "$((1 + WORKERS))"
+  wait_for "$w reaches the pod on $(vm_name 2) at $HELLO_IP:8080 again (flannel's route to its subnet)" 300 \
+    answers_from "$i" "http://$HELLO_IP:8080/"
 }
 
 scale_down() {
@@ -1666,7 +1684,10 @@ main() {
         *) die "REAL_WORKERS=$WORKERS: 1 to 3" ;; esac
       VMS=$((1 + WORKERS))
       steps=(build mgmt_up release vms_up serve_up render_apply control_plane workers addons pod_network)
-      [ "$MODE" = quickstart ] || steps+=(scale_down scale_up delete_cluster)
+      if [ "$MODE" != quickstart ]; then
+        [ "$HOSTS/$CNI" != containers/flannel ] || [ "$WORKERS" -lt 2 ] || steps+=(node_restart)
+        steps+=(scale_down scale_up delete_cluster)
+      fi
       ;;
     clusterctl)
       # 3 VMs: "mgmt" is a control plane and a worker, the third VM a spare host that the self-hosted cluster
