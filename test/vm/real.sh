@@ -1097,7 +1097,9 @@ owned_paths() {
 
 host_reset() { # host_reset I: the VM no longer carries a node (kubeadm state, services, processes, network, paths)
   local out
-  out=$(vmsh "$1" "for p in $OWNED_PATHS; do [ -e \"\$p\" ] && echo \"left \$p\"; done"'
+  # An owned path that is a mount point of its own (a node container's /var/lib/kubelet volume, a user's disk)
+  # keeps its mount and loses its content (the reset's remove-paths.sh): left only if something is in it.
+  out=$(vmsh "$1" "for p in $OWNED_PATHS; do if mountpoint -q \"\$p\"; then [ -z \"\$(ls -A \"\$p\")\" ] || echo \"left content in \$p\"; elif [ -e \"\$p\" ]; then echo \"left \$p\"; fi; done"'
     ls -d /var/lib/etcd/member 2>/dev/null
     systemctl is-active -q kubelet && echo kubelet-active
     systemctl is-active -q containerd && echo containerd-active
