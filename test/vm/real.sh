@@ -47,9 +47,10 @@
 # read only that and the `vm` CLI, whichever source made the hosts. On containers the run checks at its end
 # that the machine's kernel settings a node could change (`vm sysctls`) are as they were before.
 #
-# REAL_CNI=flannel: the pod network is flannel, installed the CAPI way (the template's flannel flavor: a
-# ClusterResourceSet; its image from the node artifacts' registry); REAL_CNI=static: a bridge CNI config per node
-# and static routes between the nodes (test-environment YAML, tcg-knobs.py). REAL_WORKERS=N (e2e and quickstart):
+# REAL_CNI=flannel (the default on node containers): the pod network is flannel, installed the CAPI way (the
+# template's flannel flavor: a ClusterResourceSet; its image from the node artifacts' registry); REAL_CNI=static
+# (the default on VMs): a bridge CNI config per node and static routes between the nodes (test-environment YAML,
+# tcg-knobs.py). REAL_WORKERS=N (e2e and quickstart):
 # N workers in the MachineDeployment (default 1; more than 1 needs flannel); the scale stages then go N -> N-1 ->
 # N, the host of the first worker leaving and coming back.
 #
@@ -96,7 +97,7 @@ esac
 # The host source (see above); the remediation mode's reboot tier needs VMs.
 HOSTS=${HOSTS:-$([ "${MODE%-down}" = remediation ] && echo vms || echo containers)}
 case $HOSTS in containers | vms) ;; *) echo "HOSTS=$HOSTS: containers or vms" >&2; exit 2 ;; esac
-CNI=${REAL_CNI:-static}
+CNI=${REAL_CNI:-$([ "$HOSTS" = containers ] && echo flannel || echo static)}
 # The flannel image's path in the node artifacts' registry (their current.env sets it), for FLANNEL_IMAGE.
 FLANNEL_IMAGE_PATH=''
 # The MachineDeployment's worker count (main sets it per mode).

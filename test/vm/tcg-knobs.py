@@ -210,6 +210,9 @@ def route_commands(routes):
 seen = set()
 for d in docs:
     kind = d.get("kind")
+    if "spec" not in d and kind not in ("KKCluster", "KKMachineTemplate", "KubeadmControlPlane",
+                                        "KubeadmConfigTemplate", "MachineDeployment"):
+        continue  # e.g. the flannel flavor's ConfigMap: nothing to set, and no spec to add
     spec = d.setdefault("spec", {})
     if kind == "KKCluster":
         spec["registry"] = {

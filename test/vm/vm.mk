@@ -48,6 +48,20 @@ test-real-smoke: ## real-node smoke: 1 node container, kubeadm init through our 
 real-smoke-down: ## tear down what an interrupted real-node smoke left
 	test/vm/real.sh down
 
+.PHONY: test-real-e2e real-e2e3-down
+
+# A 3-node cluster on node containers in every landing: 1 control plane + 2 workers, flannel applied by the
+# flavor's ClusterResourceSet, a pod reached across nodes and through its Service, a worker power-cycled (flannel's
+# routes back), scale 2 -> 1 -> 2 claiming the freed host again, delete (every host reset), the machine's kernel
+# settings unchanged. About 3.5 minutes warm.
+TEST_TIERS += test-real-e2e
+
+test-real-e2e: ## 3 node containers: control plane + 2 workers, flannel, pod network, a worker restarted, scale 2->1->2, delete
+	REAL_NAME=real-e2e3 REAL_CNI=flannel REAL_WORKERS=2 test/vm/real.sh e2e
+
+real-e2e3-down: ## tear down what an interrupted test-real-e2e left
+	REAL_NAME=real-e2e3 test/vm/real.sh e2e-down
+
 .PHONY: e2e-clusterctl e2e-clusterctl-down
 
 # The first stages of issue 23's e2e: clusterctl init into a VM cluster; REAL_VMS=1 for a single node.
