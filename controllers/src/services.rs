@@ -147,6 +147,9 @@ pub(crate) struct PhaseInput {
     /// The host is claimed for a control-plane Machine (CAPI's control-plane label, copied onto the
     /// KKInstance): what a pre-pull before the bootstrap data pulls.
     pub control_plane: bool,
+    /// The preflight checks the node's KubeadmConfig ignores (`nodeRegistration.ignorePreflightErrors`): an
+    /// in-place upgrade's `kubeadm upgrade node` ignores the same.
+    pub ignore_preflight_errors: Vec<String>,
 }
 
 /// What every call on a host travels with: the connection, the inputs, where the steps are reported.
@@ -585,7 +588,10 @@ impl HostServices for ServiceLayer {
             &cfg,
             &f,
             &self.cache,
-            &UpgradeOptions::default(),
+            &UpgradeOptions {
+                ignore_preflight_errors: input.ignore_preflight_errors.clone(),
+                ..Default::default()
+            },
             progress,
             &input.redactor,
         )

@@ -137,6 +137,10 @@ pub(crate) async fn update_machine(ctx: Arc<Context>, req: &Value) -> Value {
     if let Err(e) = capkk_service::binary::check_version("spec.version", &version) {
         return answer("Failure", &e.to_string(), 0);
     }
+    let ignore = match ignored_preflight_errors(req) {
+        Ok(v) => v,
+        Err(e) => return answer("Failure", &e, 0),
+    };
     match ctx.upgrades.seen(&key, &version) {
         Seen::Done(m) => return answer("Success", &m, 0),
         Seen::Failed(m) => return answer("Failure", &m, 0),
@@ -163,7 +167,7 @@ pub(crate) async fn update_machine(ctx: Arc<Context>, req: &Value) -> Value {
     tokio::spawn(async move {
         // A slot of the hosts worked on at once, of the Machine's namespace's share.
         let _permit = task_ctx.tasks.permits.acquire(&ns).await;
-        let outcome = run(&task_ctx, &inst, kkc.as_ref(), &v).await;
+        let outcome = run(&task_ctx, &inst, kkc.as_ref(), &v, ignore).await;
         match &outcome {
             Ok(m) => {
                 info!(machine = %k, host = %inst.spec.name, version = %v, "In-place upgrade done");
@@ -201,11 +205,35 @@ fn inst_name(key: &str) -> &str {
     key.rsplit('/').next().unwrap_or(key)
 }
 
+/// The preflight checks the desired KubeadmConfig's join configuration ignores: the node was joined ignoring them
+/// (e.g. `SystemVerification` on a cgroup v1 host), and `kubeadm upgrade node` runs the same checks. Only names
+/// in kubeadm's spelling pass (they reach the host's command line).
+fn ignored_preflight_errors(req: &Value) -> Result<Vec<String>, String> {
+    const FIELD: &str =
+        "desired.bootstrapConfig.spec.joinConfiguration.nodeRegistration.ignorePreflightErrors";
+    let v = &req["desired"]["bootstrapConfig"]["spec"]["joinConfiguration"]["nodeRegistration"]["ignorePreflightErrors"];
+    let names: Vec<String> = match v {
+        Value::Null => Vec::new(),
+        Value::Array(a) => a
+            .iter()
+            .map(|x| {
+                x.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| format!("{FIELD}: not a list of strings"))
+            })
+            .collect::<Result<_, _>>()?,
+        _ => return Err(format!("{FIELD}: not a list of strings")),
+    };
+    capkk_service::upgrade::check_preflight_errors(FIELD, &names).map_err(|e| e.to_string())?;
+    Ok(names)
+}
+
 async fn run(
     ctx: &Context,
     inst: &KKInstance,
     kkc: Option<&capkk_api::KKCluster>,
     version: &str,
+    ignore_preflight_errors: Vec<String>,
 ) -> Result<String, String> {
     let exec = connect(ctx, inst, kkc)
         .await
@@ -219,6 +247,7 @@ async fn run(
     let input = PhaseInput {
         instance: spec,
         cluster: kkc.map(|c| c.spec.clone()),
+        ignore_preflight_errors,
         ..Default::default()
     };
     let host = HostCall {
@@ -273,6 +302,34 @@ mod tests {
         u.finish("ns/m", "v1.36.3", Ok("done".into()));
         assert_eq!(u.seen("ns/m", "v1.36.3"), Seen::Done("done".into()));
         assert_eq!(u.seen("ns/m", "v1.36.3"), Seen::Done("done".into()));
+    }
+
+    #[test]
+    fn the_upgrade_ignores_the_preflight_checks_the_nodes_join_ignored_and_refuses_other_spellings() {
+        let req = |v: Value| {
+            json!({"desired": {"bootstrapConfig": {"spec": {"joinConfiguration": {"nodeRegistration":
+                {"ignorePreflightErrors": v}}}}}})
+        };
+        assert_eq!(ignored_preflight_errors(&json!({"desired": {}})), Ok(vec![]));
+        assert_eq!(
+            ignored_preflight_errors(&req(json!([
+                "SystemVerification",
+                "FileAvailable--etc-kubernetes-kubelet.conf"
+            ]))),
+            Ok(vec![
+                "SystemVerification".into(),
+                "FileAvailable--etc-kubernetes-kubelet.conf".into()
+            ])
+        );
+        for bad in [
+            json!(["x; reboot"]),
+            json!(["--dry-run"]),
+            json!("SystemVerification"),
+            json!([1]),
+        ] {
+            let e = ignored_preflight_errors(&req(bad.clone())).unwrap_err();
+            assert!(e.contains("ignorePreflightErrors"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -29,6 +29,10 @@ pub struct UpgradeOptions {
     pub wait: Duration,
     /// Bound on `kubeadm upgrade node` plus the restart.
     pub timeout: Duration,
+    /// kubeadm preflight checks the node's KubeadmConfig ignores (`nodeRegistration.ignorePreflightErrors`,
+    /// e.g. `SystemVerification` on a cgroup v1 host): `kubeadm upgrade node` runs the same checks and must
+    /// ignore the same ones. Checked with [`check_preflight_errors`].
+    pub ignore_preflight_errors: Vec<String>,
 }
 
 impl Default for UpgradeOptions {
@@ -36,6 +40,7 @@ impl Default for UpgradeOptions {
         Self {
             wait: Duration::from_secs(60),
             timeout: Duration::from_secs(600),
+            ignore_preflight_errors: Vec::new(),
         }
     }
 }
@@ -49,13 +54,35 @@ pub struct UpgradeOutcome {
     pub changed: Vec<String>,
 }
 
+/// Refuse preflight check names that are not kubeadm's spelling (letters, digits, `.`, `_`, `-`, or `all`):
+/// they reach a command line on the host. `field` names where they came from.
+pub fn check_preflight_errors(field: &str, names: &[String]) -> Result<()> {
+    for n in names {
+        let ok = !n.is_empty()
+            && n.len() <= 128
+            && n.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+            && !n.starts_with('-');
+        if !ok {
+            return Err(crate::Error::InvalidInput {
+                field: field.into(),
+                message: format!("{n:?} is not a kubeadm preflight check name"),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// The script run after the binaries are in place (pure; the golden rendering uses it). `version` must have
 /// passed [`binary::check_version`].
 pub fn upgrade_script(version: &str, opts: &UpgradeOptions) -> Script {
     let mut s = Script::new();
     s.step(
         "kubeadm-upgrade-node",
-        Vars::new().var("VERSION", version).render(tpl::UPGRADE_NODE),
+        Vars::new()
+            .var("VERSION", version)
+            .var("IGNORE", opts.ignore_preflight_errors.join(","))
+            .render(tpl::UPGRADE_NODE),
     );
     s.step(
         "restart-kubelet",
@@ -80,6 +107,7 @@ pub async fn upgrade_node(
     redactor: &Redactor,
 ) -> Result<UpgradeOutcome> {
     // ensure() validates the version before anything reaches the host.
+    check_preflight_errors("ignorePreflightErrors", &opts.ignore_preflight_errors)?;
     let binaries = binary::ensure(exec, cfg, facts, cache, progress, redactor).await?;
     let run = upgrade_script(&cfg.kubernetes_version, opts)
         .run(exec, "upgrade", progress, redactor, opts.timeout)
@@ -97,6 +125,15 @@ mod tests {
     /// Runs the rendered script under `sh` with stand-in `kubeadm`, `kubelet` and `systemctl` on PATH; returns
     /// (exit status, output, calls the stand-ins logged).
     fn run_with_stand_ins(version: &str, kubeadm_says: &str, kubelet_says: &str) -> (bool, String, String) {
+        run_with_options(version, kubeadm_says, kubelet_says, &UpgradeOptions::default())
+    }
+
+    fn run_with_options(
+        version: &str,
+        kubeadm_says: &str,
+        kubelet_says: &str,
+        opts: &UpgradeOptions,
+    ) -> (bool, String, String) {
         let dir = tempfile::tempdir().unwrap();
         let bin = dir.path().join("bin");
         std::fs::create_dir_all(&bin).unwrap();
@@ -118,7 +155,7 @@ mod tests {
         );
         tool("kubelet", format!("echo '{kubelet_says}'\n"));
         tool("systemctl", "exit 0\n".into());
-        let text = upgrade_script(version, &UpgradeOptions::default())
+        let text = upgrade_script(version, opts)
             .render()
             .replace("/etc/kubernetes/kubelet.conf", &conf.display().to_string());
         let out = std::process::Command::new("sh")
@@ -133,6 +170,24 @@ mod tests {
             String::from_utf8_lossy(&out.stdout).into_owned(),
             calls,
         )
+    }
+
+    #[test]
+    fn kubeadm_upgrade_node_ignores_the_preflight_checks_the_node_was_joined_ignoring() {
+        let opts = UpgradeOptions {
+            ignore_preflight_errors: vec!["SystemVerification".into(), "Swap".into()],
+            ..Default::default()
+        };
+        let (ok, out, calls) = run_with_options("v1.36.3", "v1.36.3", "Kubernetes v1.36.3", &opts);
+        assert!(ok, "{out}");
+        assert!(
+            calls.contains("kubeadm upgrade node --ignore-preflight-errors=SystemVerification,Swap\n"),
+            "{calls}"
+        );
+        for bad in ["x;reboot", "--all", "", "a b"] {
+            assert!(check_preflight_errors("f", &[bad.into()]).is_err(), "{bad:?}");
+        }
+        assert!(check_preflight_errors("f", &["all".into(), "Port-10250".into()]).is_ok());
     }
 
     #[test]
