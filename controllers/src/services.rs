@@ -150,6 +150,9 @@ pub(crate) struct PhaseInput {
     /// The preflight checks the node's KubeadmConfig ignores (`nodeRegistration.ignorePreflightErrors`): an
     /// in-place upgrade's `kubeadm upgrade node` ignores the same.
     pub ignore_preflight_errors: Vec<String>,
+    /// The node's kubeadm patches directory (`joinConfiguration.patches.directory`): an in-place upgrade's
+    /// `kubeadm upgrade node` applies its kubelet configuration patches again.
+    pub patches_dir: Option<String>,
 }
 
 /// What every call on a host travels with: the connection, the inputs, where the steps are reported.
@@ -590,6 +593,7 @@ impl HostServices for ServiceLayer {
             &self.cache,
             &UpgradeOptions {
                 ignore_preflight_errors: input.ignore_preflight_errors.clone(),
+                patches_dir: input.patches_dir.clone(),
                 ..Default::default()
             },
             progress,

@@ -141,6 +141,10 @@ pub(crate) async fn update_machine(ctx: Arc<Context>, req: &Value) -> Value {
         Ok(v) => v,
         Err(e) => return answer("Failure", &e, 0),
     };
+    let patches = match patches_dir(req) {
+        Ok(v) => v,
+        Err(e) => return answer("Failure", &e, 0),
+    };
     match ctx.upgrades.seen(&key, &version) {
         Seen::Done(m) => return answer("Success", &m, 0),
         Seen::Failed(m) => return answer("Failure", &m, 0),
@@ -167,7 +171,7 @@ pub(crate) async fn update_machine(ctx: Arc<Context>, req: &Value) -> Value {
     tokio::spawn(async move {
         // A slot of the hosts worked on at once, of the Machine's namespace's share.
         let _permit = task_ctx.tasks.permits.acquire(&ns).await;
-        let outcome = run(&task_ctx, &inst, kkc.as_ref(), &v, ignore).await;
+        let outcome = run(&task_ctx, &inst, kkc.as_ref(), &v, ignore, patches).await;
         match &outcome {
             Ok(m) => {
                 info!(machine = %k, host = %inst.spec.name, version = %v, "In-place upgrade done");
@@ -228,12 +232,27 @@ fn ignored_preflight_errors(req: &Value) -> Result<Vec<String>, String> {
     Ok(names)
 }
 
+/// The desired KubeadmConfig's join patches directory: the node's `kubeletconfiguration` patches (e.g.
+/// `failCgroupV1: false`), which `kubeadm upgrade node` applies again only when told where they are.
+fn patches_dir(req: &Value) -> Result<Option<String>, String> {
+    const FIELD: &str = "desired.bootstrapConfig.spec.joinConfiguration.patches.directory";
+    match &req["desired"]["bootstrapConfig"]["spec"]["joinConfiguration"]["patches"]["directory"] {
+        Value::Null => Ok(None),
+        Value::String(d) if d.is_empty() => Ok(None),
+        Value::String(d) => capkk_service::upgrade::check_patches_dir(FIELD, d)
+            .map(|()| Some(d.clone()))
+            .map_err(|e| e.to_string()),
+        _ => Err(format!("{FIELD}: not a string")),
+    }
+}
+
 async fn run(
     ctx: &Context,
     inst: &KKInstance,
     kkc: Option<&capkk_api::KKCluster>,
     version: &str,
     ignore_preflight_errors: Vec<String>,
+    patches_dir: Option<String>,
 ) -> Result<String, String> {
     let exec = connect(ctx, inst, kkc)
         .await
@@ -248,6 +267,7 @@ async fn run(
         instance: spec,
         cluster: kkc.map(|c| c.spec.clone()),
         ignore_preflight_errors,
+        patches_dir,
         ..Default::default()
     };
     let host = HostCall {
@@ -329,6 +349,16 @@ mod tests {
         ] {
             let e = ignored_preflight_errors(&req(bad.clone())).unwrap_err();
             assert!(e.contains("ignorePreflightErrors"), "{bad}: {e}");
+        }
+        let patches = |v: Value| json!({"desired": {"bootstrapConfig": {"spec": {"joinConfiguration": {"patches": {"directory": v}}}}}});
+        assert_eq!(patches_dir(&json!({})), Ok(None));
+        assert_eq!(
+            patches_dir(&patches(json!("/etc/kubeadm-patches"))),
+            Ok(Some("/etc/kubeadm-patches".into()))
+        );
+        for bad in [json!("etc"), json!("/a/../etc"), json!("/a;reboot"), json!(3)] {
+            let e = patches_dir(&patches(bad.clone())).unwrap_err();
+            assert!(e.contains("patches.directory"), "{bad}: {e}");
         }
     }
 

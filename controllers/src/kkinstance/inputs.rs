@@ -220,5 +220,6 @@ pub(crate) async fn phase_input(
         control_plane: inst.labels().contains_key(capkk_api::consts::CONTROL_PLANE_LABEL),
         // Host phases run no `kubeadm upgrade`: only the in-place update sets it.
         ignore_preflight_errors: Vec::new(),
+        patches_dir: None,
     })
 }

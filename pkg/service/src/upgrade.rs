@@ -33,6 +33,11 @@ pub struct UpgradeOptions {
     /// e.g. `SystemVerification` on a cgroup v1 host): `kubeadm upgrade node` runs the same checks and must
     /// ignore the same ones. Checked with [`check_preflight_errors`].
     pub ignore_preflight_errors: Vec<String>,
+    /// The node's kubeadm patches directory (`joinConfiguration.patches.directory`): `kubeadm upgrade node`
+    /// rewrites the kubelet's configuration from the cluster's ConfigMap and applies this node's
+    /// `kubeletconfiguration` patches again only when given it (e.g. `failCgroupV1: false` on a cgroup v1 host:
+    /// without it the upgraded kubelet refuses to start). Checked with [`check_patches_dir`].
+    pub patches_dir: Option<String>,
 }
 
 impl Default for UpgradeOptions {
@@ -41,6 +46,7 @@ impl Default for UpgradeOptions {
             wait: Duration::from_secs(60),
             timeout: Duration::from_secs(600),
             ignore_preflight_errors: Vec::new(),
+            patches_dir: None,
         }
     }
 }
@@ -73,6 +79,25 @@ pub fn check_preflight_errors(field: &str, names: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Refuse a patches directory that is not a plain absolute path (letters, digits, `.`, `_`, `-`, `/`; no `..`):
+/// it reaches a command line on the host. `field` names where it came from.
+pub fn check_patches_dir(field: &str, dir: &str) -> Result<()> {
+    let ok = dir.starts_with('/')
+        && dir.len() <= 256
+        && dir
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/'))
+        && !dir.split('/').any(|c| c == "..");
+    if ok {
+        Ok(())
+    } else {
+        Err(crate::Error::InvalidInput {
+            field: field.into(),
+            message: format!("{dir:?} is not an absolute path of letters, digits, '.', '_', '-' and '/'"),
+        })
+    }
+}
+
 /// The script run after the binaries are in place (pure; the golden rendering uses it). `version` must have
 /// passed [`binary::check_version`].
 pub fn upgrade_script(version: &str, opts: &UpgradeOptions) -> Script {
@@ -82,6 +107,7 @@ pub fn upgrade_script(version: &str, opts: &UpgradeOptions) -> Script {
         Vars::new()
             .var("VERSION", version)
             .var("IGNORE", opts.ignore_preflight_errors.join(","))
+            .var("PATCHES", opts.patches_dir.clone().unwrap_or_default())
             .render(tpl::UPGRADE_NODE),
     );
     s.step(
@@ -108,6 +134,9 @@ pub async fn upgrade_node(
 ) -> Result<UpgradeOutcome> {
     // ensure() validates the version before anything reaches the host.
     check_preflight_errors("ignorePreflightErrors", &opts.ignore_preflight_errors)?;
+    if let Some(d) = &opts.patches_dir {
+        check_patches_dir("patches.directory", d)?;
+    }
     let binaries = binary::ensure(exec, cfg, facts, cache, progress, redactor).await?;
     let run = upgrade_script(&cfg.kubernetes_version, opts)
         .run(exec, "upgrade", progress, redactor, opts.timeout)
@@ -176,14 +205,21 @@ mod tests {
     fn kubeadm_upgrade_node_ignores_the_preflight_checks_the_node_was_joined_ignoring() {
         let opts = UpgradeOptions {
             ignore_preflight_errors: vec!["SystemVerification".into(), "Swap".into()],
+            patches_dir: Some("/etc/capkk-test/kubeadm-patches".into()),
             ..Default::default()
         };
         let (ok, out, calls) = run_with_options("v1.36.3", "v1.36.3", "Kubernetes v1.36.3", &opts);
         assert!(ok, "{out}");
         assert!(
-            calls.contains("kubeadm upgrade node --ignore-preflight-errors=SystemVerification,Swap\n"),
+            calls.contains(
+                "kubeadm upgrade node --ignore-preflight-errors=SystemVerification,Swap \
+                 --patches /etc/capkk-test/kubeadm-patches\n"
+            ),
             "{calls}"
         );
+        for bad in ["relative", "/a/../b", "/a b", "/a;b"] {
+            assert!(check_patches_dir("f", bad).is_err(), "{bad:?}");
+        }
         for bad in ["x;reboot", "--all", "", "a b"] {
             assert!(check_preflight_errors("f", &[bad.into()]).is_err(), "{bad:?}");
         }
