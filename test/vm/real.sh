@@ -1638,7 +1638,7 @@ explore() { # what a person can do with a cluster left running
   [ "$MODE" = smoke ] || down=$MODE-down
   cat <<EOF
 
-The cluster $CLUSTER is left running: its VMs (/tmp/capkk-sandbox/$NAME), the mirror and registry on
+The cluster $CLUSTER is left running: its hosts ($HOSTS, /tmp/capkk-sandbox/$NAME), the mirror and registry on
 ${BRIDGE:-the fleet bridge}, the manager (pid $(cat "$WORK/manager.pid" 2>/dev/null)). Explore it:
 
   export PATH=$BIN_DIR:\$PATH KUBECONFIG=$KUBECONFIG
@@ -1646,10 +1646,10 @@ ${BRIDGE:-the fleet bridge}, the manager (pid $(cat "$WORK/manager.pid" 2>/dev/n
   kubectl get cluster,kkcluster,machines,kkmachines,kkinstances -n $NS
   kubectl --kubeconfig $WORK/workload.kubeconfig get nodes -o wide
   kubectl --kubeconfig $WORK/workload.kubeconfig get pods -A -o wide
-  kubectl scale machinedeployment $MD -n $NS --replicas 0   # resets the worker VM; --replicas 1 claims it again
+  kubectl scale machinedeployment $MD -n $NS --replicas 0   # resets the worker host; --replicas 1 claims it again
   $VMCTL ssh --name $NAME --vm 1 -- crictl ps
 
-Logs: $WORK/manager.log (the provider), /tmp/capkk-sandbox/$NAME/vm*/console.log (serial consoles).
+Logs: $WORK/manager.log (the provider); hosts: $VMCTL inside --name $NAME --vm 1 -- journalctl (containers), /tmp/capkk-sandbox/$NAME/vm*/console.log (VMs).
 Tear down: REAL_NAME=$NAME test/vm/real.sh $down$([ "$MODE" = quickstart ] && echo "   (make quickstart-down)")
 EOF
 }
