@@ -26,8 +26,6 @@ use std::{
     time::Instant,
 };
 
-use sha2::{Digest, Sha256};
-
 use crate::{FleetState, Result, VmError, VmInfo, image::cache_root, q, require_tools, run};
 
 const BUILD_SCRIPT: &str = include_str!("build-node-image.sh");
@@ -97,70 +95,26 @@ impl NodeImage {
 
 /// The content hash of the node image (first 16 hex digits of the SHA-256 of script, suite and packages).
 pub fn node_image_hash(suite: &str, packages: &[&str]) -> String {
-    let mut h = Sha256::new();
-    h.update(BUILD_SCRIPT.as_bytes());
-    h.update(b"\0");
-    h.update(suite.as_bytes());
-    h.update(b"\0");
-    h.update(packages.join(",").as_bytes());
-    hex::encode(h.finalize())[..16].to_owned()
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> VmError + '_ {
-    move |source| VmError::Io {
-        path: path.display().to_string(),
-        source,
-    }
+    crate::image::content_hash(BUILD_SCRIPT, suite, &packages.join(","))
 }
 
 /// The node image, built now unless the cache has it, and imported into podman unless present there.
 pub fn ensure_node_image() -> Result<NodeImage> {
     let spec = crate::ImageSpec::default();
     let hash = node_image_hash(&spec.suite, NODE_PACKAGES);
-    let root = cache_root().join("containers");
-    let dir = root.join(format!("image-{hash}"));
     let reference = format!("{IMAGE_REPO}:{hash}");
-    fs::create_dir_all(&root).map_err(io(&root))?;
-    // One builder at a time per image, across processes (as the VM image).
-    let lock_path = root.join(format!("image-{hash}.lock"));
-    let lock = fs::File::create(&lock_path).map_err(io(&lock_path))?;
-    lock.lock().map_err(io(&lock_path))?;
-    let mut build_secs = 0.0;
-    if !dir.join("done").exists() {
-        require_tools(&[
+    let (dir, build_secs) = crate::image::build_cached(
+        &cache_root().join("containers"),
+        &hash,
+        "node image",
+        BUILD_SCRIPT,
+        &[&spec.suite, &spec.mirror, &NODE_PACKAGES.join(",")],
+        &[
             ("mmdebstrap", "mmdebstrap"),
             ("ssh-keygen", "openssh-client"),
             ("tar", "tar"),
-        ])?;
-        let tmp = root.join(format!("image-{hash}.tmp-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&tmp);
-        fs::create_dir_all(&tmp).map_err(io(&tmp))?;
-        let script = tmp.join("build-node-image.sh");
-        fs::write(&script, BUILD_SCRIPT).map_err(io(&script))?;
-        let start = Instant::now();
-        let out = Command::new("sh")
-            .arg(&script)
-            .arg(&tmp)
-            .arg(&spec.suite)
-            .arg(&spec.mirror)
-            .arg(NODE_PACKAGES.join(","))
-            .stdin(Stdio::null())
-            .output()
-            .map_err(io(&script))?;
-        if !out.status.success() {
-            let _ = fs::remove_dir_all(&tmp);
-            return Err(VmError::BuildImage(format!(
-                "node image: {}: {}",
-                out.status,
-                crate::image::tail(&String::from_utf8_lossy(&out.stderr), 30)
-            )));
-        }
-        build_secs = start.elapsed().as_secs_f64();
-        let done = tmp.join("done");
-        fs::write(&done, format!("build_secs={build_secs:.0}\n")).map_err(io(&done))?;
-        let _ = fs::remove_dir_all(&dir);
-        fs::rename(&tmp, &dir).map_err(io(&dir))?;
-    }
+        ],
+    )?;
     // podman's storage is the machine's, not the cache's: import again after it was reset.
     let present = Command::new("podman")
         .args(["image", "exists", &reference])
@@ -276,7 +230,7 @@ pub(crate) fn start(state: &mut FleetState, image: &NodeImage) -> Result<()> {
     require_tools(&[("podman", "podman"), ("runc", "runc"), ("nsenter", "util-linux")])?;
     for (i, vm) in state.vms.clone().iter().enumerate() {
         let n = i + 1;
-        fs::create_dir_all(&vm.dir).map_err(io(&vm.dir))?;
+        fs::create_dir_all(&vm.dir).map_err(crate::io_err(&vm.dir))?;
         for (vol, _) in volumes(&vm.name) {
             // A volume left by a crashed run of the same name must not carry its containerd state over.
             let _ = Command::new("podman")
@@ -438,35 +392,10 @@ pub fn machine_sysctls() -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Accel, Source, VmSpec};
+    use crate::Source;
 
     fn state() -> FleetState {
-        FleetState {
-            name: "ct-x".into(),
-            source: Source::Containers,
-            index: 9,
-            dir: "/tmp/capkk-sandbox/ct-x".into(),
-            bridge: "kkbr9".into(),
-            bridge_address: "198.18.9.1".into(),
-            inner_cidr: "198.19.9.0/24".into(),
-            accel: Accel::Tcg,
-            image_hash: "h".into(),
-            image_build_secs: 0.0,
-            private_key: "/k".into(),
-            known_hosts: "/kh".into(),
-            vms: vec![VmInfo {
-                name: "ct-x-1".into(),
-                address: "198.18.9.11".into(),
-                mac: "52:54:00:c4:09:01".into(),
-                uuid: "u".into(),
-                tap: "kk9t1".into(),
-                spec: VmSpec::WORKER,
-                dir: "/tmp/capkk-sandbox/ct-x/vm1".into(),
-                pid: 1,
-                host_key_fingerprint: String::new(),
-                boot_secs: 0.0,
-            }],
-        }
+        crate::sample_state("ct-x", Source::Containers)
     }
 
     #[test]

@@ -65,14 +65,79 @@ impl Default for ImageSpec {
 impl ImageSpec {
     /// The content hash (first 16 hex digits of the SHA-256 of script, suite and packages).
     pub fn hash(&self) -> String {
-        let mut h = Sha256::new();
-        h.update(BUILD_SCRIPT.as_bytes());
-        h.update(b"\0");
-        h.update(self.suite.as_bytes());
-        h.update(b"\0");
-        h.update(self.packages.join(",").as_bytes());
-        hex::encode(h.finalize())[..16].to_owned()
+        content_hash(BUILD_SCRIPT, &self.suite, &self.packages.join(","))
     }
+}
+
+/// First 16 hex digits of the SHA-256 of a build script, a suite and a package list: what decides an image.
+pub(crate) fn content_hash(script: &str, suite: &str, packages: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(script.as_bytes());
+    h.update(b"\0");
+    h.update(suite.as_bytes());
+    h.update(b"\0");
+    h.update(packages.as_bytes());
+    hex::encode(h.finalize())[..16].to_owned()
+}
+
+/// A build cached by content hash: `<root>/image-<hash>/`, made by running `script` (`sh SCRIPT OUT ARGS...`)
+/// into a temp dir renamed into place with a `done` marker written last, so a crashed build never looks
+/// finished. One builder at a time per hash, across threads and processes (a file lock, released when this
+/// returns). Returns the dir and the seconds the build took (0 when cached). `what` names it in errors.
+pub(crate) fn build_cached(
+    root: &Path,
+    hash: &str,
+    what: &str,
+    script: &str,
+    args: &[&str],
+    tools: &[(&str, &str)],
+) -> Result<(PathBuf, f64)> {
+    let io = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| VmError::Io { path, source }
+    };
+    let dir = root.join(format!("image-{hash}"));
+    if dir.join("done").exists() {
+        return Ok((dir, 0.0));
+    }
+    // Fleets started at once (the tests of one binary run in parallel) used to build into the same directory
+    // and clobber each other on a cold cache.
+    fs::create_dir_all(root).map_err(io(root))?;
+    let lock_path = root.join(format!("image-{hash}.lock"));
+    let lock = fs::File::create(&lock_path).map_err(io(&lock_path))?;
+    lock.lock().map_err(io(&lock_path))?;
+    if dir.join("done").exists() {
+        // Built by whoever held the lock before us.
+        return Ok((dir, 0.0));
+    }
+    require_tools(tools)?;
+    let tmp = root.join(format!("image-{hash}.tmp-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&tmp);
+    fs::create_dir_all(&tmp).map_err(io(&tmp))?;
+    let path = tmp.join("build.sh");
+    fs::write(&path, script).map_err(io(&path))?;
+    let start = Instant::now();
+    let out = Command::new("sh")
+        .arg(&path)
+        .arg(&tmp)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(io(&path))?;
+    if !out.status.success() {
+        let _ = fs::remove_dir_all(&tmp);
+        return Err(VmError::BuildImage(format!(
+            "{what}: {}: {}",
+            out.status,
+            tail(&String::from_utf8_lossy(&out.stderr), 30)
+        )));
+    }
+    let build_secs = start.elapsed().as_secs_f64();
+    let done = tmp.join("done");
+    fs::write(&done, format!("build_secs={build_secs:.0}\n")).map_err(io(&done))?;
+    let _ = fs::remove_dir_all(&dir);
+    fs::rename(&tmp, &dir).map_err(io(&dir))?;
+    Ok((dir, build_secs))
 }
 
 /// A finished image.
@@ -117,66 +182,19 @@ pub fn cache_root() -> PathBuf {
 /// The image for `spec`, built now unless the cache has it.
 pub fn ensure_image(spec: &ImageSpec) -> Result<Image> {
     let hash = spec.hash();
-    let root = cache_root().join("vm");
-    let dir = root.join(format!("image-{hash}"));
-    if dir.join("done").exists() {
-        return Ok(Image {
-            hash,
-            dir,
-            build_secs: 0.0,
-        });
-    }
-    let io = |path: &Path| {
-        let path = path.display().to_string();
-        move |source| VmError::Io { path, source }
-    };
-    // One build at a time per image, across threads and processes: fleets started at once (the tests of one
-    // binary run in parallel) used to build into the same directory and clobber each other on a cold cache.
-    // The lock is released when the file is closed, also when this function returns early.
-    fs::create_dir_all(&root).map_err(io(&root))?;
-    let lock_path = root.join(format!("image-{hash}.lock"));
-    let lock = fs::File::create(&lock_path).map_err(io(&lock_path))?;
-    lock.lock().map_err(io(&lock_path))?;
-    if dir.join("done").exists() {
-        // Built by whoever held the lock before us.
-        return Ok(Image {
-            hash,
-            dir,
-            build_secs: 0.0,
-        });
-    }
-    require_tools(&[
-        ("mmdebstrap", "mmdebstrap"),
-        ("mkfs.ext4", "e2fsprogs"),
-        ("qemu-img", "qemu-utils"),
-        ("ssh-keygen", "openssh-client"),
-    ])?;
-    let tmp = root.join(format!("image-{hash}.tmp-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&tmp);
-    fs::create_dir_all(&tmp).map_err(io(&tmp))?;
-    let script = tmp.join("build-image.sh");
-    fs::write(&script, BUILD_SCRIPT).map_err(io(&script))?;
-    let start = Instant::now();
-    let out = Command::new("sh")
-        .arg(&script)
-        .arg(&tmp)
-        .arg(&spec.suite)
-        .arg(&spec.mirror)
-        .arg(spec.packages.join(","))
-        .output()
-        .map_err(io(&script))?;
-    if !out.status.success() {
-        let _ = fs::remove_dir_all(&tmp);
-        return Err(VmError::BuildImage(format!(
-            "{}: {}",
-            out.status,
-            tail(&String::from_utf8_lossy(&out.stderr), 30)
-        )));
-    }
-    let build_secs = start.elapsed().as_secs_f64();
-    let done = tmp.join("done");
-    fs::write(&done, format!("build_secs={build_secs:.0}\n")).map_err(io(&done))?;
-    fs::rename(&tmp, &dir).map_err(io(&dir))?;
+    let (dir, build_secs) = build_cached(
+        &cache_root().join("vm"),
+        &hash,
+        "VM image",
+        BUILD_SCRIPT,
+        &[&spec.suite, &spec.mirror, &spec.packages.join(",")],
+        &[
+            ("mmdebstrap", "mmdebstrap"),
+            ("mkfs.ext4", "e2fsprogs"),
+            ("qemu-img", "qemu-utils"),
+            ("ssh-keygen", "openssh-client"),
+        ],
+    )?;
     Ok(Image {
         hash,
         dir,

@@ -358,7 +358,7 @@ pub(crate) fn run(cmd: &mut Command) -> Result<Output> {
     })
 }
 
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> VmError + '_ {
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> VmError + '_ {
     move |source| VmError::Io {
         path: path.display().to_string(),
         source,
@@ -976,6 +976,37 @@ fn boot_containers(config: &FleetConfig) -> Result<FleetState> {
     Ok(state)
 }
 
+/// A one-host fleet in slot 9 named `name`, for unit tests of what is rendered from a state.
+#[cfg(test)]
+pub(crate) fn sample_state(name: &str, source: Source) -> FleetState {
+    FleetState {
+        name: name.into(),
+        source,
+        index: 9,
+        dir: format!("/tmp/capkk-sandbox/{name}").into(),
+        bridge: "kkbr9".into(),
+        bridge_address: "198.18.9.1".into(),
+        inner_cidr: "198.19.9.0/24".into(),
+        accel: Accel::Tcg,
+        image_hash: "h".into(),
+        image_build_secs: 0.0,
+        private_key: "/k".into(),
+        known_hosts: "/kh".into(),
+        vms: vec![VmInfo {
+            name: format!("{name}-1"),
+            address: "198.18.9.11".into(),
+            mac: "52:54:00:c4:09:01".into(),
+            uuid: "u".into(),
+            tap: "kk9t1".into(),
+            spec: VmSpec::WORKER,
+            dir: format!("/tmp/capkk-sandbox/{name}/vm1").into(),
+            pid: 1,
+            host_key_fingerprint: String::new(),
+            boot_secs: 0.0,
+        }],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -997,32 +1028,7 @@ mod tests {
 
     #[test]
     fn teardown_names_only_this_fleet() {
-        let state = FleetState {
-            name: "vm-x".into(),
-            source: Source::Vms,
-            index: 9,
-            dir: "/tmp/capkk-sandbox/vm-x".into(),
-            bridge: "kkbr9".into(),
-            bridge_address: "198.18.9.1".into(),
-            inner_cidr: "198.19.9.0/24".into(),
-            accel: Accel::Tcg,
-            image_hash: "h".into(),
-            image_build_secs: 0.0,
-            private_key: "/k".into(),
-            known_hosts: "/kh".into(),
-            vms: vec![VmInfo {
-                name: "vm-x-1".into(),
-                address: "198.18.9.11".into(),
-                mac: "52:54:00:c4:09:01".into(),
-                uuid: "u".into(),
-                tap: "kk9t1".into(),
-                spec: VmSpec::WORKER,
-                dir: "/tmp/capkk-sandbox/vm-x/vm1".into(),
-                pid: 1,
-                host_key_fingerprint: String::new(),
-                boot_secs: 0.0,
-            }],
-        };
+        let state = sample_state("vm-x", Source::Vms);
         let s = teardown_script(&state);
         assert!(s.contains("grep -q -e '/tmp/capkk-sandbox/vm-x/'"));
         assert!(s.contains("ip link del kk9t1"));
