@@ -151,22 +151,20 @@ async fn a_provisioned_cluster_moves_to_another_plane_and_nothing_runs_again_on_
     .await?;
     let provider_id = km["spec"]["providerID"].clone();
     ensure!(provider_id.is_string(), "providerID set: {}", km["spec"]);
-    let inst_before = env
-        .get(INFRA_V, "KKInstance", &inst_name)
-        .await?
-        .context("the claim")?;
-    eventually(
+    // The claim's record as the move will find it: read once the host work is done (block-move released),
+    // since the journal of completed phases is still being written while the KKMachine already has its
+    // providerID.
+    let inst_before = eventually(
         "block-move released once the host work is done",
         Duration::from_secs(60),
         || async {
-            let i = env
-                .get(INFRA_V, "KKInstance", &inst_name)
-                .await?
-                .unwrap_or_default();
+            let Some(i) = env.get(INFRA_V, "KKInstance", &inst_name).await? else {
+                return Ok(None);
+            };
             Ok(
                 i["metadata"]["annotations"]["clusterctl.cluster.x-k8s.io/block-move"]
                     .is_null()
-                    .then_some(()),
+                    .then_some(i),
             )
         },
     )
