@@ -175,41 +175,32 @@ mod tests {
         use capkk_api::{ApiEndpoint, Bastion, LoadBalancer};
         let ok = kkc(vec![host("a", "198.18.0.1")]);
         assert!(validate(&ok).is_ok());
-        let cases: Vec<(&str, Box<dyn Fn(&mut KKCluster)>)> = vec![
-            (
-                "spec.controlPlaneEndpoint.host",
-                Box::new(|k| {
-                    k.spec.control_plane_endpoint = Some(ApiEndpoint {
-                        host: Some("vip.example/path#x".into()),
-                        port: Some(6443),
-                    })
-                }),
-            ),
-            (
-                "spec.controlPlaneLoadBalancer.host",
-                Box::new(|k| {
-                    k.spec.control_plane_load_balancer = Some(LoadBalancer {
-                        host: Some("vip example".into()),
-                    })
-                }),
-            ),
-            (
-                "spec.nodes.bastion.address",
-                Box::new(|k| {
-                    k.spec.nodes.bastion = Some(Bastion {
-                        address: "0x7f.1".into(),
-                        ..Default::default()
-                    })
-                }),
-            ),
-            (
-                "spec.nodes.instances[0].address",
-                Box::new(|k| k.spec.nodes.instances[0].address = "0x7f000001".into()),
-            ),
-            (
-                "spec.nodes.instances[0].internalAddress",
-                Box::new(|k| k.spec.nodes.instances[0].internal_address = Some("0177.0.0.1".into())),
-            ),
+        /// Makes one field of a valid KKCluster invalid.
+        type Edit = fn(&mut KKCluster);
+        let cases: Vec<(&str, Edit)> = vec![
+            ("spec.controlPlaneEndpoint.host", |k| {
+                k.spec.control_plane_endpoint = Some(ApiEndpoint {
+                    host: Some("vip.example/path#x".into()),
+                    port: Some(6443),
+                })
+            }),
+            ("spec.controlPlaneLoadBalancer.host", |k| {
+                k.spec.control_plane_load_balancer = Some(LoadBalancer {
+                    host: Some("vip example".into()),
+                })
+            }),
+            ("spec.nodes.bastion.address", |k| {
+                k.spec.nodes.bastion = Some(Bastion {
+                    address: "0x7f.1".into(),
+                    ..Default::default()
+                })
+            }),
+            ("spec.nodes.instances[0].address", |k| {
+                k.spec.nodes.instances[0].address = "0x7f000001".into()
+            }),
+            ("spec.nodes.instances[0].internalAddress", |k| {
+                k.spec.nodes.instances[0].internal_address = Some("0177.0.0.1".into())
+            }),
         ];
         for (field, edit) in cases {
             let mut k = ok.clone();
