@@ -319,11 +319,11 @@ pub struct SecretRef {
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Bastion {
-    /// Address (IP or DNS name) of the bastion.
+    /// Address of the bastion: an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number.
     #[schemars(length(min = 1, max = 253))]
     #[schemars(extend("x-kubernetes-validations" = [{
-        "rule": "!self.matches('^[0-9.]+$') || isIP(self)",
-        "message": "bastion.address must be a valid IP address or DNS name"
+        "rule": crate::patterns::HOST_ADDRESS_RULE,
+        "message": "bastion.address must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number"
     }]))]
     pub address: String,
     /// Auth for the bastion itself. Unset fields default to the nodes' user, port and timeout; without a credential
@@ -346,9 +346,15 @@ pub struct Bastion {
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct ApiEndpoint {
-    /// Host name or IP address.
+    /// Host name or IP address (a DNS name not ending in a number, or an IP address: no port, path or space;
+    /// it reaches the Cluster's endpoint, the kubeconfig's URL and kubeadm's configuration). Empty: unset
+    /// (CAPKK writes the zero endpoint).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 512))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": crate::patterns::HOST_ADDRESS_OR_EMPTY_RULE,
+        "message": "controlPlaneEndpoint.host must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number, without port or path"
+    }]))]
     pub host: Option<String>,
     /// Port (CAPKK writes 0 when unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]

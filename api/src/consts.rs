@@ -124,6 +124,9 @@ pub mod reasons {
     pub const NO_HOST_AVAILABLE: &str = "NoHostAvailable";
     /// Invalid spec (message names the field).
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// A field that names another object (a reference, an owner reference, `spec.instanceID`) holds no object
+    /// name: nothing was requested for it (the message names the field).
+    pub const INVALID_NAME: &str = "InvalidName";
     /// A requested option is not implemented.
     pub const UNSUPPORTED: &str = "Unsupported";
     /// Work in progress.

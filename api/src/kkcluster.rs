@@ -136,11 +136,12 @@ pub struct InstanceInfo {
         "message": "spec.nodes.instances[].name must be a lower-case DNS label (a-z, 0-9, '-')"
     }]))]
     pub name: Option<String>,
-    /// SSH address: an IP address or DNS name.
+    /// SSH address: an IP address (IPv4 in dotted decimal) or a DNS name that does not end in a number (no
+    /// `inet_aton` form such as `0x7f.1`, which the resolver reads as an IPv4 address).
     #[schemars(length(min = 1, max = 253))]
     #[schemars(extend("x-kubernetes-validations" = [{
-        "rule": "(!self.matches('^[0-9.]+$') || isIP(self)) && (self.contains(':') ? isIP(self) : self.matches('^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?(\\\\.[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)*$'))",
-        "message": "spec.nodes.instances[].address must be a valid IP address or DNS name"
+        "rule": crate::patterns::HOST_ADDRESS_RULE,
+        "message": "spec.nodes.instances[].address must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number"
     }]))]
     pub address: String,
     /// Node IP (kubelet `--node-ip`); defaults to `address`.
@@ -202,9 +203,14 @@ impl InstanceInfo {
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct LoadBalancer {
-    /// VIP address or DNS name.
+    /// VIP address or DNS name (an IP address or a DNS name not ending in a number: no port, path or space; it
+    /// becomes the control-plane endpoint, the kubeconfig's URL and kubeadm's `controlPlaneEndpoint`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": crate::patterns::HOST_ADDRESS_OR_EMPTY_RULE,
+        "message": "controlPlaneLoadBalancer.host must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number, without port or path"
+    }]))]
     pub host: Option<String>,
 }
 

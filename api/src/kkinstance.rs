@@ -39,15 +39,24 @@ use crate::common::{Auth, Bastion, Conditions, ContainerManager, Repository, Rol
     }
 ]))]
 pub struct KKInstanceSpec {
-    /// Host name (= KKCluster instance name = Node name).
-    #[schemars(length(min = 1, max = 63))]
+    /// Host name (= KKCluster instance name = Node name): a lower-case DNS label (it names the workload Node
+    /// in a request path).
+    #[schemars(length(min = 1, max = 63), extend("pattern" = crate::patterns::DNS_LABEL))]
     pub name: String,
-    /// SSH address.
+    /// SSH address (as the KKCluster's `instances[].address`).
     #[schemars(length(min = 1, max = 253))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": crate::patterns::HOST_ADDRESS_RULE,
+        "message": "spec.address must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number"
+    }]))]
     pub address: String,
     /// Node IP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self == '' || isIP(self)",
+        "message": "spec.internalAddress must be a valid IP address"
+    }]))]
     pub internal_address: Option<String>,
     /// Roles of the host.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -42,9 +42,10 @@ pub struct KKMachineSpec {
     #[schemars(length(min = 1, max = 512), extend("pattern" = crate::patterns::PROVIDER_ID))]
     pub provider_id: Option<String>,
     /// Name of the claimed KKInstance (`<kkcluster>.<host>`; a bare host name in objects claimed before
-    /// 0.2); set by the controller.
+    /// 0.2); set by the controller. A DNS-1123 subdomain: it is a path segment of the request that reads the
+    /// KKInstance.
     #[serde(default, rename = "instanceID", skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), extend("pattern" = crate::patterns::DNS_SUBDOMAIN))]
     pub instance_id: Option<String>,
     /// Roles a host must have to be claimed; a host qualifies when it has any of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -128,8 +129,31 @@ pub struct KKMachineTemplateResource {
     /// Labels and annotations for created KKMachines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<crate::ObjectMetaTemplate>,
-    /// The KKMachine spec.
+    /// The KKMachine spec, without the claim fields (see [`template_machine_spec_schema`]).
+    #[schemars(schema_with = "template_machine_spec_schema")]
     pub spec: KKMachineSpec,
+}
+
+/// Schema of a template's `spec.template.spec`: [`KKMachineSpec`]'s, whose rules (immutable claim fields) are
+/// replaced by rules refusing the claim fields. `instanceID` and `providerID` name one host: preset in a
+/// template, every KKMachine made from it would target that host and skip the role filter. A KKMachine itself
+/// still accepts them on create (`clusterctl move` re-creates it with its claim).
+fn template_machine_spec_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = generator.subschema_for::<KKMachineSpec>();
+    schema.insert(
+        "x-kubernetes-validations".into(),
+        serde_json::json!([
+            {
+                "rule": "!has(self.instanceID)",
+                "message": "spec.template.spec.instanceID must not be set in a template: it names one host, which every KKMachine made from it would claim"
+            },
+            {
+                "rule": "!has(self.providerID)",
+                "message": "spec.template.spec.providerID must not be set in a template: it names one host, which every KKMachine made from it would claim"
+            }
+        ]),
+    );
+    schema
 }
 
 /// Status of a KKMachineTemplate (autoscale-from-zero hints, set by users or tools).

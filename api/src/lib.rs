@@ -29,7 +29,7 @@ pub use kkcluster::*;
 pub use kkinstance::*;
 pub use kkmachine::*;
 pub use kkremediation::*;
-pub use names::{host_name_from_address, is_dns_label, is_dns_subdomain};
+pub use names::{host_name_from_address, is_dns_label, is_dns_subdomain, is_host_address};
 
 /// The API group.
 pub const GROUP: &str = "infrastructure.cluster.x-k8s.io";

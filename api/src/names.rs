@@ -95,6 +95,43 @@ pub fn is_dns_subdomain(name: &str) -> bool {
     name.len() <= 253 && name.split('.').all(is_dns_label)
 }
 
+/// True when `host` is what a host address field admits (the CRD's [`crate::patterns::HOST_ADDRESS_RULE`]):
+/// an IP address (IPv4 in dotted decimal only; not IPv4-mapped IPv6), or a DNS name (labels of letters, digits
+/// and `-`, at most 253 bytes) whose last label is not a number. The last condition refuses every legacy
+/// `inet_aton` form (`0x7f.1`, `0x7f000001`, `127.1`, `0177.0.0.1`, `2130706433`): the resolver reads them as
+/// IPv4 addresses, so a name check would pass what is in fact 127.0.0.1. No port, path, space or `%` zone.
+pub fn is_host_address(host: &str) -> bool {
+    if host.contains(':') {
+        return host
+            .parse::<std::net::Ipv6Addr>()
+            .is_ok_and(|ip| ip.to_ipv4_mapped().is_none());
+    }
+    // Rust's parser takes dotted decimal only (no leading zeros, hex, octal or short forms), as `isIP` does.
+    if host.parse::<std::net::Ipv4Addr>().is_ok() {
+        return true;
+    }
+    host.len() <= 253
+        && host.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
+        && !ends_in_a_number(host)
+}
+
+/// True when the last dot-separated label of `host` is a decimal or `0x` hex number (see
+/// [`is_host_address`]).
+fn ends_in_a_number(host: &str) -> bool {
+    let last = host.rsplit('.').next().unwrap_or_default();
+    let hex = last
+        .strip_prefix("0x")
+        .or_else(|| last.strip_prefix("0X"))
+        .is_some_and(|h| h.bytes().all(|b| b.is_ascii_hexdigit()));
+    hex || (!last.is_empty() && last.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// CAPKK's provider ID form: `kk:///<kkcluster>/<host>`.
 pub fn provider_id(kkcluster: &str, host: &str) -> String {
     format!("kk:///{kkcluster}/{host}")
@@ -200,6 +237,48 @@ mod tests {
             &"a".repeat(254),
         ] {
             assert!(!is_dns_subdomain(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn host_addresses_are_ip_literals_or_dns_names_never_inet_aton_forms() {
+        for ok in [
+            "198.18.0.11",
+            "fd00::a:1",
+            "::1",
+            "node-1.example.com",
+            "Node-1.Example.COM",
+            "host1",
+            "a.b1",
+            "1a.example",
+            "0xg.example",
+        ] {
+            assert!(is_host_address(ok), "{ok}");
+        }
+        for bad in [
+            // inet_aton's legacy IPv4 forms: hex, octal, short, one number; each is 127.0.0.1 to the resolver.
+            "0x7f.1",
+            "0x7f000001",
+            "0X7F.0.0.1",
+            "0177.0.0.1",
+            "127.1",
+            "2130706433",
+            "127.0.0.1.",
+            "999.0.0.1",
+            "example.0x",
+            // IPv4-mapped IPv6 (the apiserver's isIP refuses it too), zones, ports, paths, spaces.
+            "::ffff:127.0.0.1",
+            "fe80::1%eth0",
+            "198.18.0.1:6443",
+            "vip.example/x",
+            "vip.example#f",
+            "vip example",
+            "",
+            "-a.example",
+            "a..b",
+            &format!("{}.example", "a".repeat(64)),
+        ] {
+            assert!(!is_host_address(bad), "{bad}");
         }
     }
 

@@ -53,6 +53,8 @@ pub const IMAGE: &str = "^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}$";
 /// A DNS-1123 subdomain (a Secret's name): it is a path segment of the API request that reads the Secret, so
 /// `/`, `?`, `%` or `..` never reach the request path.
 pub const DNS_SUBDOMAIN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+/// A lower-case DNS label (a host name, a Node name).
+pub const DNS_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 /// CAPKK's `secret`: a [`DNS_SUBDOMAIN`] or empty (CAPKK's Go type writes the unset field as `""`).
 pub const SECRET_NAME_OR_EMPTY: &str =
     "^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
@@ -82,3 +84,42 @@ pub const HOST_KEY_FINGERPRINT: &str = "^SHA256:[A-Za-z0-9+/]{43}=?$";
 pub const SSH_TIMEOUT: &str = "^[0-9]{1,9}$|^([0-9]{1,9}(h|m|s|ms)){1,4}$";
 /// A download zone (`cn`; empty: the default mirrors).
 pub const ZONE: &str = "^[A-Za-z0-9-]{0,16}$";
+
+/// CEL (RE2, as a CEL string literal inside the rule) of a DNS name: dot-separated labels of letters, digits
+/// and `-`, neither starting nor ending with `-`, each at most 63 characters.
+macro_rules! cel_dns_name {
+    () => {
+        "^[a-zA-Z0-9]([-a-zA-Z0-9]{0,61}[a-zA-Z0-9])?(\\\\.[a-zA-Z0-9]([-a-zA-Z0-9]{0,61}[a-zA-Z0-9])?)*$"
+    };
+}
+
+/// CEL (RE2) of a name whose last label is a number, decimal or `0x` hex: what `inet_aton` (and so
+/// `getaddrinfo`) reads as an IPv4 address in one of its legacy forms (`0x7f.1`, `0x7f000001`, `127.1`,
+/// `0177.0.0.1`), and what the WHATWG URL parser treats as one too. Never a real host name (no top-level domain
+/// is a number).
+macro_rules! cel_numeric_tail {
+    () => {
+        "(^|\\\\.)([0-9]+|0[xX][0-9a-fA-F]*)$"
+    };
+}
+
+/// The CEL rule of a host address field (`self` a string): an IP address (IPv4 only in dotted decimal: the
+/// apiserver's `isIP` refuses leading zeros, short forms and IPv4-mapped IPv6), or a DNS name that does not end
+/// in a number (so no `inet_aton` form: they resolve to an address the rule never saw, e.g. `0x7f.1` to
+/// 127.0.0.1). [`crate::names::is_host_address`] is the same check in code.
+macro_rules! cel_host_address {
+    () => {
+        concat!(
+            "self.contains(':') ? isIP(self) : (isIP(self) || (self.matches('",
+            cel_dns_name!(),
+            "') && !self.matches('",
+            cel_numeric_tail!(),
+            "')))"
+        )
+    };
+}
+
+/// [`HOST_ADDRESS_RULE`] or the empty string (fields CAPKK writes as `""` when unset).
+pub const HOST_ADDRESS_OR_EMPTY_RULE: &str = concat!("self == '' || (", cel_host_address!(), ")");
+/// The CEL rule of a host address (see [`crate::names::is_host_address`]).
+pub const HOST_ADDRESS_RULE: &str = cel_host_address!();

@@ -2,6 +2,8 @@
 //! (they drop every field they do not name).
 
 use capkk_api::ApiEndpoint;
+
+use crate::object_name::ObjectName;
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
@@ -171,11 +173,13 @@ pub(crate) async fn owner_machine(
         return Ok(None);
     };
     let ns = meta.namespace.as_deref().unwrap_or_default();
+    // Owner references are not format-checked by the API server.
+    let name = ObjectName::checked("metadata.ownerReferences[kind=Machine].name", &owner.name)?;
     let machine = crate::context::cached_or_get(
-        ctx.stores.capi_machine(ns, &owner.name).await,
+        ctx.stores.capi_machine(ns, name.as_str()).await,
         &ctx.client,
         ns,
-        &owner.name,
+        name,
     )
     .await?;
     Ok(Some((owner, machine)))
@@ -196,10 +200,17 @@ pub(crate) fn cluster_name(
 
 /// The Cluster `ns/name`, from the cache (from the API when the cache does not show it yet). Every kind's
 /// Cluster watch is the cache's own (crate::watches): a reconcile woken by a Cluster change (pause) reads it.
+/// `name` comes from a field of another object (an owner reference, a label, a Machine's `spec.clusterName`).
 pub(crate) async fn cluster(
     ctx: &crate::context::Context,
     ns: &str,
-    name: &str,
+    name: ObjectName<'_>,
 ) -> crate::Result<Option<Cluster>> {
-    crate::context::cached_or_get(ctx.stores.capi_cluster(ns, name).await, &ctx.client, ns, name).await
+    crate::context::cached_or_get(
+        ctx.stores.capi_cluster(ns, name.as_str()).await,
+        &ctx.client,
+        ns,
+        name,
+    )
+    .await
 }

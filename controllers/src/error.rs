@@ -26,6 +26,15 @@ pub(crate) enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A field names another object with a value that is no object name (a DNS-1123 subdomain): it would change
+    /// the path of the request that reads the object, so no request was made (crate::object_name).
+    #[error("invalid {field}: {name:?} is not an object name (a DNS-1123 subdomain)")]
+    InvalidName {
+        /// The field the name was read from, e.g. `KKMachine.spec.instanceID`.
+        field: String,
+        /// The refused value (cut when long).
+        name: String,
+    },
     /// SSH credentials could not be resolved (Secret missing, key absent).
     #[error("resolving credentials: {0}")]
     ResolveCredentials(String),
@@ -88,6 +97,7 @@ impl Error {
             Error::Kube { .. } => "kube",
             Error::Finalizer(_) => "finalizer",
             Error::InvalidSpec { .. } => "invalid_spec",
+            Error::InvalidName { .. } => "invalid_name",
             Error::ResolveCredentials(_) => "credentials",
             Error::WorkloadCluster { .. } => "workload",
             Error::CleanupPending { .. } => "cleanup_pending",

@@ -312,7 +312,8 @@ async fn acquire(
 /// name). Anything else (no right to read that namespace, an error) counts as held: a false "gone" would
 /// let two claims run on one host.
 async fn holder_gone(client: &Client, holder: &Holder) -> bool {
-    if holder.namespace.is_empty() || holder.instance.is_empty() {
+    // Written by a manager, but a path segment all the same: a name that is no object name counts as held.
+    if !capkk_api::is_dns_subdomain(&holder.namespace) || !capkk_api::is_dns_subdomain(&holder.instance) {
         return false;
     }
     let api: Api<KKInstance> = Api::namespaced(client.clone(), &holder.namespace);

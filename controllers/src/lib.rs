@@ -18,6 +18,7 @@
 //!   host key and the address reached, taken before anything runs on a host).
 //! - [`secrets`]: the by-name Secret check that wakes the KKInstances reading a changed Secret.
 //! - [`bounded_body`]: the size bound on workload API responses.
+//! - [`object_name`]: names read from fields, checked before they become part of a request path.
 //! - [`manager`]: flags, logging, metrics/health endpoints, leader election, graceful shutdown.
 
 #![warn(unreachable_pub)]
@@ -38,6 +39,7 @@ pub(crate) mod kkmachine;
 pub(crate) mod kkremediation;
 pub mod manager;
 pub(crate) mod metrics;
+pub(crate) mod object_name;
 pub(crate) mod reconcile;
 #[cfg(test)]
 mod reconcile_tests;

@@ -82,6 +82,9 @@ pub(crate) mod requeue {
     pub(crate) const PROVISIONED_RESYNC: Duration = Duration::from_secs(600);
     /// A claimed KKMachine waits for host work (progress arrives through the KKInstance watch).
     pub(crate) const MACHINE_WORK: Duration = Duration::from_secs(30);
+    /// A name read from a field is no object name (`InvalidName`): the field may be another object's, whose
+    /// change does not wake this one.
+    pub(crate) const INVALID_NAME: Duration = Duration::from_secs(120);
 }
 
 /// What an owner lookup found.
@@ -235,16 +238,30 @@ async fn run<K: Reconciler>(obj: Arc<K>, ctx: &Arc<Context>) -> Result<Action> {
         return Ok(Action::await_change());
     }
     let deleting = obj.meta().deletion_timestamp.is_some();
-    let owner = match obj.owner(ctx).await? {
-        Owner::Found(o) => Some(o),
-        Owner::Missing { what, retry } if !deleting => {
+    let owner = match obj.owner(ctx).await {
+        Ok(Owner::Found(o)) => Some(o),
+        Ok(Owner::Missing { what, retry }) if !deleting => {
             info!(%what, "Waiting for the owner");
             return Ok(retry.map(Action::requeue).unwrap_or_else(Action::await_change));
         }
-        Owner::Missing { what, .. } => {
+        Ok(Owner::Missing { what, .. }) => {
             info!(%what, "Cleaning up without the owner (it is gone)");
             None
         }
+        // The owner's name (an owner reference, a label, a Machine's field) is no object name: nothing was
+        // requested. A live object reports it; a deleted one is cleaned up without the owner.
+        Err(e @ Error::InvalidName { .. }) if !deleting => {
+            let old = obj.status().cloned().unwrap_or_default();
+            let mut status = old.clone();
+            report_invalid_name(&*obj, &e, ctx, &mut status).await;
+            write_status(&*obj, &old, &status, ctx).await?;
+            return Ok(Action::requeue(requeue::INVALID_NAME));
+        }
+        Err(e @ Error::InvalidName { .. }) => {
+            info!(error = %e, "Cleaning up without the owner (its name is refused)");
+            None
+        }
+        Err(e) => return Err(e),
     };
     let old = obj.status().cloned().unwrap_or_default();
     let mut status = old.clone();
@@ -310,6 +327,10 @@ async fn run<K: Reconciler>(obj: Arc<K>, ctx: &Arc<Context>) -> Result<Action> {
                 pending = true;
                 Ok(Action::requeue(retry))
             }
+            Err(e @ Error::InvalidName { .. }) => {
+                report_invalid_name(&*obj, &e, ctx, &mut status).await;
+                Ok(Action::requeue(requeue::INVALID_NAME))
+            }
             other => other,
         }
     };
@@ -323,6 +344,22 @@ async fn run<K: Reconciler>(obj: Arc<K>, ctx: &Arc<Context>) -> Result<Action> {
         }
     }
     res
+}
+
+/// A name read from a field that is no object name ([`Error::InvalidName`], no request made for it): `Ready`
+/// False with reason `InvalidName` and the message naming the field, and a warning event saying the same.
+async fn report_invalid_name<K: Reconciler>(obj: &K, e: &Error, ctx: &Context, status: &mut K::Status) {
+    warn!(error = %e, "Refusing a name read from a field");
+    conditions::set(
+        K::conditions(status),
+        cond::READY,
+        false,
+        reasons::INVALID_NAME,
+        e.to_string(),
+        obj.meta().generation,
+    );
+    ctx.event(obj, true, reasons::INVALID_NAME, "Reconcile", e.to_string())
+        .await;
 }
 
 /// The merge patch adding `finalizer` to `obj`'s finalizers. It names the whole list, guarded by the

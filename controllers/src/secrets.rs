@@ -58,9 +58,10 @@ pub(crate) fn referenced(inst: &KKInstance, kkc: Option<&KKCluster>) -> BTreeSet
     if let Some(r) = inst.spec.bootstrap_data_secret_ref.as_ref() {
         names.insert(r.name.as_str());
     }
+    // A name that is no object name is never requested (its reader reports the field instead).
     names
         .into_iter()
-        .filter(|n| !n.is_empty())
+        .filter(|n| capkk_api::is_dns_subdomain(n))
         .map(str::to_owned)
         .collect()
 }

@@ -8,7 +8,10 @@ use kube::{
     runtime::reflector::{ObjectRef, Store},
 };
 
-use crate::capi::{Cluster, Machine};
+use crate::{
+    capi::{Cluster, Machine},
+    object_name::ObjectName,
+};
 
 /// The controllers' reflector caches: claims, claim records and pool accounting read these instead of
 /// listing from the API server on every reconcile. A stale read is safe where it is used: creating a
@@ -96,12 +99,13 @@ impl Stores {
     }
 }
 
-/// `ns/name` from the cache when it has it (`cached`), else from the API (just created, not cached yet).
+/// `ns/name` from the cache when it has it (`cached`), else from the API (just created, not cached yet). The
+/// name comes from a field of another object, hence checked ([`ObjectName`]).
 pub(crate) async fn cached_or_get<K>(
     cached: Option<Arc<K>>,
     client: &Client,
     ns: &str,
-    name: &str,
+    name: ObjectName<'_>,
 ) -> crate::Result<Option<K>>
 where
     K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
@@ -113,7 +117,7 @@ where
         return Ok(Some((*o).clone()));
     }
     kube::Api::<K>::namespaced(client.clone(), ns)
-        .get_opt(name)
+        .get_opt(name.as_str())
         .await
         .map_err(crate::Error::kube(format!("get {} {ns}/{name}", K::kind(&()))))
 }

@@ -40,6 +40,7 @@ use crate::{
     conditions,
     context::Context,
     error::{Error, Result},
+    object_name::ObjectName,
     reconcile::{Owner, Reconciler, requeue},
 };
 
@@ -63,7 +64,9 @@ impl Reconciler for KKCluster {
             });
         };
         let ns = self.namespace().unwrap_or_default();
-        match crate::capi::cluster(ctx, &ns, &owner.name).await? {
+        // Owner references are not format-checked by the API server.
+        let name = ObjectName::checked("metadata.ownerReferences[kind=Cluster].name", &owner.name)?;
+        match crate::capi::cluster(ctx, &ns, name).await? {
             Some(c) => Ok(Owner::Found(ClusterOwner(c))),
             None => Ok(Owner::Missing {
                 what: format!("Cluster {}", owner.name),

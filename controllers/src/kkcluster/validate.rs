@@ -36,6 +36,13 @@ impl fmt::Display for Refusal {
     }
 }
 
+/// Why a host or address field is refused.
+fn not_a_host_address(host: &str) -> String {
+    format!(
+        "{host:?} is not an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number (no port, path or space)"
+    )
+}
+
 /// Validate the inventory; the refusal names the field.
 pub(crate) fn validate(kkc: &KKCluster) -> Result<(), Refusal> {
     let invalid = |field: String, message: String| Err(Refusal::invalid(field, message));
@@ -53,6 +60,35 @@ pub(crate) fn validate(kkc: &KKCluster) -> Result<(), Refusal> {
                 "spec.distribution".into(),
                 format!("unknown distribution {other:?}"),
             );
+        }
+    }
+    // Hosts that become the control-plane endpoint (the Cluster's, the kubeconfig's URL, kubeadm's
+    // `controlPlaneEndpoint`) and the bastion dialled: checked as the CRD does, for objects written before the
+    // rules existed.
+    let endpoint = kkc
+        .spec
+        .control_plane_endpoint
+        .as_ref()
+        .and_then(|e| e.host.as_deref());
+    let balancer = kkc
+        .spec
+        .control_plane_load_balancer
+        .as_ref()
+        .and_then(|l| l.host.as_deref());
+    let bastion = kkc.spec.nodes.bastion.as_ref().map(|b| b.address.as_str());
+    for (field, host) in [
+        (
+            "spec.controlPlaneEndpoint.host",
+            endpoint.filter(|h| !h.is_empty()),
+        ),
+        (
+            "spec.controlPlaneLoadBalancer.host",
+            balancer.filter(|h| !h.is_empty()),
+        ),
+        ("spec.nodes.bastion.address", bastion),
+    ] {
+        if let Some(h) = host.filter(|h| !capkk_api::is_host_address(h)) {
+            return invalid(field.into(), not_a_host_address(h));
         }
     }
     let mut names = HashSet::new();
@@ -83,6 +119,17 @@ pub(crate) fn validate(kkc: &KKCluster) -> Result<(), Refusal> {
         }
         if h.address.trim().is_empty() {
             return invalid(format!("{f}.address"), "must be set".into());
+        }
+        if !capkk_api::is_host_address(&h.address) {
+            return invalid(format!("{f}.address"), not_a_host_address(&h.address));
+        }
+        if let Some(a) = h.internal_address.as_deref().filter(|a| !a.is_empty())
+            && a.parse::<std::net::IpAddr>().is_err()
+        {
+            return invalid(
+                format!("{f}.internalAddress"),
+                format!("{a:?} is not an IP address"),
+            );
         }
         if !addrs.insert(h.address.as_str()) {
             return invalid(
@@ -121,6 +168,54 @@ mod tests {
         let msg = e.to_string();
         assert!(msg.contains("spec.nodes.instances[1].name"), "{msg}");
         assert!(msg.contains("derived from the address"), "{msg}");
+    }
+
+    #[test]
+    fn endpoint_and_address_fields_that_are_no_host_are_refused_naming_the_field() {
+        use capkk_api::{ApiEndpoint, Bastion, LoadBalancer};
+        let ok = kkc(vec![host("a", "198.18.0.1")]);
+        assert!(validate(&ok).is_ok());
+        /// Makes one field of a valid KKCluster invalid.
+        type Edit = fn(&mut KKCluster);
+        let cases: Vec<(&str, Edit)> = vec![
+            ("spec.controlPlaneEndpoint.host", |k| {
+                k.spec.control_plane_endpoint = Some(ApiEndpoint {
+                    host: Some("vip.example/path#x".into()),
+                    port: Some(6443),
+                })
+            }),
+            ("spec.controlPlaneLoadBalancer.host", |k| {
+                k.spec.control_plane_load_balancer = Some(LoadBalancer {
+                    host: Some("vip example".into()),
+                })
+            }),
+            ("spec.nodes.bastion.address", |k| {
+                k.spec.nodes.bastion = Some(Bastion {
+                    address: "0x7f.1".into(),
+                    ..Default::default()
+                })
+            }),
+            ("spec.nodes.instances[0].address", |k| {
+                k.spec.nodes.instances[0].address = "0x7f000001".into()
+            }),
+            ("spec.nodes.instances[0].internalAddress", |k| {
+                k.spec.nodes.instances[0].internal_address = Some("0177.0.0.1".into())
+            }),
+        ];
+        for (field, edit) in cases {
+            let mut k = ok.clone();
+            edit(&mut k);
+            let e = validate(&k).expect_err(field);
+            assert_eq!(e.reason(), reasons::INVALID_SPEC);
+            assert!(e.to_string().contains(field), "{field}: {e}");
+        }
+        // The zero endpoint CAPKK writes (`host: ""`) is unset, not invalid.
+        let mut zero = ok.clone();
+        zero.spec.control_plane_endpoint = Some(ApiEndpoint {
+            host: Some(String::new()),
+            port: Some(0),
+        });
+        assert!(validate(&zero).is_ok());
     }
 
     #[test]

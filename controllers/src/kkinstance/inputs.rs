@@ -17,6 +17,7 @@ use crate::{
     host_claims::{self, Holder, HostIdentity, Outcome},
     hosts,
     metrics::MeteredExecutor,
+    object_name::ObjectName,
     services::{BootstrapData, PhaseInput},
 };
 
@@ -42,6 +43,7 @@ pub(crate) async fn connect(
     kkc: Option<&KKCluster>,
 ) -> Result<Connected, Failure> {
     let start = std::time::Instant::now();
+    check_addresses(inst)?;
     let target = hosts::instance_target(&ctx.client, inst, kkc)
         .await
         .map_err(|e| match e {
@@ -115,6 +117,34 @@ pub(crate) async fn connect(
     Ok(Connected { exec, target, claims })
 }
 
+/// The addresses dialled, checked as the CRD does ([`capkk_api::is_host_address`]) for objects written before
+/// the rule existed: an `inet_aton` form such as `0x7f.1` passes as a DNS name but resolves to 127.0.0.1.
+fn check_addresses(inst: &KKInstance) -> Result<(), Failure> {
+    let bastion = inst.spec.bastion.as_ref().map(|b| b.address.as_str());
+    for (field, address) in [
+        ("spec.address", Some(inst.spec.address.as_str())),
+        ("spec.bastion.address", bastion),
+    ] {
+        if let Some(a) = address.filter(|a| !capkk_api::is_host_address(a)) {
+            return Err(Failure::Terminal {
+                reason: reasons::INVALID_SPEC,
+                message: format!(
+                    "invalid {field}: {a:?} is not an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A refused name ([`ObjectName::checked`]) as a terminal failure: it stays until the field changes.
+fn invalid_name(e: Error) -> Failure {
+    Failure::Terminal {
+        reason: reasons::INVALID_NAME,
+        message: e.to_string(),
+    }
+}
+
 /// The bootstrap data of the Machine (None when the KKInstance has no reference).
 pub(crate) async fn bootstrap_data(
     ctx: &Context,
@@ -124,8 +154,9 @@ pub(crate) async fn bootstrap_data(
     let Some(r) = inst.spec.bootstrap_data_secret_ref.as_ref() else {
         return Ok(None);
     };
+    let name = ObjectName::checked("spec.bootstrapDataSecretRef.name", &r.name).map_err(invalid_name)?;
     let secret = Api::<K8sSecret>::namespaced(ctx.client.clone(), &ns)
-        .get_opt(&r.name)
+        .get_opt(name.as_str())
         .await
         .map_err(|e| Failure::Transient(format!("reading bootstrap data Secret {}: {e}", r.name)))?
         .ok_or_else(|| {
@@ -167,8 +198,10 @@ pub(crate) async fn phase_input(
     {
         let (mut user, mut pass) = (a.username.clone(), a.password.clone());
         if let Some(r) = a.secret_ref.as_ref() {
+            let name = ObjectName::checked("KKCluster spec.registry.auth.secretRef.name", &r.name)
+                .map_err(invalid_name)?;
             let secret = Api::<K8sSecret>::namespaced(ctx.client.clone(), &ns)
-                .get_opt(&r.name)
+                .get_opt(name.as_str())
                 .await
                 .map_err(|e| Failure::Transient(format!("reading registry Secret {}: {e}", r.name)))?
                 .ok_or_else(|| Failure::Terminal {
@@ -222,4 +255,45 @@ pub(crate) async fn phase_input(
         ignore_preflight_errors: Vec::new(),
         patches_dir: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use capkk_api::{Bastion, KKInstanceSpec};
+
+    use super::*;
+
+    fn instance(address: &str, bastion: Option<&str>) -> KKInstance {
+        KKInstance::new(
+            "c.node1",
+            KKInstanceSpec {
+                name: "node1".into(),
+                address: address.into(),
+                bastion: bastion.map(|b| Bastion {
+                    address: b.into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+    }
+
+    #[test]
+    fn an_inet_aton_address_is_refused_before_a_dial_naming_the_field() {
+        assert!(check_addresses(&instance("198.18.0.1", Some("bastion.example"))).is_ok());
+        for (inst, field) in [
+            (instance("0x7f.1", None), "spec.address"),
+            (instance("127.1", None), "spec.address"),
+            (instance("198.18.0.1", Some("0x7f000001")), "spec.bastion.address"),
+        ] {
+            match check_addresses(&inst) {
+                Err(Failure::Terminal { reason, message }) => {
+                    assert_eq!(reason, reasons::INVALID_SPEC);
+                    assert!(message.contains(field), "{message}");
+                }
+                Err(Failure::Transient(m)) => panic!("{field}: transient: {m}"),
+                Ok(()) => panic!("{field}: not refused"),
+            }
+        }
+    }
 }

@@ -38,6 +38,7 @@ use crate::{
     conditions,
     context::{Context, TaskKind},
     error::{Error, Result},
+    object_name::ObjectName,
     reconcile::{Owner, Reconciler, requeue},
 };
 
@@ -83,7 +84,10 @@ impl Reconciler for KKInstance {
         // the Cluster is only needed for pause.
         let ns = self.namespace().unwrap_or_default();
         let cluster = match self.labels().get(CLUSTER_NAME_LABEL) {
-            Some(c) => crate::capi::cluster(ctx, &ns, c).await?,
+            Some(c) => {
+                let name = ObjectName::checked("metadata.labels[cluster.x-k8s.io/cluster-name]", c)?;
+                crate::capi::cluster(ctx, &ns, name).await?
+            }
             None => None,
         };
         Ok(Owner::Found(cluster))
@@ -340,8 +344,10 @@ async fn claim_record(inst: &KKInstance, ctx: &Context) -> Result<ClaimRecord> {
     if record(cached.as_deref()) == ClaimRecord::Recorded {
         return Ok(ClaimRecord::Recorded);
     }
+    // Owner references are not format-checked by the API server.
+    let name = ObjectName::checked("metadata.ownerReferences[kind=KKMachine].name", &owner.name)?;
     let km = Api::<KKMachine>::namespaced(ctx.client.clone(), &ns)
-        .get_opt(&owner.name)
+        .get_opt(name.as_str())
         .await
         .map_err(Error::kube(format!("get KKMachine {ns}/{}", owner.name)))?;
     Ok(record(km.as_ref()))
@@ -445,7 +451,8 @@ pub(crate) async fn get_kkcluster(ctx: &Context, inst: &KKInstance) -> Result<Op
     let Some(name) = inst.spec.cluster_name.as_deref() else {
         return Ok(None);
     };
-    crate::context::cached_or_get(ctx.stores.cluster(&ns, name).await, &ctx.client, &ns, name).await
+    let checked = ObjectName::checked("KKInstance.spec.clusterName", name)?;
+    crate::context::cached_or_get(ctx.stores.cluster(&ns, name).await, &ctx.client, &ns, checked).await
 }
 
 /// Mark `inst` touched (its release resets the host) and blocked for `clusterctl move` while host work runs,

@@ -26,6 +26,7 @@ use crate::{
     capi::Cluster,
     context::{Context, TaskKind},
     error::{Error, Result},
+    object_name::ObjectName,
     reconcile::requeue,
 };
 
@@ -124,9 +125,16 @@ pub(crate) async fn quarantine(inst: &KKInstance, ctx: &Context, reason: &str) -
     let name = inst.name_any();
     let api: Api<KKInstance> = Api::namespaced(ctx.client.clone(), &ns);
     warn!(%reason, "Quarantining the host");
-    let cluster_owner = match inst.labels().get(CLUSTER_NAME_LABEL) {
+    // A label that names no object (upper case, `..`) leaves the quarantine without its Cluster owner rather
+    // than unquarantined: it is never requested.
+    let cluster = inst.labels().get(CLUSTER_NAME_LABEL).and_then(|c| {
+        ObjectName::checked("metadata.labels[cluster.x-k8s.io/cluster-name]", c)
+            .inspect_err(|e| warn!(error = %e, "Quarantining without a Cluster owner"))
+            .ok()
+    });
+    let cluster_owner = match cluster {
         Some(c) => Api::<Cluster>::namespaced(ctx.client.clone(), &ns)
-            .get_opt(c)
+            .get_opt(c.as_str())
             .await
             .map_err(Error::kube(format!("get Cluster {ns}/{c}")))?
             .map(|c| OwnerReference {

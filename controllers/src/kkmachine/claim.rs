@@ -27,6 +27,7 @@ use crate::{
     context::Context,
     error::{Error, Result, is_conflict},
     hosts,
+    object_name::ObjectName,
     reconcile::requeue,
 };
 
@@ -77,6 +78,8 @@ pub(crate) async fn claim(
         .collect();
 
     if let Some(id) = km.spec.instance_id.as_deref() {
+        // The KKInstance is read (and re-created) under this name.
+        let id = ObjectName::checked("KKMachine.spec.instanceID", id)?;
         return claimant.recorded(id, &all, &owned).await;
     }
     // A claim made by an earlier reconcile that did not get recorded (crash between the two writes).
@@ -108,10 +111,11 @@ impl Claimant<'_> {
     /// KKInstance is held, or re-created for the same host under the same name when it is gone.
     async fn recorded(
         &self,
-        id: &str,
+        checked_id: ObjectName<'_>,
         all: &[std::sync::Arc<KKInstance>],
         owned: &[&KKInstance],
     ) -> Result<Claim> {
+        let id = checked_id.as_str();
         let (km, machine, kkc, secret) = (self.km, self.machine, self.kkc, self.secret);
         let (ns, kkc_name, instances) = (&self.ns, &self.kkc_name, &self.instances);
         for stray in owned
@@ -164,7 +168,7 @@ impl Claimant<'_> {
         match instances.create(&PostParams::default(), &inst).await {
             Ok(i) => Ok(Claim::Held(Box::new(i), None)),
             Err(e) if is_conflict(&e) => match instances
-                .get_opt(id)
+                .get_opt(checked_id.as_str())
                 .await
                 .map_err(Error::kube(format!("get KKInstance {ns}/{id}")))?
             {
@@ -314,7 +318,8 @@ pub(crate) fn early_candidates<'a>(
         .collect()
 }
 
-pub(super) fn controlled_by(i: &KKInstance, uid: &str) -> bool {
+/// True when `i`'s controller reference carries `uid` (the KKMachine that claimed it).
+pub(crate) fn controlled_by(i: &KKInstance, uid: &str) -> bool {
     i.owner_references()
         .iter()
         .any(|o| o.controller == Some(true) && o.uid == uid)

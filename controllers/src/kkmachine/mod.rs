@@ -42,6 +42,7 @@ use crate::{
     conditions,
     context::{Context, cached_or_get},
     error::{Error, Result},
+    object_name::ObjectName,
     reconcile::{Owner, Reconciler, requeue},
 };
 
@@ -85,7 +86,13 @@ impl Reconciler for KKMachine {
         } else {
             machine.spec.cluster_name.clone()
         };
-        let Some(cluster) = crate::capi::cluster(ctx, &ns, &cluster_name).await? else {
+        let field = if machine.spec.cluster_name.is_empty() {
+            "Machine metadata.labels[cluster.x-k8s.io/cluster-name]"
+        } else {
+            "Machine.spec.clusterName"
+        };
+        let name = ObjectName::checked(field, &cluster_name)?;
+        let Some(cluster) = crate::capi::cluster(ctx, &ns, name).await? else {
             return Ok(Owner::Missing {
                 what: format!("Cluster {cluster_name}"),
                 retry: Some(requeue::OWNER_MISSING),
@@ -148,11 +155,12 @@ async fn apply(
         );
         return Ok(Action::requeue(requeue::NOT_KKCLUSTER));
     };
+    let infra_name = ObjectName::checked("Cluster.spec.infrastructureRef.name", &infra.name)?;
     let kkc = cached_or_get(
         ctx.stores.cluster(&ns, &infra.name).await,
         &ctx.client,
         &ns,
-        &infra.name,
+        infra_name,
     )
     .await?;
     let provisioned = kkc
@@ -186,6 +194,10 @@ async fn apply(
         .data_secret_name
         .clone()
         .filter(|s| !s.is_empty());
+    // Copied into the KKInstance, which reads the Secret by this name.
+    if let Some(s) = secret_name.as_deref() {
+        ObjectName::checked("Machine.spec.bootstrap.dataSecretName", s)?;
+    }
     // Host preparation needs the version (the binaries and images are the Machine's) but not the bootstrap
     // data: with both flag and version, the host is claimed and prepared while the bootstrap provider waits
     // (for a worker, on the control plane's `kubeadm init`); only running the data waits for it.

@@ -15,6 +15,7 @@ use tracing::{debug, info};
 use crate::{
     context::Context,
     error::{Error, Result},
+    object_name::ObjectName,
     reconcile::apply_status,
 };
 
@@ -73,8 +74,9 @@ pub(crate) async fn patch_node_provider_id(
         return Ok(None);
     };
     let nodes: Api<Node> = Api::all(wc);
+    let node_name = ObjectName::checked("KKInstance.spec.name", &inst.spec.name)?;
     let node = match nodes
-        .get_opt(&inst.spec.name)
+        .get_opt(node_name.as_str())
         .await
         .map_err(|e| werr(format!("get Node: {e}")))?
     {

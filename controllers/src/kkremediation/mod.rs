@@ -43,6 +43,7 @@ use crate::{
     context::{Context, cached_or_get},
     error::{Error, Result},
     kkinstance::get_kkcluster,
+    object_name::ObjectName,
     reconcile::{Owner, Reconciler, requeue},
 };
 
@@ -85,7 +86,8 @@ impl Reconciler for KKRemediation {
                 retry: Some(requeue::OWNER_MISSING),
             });
         };
-        let cluster = crate::capi::cluster(ctx, &ns, &machine.spec.cluster_name).await?;
+        let cluster_name = ObjectName::checked("Machine.spec.clusterName", &machine.spec.cluster_name)?;
+        let cluster = crate::capi::cluster(ctx, &ns, cluster_name).await?;
         Ok(Owner::Found(RemediationOwner { machine, cluster }))
     }
 
@@ -118,7 +120,10 @@ impl Reconciler for KKRemediation {
 }
 
 /// The host behind `machine`: its KKMachine's claimed KKInstance and that host's KKCluster, or why there is
-/// none to work on.
+/// none to work on. The KKInstance must be controlled by that KKMachine (its controller reference carries the
+/// KKMachine's UID): `spec.instanceID` is written by the KKMachine's creator too (`clusterctl move` re-creates
+/// it with its claim), so it alone does not make a host the Machine's. Names read from the Machine and the
+/// KKMachine are checked before they are requested ([`ObjectName`]).
 pub(crate) async fn host_of(
     ctx: &Context,
     ns: &str,
@@ -135,22 +140,31 @@ pub(crate) async fn host_of(
             machine.name_any()
         )));
     };
-    let Some(km) = cached_or_get(ctx.stores.machine(ns, &r.name).await, &ctx.client, ns, &r.name).await?
+    let km_name = ObjectName::checked("Machine.spec.infrastructureRef.name", &r.name)?;
+    let Some(km) = cached_or_get(ctx.stores.machine(ns, &r.name).await, &ctx.client, ns, km_name).await?
     else {
         return Ok(Err(format!("KKMachine {} not found", r.name)));
     };
     let Some(id) = km.spec.instance_id.clone() else {
         return Ok(Err(format!("KKMachine {} holds no host", r.name)));
     };
+    let checked_id = ObjectName::checked("KKMachine.spec.instanceID", &id)?;
     let cached = ctx
         .stores
         .instances_in(ns)
         .await
         .into_iter()
         .find(|i| i.name_any() == id);
-    let Some(inst) = cached_or_get(cached, &ctx.client, ns, &id).await? else {
+    let Some(inst) = cached_or_get(cached, &ctx.client, ns, checked_id).await? else {
         return Ok(Err(format!("KKInstance {id} of KKMachine {} not found", r.name)));
     };
+    let km_uid = km.uid().unwrap_or_default();
+    if km_uid.is_empty() || !crate::kkmachine::claim::controlled_by(&inst, &km_uid) {
+        return Ok(Err(format!(
+            "KKInstance {id} named by KKMachine {} spec.instanceID is not controlled by that KKMachine",
+            r.name
+        )));
+    }
     if inst.spec.quarantine.is_some()
         || inst.labels().contains_key(QUARANTINED_LABEL)
         || inst.annotations().contains_key(RELEASE_ANNOTATION)

@@ -521,3 +521,41 @@ async fn a_kkmachine_mirrors_its_prepared_host_as_waiting_for_bootstrap_data() {
     .await;
     assert_eq!(res.expect("reconciled"), Action::requeue(requeue::MACHINE_WORK));
 }
+
+/// Issue 43: an owner reference's `name` is not format-checked by the API server; spliced into
+/// `GET …/machines/<name>` it would make the read a namespace WATCH. It is refused before any request and
+/// reported as `InvalidName` naming the field.
+#[tokio::test]
+async fn an_owner_reference_name_that_would_change_the_request_path_is_reported_and_never_requested() {
+    let t = world(vec![kkcluster(&[("node1", "10.0.0.1")])]);
+    let mut km = kkmachine();
+    if let Some(o) = km.metadata.owner_references.as_mut().and_then(|o| o.first_mut()) {
+        o.name = "?watch=true&timeoutSeconds=86400".into();
+    }
+    let reply = km.clone();
+    let res = scripted(t.ctx, t.api, km, |mut api: ApiServer| async move {
+        let c = api.next().await;
+        assert_eq!(
+            (c.method.as_str(), c.path.as_str()),
+            ("POST", EVENTS),
+            "the first request is the event, none for the name (query {:?})",
+            c.query
+        );
+        assert_eq!(c.body["reason"], reasons::INVALID_NAME);
+        c.echo();
+        let c = api.expect("PATCH", &path("kkmachines", "m/status")).await;
+        let (status, reason, message) = condition(&c.body, cond::READY);
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", reasons::INVALID_NAME)
+        );
+        assert!(
+            message.contains("metadata.ownerReferences[kind=Machine].name"),
+            "{message}"
+        );
+        c.reply(&reply);
+        api
+    })
+    .await;
+    assert_eq!(res.expect("reconciled"), Action::requeue(requeue::INVALID_NAME));
+}

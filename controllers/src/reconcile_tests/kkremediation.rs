@@ -361,3 +361,86 @@ async fn a_reconcile_that_reads_the_object_before_its_attempt_was_recorded_does_
     let c = condition(&last, cond::SERVICES_RESTARTED).expect("the tier's condition");
     assert_eq!(c["status"], "True");
 }
+
+/// Issue 43: a KKInstance that the KKMachine's `spec.instanceID` names but another KKMachine controls (a
+/// preset or copied claim) is not the Machine's host: nothing runs on it, the Machine is handed over.
+#[tokio::test]
+async fn a_kkinstance_the_kkmachine_names_but_does_not_control_is_not_its_host() {
+    let mut t = world(false);
+    let mut km = kkmachine();
+    km.spec.instance_id = Some("c.node1".into());
+    t.caches.machine(km);
+    let mut other = kkmachine();
+    other.metadata.name = Some("other".into());
+    other.metadata.uid = Some("uid-other".into());
+    t.caches.instance(claim(&other, "node1", "10.0.0.1", &[]));
+    let rem = remediation(RemediationStrategy::default(), None);
+    let res = scripted(t.ctx.clone(), t.api, rem, |mut api| async move {
+        api.expect("PATCH", &path("machines", "m/status"))
+            .await
+            .reply(&machine());
+        api.expect("POST", EVENTS).await.echo();
+        let s = api.expect("PATCH", &path("kkremediations", "m/status")).await;
+        let c = condition(&s.body, cond::OWNER_REMEDIATION_REQUESTED).expect("the hand-over condition");
+        assert_eq!(c["reason"], reasons::NO_HOST);
+        assert!(
+            c["message"]
+                .as_str()
+                .unwrap()
+                .contains("is not controlled by that KKMachine"),
+            "{c}"
+        );
+        s.reply(&remediation(RemediationStrategy::default(), None));
+        api
+    })
+    .await;
+    assert_eq!(res.expect("reconciled"), Action::await_change());
+    assert!(t.services.remediated().is_empty(), "nothing ran");
+    assert!(t.ssh.reached().is_empty(), "no host was reached");
+}
+
+/// Issue 43: `spec.instanceID` spliced into `GET …/kkinstances/<name>` would make the read a namespace WATCH
+/// (`?watch=true…`): it is refused before any request, reported as `InvalidName` naming the field.
+#[tokio::test]
+async fn an_instance_id_that_would_change_the_request_path_is_reported_and_never_requested() {
+    let mut t = world(false);
+    let mut km = kkmachine();
+    km.spec.instance_id = Some("?watch=true&timeoutSeconds=86400".into());
+    t.caches.machine(km);
+    let rem = remediation(RemediationStrategy::default(), None);
+    let res = scripted(t.ctx.clone(), t.api, rem, |mut api| async move {
+        let c = api.next().await;
+        assert_eq!(
+            (c.method.as_str(), c.path.as_str()),
+            ("POST", EVENTS),
+            "the first request is the event, none for the name (query {:?})",
+            c.query
+        );
+        assert_eq!(c.body["reason"], reasons::INVALID_NAME);
+        assert!(
+            c.body["note"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("KKMachine.spec.instanceID"),
+            "{}",
+            c.body
+        );
+        c.echo();
+        let s = api.expect("PATCH", &path("kkremediations", "m/status")).await;
+        let ready = condition(&s.body, cond::READY).expect("Ready");
+        assert_eq!(ready["status"], "False");
+        assert_eq!(ready["reason"], reasons::INVALID_NAME);
+        assert!(
+            ready["message"]
+                .as_str()
+                .unwrap()
+                .contains("KKMachine.spec.instanceID"),
+            "{ready}"
+        );
+        s.reply(&remediation(RemediationStrategy::default(), None));
+        api
+    })
+    .await;
+    assert_eq!(res.expect("reconciled"), Action::requeue(requeue::INVALID_NAME));
+    assert!(t.ssh.reached().is_empty());
+}

@@ -269,9 +269,15 @@ fn cluster_rules() -> Vec<(&'static str, When, Edit)> {
             |s| s["nodes"]["auth"] = json!({"user": "ubuntu"}),
         ),
         (
-            "bastion.address must be a valid IP address or DNS name",
+            "bastion.address must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number",
             When::Create,
             |s| s["nodes"]["bastion"] = json!({"address": "999.0.0.1"}),
+        ),
+        // Issue 43: inet_aton's legacy IPv4 forms pass as DNS names and resolve to 127.0.0.1.
+        (
+            "bastion.address must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number",
+            When::Create,
+            |s| s["nodes"]["bastion"] = json!({"address": "0x7f.1"}),
         ),
         (
             "spec.nodes.instances[].address must be unique",
@@ -284,9 +290,61 @@ fn cluster_rules() -> Vec<(&'static str, When, Edit)> {
             |s| s["nodes"]["instances"][1]["internalAddress"] = json!("10.0.0.11"),
         ),
         (
-            "spec.nodes.instances[].address must be a valid IP address or DNS name",
+            "spec.nodes.instances[].address must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number",
             When::Create,
             |s| s["nodes"]["instances"][0]["address"] = json!("999.0.0.1"),
+        ),
+        (
+            "spec.nodes.instances[].address must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number",
+            When::Create,
+            |s| s["nodes"]["instances"][0]["address"] = json!("0x7f.1"),
+        ),
+        (
+            "spec.nodes.instances[].address must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number",
+            When::Create,
+            |s| s["nodes"]["instances"][0]["address"] = json!("0x7f000001"),
+        ),
+        (
+            "spec.nodes.instances[].address must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number",
+            When::Create,
+            |s| s["nodes"]["instances"][0]["address"] = json!("0177.0.0.1"),
+        ),
+        (
+            "spec.nodes.instances[].address must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number",
+            When::Create,
+            |s| s["nodes"]["instances"][0]["address"] = json!("127.1"),
+        ),
+        (
+            "spec.nodes.instances[].address must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number",
+            When::Create,
+            |s| s["nodes"]["instances"][0]["address"] = json!("2130706433"),
+        ),
+        // Issue 43: a path, fragment, port or space in the endpoint reaches the Cluster, the kubeconfig's URL
+        // and kubeadm's configuration.
+        (
+            "controlPlaneLoadBalancer.host must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number, without port or path",
+            When::Create,
+            |s| s["controlPlaneLoadBalancer"]["host"] = json!("vip.example/api#x"),
+        ),
+        (
+            "controlPlaneLoadBalancer.host must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number, without port or path",
+            When::Create,
+            |s| s["controlPlaneLoadBalancer"]["host"] = json!("198.18.0.100:6443"),
+        ),
+        (
+            "controlPlaneLoadBalancer.host must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number, without port or path",
+            When::Create,
+            |s| s["controlPlaneLoadBalancer"]["host"] = json!("0x7f.1"),
+        ),
+        (
+            "controlPlaneEndpoint.host must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number, without port or path",
+            When::Create,
+            |s| s["controlPlaneEndpoint"] = json!({"host": "vip example", "port": 6443}),
+        ),
+        (
+            "controlPlaneEndpoint.host must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number, without port or path",
+            When::Create,
+            |s| s["controlPlaneEndpoint"] = json!({"host": "vip.example?x=1", "port": 6443}),
         ),
         (
             "spec.nodes.instances[].internalAddress must be a valid IP address",
@@ -405,11 +463,63 @@ fn cases() -> Vec<Case> {
         },
         Case {
             kind: "KKInstance",
-            message: "bastion.address must be a valid IP address or DNS name".into(),
+            message: "bastion.address must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number".into(),
             when: When::Create,
             bad: |s| s["bastion"] = json!({"address": "999.0.0.1"}),
         },
         Case {
+            kind: "KKInstance",
+            message: "bastion.address must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number".into(),
+            when: When::Create,
+            bad: |s| s["bastion"] = json!({"address": "0x7f000001"}),
+        },
+        Case {
+            kind: "KKInstance",
+            message: "spec.address must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number"
+                .into(),
+            // spec.address is immutable: a new object.
+            when: When::Create,
+            bad: |s| s["address"] = json!("0x7f.1"),
+        },
+        Case {
+            kind: "KKInstance",
+            message: "spec.internalAddress must be a valid IP address".into(),
+            when: When::Create,
+            bad: |s| s["internalAddress"] = json!("0177.0.0.1"),
+        },
+        // Issue 43: names that become a request path's segment.
+        Case {
+            kind: "KKInstance",
+            message: "spec.name in body should match".into(),
+            when: When::Create,
+            bad: |s| s["name"] = json!("cp-1?watch=1"),
+        },
+        Case {
+            kind: "KKMachine",
+            message: "spec.instanceID in body should match".into(),
+            when: When::Create,
+            bad: |s| s["instanceID"] = json!("?watch=true&timeoutSeconds=86400"),
+        },
+        Case {
+            kind: "KKMachineTemplate",
+            message: "spec.template.spec.instanceID in body should match".into(),
+            when: When::Create,
+            bad: |s| s["instanceID"] = json!("a/b"),
+        },
+        // Issue 43: a template's claim fields would make every KKMachine made from it target one host.
+        Case {
+            kind: "KKMachineTemplate",
+            message: "spec.template.spec.instanceID must not be set in a template: it names one host, which every KKMachine made from it would claim".into(),
+            when: When::Create,
+            bad: |s| s["instanceID"] = json!("c.cp-1"),
+        },
+        Case {
+            kind: "KKMachineTemplate",
+            message: "spec.template.spec.providerID must not be set in a template: it names one host, which every KKMachine made from it would claim".into(),
+            when: When::Create,
+            bad: |s| s["providerID"] = json!("kk:///c/cp-1"),
+        },
+        Case {
             kind: "KKMachine",
             message: "spec.providerID is immutable once set".into(),
             when: When::Update(|s| s["providerID"] = json!("kk://ns/cp-1")),
@@ -417,18 +527,6 @@ fn cases() -> Vec<Case> {
         },
         Case {
             kind: "KKMachine",
-            message: "spec.instanceID is immutable once set".into(),
-            when: When::Update(|s| s["instanceID"] = json!("cp-1")),
-            bad: |s| s["instanceID"] = json!("cp-2"),
-        },
-        Case {
-            kind: "KKMachineTemplate",
-            message: "spec.providerID is immutable once set".into(),
-            when: When::Update(|s| s["providerID"] = json!("kk://ns/cp-1")),
-            bad: |s| s["providerID"] = json!("kk://ns/cp-2"),
-        },
-        Case {
-            kind: "KKMachineTemplate",
             message: "spec.instanceID is immutable once set".into(),
             when: When::Update(|s| s["instanceID"] = json!("cp-1")),
             bad: |s| s["instanceID"] = json!("cp-2"),
@@ -835,6 +933,67 @@ async fn every_cel_rule_rejects_a_bad_object_with_its_message() -> anyhow::Resul
         cases().len(),
         failures.join("\n")
     );
+    Ok(())
+}
+
+/// The other side of issue 43's rules: IP literals (IPv4, IPv6), DNS names in any case, the zero endpoint CAPKK
+/// writes, and a KKMachine created with its claim (`clusterctl move` re-creates it so) are accepted.
+#[tokio::test]
+async fn host_and_name_fields_accept_ip_literals_dns_names_and_a_moved_claim() -> anyhow::Result<()> {
+    let client = common::client().await?;
+    common::install_capkk_crds(&client).await?;
+    let ns = common::namespace(&client, "hosts-ok").await?;
+    let clusters: [(&str, Value, Value, Value); 4] = [
+        (
+            "v4",
+            json!("198.18.0.11"),
+            json!({"host": "198.18.0.100"}),
+            json!({"host": "198.18.0.100", "port": 6443}),
+        ),
+        (
+            "v6",
+            json!("fd00::a:1"),
+            json!({"host": "fd00::100"}),
+            json!({"host": "fd00::100", "port": 6443}),
+        ),
+        (
+            "dns",
+            json!("Node-1.Example.com"),
+            json!({"host": "vip.example.com"}),
+            json!({"host": "api.cluster-1.example", "port": 6443}),
+        ),
+        (
+            "zero",
+            json!("node1x"),
+            json!({"host": ""}),
+            json!({"host": "", "port": 0}),
+        ),
+    ];
+    for (name, address, lb, ep) in clusters {
+        let mut obj = kk_cluster(name);
+        obj["metadata"]["namespace"] = json!(ns);
+        obj["spec"]["nodes"]["instances"][0]["address"] = address.clone();
+        obj["spec"]["nodes"]["bastion"] = json!({"address": address});
+        obj["spec"]["controlPlaneLoadBalancer"] = lb;
+        obj["spec"]["controlPlaneEndpoint"] = ep;
+        common::create(&client, &ns, obj)
+            .await
+            .with_context(|| format!("valid KKCluster {name} rejected"))?;
+    }
+    let mut moved = base("KKMachine", "moved");
+    moved["metadata"]["namespace"] = json!(ns);
+    moved["spec"]["instanceID"] = json!("c.cp-1");
+    moved["spec"]["providerID"] = json!("kk:///c/cp-1");
+    common::create(&client, &ns, moved)
+        .await
+        .context("a KKMachine re-created with its claim (clusterctl move) was rejected")?;
+    let mut inst = base("KKInstance", "c.node-1");
+    inst["metadata"]["namespace"] = json!(ns);
+    inst["spec"]["address"] = json!("node-1.example.com");
+    inst["spec"]["internalAddress"] = json!("198.18.0.12");
+    common::create(&client, &ns, inst)
+        .await
+        .context("valid KKInstance rejected")?;
     Ok(())
 }
 
