@@ -361,12 +361,12 @@ fn with_step_release(hosts: &Hosts) -> Value {
 }
 
 /// The test's world: Cluster `c` on one sandbox host, worker Machine `w` provisioned, the manager serving the
-/// hooks at `ext.addr`.
+/// hooks at `ext.addr`. Fields drop in order: the manager stops before the namespace is cleaned up.
 struct Standalone {
+    mgr: Manager,
     env: TestEnv,
     hosts: Hosts,
     ext: capkk_mgmt::RuntimeExtension,
-    mgr: Manager,
 }
 
 async fn standalone(prefix: &str, sandbox: &str) -> anyhow::Result<Option<Standalone>> {
