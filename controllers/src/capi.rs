@@ -123,6 +123,9 @@ pub(crate) struct MachineSpec {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct MachineBootstrap {
+    /// The bootstrap config (a KubeadmConfig with CABPK): the in-place upgrade reads its join settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_ref: Option<ContractRef>,
     /// Secret with the bootstrap data (`value`, `format`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_secret_name: Option<String>,

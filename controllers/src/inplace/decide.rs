@@ -1,5 +1,6 @@
 //! The answers of `CanUpdateMachine` and `CanUpdateMachineSet`: pure functions of the request, table-tested
-//! below.
+//! below; and what `UpdateMachine` acts on: a request matching a Machine that the API server stores with CAPI's
+//! pending-update marker ([`matches_pending`]), a step `CanUpdateMachine` allows ([`host_step`]).
 //!
 //! In place means: a worker, the Kubernetes version and nothing else changes (beyond the fields CAPI itself
 //! leaves out of its comparison), and the change is an upgrade of at most one minor version (kubeadm upgrades
@@ -10,6 +11,8 @@
 
 use base64::Engine as _;
 use serde_json::{Value, json};
+
+use crate::capi::Machine;
 
 /// The label CAPI puts on control-plane Machines.
 pub(crate) const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
@@ -111,6 +114,11 @@ pub(crate) fn version_change(current: &Value, desired: &Value) -> Answer {
     let (Some(from), Some(to)) = (from, to) else {
         return Answer::No("the current or the desired version is not set".into());
     };
+    version_step(from, to)
+}
+
+/// Whether a node at `from` can be upgraded in place to `to`: an upgrade of at most one minor version.
+pub(crate) fn version_step(from: String, to: String) -> Answer {
     if from == to {
         return Answer::No(format!("the version stays {to}: nothing to do in place"));
     }
@@ -222,6 +230,108 @@ pub(crate) fn can_update_machine(req: &Value) -> (Value, Answer) {
         ]));
     }
     (resp, answer)
+}
+
+/// The annotation CAPI (v1.14) puts on a Machine, its InfraMachine and its BootstrapConfig when it starts an
+/// in-place update, and removes when `UpdateMachine` reported done.
+pub(crate) const UPDATE_IN_PROGRESS_ANNOTATION: &str =
+    "in-place-updates.internal.cluster.x-k8s.io/update-in-progress";
+/// CAPI's list of the hooks still to call for an object (comma-separated hook names).
+pub(crate) const PENDING_HOOKS_ANNOTATION: &str = "runtime.cluster.x-k8s.io/pending-hooks";
+/// The hook name CAPI lists in [`PENDING_HOOKS_ANNOTATION`] while an in-place update waits for us.
+pub(crate) const UPDATE_MACHINE_HOOK: &str = "UpdateMachine";
+
+/// Why an `UpdateMachine` request is not acted on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The request does not match a Machine that CAPI has marked for an in-place update (absent, another UID,
+    /// no marker, another version, being deleted). The caller gets one uniform answer whatever the reason (not
+    /// an oracle of which Machines exist); the reason goes to the manager's log only.
+    NotPending(String),
+    /// The stored Machine is pending, but the change is not one done in place (what `CanUpdateMachine` refuses:
+    /// a control-plane Machine, a downgrade, a skipped minor): answered with the reason.
+    NotInPlace(String),
+}
+
+/// What an `UpdateMachine` request that matches its stored Machine asks of the host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// The host records this version already: done, nothing to run.
+    AlreadyAt(String),
+    /// Upgrade the host in place.
+    Upgrade {
+        /// The version the host records.
+        from: String,
+        /// The stored Machine's `spec.version`.
+        to: String,
+    },
+}
+
+/// Whether the `UpdateMachine` request's `desired.machine` (`requested`, from the caller, which is not
+/// authenticated) matches `stored`, the Machine read from the API server by the request's namespace and name.
+/// The stored Machine decides: it must carry CAPI's own pending-update marker (the update-in-progress
+/// annotation and `UpdateMachine` in its pending hooks, which only CAPI or who can edit that Machine sets), not
+/// be deleting, have the requested UID (when the request names one: CAPI's requests carry none) and the
+/// requested `spec.version`. Returns the version to upgrade to.
+pub(crate) fn matches_pending(requested: &Value, stored: &Machine) -> Result<String, Refusal> {
+    let no = |why: &str| Err(Refusal::NotPending(why.to_owned()));
+    if stored.metadata.deletion_timestamp.is_some() {
+        return no("the Machine is being deleted");
+    }
+    if let Some(uid) = requested["metadata"]["uid"].as_str().filter(|u| !u.is_empty())
+        && stored.metadata.uid.as_deref() != Some(uid)
+    {
+        return no("the request's UID is not the stored Machine's");
+    }
+    let ann = stored.metadata.annotations.as_ref();
+    if !ann.is_some_and(|a| a.contains_key(UPDATE_IN_PROGRESS_ANNOTATION)) {
+        return no("the stored Machine has no in-place update in progress");
+    }
+    let pending = ann
+        .and_then(|a| a.get(PENDING_HOOKS_ANNOTATION))
+        .map(String::as_str)
+        .unwrap_or_default();
+    if !pending.split(',').any(|h| h.trim() == UPDATE_MACHINE_HOOK) {
+        return no("the stored Machine has no UpdateMachine hook pending");
+    }
+    let Some(version) = stored.spec.version.clone().filter(|v| !v.is_empty()) else {
+        return no("the stored Machine has no spec.version");
+    };
+    if requested["spec"]["version"].as_str() != Some(version.as_str()) {
+        return no("the requested version is not the stored Machine's spec.version");
+    }
+    if is_control_plane_machine(stored) {
+        return Err(Refusal::NotInPlace(
+            "control-plane Machines are not updated in place".into(),
+        ));
+    }
+    Ok(version)
+}
+
+fn is_control_plane_machine(m: &Machine) -> bool {
+    m.metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(CONTROL_PLANE_LABEL))
+}
+
+/// What upgrading a host that records `host_version` (its KKInstance's `spec.kubernetesVersion`) to `to` means:
+/// nothing when it records `to` already, an upgrade when `CanUpdateMachine` would allow it (at most one minor,
+/// never down), else a refusal with `CanUpdateMachine`'s reason.
+pub(crate) fn host_step(host_version: Option<&str>, to: &str) -> Result<Step, Refusal> {
+    let Some(from) = host_version.filter(|v| !v.is_empty()) else {
+        return Err(Refusal::NotInPlace(
+            "the host's current Kubernetes version is not recorded (KKInstance spec.kubernetesVersion)"
+                .into(),
+        ));
+    };
+    if from == to {
+        return Ok(Step::AlreadyAt(to.to_owned()));
+    }
+    match version_step(from.to_owned(), to.to_owned()) {
+        Answer::Upgrade { from, to } => Ok(Step::Upgrade { from, to }),
+        Answer::No(why) => Err(Refusal::NotInPlace(why)),
+    }
 }
 
 fn message(a: &Answer) -> String {
@@ -389,5 +499,143 @@ mod tests {
             serde_json::from_slice::<Value>(&ops).unwrap(),
             json!([{"op": "replace", "path": "/spec/version", "value": "v1.36.3"}])
         );
+    }
+
+    /// The Machine as the API server stores it while CAPI waits for `UpdateMachine`.
+    fn stored(version: &str, annotations: Value, labels: Value) -> Machine {
+        serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "m", "namespace": "tenant-a", "uid": "uid-1",
+                "annotations": annotations, "labels": labels},
+            "spec": {"clusterName": "c1", "version": version,
+                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KKMachine", "name": "m"}}
+        }))
+        .unwrap()
+    }
+
+    fn pending() -> Value {
+        json!({UPDATE_IN_PROGRESS_ANNOTATION: "", PENDING_HOOKS_ANNOTATION: "UpdateMachine"})
+    }
+
+    /// `desired.machine` of a request: what CAPI sends (no UID) unless `uid` is given.
+    fn requested(version: &str, uid: Option<&str>) -> Value {
+        let mut m = json!({"metadata": {"name": "m", "namespace": "tenant-a"}, "spec": {"version": version}});
+        if let Some(u) = uid {
+            m["metadata"]["uid"] = json!(u);
+        }
+        m
+    }
+
+    #[test]
+    fn an_update_request_is_acted_on_only_for_a_stored_machine_that_capi_marked_pending_at_that_version() {
+        let ok = stored("v1.36.3", pending(), json!({}));
+        assert_eq!(
+            matches_pending(&requested("v1.36.3", None), &ok),
+            Ok("v1.36.3".into())
+        );
+        assert_eq!(
+            matches_pending(&requested("v1.36.3", Some("uid-1")), &ok),
+            Ok("v1.36.3".into())
+        );
+        let not_pending = |r: Result<String, Refusal>, what: &str| {
+            assert!(matches!(&r, Err(Refusal::NotPending(_))), "{what}: {r:?}");
+        };
+        // The caller picks another version than the one stored.
+        not_pending(matches_pending(&requested("v1.37.0", None), &ok), "other version");
+        not_pending(matches_pending(&requested("", None), &ok), "no version");
+        // Another Machine (re-created under the same name).
+        not_pending(
+            matches_pending(&requested("v1.36.3", Some("uid-2")), &ok),
+            "other UID",
+        );
+        // No marker of CAPI's: nothing is pending on that Machine.
+        not_pending(
+            matches_pending(
+                &requested("v1.36.3", None),
+                &stored("v1.36.3", json!({}), json!({})),
+            ),
+            "no marker",
+        );
+        not_pending(
+            matches_pending(
+                &requested("v1.36.3", None),
+                &stored("v1.36.3", json!({UPDATE_IN_PROGRESS_ANNOTATION: ""}), json!({})),
+            ),
+            "in progress but the hook not pending",
+        );
+        not_pending(
+            matches_pending(
+                &requested("v1.36.3", None),
+                &stored(
+                    "v1.36.3",
+                    json!({PENDING_HOOKS_ANNOTATION: "UpdateMachine"}),
+                    json!({}),
+                ),
+            ),
+            "the hook pending without the update in progress",
+        );
+        not_pending(
+            matches_pending(
+                &requested("v1.36.3", None),
+                &stored(
+                    "v1.36.3",
+                    json!({UPDATE_IN_PROGRESS_ANNOTATION: "", PENDING_HOOKS_ANNOTATION: "UpdateMachineX,Other"}),
+                    json!({}),
+                ),
+            ),
+            "another hook pending",
+        );
+        let mut deleting = ok.clone();
+        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::now(),
+        ));
+        not_pending(
+            matches_pending(&requested("v1.36.3", None), &deleting),
+            "deleting",
+        );
+        // Among other pending hooks.
+        let several = stored(
+            "v1.36.3",
+            json!({UPDATE_IN_PROGRESS_ANNOTATION: "", PENDING_HOOKS_ANNOTATION: "AfterClusterUpgrade,UpdateMachine"}),
+            json!({}),
+        );
+        assert!(matches_pending(&requested("v1.36.3", None), &several).is_ok());
+    }
+
+    #[test]
+    fn an_update_request_for_a_pending_control_plane_machine_is_refused_as_can_update_machine_refuses_it() {
+        let cp = stored("v1.36.3", pending(), json!({CONTROL_PLANE_LABEL: ""}));
+        assert!(matches!(
+            matches_pending(&requested("v1.36.3", None), &cp),
+            Err(Refusal::NotInPlace(m)) if m.contains("control-plane")
+        ));
+    }
+
+    #[test]
+    fn the_host_step_is_done_when_recorded_an_upgrade_of_one_minor_and_refused_as_can_update_refuses() {
+        assert_eq!(
+            host_step(Some("v1.36.3"), "v1.36.3"),
+            Ok(Step::AlreadyAt("v1.36.3".into()))
+        );
+        assert_eq!(
+            host_step(Some("v1.35.2"), "v1.36.3"),
+            Ok(Step::Upgrade {
+                from: "v1.35.2".into(),
+                to: "v1.36.3".into()
+            })
+        );
+        for (from, to, why) in [
+            (Some("v1.36.3"), "v1.35.2", "downgrade"),
+            (Some("v1.34.1"), "v1.36.3", "skips a minor"),
+            (Some("v1.36.3"), "v2.0.0", "skips a minor"),
+            (Some("v1.36"), "v1.37.0", "not both"),
+            (None, "v1.36.3", "not recorded"),
+            (Some(""), "v1.36.3", "not recorded"),
+        ] {
+            match host_step(from, to) {
+                Err(Refusal::NotInPlace(m)) => assert!(m.contains(why), "{from:?} -> {to}: {m}"),
+                other => panic!("{from:?} -> {to}: {other:?}"),
+            }
+        }
     }
 }

@@ -1,8 +1,16 @@
 //! `UpdateMachine`: the in-place upgrade of a worker's host, as a background task per Machine. CAPI calls the
-//! hook until it reports done; each call answers from the task's state, so a call never waits on the host:
+//! hook until it reports done; each call answers from the task's state, so a call never waits on the host.
 //!
-//! | task of this Machine and version | answer |
+//! The caller is not authenticated (CAPI sends no client certificate), so the request only names a Machine:
+//! everything acted on comes from the API server. The Machine is read by the request's namespace and name and
+//! must carry CAPI's pending-update marker with the requested version ([`decide::matches_pending`]); anything
+//! else gets one uniform refusal ([`REFUSED`]), whether the Machine exists or not. The host, its current
+//! version (its KKInstance's) and the kubeadm settings (the KubeadmConfig the stored Machine references) are
+//! read from the API server too, and the step must be one `CanUpdateMachine` allows ([`decide::host_step`]).
+//!
+//! | task of this Machine (by UID) and version | answer |
 //! |---|---|
+//! | none, the host records the version already | `Success`, `retryAfterSeconds` 0 (done) |
 //! | none | the task starts; `Success`, `retryAfterSeconds` [`RETRY_AFTER`] (in progress) |
 //! | running | `Success`, `retryAfterSeconds` [`RETRY_AFTER`] |
 //! | done | `Success`, `retryAfterSeconds` 0 (CAPI completes the update) |
@@ -10,24 +18,31 @@
 //!
 //! The task connects to the KKMachine's host, runs [`HostServices::upgrade`](crate::services::HostServices)
 //! (the version's binaries, `kubeadm upgrade node`, a kubelet restart), then records the new version in the
-//! KKInstance's `spec.kubernetesVersion` and publishes an event on it. A restarted manager has no tasks: the
-//! next call runs the upgrade again, which finds everything in place.
+//! KKInstance's `spec.kubernetesVersion` and publishes an event on it. Outcomes are kept by Machine UID (a
+//! re-created Machine of the same name is another Machine), for [`OUTCOME_TTL`] at most, at most
+//! [`MAX_TRACKED`] of them, and forgotten once their Machine is gone. A restarted manager has no tasks: the
+//! next call finds the version recorded on the KKInstance (done), or runs the upgrade again, which finds
+//! everything in place.
 
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
-    time::Instant,
+    time::{Duration, Instant},
 };
 
-use capkk_api::KKInstance;
+use capkk_api::{
+    KKInstance,
+    names::{is_dns_label, is_dns_subdomain},
+};
 use kube::{
     Api, ResourceExt,
-    api::{Patch, PatchParams},
+    api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams},
+    runtime::reflector::ObjectRef,
 };
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
-use super::decide::HOOKS_API_VERSION;
+use super::decide::{self, HOOKS_API_VERSION, Refusal, Step};
 use crate::{
     capi::Machine,
     context::Context,
@@ -43,17 +58,49 @@ pub(crate) const UPGRADED_IN_PLACE: &str = "UpgradedInPlace";
 /// Event reason of a failed attempt.
 pub(crate) const IN_PLACE_UPGRADE_FAILED: &str = "InPlaceUpgradeFailed";
 
+/// The answer to every request that does not match a Machine pending an in-place update: the same whether the
+/// Machine is absent, unreadable, another one or not pending (no oracle of what exists in other namespaces).
+pub(crate) const REFUSED: &str =
+    "refused: the request does not match a Machine that Cluster API marked for an in-place update";
+
+/// How long a finished upgrade's outcome is kept (CAPI reads it within a retry or two).
+pub(crate) const OUTCOME_TTL: Duration = Duration::from_secs(15 * 60);
+/// At most this many upgrades are tracked (running or finished); more are refused until some finish.
+pub(crate) const MAX_TRACKED: usize = 1024;
+
 #[derive(Debug)]
 enum State {
-    Running(Instant),
+    Running,
     Done(String),
     Failed(String),
 }
 
-/// The upgrade tasks, by Machine (`namespace/name`), with the version each one is for.
-#[derive(Debug, Default)]
+/// One Machine's upgrade.
+#[derive(Debug)]
+struct Entry {
+    /// The Machine's namespace and name (to forget the entry once that Machine is gone).
+    ns: String,
+    name: String,
+    /// The host's KKInstance (`namespace/name`): one task per host.
+    host: String,
+    version: String,
+    state: State,
+    /// When the state last changed.
+    since: Instant,
+}
+
+/// The upgrade tasks, by Machine UID, with the version each one is for.
+#[derive(Debug)]
 pub(crate) struct Updates {
-    tasks: Mutex<HashMap<String, (String, State)>>,
+    tasks: Mutex<HashMap<String, Entry>>,
+    ttl: Duration,
+    max: usize,
+}
+
+impl Default for Updates {
+    fn default() -> Self {
+        Self::with_limits(OUTCOME_TTL, MAX_TRACKED)
+    }
 }
 
 /// What a call finds.
@@ -69,47 +116,113 @@ pub(crate) enum Seen {
     Failed(String),
 }
 
+/// Whether a task could be started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// Started: the caller runs it.
+    Started,
+    /// A task of this Machine, or of its host, runs already.
+    Busy,
+    /// [`MAX_TRACKED`] upgrades are tracked already.
+    Full,
+}
+
+/// A Machine whose upgrade is tracked: (UID, namespace, name, host).
+pub(crate) struct Target<'a> {
+    /// The stored Machine's UID.
+    pub uid: &'a str,
+    /// Its namespace.
+    pub ns: &'a str,
+    /// Its name.
+    pub name: &'a str,
+    /// Its host's KKInstance, `namespace/name`.
+    pub host: &'a str,
+}
+
 impl Updates {
-    /// The state of `key`'s upgrade to `version`; a failure is reported once and forgotten.
-    pub(crate) fn seen(&self, key: &str, version: &str) -> Seen {
+    /// Outcomes kept for `ttl`, at most `max` entries.
+    pub(crate) fn with_limits(ttl: Duration, max: usize) -> Self {
+        Self {
+            tasks: Mutex::default(),
+            ttl,
+            max,
+        }
+    }
+
+    /// The state of Machine `uid`'s upgrade to `version`; a failure is reported once and forgotten.
+    pub(crate) fn seen(&self, uid: &str, version: &str) -> Seen {
         let Ok(mut t) = self.tasks.lock() else {
             return Seen::None;
         };
-        match t.get(key) {
-            Some((v, State::Running(at))) if v == version => Seen::Running(at.elapsed().as_secs()),
-            Some((v, State::Done(m))) if v == version => Seen::Done(m.clone()),
-            Some((v, State::Failed(m))) if v == version => {
-                let m = m.clone();
-                t.remove(key);
-                Seen::Failed(m)
-            }
+        match t.get(uid) {
+            Some(e) if e.version == version => match &e.state {
+                State::Running => Seen::Running(e.since.elapsed().as_secs()),
+                State::Done(m) => Seen::Done(m.clone()),
+                State::Failed(m) => {
+                    let m = m.clone();
+                    t.remove(uid);
+                    Seen::Failed(m)
+                }
+            },
             _ => Seen::None,
         }
     }
 
-    /// Mark `key` running for `version`; false when a task of it runs already (for any version).
-    pub(crate) fn start(&self, key: &str, version: &str) -> bool {
+    /// Mark `target` running for `version`, unless a task of that Machine or of its host runs (for any
+    /// version), or [`MAX_TRACKED`] entries are kept.
+    pub(crate) fn start(&self, target: &Target<'_>, version: &str) -> Start {
         let Ok(mut t) = self.tasks.lock() else {
-            return false;
+            return Start::Busy;
         };
-        if matches!(t.get(key), Some((_, State::Running(_)))) {
-            return false;
+        let running = |e: &Entry| matches!(e.state, State::Running);
+        if t.get(target.uid).is_some_and(running) || t.values().any(|e| running(e) && e.host == target.host) {
+            return Start::Busy;
+        }
+        if !t.contains_key(target.uid) && t.len() >= self.max {
+            return Start::Full;
         }
         t.insert(
-            key.to_owned(),
-            (version.to_owned(), State::Running(Instant::now())),
+            target.uid.to_owned(),
+            Entry {
+                ns: target.ns.to_owned(),
+                name: target.name.to_owned(),
+                host: target.host.to_owned(),
+                version: version.to_owned(),
+                state: State::Running,
+                since: Instant::now(),
+            },
         );
-        true
+        Start::Started
     }
 
-    fn finish(&self, key: &str, version: &str, outcome: Result<String, String>) {
-        if let Ok(mut t) = self.tasks.lock() {
-            let s = match outcome {
+    fn finish(&self, uid: &str, version: &str, outcome: Result<String, String>) {
+        if let Ok(mut t) = self.tasks.lock()
+            && let Some(e) = t.get_mut(uid)
+            && e.version == version
+        {
+            e.state = match outcome {
                 Ok(m) => State::Done(m),
                 Err(m) => State::Failed(m),
             };
-            t.insert(key.to_owned(), (version.to_owned(), s));
+            e.since = Instant::now();
         }
+    }
+
+    /// Forget finished outcomes older than the TTL and those of Machines that are gone: `alive(ns, name, uid)`
+    /// says whether that Machine still exists. Running tasks stay until they finish.
+    pub(crate) fn sweep(&self, alive: impl Fn(&str, &str, &str) -> bool) {
+        if let Ok(mut t) = self.tasks.lock() {
+            t.retain(|uid, e| {
+                matches!(e.state, State::Running)
+                    || (e.since.elapsed() < self.ttl && alive(&e.ns, &e.name, uid))
+            });
+        }
+    }
+
+    /// How many upgrades are tracked.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.tasks.lock().map(|t| t.len()).unwrap_or_default()
     }
 }
 
@@ -123,29 +236,45 @@ fn answer(status: &str, message: &str, retry: i32) -> Value {
     })
 }
 
+/// The uniform refusal; the reason goes to the log only.
+fn refused(ns: &str, name: &str, why: &str) -> Value {
+    warn!(namespace = %ns, machine = %name, reason = %why, "UpdateMachine refused: the request does not match a Machine pending an in-place update");
+    answer("Failure", REFUSED, 0)
+}
+
 /// The answer to one `UpdateMachine` call (starting the task when none runs).
 pub(crate) async fn update_machine(ctx: Arc<Context>, req: &Value) -> Value {
-    let machine: Machine = match serde_json::from_value(req["desired"]["machine"].clone()) {
-        Ok(m) => m,
-        Err(e) => return answer("Failure", &format!("desired.machine is not a Machine: {e}"), 0),
+    let requested = &req["desired"]["machine"];
+    let ns = requested["metadata"]["namespace"].as_str().unwrap_or_default();
+    let name = requested["metadata"]["name"].as_str().unwrap_or_default();
+    // Both become part of the request path of the read below.
+    if !is_dns_label(ns) || !is_dns_subdomain(name) {
+        return refused(ns, name, "the namespace or name is not a valid object name");
+    }
+    let stored = match Api::<Machine>::namespaced(ctx.client.clone(), ns)
+        .get_opt(name)
+        .await
+    {
+        Ok(Some(m)) => m,
+        Ok(None) => return refused(ns, name, "no such Machine"),
+        Err(e) => return refused(ns, name, &format!("reading the Machine: {e}")),
     };
-    let ns = machine.namespace().unwrap_or_default();
-    let key = format!("{ns}/{}", machine.name_any());
-    let Some(version) = machine.spec.version.clone().filter(|v| !v.is_empty()) else {
-        return answer("Failure", &format!("Machine {key} has no spec.version"), 0);
+    let version = match decide::matches_pending(requested, &stored) {
+        Ok(v) => v,
+        Err(Refusal::NotPending(why)) => return refused(ns, name, &why),
+        Err(Refusal::NotInPlace(why)) => return answer("Failure", &why, 0),
     };
     if let Err(e) = capkk_service::binary::check_version("spec.version", &version) {
         return answer("Failure", &e.to_string(), 0);
     }
-    let ignore = match ignored_preflight_errors(req) {
-        Ok(v) => v,
-        Err(e) => return answer("Failure", &e, 0),
-    };
-    let patches = match patches_dir(req) {
-        Ok(v) => v,
-        Err(e) => return answer("Failure", &e, 0),
-    };
-    match ctx.upgrades.seen(&key, &version) {
+    let uid = stored.uid().unwrap_or_default();
+    let machines = &ctx.stores.capi_machines;
+    ctx.upgrades.sweep(|ns, name, uid| {
+        machines
+            .get(&ObjectRef::new(name).within(ns))
+            .is_some_and(|m| m.uid().as_deref() == Some(uid))
+    });
+    match ctx.upgrades.seen(&uid, &version) {
         Seen::Done(m) => return answer("Success", &m, 0),
         Seen::Failed(m) => return answer("Failure", &m, 0),
         Seen::Running(s) => {
@@ -157,43 +286,113 @@ pub(crate) async fn update_machine(ctx: Arc<Context>, req: &Value) -> Value {
         }
         Seen::None => {}
     }
-    let (inst, kkc) = match crate::kkremediation::host_of(&ctx, &ns, &machine).await {
+    let (ignore, patches) = match join_settings(&ctx, ns, &stored).await {
+        Ok(v) => v,
+        Err(e) => return answer("Failure", &e, 0),
+    };
+    let (inst, kkc) = match crate::kkremediation::host_of(&ctx, ns, &stored).await {
         Ok(Ok(h)) => h,
         Ok(Err(why)) => return answer("Failure", &why, 0),
         Err(e) => return answer("Failure", &format!("reading the Machine's host: {e}"), 0),
     };
-    if !ctx.upgrades.start(&key, &version) {
-        return answer("Success", "an upgrade of this Machine runs", RETRY_AFTER);
+    match decide::host_step(inst.spec.kubernetes_version.as_deref(), &version) {
+        Ok(Step::AlreadyAt(v)) => {
+            return answer("Success", &format!("host {} runs {v} already", inst.spec.name), 0);
+        }
+        Ok(Step::Upgrade { .. }) => {}
+        Err(Refusal::NotInPlace(why) | Refusal::NotPending(why)) => {
+            return answer("Failure", &why, 0);
+        }
     }
-    info!(machine = %key, host = %inst.spec.name, %version, "Starting the in-place upgrade");
+    let host = format!("{ns}/{}", inst.name_any());
+    let target = Target {
+        uid: &uid,
+        ns,
+        name,
+        host: &host,
+    };
+    match ctx.upgrades.start(&target, &version) {
+        Start::Started => {}
+        Start::Busy => {
+            return answer(
+                "Success",
+                &format!("an upgrade of host {} runs", inst.spec.name),
+                RETRY_AFTER,
+            );
+        }
+        Start::Full => {
+            return answer(
+                "Failure",
+                &format!("{MAX_TRACKED} in-place upgrades are tracked already: try again later"),
+                0,
+            );
+        }
+    }
+    info!(namespace = %ns, machine = %name, %uid, host = %inst.spec.name, %version, "Starting the in-place upgrade");
     let task_ctx = ctx.clone();
-    let (k, v) = (key.clone(), version.clone());
+    let (u, v, ns, name) = (uid.clone(), version.clone(), ns.to_owned(), name.to_owned());
+    let host_name = inst.spec.name.clone();
     tokio::spawn(async move {
         // A slot of the hosts worked on at once, of the Machine's namespace's share.
         let _permit = task_ctx.tasks.permits.acquire(&ns).await;
         let outcome = run(&task_ctx, &inst, kkc.as_ref(), &v, ignore, patches).await;
         match &outcome {
             Ok(m) => {
-                info!(machine = %k, host = %inst.spec.name, version = %v, "In-place upgrade done");
+                info!(namespace = %ns, machine = %name, host = %inst.spec.name, version = %v, "In-place upgrade done");
                 task_ctx
                     .event(&inst, false, UPGRADED_IN_PLACE, "UpdateMachine", m.clone())
                     .await;
             }
             Err(m) => {
-                warn!(machine = %k, host = %inst.spec.name, version = %v, error = %m, "In-place upgrade failed");
+                warn!(namespace = %ns, machine = %name, host = %inst.spec.name, version = %v, error = %m, "In-place upgrade failed");
                 task_ctx
                     .event(&inst, true, IN_PLACE_UPGRADE_FAILED, "UpdateMachine", m.clone())
                     .await;
             }
         }
-        task_ctx.upgrades.finish(&k, &v, outcome);
+        task_ctx.upgrades.finish(&u, &v, outcome);
     });
     answer(
         "Success",
-        &format!("upgrading host {} to {version} over SSH", inst_name(&key)),
+        &format!("upgrading host {host_name} to {version} over SSH"),
         RETRY_AFTER,
     )
 }
+
+/// The kubeadm settings of the stored Machine's KubeadmConfig (`spec.bootstrap.configRef`), read from the API
+/// server: the preflight checks its join ignored and its patches directory. None for a Machine without one
+/// (bootstrap data given directly) or with another bootstrap provider's config.
+async fn join_settings(
+    ctx: &Context,
+    ns: &str,
+    machine: &Machine,
+) -> Result<(Vec<String>, Option<String>), String> {
+    let Some(r) = machine.spec.bootstrap.config_ref.as_ref() else {
+        return Ok((Vec::new(), None));
+    };
+    if r.kind != KUBEADM_CONFIG || (!r.api_group.is_empty() && r.api_group != BOOTSTRAP_GROUP) {
+        return Ok((Vec::new(), None));
+    }
+    if !is_dns_subdomain(&r.name) {
+        return Err(format!(
+            "Machine spec.bootstrap.configRef.name {:?} is not a valid object name",
+            r.name
+        ));
+    }
+    let gvk = GroupVersionKind::gvk(BOOTSTRAP_GROUP, "v1beta2", KUBEADM_CONFIG);
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ApiResource::from_gvk(&gvk));
+    let config = match api.get_opt(&r.name).await {
+        Ok(Some(c)) => c,
+        Ok(None) => return Err(format!("KubeadmConfig {} not found", r.name)),
+        Err(e) => return Err(format!("reading KubeadmConfig {}: {e}", r.name)),
+    };
+    let config = serde_json::to_value(&config).unwrap_or_default();
+    Ok((ignored_preflight_errors(&config)?, patches_dir(&config)?))
+}
+
+/// CABPK's group and bootstrap config kind.
+const BOOTSTRAP_GROUP: &str = "bootstrap.cluster.x-k8s.io";
+const KUBEADM_CONFIG: &str = "KubeadmConfig";
 
 /// Journal lines of an upgrade go to the log (the KKInstance's events keep the outcome).
 struct LogProgress;
@@ -205,17 +404,12 @@ impl capkk_service::journal::Progress for LogProgress {
     }
 }
 
-fn inst_name(key: &str) -> &str {
-    key.rsplit('/').next().unwrap_or(key)
-}
-
-/// The preflight checks the desired KubeadmConfig's join configuration ignores: the node was joined ignoring them
-/// (e.g. `SystemVerification` on a cgroup v1 host), and `kubeadm upgrade node` runs the same checks. Only names
-/// in kubeadm's spelling pass (they reach the host's command line).
-fn ignored_preflight_errors(req: &Value) -> Result<Vec<String>, String> {
-    const FIELD: &str =
-        "desired.bootstrapConfig.spec.joinConfiguration.nodeRegistration.ignorePreflightErrors";
-    let v = &req["desired"]["bootstrapConfig"]["spec"]["joinConfiguration"]["nodeRegistration"]["ignorePreflightErrors"];
+/// The preflight checks the KubeadmConfig's join configuration ignores: the node was joined ignoring them (e.g.
+/// `SystemVerification` on a cgroup v1 host), and `kubeadm upgrade node` runs the same checks. Only names in
+/// kubeadm's spelling pass (they reach the host's command line).
+fn ignored_preflight_errors(config: &Value) -> Result<Vec<String>, String> {
+    const FIELD: &str = "KubeadmConfig spec.joinConfiguration.nodeRegistration.ignorePreflightErrors";
+    let v = &config["spec"]["joinConfiguration"]["nodeRegistration"]["ignorePreflightErrors"];
     let names: Vec<String> = match v {
         Value::Null => Vec::new(),
         Value::Array(a) => a
@@ -232,11 +426,11 @@ fn ignored_preflight_errors(req: &Value) -> Result<Vec<String>, String> {
     Ok(names)
 }
 
-/// The desired KubeadmConfig's join patches directory: the node's `kubeletconfiguration` patches (e.g.
+/// The KubeadmConfig's join patches directory: the node's `kubeletconfiguration` patches (e.g.
 /// `failCgroupV1: false`), which `kubeadm upgrade node` applies again only when told where they are.
-fn patches_dir(req: &Value) -> Result<Option<String>, String> {
-    const FIELD: &str = "desired.bootstrapConfig.spec.joinConfiguration.patches.directory";
-    match &req["desired"]["bootstrapConfig"]["spec"]["joinConfiguration"]["patches"]["directory"] {
+fn patches_dir(config: &Value) -> Result<Option<String>, String> {
+    const FIELD: &str = "KubeadmConfig spec.joinConfiguration.patches.directory";
+    match &config["spec"]["joinConfiguration"]["patches"]["directory"] {
         Value::Null => Ok(None),
         Value::String(d) if d.is_empty() => Ok(None),
         Value::String(d) => capkk_service::upgrade::check_patches_dir(FIELD, d)
@@ -296,43 +490,108 @@ async fn run(
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_running_upgrade_is_not_started_twice_a_failure_is_reported_once_and_done_stays_done() {
-        let u = Updates::default();
-        assert_eq!(u.seen("ns/m", "v1.36.3"), Seen::None);
-        assert!(u.start("ns/m", "v1.36.3"));
-        assert!(!u.start("ns/m", "v1.36.3"), "one task per Machine");
-        assert!(matches!(u.seen("ns/m", "v1.36.3"), Seen::Running(_)));
-        assert_eq!(
-            u.seen("ns/m", "v1.37.0"),
-            Seen::None,
-            "another version is another upgrade"
-        );
-        u.finish("ns/m", "v1.36.3", Err("kubeadm upgrade node exited 1".into()));
-        assert_eq!(
-            u.seen("ns/m", "v1.36.3"),
-            Seen::Failed("kubeadm upgrade node exited 1".into())
-        );
-        assert_eq!(
-            u.seen("ns/m", "v1.36.3"),
-            Seen::None,
-            "the next call starts a new attempt"
-        );
-        assert!(u.start("ns/m", "v1.36.3"));
-        u.finish("ns/m", "v1.36.3", Ok("done".into()));
-        assert_eq!(u.seen("ns/m", "v1.36.3"), Seen::Done("done".into()));
-        assert_eq!(u.seen("ns/m", "v1.36.3"), Seen::Done("done".into()));
+    fn target<'a>(uid: &'a str, host: &'a str) -> Target<'a> {
+        Target {
+            uid,
+            ns: "ns",
+            name: "m",
+            host,
+        }
     }
 
     #[test]
-    fn the_upgrade_ignores_the_preflight_checks_the_nodes_join_ignored_and_refuses_other_spellings() {
-        let req = |v: Value| {
-            json!({"desired": {"bootstrapConfig": {"spec": {"joinConfiguration": {"nodeRegistration":
-                {"ignorePreflightErrors": v}}}}}})
-        };
-        assert_eq!(ignored_preflight_errors(&json!({"desired": {}})), Ok(vec![]));
+    fn a_running_upgrade_is_not_started_twice_a_failure_is_reported_once_and_done_stays_done() {
+        let u = Updates::default();
+        let m = target("uid-1", "ns/c.h1");
+        assert_eq!(u.seen("uid-1", "v1.36.3"), Seen::None);
+        assert_eq!(u.start(&m, "v1.36.3"), Start::Started);
+        assert_eq!(u.start(&m, "v1.36.3"), Start::Busy, "one task per Machine");
+        assert!(matches!(u.seen("uid-1", "v1.36.3"), Seen::Running(_)));
         assert_eq!(
-            ignored_preflight_errors(&req(json!([
+            u.seen("uid-1", "v1.37.0"),
+            Seen::None,
+            "another version is another upgrade"
+        );
+        u.finish("uid-1", "v1.36.3", Err("kubeadm upgrade node exited 1".into()));
+        assert_eq!(
+            u.seen("uid-1", "v1.36.3"),
+            Seen::Failed("kubeadm upgrade node exited 1".into())
+        );
+        assert_eq!(
+            u.seen("uid-1", "v1.36.3"),
+            Seen::None,
+            "the next call starts a new attempt"
+        );
+        assert_eq!(u.start(&m, "v1.36.3"), Start::Started);
+        u.finish("uid-1", "v1.36.3", Ok("done".into()));
+        assert_eq!(u.seen("uid-1", "v1.36.3"), Seen::Done("done".into()));
+        assert_eq!(u.seen("uid-1", "v1.36.3"), Seen::Done("done".into()));
+    }
+
+    #[test]
+    fn a_recreated_machine_of_the_same_name_is_another_machine_and_is_not_answered_done() {
+        let u = Updates::default();
+        assert_eq!(u.start(&target("uid-old", "ns/c.h1"), "v1.36.3"), Start::Started);
+        u.finish("uid-old", "v1.36.3", Ok("done".into()));
+        // Same namespace, name and version; another UID.
+        assert_eq!(u.seen("uid-new", "v1.36.3"), Seen::None);
+        assert_eq!(u.start(&target("uid-new", "ns/c.h1"), "v1.36.3"), Start::Started);
+    }
+
+    #[test]
+    fn one_upgrade_runs_on_a_host_whatever_machine_asks() {
+        let u = Updates::default();
+        assert_eq!(u.start(&target("uid-1", "ns/c.h1"), "v1.36.3"), Start::Started);
+        assert_eq!(
+            u.start(&target("uid-2", "ns/c.h1"), "v1.36.3"),
+            Start::Busy,
+            "a second Machine naming the same host waits"
+        );
+        assert_eq!(u.start(&target("uid-3", "ns/c.h2"), "v1.36.3"), Start::Started);
+        u.finish("uid-1", "v1.36.3", Ok("done".into()));
+        assert_eq!(u.start(&target("uid-2", "ns/c.h1"), "v1.36.3"), Start::Started);
+    }
+
+    #[test]
+    fn finished_outcomes_expire_are_forgotten_with_their_machine_and_the_tracked_upgrades_are_bounded() {
+        // Expiry: a zero TTL forgets every finished outcome at the next sweep; a running task stays.
+        let u = Updates::with_limits(Duration::ZERO, 8);
+        u.start(&target("uid-1", "ns/c.h1"), "v1.36.3");
+        u.start(&target("uid-2", "ns/c.h2"), "v1.36.3");
+        u.finish("uid-1", "v1.36.3", Ok("done".into()));
+        u.sweep(|_, _, _| true);
+        assert_eq!(u.seen("uid-1", "v1.36.3"), Seen::None, "expired");
+        assert!(matches!(u.seen("uid-2", "v1.36.3"), Seen::Running(_)));
+        assert_eq!(u.len(), 1);
+
+        // Gone: a finished outcome of a Machine that no longer exists (or exists with another UID) is dropped.
+        let u = Updates::with_limits(OUTCOME_TTL, 8);
+        u.start(&target("uid-1", "ns/c.h1"), "v1.36.3");
+        u.start(&target("uid-2", "ns/c.h2"), "v1.36.3");
+        u.finish("uid-1", "v1.36.3", Ok("done".into()));
+        u.finish("uid-2", "v1.36.3", Ok("done".into()));
+        u.sweep(|ns, name, uid| ns == "ns" && name == "m" && uid == "uid-2");
+        assert_eq!(u.seen("uid-1", "v1.36.3"), Seen::None, "gone");
+        assert_eq!(u.seen("uid-2", "v1.36.3"), Seen::Done("done".into()));
+
+        // Bounded: no more than `max` upgrades are tracked.
+        let u = Updates::with_limits(OUTCOME_TTL, 2);
+        assert_eq!(u.start(&target("a", "ns/h-a"), "v1.36.3"), Start::Started);
+        assert_eq!(u.start(&target("b", "ns/h-b"), "v1.36.3"), Start::Started);
+        assert_eq!(u.start(&target("c", "ns/h-c"), "v1.36.3"), Start::Full);
+        u.finish("a", "v1.36.3", Ok("done".into()));
+        u.sweep(|_, _, _| false);
+        assert_eq!(u.start(&target("c", "ns/h-c"), "v1.36.3"), Start::Started);
+        assert_eq!(u.len(), 2);
+    }
+
+    #[test]
+    fn the_upgrade_ignores_the_preflight_checks_the_nodes_kubeadm_config_ignored_and_refuses_other_spellings()
+    {
+        let config = |v: Value| json!({"spec": {"joinConfiguration": {"nodeRegistration": {"ignorePreflightErrors": v}}}});
+        assert_eq!(ignored_preflight_errors(&json!({"spec": {}})), Ok(vec![]));
+        assert_eq!(
+            ignored_preflight_errors(&config(json!([
                 "SystemVerification",
                 "FileAvailable--etc-kubernetes-kubelet.conf"
             ]))),
@@ -347,10 +606,10 @@ mod tests {
             json!("SystemVerification"),
             json!([1]),
         ] {
-            let e = ignored_preflight_errors(&req(bad.clone())).unwrap_err();
+            let e = ignored_preflight_errors(&config(bad.clone())).unwrap_err();
             assert!(e.contains("ignorePreflightErrors"), "{bad}: {e}");
         }
-        let patches = |v: Value| json!({"desired": {"bootstrapConfig": {"spec": {"joinConfiguration": {"patches": {"directory": v}}}}}});
+        let patches = |v: Value| json!({"spec": {"joinConfiguration": {"patches": {"directory": v}}}});
         assert_eq!(patches_dir(&json!({})), Ok(None));
         assert_eq!(
             patches_dir(&patches(json!("/etc/kubeadm-patches"))),
@@ -369,5 +628,9 @@ mod tests {
         assert_eq!(a["retryAfterSeconds"], RETRY_AFTER, "in progress");
         assert_eq!(answer("Success", "done", 0)["retryAfterSeconds"], 0, "done");
         assert_eq!(answer("Failure", "x", 0)["status"], "Failure");
+        let r = refused("other-tenant", "their-machine", "no such Machine");
+        assert_eq!(r["status"], "Failure");
+        assert_eq!(r["message"], REFUSED, "the same answer whatever the reason");
+        assert!(!REFUSED.contains("not found"));
     }
 }

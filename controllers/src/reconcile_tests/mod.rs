@@ -104,6 +104,7 @@ fn machine() -> Machine {
             cluster_name: "c".into(),
             bootstrap: MachineBootstrap {
                 data_secret_name: Some("data".into()),
+                ..Default::default()
             },
             infrastructure_ref: Some(ContractRef {
                 api_group: capkk_api::GROUP.into(),
