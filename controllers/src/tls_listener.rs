@@ -1,65 +1,257 @@
-//! TLS connections for `axum::serve`, shared by the HTTPS endpoints (the runtime extension's hooks and the
-//! diagnostics endpoint): the handshake runs in `accept`, bounded, and a failed one is logged and skipped so
-//! that one bad client never stops the server.
+//! The HTTPS endpoints' server (the runtime extension's hooks and the diagnostics endpoint): axum-server's
+//! loop, which accepts a TCP connection and hands it at once to a task of its own, with our TLS acceptor and
+//! limits, so that no client can stall another:
+//!
+//! - at most [`Limits::max_connections`] connections at once, handshaking ones included: one more is closed
+//!   at once (a file descriptor each, and the manager has SSH connections to keep);
+//! - the TLS handshake within [`Limits::handshake`], in the connection's task (never in the accept loop);
+//! - each request's head within [`Limits::header_read`], the first one's and each next one's on a kept-alive
+//!   connection (so it is also how long a connection may idle between requests);
+//! - a connection on which no byte moves either way for [`Limits::idle`] is closed (a body that stops
+//!   arriving, an answer the client does not read).
+//!
+//! The TLS configuration is asked for each connection (a source that reads files picks up a renewed
+//! certificate without a restart); a failed handshake is logged and the connection dropped.
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{
+    future::Future,
+    io,
+    net::SocketAddr,
+    pin::Pin,
+    sync::{Arc, Mutex},
+    task::{Context, Poll},
+    time::Duration,
+};
 
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::TcpStream,
+    sync::{OwnedSemaphorePermit, Semaphore, watch},
+    time::{Instant, Sleep},
+};
 use tracing::{debug, error, warn};
 
 /// Where a listener gets its TLS configuration for each connection.
 pub(crate) type ConfigSource = Box<dyn Fn() -> anyhow::Result<Arc<rustls::ServerConfig>> + Send + Sync>;
 
-/// A TCP listener whose accepted connections are TLS streams.
-pub(crate) struct TlsListener {
+/// How long and how many connections an HTTPS endpoint keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// A TLS handshake must end within this.
+    pub handshake: Duration,
+    /// A request's head must arrive within this (from the connection's start or the previous answer).
+    pub header_read: Duration,
+    /// A connection on which no byte moves either way for this long is closed.
+    pub idle: Duration,
+    /// Connections at once (handshaking, reading, answering or kept alive); more are closed on accept.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    /// CAPI's hook calls time out after 10 s and a scraper's after 10 s by default: a client that has not
+    /// sent its request's head by then is not one of them. 64 connections per endpoint is far above what CAPI
+    /// (one client per manager) and a few scrapers open.
+    fn default() -> Self {
+        Limits {
+            handshake: Duration::from_secs(10),
+            header_read: Duration::from_secs(10),
+            idle: Duration::from_secs(30),
+            max_connections: 64,
+        }
+    }
+}
+
+/// How long connections may finish their requests after shutdown.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Serve `router` over TLS on `tcp` (a configuration from `config` for each connection) within `limits`, in
+/// a task of its own until `shutdown`. `what` names the endpoint in logs.
+pub(crate) fn serve(
     tcp: tokio::net::TcpListener,
     config: ConfigSource,
+    router: axum::Router,
+    limits: Limits,
+    mut shutdown: watch::Receiver<bool>,
+    what: &'static str,
+) {
+    let acceptor = TlsAcceptor {
+        config: Arc::new(config),
+        limits,
+        slots: Arc::new(Semaphore::new(limits.max_connections)),
+        warned_full: Arc::new(Mutex::new(None)),
+        what,
+    };
+    let handle = axum_server::Handle::<SocketAddr>::new();
+    let mut server = axum_server::Server::from_listener(tcp)
+        .acceptor(acceptor)
+        .handle(handle.clone())
+        .accept_error_handler(move |peer, e| debug!(?peer, error = %e, "{what}: connection not served"))
+        // The ALPN offered is http/1.1 only: no protocol detection, so the header timeout starts at once.
+        .http1_only();
+    server
+        .http_builder()
+        .http1()
+        .header_read_timeout(limits.header_read);
+    tokio::spawn(async move {
+        let _ = shutdown.wait_for(|v| *v).await;
+        handle.graceful_shutdown(Some(SHUTDOWN_GRACE));
+    });
+    tokio::spawn(async move {
+        if let Err(e) = server.serve(router.into_make_service()).await {
+            error!(error = %e, "{what} server failed");
+        }
+    });
+}
+
+/// The TLS side of a connection, within the limits; runs in the connection's own task.
+#[derive(Clone)]
+struct TlsAcceptor {
+    config: Arc<ConfigSource>,
+    limits: Limits,
+    slots: Arc<Semaphore>,
+    /// When the connection cap was last reported (once a minute at most: a flood must not flood the log).
+    warned_full: Arc<Mutex<Option<Instant>>>,
     what: &'static str,
 }
 
-/// Bound on a handshake: a client that connects and says nothing must not hold an accept slot.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+impl<S: Send + 'static> axum_server::accept::Accept<TcpStream, S> for TlsAcceptor {
+    type Stream = Bounded<tokio_rustls::server::TlsStream<TcpStream>>;
+    type Service = S;
+    type Future = Pin<Box<dyn Future<Output = io::Result<(Self::Stream, S)>> + Send>>;
 
-impl TlsListener {
-    /// Accept on `tcp`, asking `config` for the TLS configuration of every connection (a source that reads
-    /// files picks up a renewed certificate without a restart). `what` names the endpoint in logs.
-    pub(crate) fn new(tcp: tokio::net::TcpListener, config: ConfigSource, what: &'static str) -> TlsListener {
-        TlsListener { tcp, config, what }
+    fn accept(&self, tcp: TcpStream, service: S) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move {
+            let what = this.what;
+            let Ok(slot) = this.slots.clone().try_acquire_owned() else {
+                this.report_full();
+                return Err(io::Error::other("connection limit reached"));
+            };
+            let cfg = (this.config)().map_err(|e| {
+                error!(error = %format!("{e:#}"), "{what}: no usable certificate");
+                io::Error::other("no usable certificate")
+            })?;
+            let handshake = tokio_rustls::TlsAcceptor::from(cfg).accept(tcp);
+            let tls = match tokio::time::timeout(this.limits.handshake, handshake).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => return Err(io::Error::other(format!("TLS handshake failed: {e}"))),
+                Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out")),
+            };
+            Ok((Bounded::new(tls, this.limits.idle, slot), service))
+        })
     }
 }
 
-impl axum::serve::Listener for TlsListener {
-    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
-    type Addr = SocketAddr;
+impl TlsAcceptor {
+    fn report_full(&self) {
+        let now = Instant::now();
+        let Ok(mut last) = self.warned_full.lock() else {
+            return;
+        };
+        if last.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(60)) {
+            *last = Some(now);
+            warn!(
+                max_connections = self.limits.max_connections,
+                "{}: connection limit reached; new connections are closed until some end", self.what
+            );
+        }
+    }
+}
 
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        let what = self.what;
-        loop {
-            let (stream, peer) = match self.tcp.accept().await {
-                Ok(c) => c,
-                Err(e) => {
-                    warn!(error = %e, "{what}: accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            let cfg = match (self.config)() {
-                Ok(c) => c,
-                Err(e) => {
-                    error!(error = %format!("{e:#}"), "{what}: no usable certificate");
-                    continue;
-                }
-            };
-            let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                Ok(Ok(tls)) => return (tls, peer),
-                Ok(Err(e)) => debug!(%peer, error = %e, "{what}: TLS handshake failed"),
-                Err(_) => debug!(%peer, "{what}: TLS handshake timed out"),
-            }
+/// A connection that holds one of the endpoint's connection slots and fails once no byte has moved either
+/// way for `idle`.
+pub(crate) struct Bounded<S> {
+    inner: S,
+    idle: Duration,
+    deadline: Pin<Box<Sleep>>,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl<S> Bounded<S> {
+    fn new(inner: S, idle: Duration, slot: OwnedSemaphorePermit) -> Bounded<S> {
+        Bounded {
+            inner,
+            idle,
+            deadline: Box::pin(tokio::time::sleep(idle)),
+            _slot: slot,
         }
     }
 
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.tcp.local_addr()
+    fn moved(&mut self) {
+        let next = Instant::now() + self.idle;
+        self.deadline.as_mut().reset(next);
+    }
+
+    /// What a pending operation returns: still pending, or the idle limit's error once it has passed.
+    fn pending<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        match self.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "connection idle too long",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Bounded<S> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(r) => {
+                this.moved();
+                Poll::Ready(r)
+            }
+            Poll::Pending => this.pending(cx),
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Bounded<S> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_write(cx, buf) {
+            Poll::Ready(r) => {
+                this.moved();
+                Poll::Ready(r)
+            }
+            Poll::Pending => this.pending(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_write_vectored(cx, bufs) {
+            Poll::Ready(r) => {
+                this.moved();
+                Poll::Ready(r)
+            }
+            Poll::Pending => this.pending(cx),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_flush(cx) {
+            Poll::Ready(r) => Poll::Ready(r),
+            Poll::Pending => this.pending(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_shutdown(cx) {
+            Poll::Ready(r) => Poll::Ready(r),
+            Poll::Pending => this.pending(cx),
+        }
     }
 }
 
@@ -150,20 +342,25 @@ impl Default for TlsOptions {
     }
 }
 
+/// Clients for the tests of the HTTPS endpoints (here, the hook server's and the diagnostics endpoint's).
 #[cfg(test)]
-mod tests {
+pub(crate) mod testing {
+    use std::{net::SocketAddr, sync::Arc, time::Duration};
+
     use rustls::{
         DigitallySignedStruct, SignatureScheme,
         client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier},
         crypto::CryptoProvider,
-        pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime},
+        pki_types::{CertificateDer, ServerName, UnixTime},
     };
-
-    use super::*;
+    use tokio::{
+        io::{AsyncReadExt, AsyncWriteExt},
+        net::TcpStream,
+    };
 
     /// A client that takes any certificate (the handshake's version and suite are under test, not the name).
     #[derive(Debug)]
-    struct AnyCertificate(Arc<CryptoProvider>);
+    pub(crate) struct AnyCertificate(pub(crate) Arc<CryptoProvider>);
 
     impl ServerCertVerifier for AnyCertificate {
         fn verify_server_cert(
@@ -196,6 +393,88 @@ mod tests {
             self.0.signature_verification_algorithms.supported_schemes()
         }
     }
+
+    /// A TLS client that takes any certificate.
+    pub(crate) fn client_config() -> Arc<rustls::ClientConfig> {
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        Arc::new(
+            rustls::ClientConfig::builder_with_provider(provider.clone())
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+                .with_no_client_auth(),
+        )
+    }
+
+    /// A connection to `addr` with its TLS handshake done.
+    pub(crate) async fn tls_connect(
+        addr: SocketAddr,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+        let tcp = TcpStream::connect(addr).await?;
+        tokio_rustls::TlsConnector::from(client_config())
+            .connect(ServerName::from(addr.ip()), tcp)
+            .await
+    }
+
+    /// `method path` with `body` over a new TLS connection (closed after the answer): the answer's status
+    /// line, or why there is none within `within`.
+    pub(crate) async fn request(
+        addr: SocketAddr,
+        method: &str,
+        path: &str,
+        body: &str,
+        within: Duration,
+    ) -> Result<String, String> {
+        let exchange = async {
+            let mut tls = tls_connect(addr).await.map_err(|e| format!("connecting: {e}"))?;
+            let req = format!(
+                "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            tls.write_all(req.as_bytes())
+                .await
+                .map_err(|e| format!("sending: {e}"))?;
+            let mut out = Vec::new();
+            let _ = tls.read_to_end(&mut out).await;
+            let text = String::from_utf8_lossy(&out).into_owned();
+            match text.lines().next() {
+                Some(status) if status.starts_with("HTTP/1.1 ") => Ok(status.to_owned()),
+                _ => Err(format!("no answer: {text:?}")),
+            }
+        };
+        match tokio::time::timeout(within, exchange).await {
+            Ok(r) => r,
+            Err(_) => Err(format!("no answer within {within:?}")),
+        }
+    }
+
+    /// Whether the server closes `conn` within `within` (its reads end, or fail).
+    pub(crate) async fn closed_within<S: tokio::io::AsyncRead + Unpin>(
+        conn: &mut S,
+        within: Duration,
+    ) -> bool {
+        let mut buf = Vec::new();
+        tokio::time::timeout(within, conn.read_to_end(&mut buf))
+            .await
+            .is_ok()
+    }
+
+    /// A free port on 127.0.0.1 (for a server that binds the address it is given).
+    pub(crate) fn free_addr() -> SocketAddr {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::{testing::*, *};
 
     /// The (version, suite) a client offering `versions` and `suites` (all by default) agrees on with a server
     /// built from `opts`, or why the handshake failed.
@@ -236,6 +515,173 @@ mod tests {
             format!("{:?}", conn.protocol_version().unwrap()),
             suite_name(&conn.negotiated_cipher_suite().unwrap()),
         ))
+    }
+
+    /// The hook server's router behind [`serve`] on 127.0.0.1 with `limits` and a self-signed certificate.
+    async fn hook_server(limits: Limits) -> SocketAddr {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.signing_key.serialize_der()));
+        let mut cfg = TlsOptions::default()
+            .server_config()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.cert.der().clone()], key)
+            .unwrap();
+        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let cfg = Arc::new(cfg);
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let (tx, rx) = watch::channel(false);
+        // The server runs as long as the test's runtime.
+        std::mem::forget(tx);
+        serve(
+            tcp,
+            Box::new(move || Ok(cfg.clone())),
+            crate::inplace::server::router(None),
+            limits,
+            rx,
+            "runtime extension",
+        );
+        addr
+    }
+
+    /// A hook request that needs no controller context.
+    async fn discovery(addr: SocketAddr) -> Result<String, String> {
+        let path = format!("{}/discovery", crate::inplace::server::PREFIX);
+        request(addr, "POST", &path, "{}", Duration::from_secs(5)).await
+    }
+
+    /// Limits that never end a connection during a test, but for those given.
+    const LONG: Limits = Limits {
+        handshake: Duration::from_secs(30),
+        header_read: Duration::from_secs(30),
+        idle: Duration::from_secs(30),
+        max_connections: 64,
+    };
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_that_sends_nothing_or_no_headers_does_not_stop_the_hook_server_answering_another() {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let dir = std::env::temp_dir().join(format!("capkk-stall-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+        // PEM by hand: rcgen is built without its `pem` feature.
+        let pem = |label: &str, der: &[u8]| {
+            use base64::Engine as _;
+            let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+            let lines: Vec<&str> = b64
+                .as_bytes()
+                .chunks(64)
+                .map(|c| std::str::from_utf8(c).unwrap())
+                .collect();
+            format!(
+                "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
+                lines.join("\n")
+            )
+        };
+        std::fs::write(dir.join("tls.crt"), pem("CERTIFICATE", cert.cert.der())).unwrap();
+        std::fs::write(
+            dir.join("tls.key"),
+            pem("PRIVATE KEY", &cert.signing_key.serialize_der()),
+        )
+        .unwrap();
+        let (_tx, rx) = watch::channel(false);
+        // The manager's hook server, with its default limits (a 10 s handshake limit and header limit).
+        let addr = crate::inplace::server::serve(
+            "127.0.0.1:0".parse().unwrap(),
+            dir.clone(),
+            Default::default(),
+            None,
+            rx,
+        )
+        .await
+        .unwrap();
+        let _silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _no_headers = tls_connect(addr).await.unwrap();
+        for _ in 0..3 {
+            let status = discovery(addr).await;
+            assert!(
+                status.as_deref().is_ok_and(|s| s.starts_with("HTTP/1.1 200")),
+                "another client's request while two stall: {status:?}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connections_beyond_the_cap_are_closed_and_one_is_served_again_once_another_ends() {
+        let addr = hook_server(Limits {
+            max_connections: 2,
+            ..LONG
+        })
+        .await;
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            held.push(tls_connect(addr).await.expect("a connection within the cap"));
+        }
+        let third = discovery(addr).await;
+        assert!(third.is_err(), "a third connection was served: {third:?}");
+        drop(held.pop());
+        // The server sees the close when it next reads; the slot is free then.
+        let start = tokio::time::Instant::now();
+        loop {
+            match discovery(addr).await {
+                Ok(status) => {
+                    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+                    break;
+                }
+                Err(e) if start.elapsed() > Duration::from_secs(10) => {
+                    panic!("no connection served after one of two ended: {e}")
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connection_is_closed_when_its_handshake_or_headers_do_not_come_or_no_byte_moves_for_the_idle_limit()
+     {
+        let addr = hook_server(Limits {
+            handshake: Duration::from_secs(1),
+            header_read: Duration::from_secs(1),
+            idle: Duration::from_secs(2),
+            max_connections: 64,
+        })
+        .await;
+        let bound = Duration::from_secs(8);
+        // Connects and sends nothing: the handshake limit.
+        let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        // Completes the handshake and sends no request: the header limit.
+        let mut no_headers = tls_connect(addr).await.unwrap();
+        // Sends a head and part of its body: the idle limit.
+        let mut no_body = tls_connect(addr).await.unwrap();
+        let head = format!(
+            "POST {}/discovery HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{{",
+            crate::inplace::server::PREFIX
+        );
+        no_body.write_all(head.as_bytes()).await.unwrap();
+        // Kept alive after one answer, then idle: the header limit again.
+        let mut kept = tls_connect(addr).await.unwrap();
+        let req = format!(
+            "POST {}/discovery HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{{}}",
+            crate::inplace::server::PREFIX
+        );
+        kept.write_all(req.as_bytes()).await.unwrap();
+        let mut first = [0u8; 12];
+        kept.read_exact(&mut first).await.unwrap();
+        assert_eq!(&first, b"HTTP/1.1 200");
+        let (a, b, c, d) = tokio::join!(
+            closed_within(&mut silent, bound),
+            closed_within(&mut no_headers, bound),
+            closed_within(&mut no_body, bound),
+            closed_within(&mut kept, bound),
+        );
+        assert_eq!(
+            (a, b, c, d),
+            (true, true, true, true),
+            "closed within {bound:?}: (no handshake, no headers, no body, kept alive and idle)"
+        );
     }
 
     const TLS12: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS12];

@@ -13,7 +13,7 @@ use axum::{Json, Router, extract::State, routing::post};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 use serde_json::{Value, json};
 use tokio::sync::watch;
-use tracing::{error, info};
+use tracing::info;
 
 use super::{decide, update};
 use crate::context::Context;
@@ -144,7 +144,7 @@ pub(crate) async fn serve(
     cert_dir: PathBuf,
     tls: crate::tls_listener::TlsOptions,
     ctx: Option<Arc<Context>>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<SocketAddr> {
     tls_config(&cert_dir, &tls).context("runtime extension certificate (--runtime-extension-cert-dir)")?;
     let tcp = tokio::net::TcpListener::bind(addr)
@@ -152,21 +152,14 @@ pub(crate) async fn serve(
         .with_context(|| format!("binding the runtime extension on {addr}"))?;
     let bound = tcp.local_addr()?;
     info!(addr = %bound, cert_dir = %cert_dir.display(), "runtime extension (in-place update hooks) listening");
-    let listener = crate::tls_listener::TlsListener::new(
+    crate::tls_listener::serve(
         tcp,
         Box::new(move || tls_config(&cert_dir, &tls).map(Arc::new)),
+        router(ctx),
+        crate::tls_listener::Limits::default(),
+        shutdown,
         "runtime extension",
     );
-    tokio::spawn(async move {
-        let res = axum::serve(listener, router(ctx))
-            .with_graceful_shutdown(async move {
-                let _ = shutdown.wait_for(|v| *v).await;
-            })
-            .await;
-        if let Err(e) = res {
-            error!(error = %e, "runtime extension server failed");
-        }
-    });
     Ok(bound)
 }
 

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use tracing::{error, info};
 
 use super::{args::MetricsEndpoint, diagnostics};
-use crate::{context::Stores, metrics::Metrics, tls_listener::TlsListener};
+use crate::{context::Stores, metrics::Metrics};
 
 /// What the endpoints read.
 #[derive(Clone)]
@@ -107,24 +107,72 @@ async fn serve(
     // The bound address, not the asked one: with port 0 it says which port was chosen.
     let bound = listener.local_addr()?;
     info!(addr = %bound, tls = tls.is_some(), "{what} endpoint listening");
-    let stopped = async move {
-        let _ = shutdown.wait_for(|v| *v).await;
-    };
-    tokio::spawn(async move {
-        let res = match tls {
-            Some(cfg) => {
-                let tls = TlsListener::new(listener, Box::new(move || Ok(cfg.clone())), what);
-                axum::serve(tls, router).with_graceful_shutdown(stopped).await
-            }
-            None => {
-                axum::serve(listener, router)
+    match tls {
+        Some(cfg) => crate::tls_listener::serve(
+            listener,
+            Box::new(move || Ok(cfg.clone())),
+            router,
+            crate::tls_listener::Limits::default(),
+            shutdown,
+            what,
+        ),
+        None => {
+            tokio::spawn(async move {
+                let stopped = async move {
+                    let _ = shutdown.wait_for(|v| *v).await;
+                };
+                if let Err(e) = axum::serve(listener, router)
                     .with_graceful_shutdown(stopped)
                     .await
-            }
-        };
-        if let Err(e) = res {
-            error!(error = %e, "{what} server failed");
+                {
+                    error!(error = %e, "{what} server failed");
+                }
+            });
         }
-    });
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::tls_listener::testing::{free_addr, request, tls_connect};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_that_sends_nothing_or_no_headers_does_not_stop_the_diagnostics_endpoint_answering_another()
+     {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let state = Http {
+            metrics: Arc::new(Metrics::new()),
+            ready: Arc::default(),
+            stores: Arc::default(),
+        };
+        // A request without a token is refused without a review: the API server is never asked.
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
+        let addr = free_addr();
+        let (_tx, rx) = watch::channel(false);
+        serve_endpoints(
+            &state,
+            &client,
+            MetricsEndpoint::Secure(addr),
+            &Default::default(),
+            None,
+            &rx,
+        )
+        .await
+        .unwrap();
+        // The manager's diagnostics endpoint with its default limits (10 s for a handshake and for headers).
+        let _silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _no_headers = tls_connect(addr).await.unwrap();
+        for _ in 0..3 {
+            let status = request(addr, "GET", "/metrics", "", Duration::from_secs(5)).await;
+            assert!(
+                status.as_deref().is_ok_and(|s| s.starts_with("HTTP/1.1 401")),
+                "another client's request while two stall: {status:?}"
+            );
+        }
+    }
 }
