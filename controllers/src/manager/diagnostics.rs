@@ -7,7 +7,7 @@
 //!
 //! The bearer token is never logged: a failed review says only what failed.
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use axum::{
@@ -22,6 +22,7 @@ use k8s_openapi::api::{
 };
 use kube::{Api, Client, api::PostParams};
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::time::Instant;
 use tracing::{debug, warn};
 
 /// The names of the serving certificate for `addr` on host `host`: `localhost`, 127.0.0.1, the host's name
@@ -60,22 +61,32 @@ pub(super) fn self_signed_config(
 /// How long an allowing verdict is reused for the same token, path and verb. A scraper asks every few seconds
 /// to a minute; without reuse each scrape costs the API server two reviews. One minute, as controller-runtime's
 /// authenticating filter keeps a TokenReview: a revoked token or a removed permission is honoured within it.
-/// Refusals are not kept, so that a permission just granted counts at once (RBAC reaches the authorizer a
-/// moment after the binding is made, and a scraper retries).
-const REVIEW_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+const REVIEW_TTL: Duration = Duration::from_secs(60);
+/// How long a refusal is reused: short, so that a permission just granted counts within it (RBAC reaches the
+/// authorizer a moment after the binding is made, and a scraper retries), long enough that a client repeating a
+/// bad token costs the API server a review every few seconds at most, not one per request.
+const REFUSAL_TTL: Duration = Duration::from_secs(5);
 /// Verdicts kept at most: past it the expired ones go, and if none has expired, all (a flood of made-up tokens
-/// must not grow the memory).
+/// must not grow the memory; the review rate below keeps it from filling within a TTL).
 const REVIEW_CACHE_ENTRIES: usize = 1024;
+/// Reviews made at once; a request that would need one more is answered 429 without an API request.
+const REVIEWS_IN_FLIGHT: usize = 4;
+/// Reviews started per second on average, and in a burst: each is one or two requests under the manager's own
+/// API priority, so made-up tokens must not make them as fast as they arrive. Scrapers with a cached verdict
+/// are not counted.
+const REVIEWS_PER_SECOND: f64 = 5.0;
+const REVIEW_BURST: f64 = 10.0;
 
-/// Allowing verdicts by key, with when they were made.
-type Verdicts = std::collections::HashMap<[u8; 32], (Verdict, tokio::time::Instant)>;
+/// Verdicts by key, with when they expire.
+type Verdicts = std::collections::HashMap<[u8; 32], (Verdict, Instant)>;
 
-/// The diagnostics endpoint's reviews: the client that makes them and the verdicts recently made, keyed by a
-/// SHA-256 of token, path and verb (the token itself is not kept).
+/// The diagnostics endpoint's reviews: the client that makes them, the verdicts recently made, keyed by a
+/// SHA-256 of token, path and verb (the token itself is not kept), and the limit on new reviews.
 #[derive(Clone)]
 pub(super) struct Reviewer {
     client: Client,
     verdicts: Arc<std::sync::Mutex<Verdicts>>,
+    limiter: Arc<ReviewLimiter>,
 }
 
 impl Reviewer {
@@ -83,10 +94,16 @@ impl Reviewer {
         Reviewer {
             client,
             verdicts: Default::default(),
+            limiter: Arc::new(ReviewLimiter::new(
+                REVIEWS_IN_FLIGHT,
+                REVIEWS_PER_SECOND,
+                REVIEW_BURST,
+            )),
         }
     }
 
-    /// The verdict for `token` on `verb path`: a recent allowing one, or a new review (kept when it allows).
+    /// The verdict for `token` on `verb path`: a recent one, or a new review (kept for its TTL), or
+    /// [`Verdict::Busy`] when no review may start now.
     async fn verdict(&self, token: &str, path: &str, verb: &str) -> anyhow::Result<Verdict> {
         use sha2::{Digest, Sha256};
         let key: [u8; 32] = Sha256::new()
@@ -97,28 +114,69 @@ impl Reviewer {
             .chain_update(verb)
             .finalize()
             .into();
-        let now = tokio::time::Instant::now();
+        let now = Instant::now();
         if let Some(v) = self.verdicts.lock().ok().and_then(|m| {
             m.get(&key)
-                .filter(|(_, at)| now.duration_since(*at) < REVIEW_TTL)
+                .filter(|(_, until)| now < *until)
                 .map(|(v, _)| v.clone())
         }) {
             return Ok(v);
         }
+        let Some(_in_flight) = self.limiter.try_start() else {
+            return Ok(Verdict::Busy);
+        };
         let v = review(&self.client, token, path, verb).await?;
-        if v != Verdict::Allowed {
-            return Ok(v);
-        }
+        let ttl = if v == Verdict::Allowed {
+            REVIEW_TTL
+        } else {
+            REFUSAL_TTL
+        };
+        let now = Instant::now();
         if let Ok(mut m) = self.verdicts.lock() {
             if m.len() >= REVIEW_CACHE_ENTRIES {
-                m.retain(|_, (_, at)| now.duration_since(*at) < REVIEW_TTL);
+                m.retain(|_, (_, until)| now < *until);
                 if m.len() >= REVIEW_CACHE_ENTRIES {
                     m.clear();
                 }
             }
-            m.insert(key, (v.clone(), now));
+            m.insert(key, (v.clone(), now + ttl));
         }
         Ok(v)
+    }
+}
+
+/// How many reviews may run at once and how fast new ones may start (a token bucket).
+struct ReviewLimiter {
+    in_flight: Arc<tokio::sync::Semaphore>,
+    per_second: f64,
+    burst: f64,
+    /// Tokens in the bucket, and when it was last filled.
+    bucket: std::sync::Mutex<(f64, Instant)>,
+}
+
+impl ReviewLimiter {
+    fn new(in_flight: usize, per_second: f64, burst: f64) -> ReviewLimiter {
+        ReviewLimiter {
+            in_flight: Arc::new(tokio::sync::Semaphore::new(in_flight)),
+            per_second,
+            burst,
+            bucket: std::sync::Mutex::new((burst, Instant::now())),
+        }
+    }
+
+    /// A slot for one review, held until it ends; `None` when as many run already or the rate is spent.
+    fn try_start(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let permit = self.in_flight.clone().try_acquire_owned().ok()?;
+        let mut bucket = self.bucket.lock().ok()?;
+        let now = Instant::now();
+        let (tokens, filled) = *bucket;
+        let tokens = (tokens + now.duration_since(filled).as_secs_f64() * self.per_second).min(self.burst);
+        if tokens < 1.0 {
+            *bucket = (tokens, now);
+            return None;
+        }
+        *bucket = (tokens - 1.0, now);
+        Some(permit)
     }
 }
 
@@ -130,6 +188,8 @@ enum Verdict {
     Unauthenticated,
     /// Authenticated as this user, not allowed.
     Forbidden(String),
+    /// Not decided: as many reviews as allowed are running or were started just now.
+    Busy,
 }
 
 /// The bearer token of `Authorization: Bearer <token>` (the scheme case-insensitive, as RFC 7235 says).
@@ -183,7 +243,8 @@ async fn review(client: &Client, token: &str, path: &str, verb: &str) -> anyhow:
 }
 
 /// Middleware: pass the request on only when its bearer token is authenticated and allowed `<verb>` on its
-/// path; 401 (with `WWW-Authenticate: Bearer`), 403, or 500 when a review could not be made.
+/// path; 401 (with `WWW-Authenticate: Bearer`) without a review when there is no bearer token, 403, 429 (with
+/// `Retry-After`) when no review may start now, or 500 when a review could not be made.
 pub(super) async fn authorize(State(reviewer): State<Reviewer>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_owned();
     let verb = req.method().as_str().to_ascii_lowercase();
@@ -197,6 +258,12 @@ pub(super) async fn authorize(State(reviewer): State<Reviewer>, req: Request, ne
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"))],
             "Unauthorized\n",
+        )
+            .into_response(),
+        Ok(Verdict::Busy) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::RETRY_AFTER, HeaderValue::from_static("1"))],
+            "too many requests to review; retry later\n",
         )
             .into_response(),
         Ok(Verdict::Forbidden(user)) => {
@@ -223,8 +290,8 @@ pub(super) async fn authorize(State(reviewer): State<Reviewer>, req: Request, ne
 mod tests {
     use super::*;
 
-    /// An API server that authenticates every token and allows every request but to `/forbidden`, counting the
-    /// TokenReviews and SubjectAccessReviews it answers.
+    /// An API server that authenticates every token but those starting with `bad` and allows every request but
+    /// to `/forbidden`, counting the TokenReviews and SubjectAccessReviews it answers.
     async fn allowing_api_server() -> (Client, Arc<std::sync::atomic::AtomicUsize>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -256,7 +323,9 @@ mod tests {
                             break String::from_utf8_lossy(&req).into_owned();
                         }
                     };
-                    let answer = if text.contains("/tokenreviews") {
+                    let answer = if text.contains(r#""token":"bad"#) {
+                        r#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{},"status":{"authenticated":false}}"#
+                    } else if text.contains("/tokenreviews") {
                         r#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{},"status":{"authenticated":true,"user":{"username":"scraper"}}}"#
                     } else if text.contains(r#""path":"/forbidden""#) {
                         r#"{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":{},"status":{"allowed":false}}"#
@@ -277,8 +346,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_allowed_request_repeated_within_the_ttl_is_decided_without_another_review_and_a_refusal_is_not_kept()
-     {
+    async fn an_allowed_request_repeated_within_the_ttl_is_decided_without_another_review() {
         use std::sync::atomic::Ordering::SeqCst;
         let (client, reviews) = allowing_api_server().await;
         let reviewer = Reviewer::new(client);
@@ -301,19 +369,91 @@ mod tests {
         reviewer.verdict("tok-a", "/metrics", "post").await.unwrap();
         assert_eq!(reviews.load(SeqCst), 6);
         // Past the TTL the verdict is made again (a revoked token or permission counts within a minute).
-        for (_, at) in reviewer.verdicts.lock().unwrap().values_mut() {
-            *at -= REVIEW_TTL;
+        for (_, until) in reviewer.verdicts.lock().unwrap().values_mut() {
+            *until -= REVIEW_TTL;
         }
         reviewer.verdict("tok-a", "/metrics", "get").await.unwrap();
         assert_eq!(reviews.load(SeqCst), 8);
-        // A refusal is not kept: a permission granted a moment later counts at once.
-        for _ in 0..2 {
+    }
+
+    #[tokio::test]
+    async fn a_refusal_repeated_within_the_refusal_ttl_is_decided_without_another_review_and_kept_no_longer()
+    {
+        use std::sync::atomic::Ordering::SeqCst;
+        let (client, reviews) = allowing_api_server().await;
+        let reviewer = Reviewer::new(client);
+        for _ in 0..3 {
+            assert_eq!(
+                reviewer.verdict("bad-token", "/metrics", "get").await.unwrap(),
+                Verdict::Unauthenticated
+            );
             assert_eq!(
                 reviewer.verdict("tok-a", "/forbidden", "get").await.unwrap(),
                 Verdict::Forbidden("scraper".into())
             );
         }
-        assert_eq!(reviews.load(SeqCst), 12);
+        assert_eq!(
+            reviews.load(SeqCst),
+            3,
+            "one TokenReview for the bad token, a TokenReview and a SubjectAccessReview for the forbidden path"
+        );
+        // A permission granted a moment later counts once the refusal's short TTL has passed.
+        for (_, until) in reviewer.verdicts.lock().unwrap().values_mut() {
+            *until -= REFUSAL_TTL;
+        }
+        reviewer.verdict("tok-a", "/forbidden", "get").await.unwrap();
+        assert_eq!(reviews.load(SeqCst), 5);
+    }
+
+    #[tokio::test]
+    async fn a_flood_of_distinct_bad_tokens_starts_reviews_only_at_the_review_rate() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let (client, reviews) = allowing_api_server().await;
+        let reviewer = Reviewer::new(client);
+        let start = Instant::now();
+        let mut refused = 0;
+        for i in 0..100 {
+            if reviewer
+                .verdict(&format!("bad-{i}"), "/metrics", "get")
+                .await
+                .unwrap()
+                == Verdict::Unauthenticated
+            {
+                refused += 1;
+            }
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        let made = reviews.load(SeqCst);
+        assert_eq!(made, refused, "each review made refused its token");
+        // The bucket's burst, what it refilled meanwhile, and one for rounding.
+        let bound = REVIEW_BURST + REVIEWS_PER_SECOND * elapsed + 1.0;
+        assert!(
+            (made as f64) <= bound,
+            "{made} TokenReviews for 100 made-up tokens in {elapsed:.1} s: at most {bound:.0}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_review_limiter_bounds_reviews_at_once_and_per_second() {
+        let limiter = ReviewLimiter::new(2, 5.0, 3.0);
+        let a = limiter.try_start().expect("a first review");
+        let b = limiter.try_start().expect("a second review");
+        assert!(limiter.try_start().is_none(), "a third at once is refused");
+        drop(a);
+        let c = limiter.try_start().expect("a third once one has ended");
+        drop((b, c));
+        assert!(limiter.try_start().is_none(), "the burst of 3 is spent");
+        tokio::time::advance(Duration::from_millis(200)).await;
+        assert!(limiter.try_start().is_some(), "one more 1/5 s later");
+        assert!(limiter.try_start().is_none());
+        tokio::time::advance(Duration::from_secs(60)).await;
+        for i in 0..3 {
+            assert!(limiter.try_start().is_some(), "review {i} of a refilled burst");
+        }
+        assert!(
+            limiter.try_start().is_none(),
+            "the bucket holds no more than the burst"
+        );
     }
 
     #[test]
