@@ -21,6 +21,9 @@ use kube::{
 };
 use serde_json::json;
 
+/// The tests here count the API server's TokenReviews: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A ServiceAccount `name` in `ns` and a token for it.
 async fn service_account_token(client: &Client, ns: &str, name: &str) -> anyhow::Result<String> {
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
@@ -62,6 +65,7 @@ async fn get(url: &str, token: Option<&str>) -> anyhow::Result<(u16, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_diagnostics_endpoint_serves_metrics_only_to_a_token_allowed_to_get_them() -> anyhow::Result<()> {
+    let _serial = SERIAL.lock().await;
     let env = TestEnv::new("diag").await?;
     env.grant_metrics_auth().await?;
     let reader_token = service_account_token(&env.client, &env.ns, "scraper").await?;
@@ -176,4 +180,106 @@ async fn the_diagnostics_endpoint_serves_metrics_only_to_a_token_allowed_to_get_
         .delete(&binding, &DeleteParams::default())
         .await;
     result
+}
+
+/// The TokenReviews the API server has answered since it started (its `apiserver_request_total`).
+async fn token_reviews(client: &Client) -> anyhow::Result<f64> {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new())?)
+        .await?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{") && l.contains(r#"resource="tokenreviews""#))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_diagnostics_endpoint_reviews_a_repeated_bad_token_once_no_token_never_and_a_flood_of_them_at_its_rate()
+-> anyhow::Result<()> {
+    let _serial = SERIAL.lock().await;
+    let env = TestEnv::new("diagrate").await?;
+    env.grant_metrics_auth().await?;
+    let port = free_port()?;
+    let mut mgr = env.manager(
+        "secure",
+        &[
+            &format!("--diagnostics-address=127.0.0.1:{port}"),
+            "--leader-elect=false",
+        ],
+    )?;
+    let url = format!("https://127.0.0.1:{port}/metrics");
+    eventually(
+        "the diagnostics endpoint answers",
+        Duration::from_secs(30),
+        || async { Ok(get(&url, None).await.ok().filter(|(s, _)| *s == 401)) },
+    )
+    .await?;
+
+    // No bearer token: refused without a review.
+    let before = token_reviews(&env.client).await?;
+    for _ in 0..20 {
+        let (status, _) = get(&url, None).await?;
+        ensure!(status == 401, "no token: {status}, expected 401");
+    }
+    let made = token_reviews(&env.client).await? - before;
+    ensure!(
+        made == 0.0,
+        "20 requests without a token made {made} TokenReviews"
+    );
+
+    // One made-up token, again and again within the refusal's TTL (5 s): reviewed once.
+    let before = token_reviews(&env.client).await?;
+    let start = std::time::Instant::now();
+    for _ in 0..20 {
+        let (status, _) = get(&url, Some("made-up-token")).await?;
+        ensure!(status == 401, "a made-up token: {status}, expected 401");
+    }
+    let made = token_reviews(&env.client).await? - before;
+    // A slow machine may take longer than the TTL: one review more per TTL it took.
+    let bound = 1.0 + (start.elapsed().as_secs_f64() / 5.0).floor();
+    ensure!(
+        made <= bound,
+        "20 requests with one made-up token made {made} TokenReviews, expected at most {bound}"
+    );
+
+    // A flood of distinct made-up tokens, 10 at a time: reviews start at most at the endpoint's rate (a burst of
+    // 10, then 5 a second), the others are answered 429 without one.
+    let before = token_reviews(&env.client).await?;
+    let start = std::time::Instant::now();
+    let mut statuses = Vec::new();
+    for batch in 0..10 {
+        let answers = futures::future::join_all((0..10).map(|i| {
+            let url = url.clone();
+            async move { get(&url, Some(&format!("flood-{batch}-{i}"))).await }
+        }))
+        .await;
+        for a in answers {
+            statuses.push(a?.0);
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let made = token_reviews(&env.client).await? - before;
+    let bound = 10.0 + 5.0 * elapsed + 1.0;
+    ensure!(
+        made <= bound,
+        "100 made-up tokens made {made} TokenReviews in {elapsed:.1} s, expected at most {bound:.0}"
+    );
+    let limited = statuses.iter().filter(|s| **s == 429).count();
+    let refused = statuses.iter().filter(|s| **s == 401).count();
+    ensure!(
+        limited > 0 && limited + refused == statuses.len(),
+        "the flood's answers: {refused} × 401, {limited} × 429, others {:?}",
+        statuses
+            .iter()
+            .filter(|s| **s != 401 && **s != 429)
+            .collect::<Vec<_>>()
+    );
+    ensure!(mgr.running(), "the manager still runs:\n{}", mgr.logs());
+    mgr.terminate();
+    ensure!(
+        !mgr.logs().contains("flood-0-0") && !mgr.logs().contains("made-up-token"),
+        "a bearer token is in the manager's log"
+    );
+    Ok(())
 }
