@@ -50,12 +50,13 @@ pub struct KKInstanceSpec {
         "message": "spec.address must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number"
     }]))]
     pub address: String,
-    /// Node IP.
+    /// Node address: the KKCluster instance's `internalAddress`, or its SSH `address` when it has none (then
+    /// possibly a DNS name), so the same rule as `address` (empty allowed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     #[schemars(extend("x-kubernetes-validations" = [{
-        "rule": "self == '' || isIP(self)",
-        "message": "spec.internalAddress must be a valid IP address"
+        "rule": crate::patterns::HOST_ADDRESS_OR_EMPTY_RULE,
+        "message": "spec.internalAddress must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number"
     }]))]
     pub internal_address: Option<String>,
     /// Roles of the host.

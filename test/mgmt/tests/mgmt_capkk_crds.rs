@@ -483,7 +483,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             kind: "KKInstance",
-            message: "spec.internalAddress must be a valid IP address".into(),
+            message: "spec.internalAddress must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number".into(),
             when: When::Create,
             bad: |s| s["internalAddress"] = json!("0177.0.0.1"),
         },
