@@ -597,8 +597,19 @@ mod tests {
         )
         .await
         .unwrap();
+        // One client connects and sends nothing: another is answered meanwhile, not after the handshake limit
+        // (the discovery request's own limit is 5 s). Before ce85f2d the handshake ran in accept(), serially.
         let _silent = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let _no_headers = tls_connect(addr).await.unwrap();
+        let status = discovery(addr).await;
+        assert!(
+            status.as_deref().is_ok_and(|s| s.starts_with("HTTP/1.1 200")),
+            "another client's request while one sends nothing: {status:?}"
+        );
+        // One client completes its handshake and sends no headers: nor is a new handshake held up meanwhile.
+        let _no_headers = tokio::time::timeout(Duration::from_secs(5), tls_connect(addr))
+            .await
+            .expect("a handshake while another client sends nothing")
+            .unwrap();
         for _ in 0..3 {
             let status = discovery(addr).await;
             assert!(

@@ -165,8 +165,18 @@ mod tests {
         .await
         .unwrap();
         // The manager's diagnostics endpoint with its default limits (10 s for a handshake and for headers).
+        // One client connects and sends nothing: another is answered meanwhile, not after the handshake limit.
         let _silent = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let _no_headers = tls_connect(addr).await.unwrap();
+        let status = request(addr, "GET", "/metrics", "", Duration::from_secs(5)).await;
+        assert!(
+            status.as_deref().is_ok_and(|s| s.starts_with("HTTP/1.1 401")),
+            "another client's request while one sends nothing: {status:?}"
+        );
+        // One client completes its handshake and sends no headers: nor is a new handshake held up meanwhile.
+        let _no_headers = tokio::time::timeout(Duration::from_secs(5), tls_connect(addr))
+            .await
+            .expect("a handshake while another client sends nothing")
+            .unwrap();
         for _ in 0..3 {
             let status = request(addr, "GET", "/metrics", "", Duration::from_secs(5)).await;
             assert!(
