@@ -429,8 +429,8 @@ impl ManagerSpec {
             "--max-concurrent-hosts=10",
             "--log-format=json",
             "--health-probe-bind-address=:8081",
-            "--diagnostics-address=:8080",
-            "--insecure-diagnostics=true",
+            "--diagnostics-address=:8443",
+            "--insecure-diagnostics=false",
             // The Operator's, from spec.manager.
             "--kkmachine.infrastructure.cluster.x-k8s.io-concurrency=3",
             "--max-concurrent-reconciles=4",
