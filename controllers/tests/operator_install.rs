@@ -427,6 +427,7 @@ impl ManagerSpec {
             // config/manager's own, with clusterctl's variable defaults.
             "--leader-elect",
             "--max-concurrent-hosts=10",
+            "--prepare-before-bootstrap-data=true",
             "--log-format=json",
             "--health-probe-bind-address=:8081",
             "--diagnostics-address=:8443",
