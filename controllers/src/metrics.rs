@@ -7,6 +7,10 @@
 //! and alerts written for CAPI's providers work unchanged. `controller` is the lower-case kind (`kkcluster`,
 //! `kkmachine`, `kkinstance`). `workqueue_*` is not exposed: kube-runtime's scheduler does not make its
 //! queue observable.
+//!
+//! The host pool series (`capkk_hosts{namespace,kkcluster,state}`) name every tenant's namespace and KKCluster:
+//! they are encoded only for an endpoint that authenticates its readers ([`Exposure::Authenticated`]), never for
+//! plain `/metrics`.
 
 use std::{sync::Arc, time::Duration};
 
@@ -87,9 +91,22 @@ pub(crate) struct HostLabels {
     pub state: String,
 }
 
+/// Who reads an encoding of the metrics ([`Metrics::encode`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Exposure {
+    /// A reader the endpoint authenticated and authorized (the diagnostics endpoint): every series.
+    Authenticated,
+    /// Anyone who reaches the port (plain HTTP, no authentication): no series that names a tenant's namespace
+    /// or objects.
+    Anonymous,
+}
+
 /// The manager's metrics.
 pub(crate) struct Metrics {
     registry: Registry,
+    /// The series that name tenants' namespaces and objects (the host pools), for [`Exposure::Authenticated`]
+    /// only.
+    tenant_registry: Registry,
     reconciles: Family<KindLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
     durations: Family<KindLabels, Histogram, fn() -> Histogram>,
@@ -180,6 +197,7 @@ impl Metrics {
         let ssh_latency = Histogram::new(exponential_buckets(0.001, 2.0, 18));
         let hosts = Family::<HostLabels, Gauge>::default();
         let tasks_running = Gauge::default();
+        let mut tenant_root = Registry::default();
         registry.register("reconcile", "Reconciles per kind", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -196,7 +214,7 @@ impl Metrics {
             "Latency of SSH command executions",
             ssh_latency.clone(),
         );
-        registry.register(
+        tenant_root.sub_registry_with_prefix("capkk").register(
             "hosts",
             "Hosts per KKCluster and state (free, claimed, quarantined)",
             hosts.clone(),
@@ -208,6 +226,7 @@ impl Metrics {
         );
         Self {
             registry: root,
+            tenant_registry: tenant_root,
             reconciles,
             errors,
             durations,
@@ -308,13 +327,18 @@ impl Metrics {
         self.tasks_running.set(n);
     }
 
-    /// OpenMetrics text.
-    pub(crate) fn encode(&self) -> String {
+    /// OpenMetrics text for a reader of `exposure`: without the tenant-naming series for an anonymous one.
+    pub(crate) fn encode(&self, exposure: Exposure) -> String {
+        use prometheus_client::encoding::text::{encode_eof, encode_registry};
         // Not while another scrape replaces the pool series (it would see them half written).
         let _scrape = self.scrape.lock();
         let mut out = String::new();
         // Encoding into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        let _ = encode_registry(&mut out, &self.registry);
+        if exposure == Exposure::Authenticated {
+            let _ = encode_registry(&mut out, &self.tenant_registry);
+        }
+        let _ = encode_eof(&mut out);
         out
     }
 }
@@ -377,7 +401,7 @@ mod tests {
         let worker = m.worker("KKMachine");
         m.ssh_command(Duration::from_millis(12));
         m.set_pools(&[("ns".into(), "c".into(), 3, 2, 1)]);
-        let text = m.encode();
+        let text = m.encode(Exposure::Authenticated);
         for needle in [
             "capkk_reconcile_total{kind=\"KKMachine\"} 2",
             "capkk_reconcile_errors_total{kind=\"KKMachine\",error=\"kube\"} 1",
@@ -396,9 +420,36 @@ mod tests {
         }
         drop(worker);
         assert!(
-            m.encode()
+            m.encode(Exposure::Authenticated)
                 .contains("controller_runtime_active_workers{controller=\"kkmachine\"} 0"),
             "a finished reconcile frees its worker"
         );
+    }
+
+    #[test]
+    fn plain_metrics_leave_out_the_pool_series_that_name_tenants_and_keep_the_rest() {
+        let m = Metrics::new();
+        m.reconciled("KKMachine", Duration::from_millis(3), Outcome::Success);
+        m.set_pools(&[("tenant-a".into(), "secret-project".into(), 3, 2, 1)]);
+        let full = m.encode(Exposure::Authenticated);
+        assert!(
+            full.contains(
+                "capkk_hosts{namespace=\"tenant-a\",kkcluster=\"secret-project\",state=\"free\"} 3"
+            ),
+            "{full}"
+        );
+        let plain = m.encode(Exposure::Anonymous);
+        for leak in ["capkk_hosts", "tenant-a", "secret-project"] {
+            assert!(!plain.contains(leak), "{leak} in plain /metrics:\n{plain}");
+        }
+        assert!(
+            plain.contains("capkk_reconcile_total{kind=\"KKMachine\"} 1")
+                && plain.contains("controller_runtime_reconcile_total{"),
+            "the other series stay: {plain}"
+        );
+        for text in [&full, &plain] {
+            assert_eq!(text.matches("# EOF").count(), 1, "one OpenMetrics page: {text}");
+            assert!(text.ends_with("# EOF\n"), "{text}");
+        }
     }
 }

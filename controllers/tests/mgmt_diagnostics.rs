@@ -2,7 +2,8 @@
 //! /metrics over HTTPS and lets through only a bearer token the API server authenticates (TokenReview) and
 //! allows `get` on /metrics (SubjectAccessReview, config/rbac/metrics_reader_role.yaml): no token 401, a
 //! ServiceAccount without the reader role 403, with it 200. `--insecure-diagnostics` serves it as plain HTTP
-//! without authentication. The manager runs with config/rbac's manager role plus its metrics auth role.
+//! without authentication, and then without the host pool series, which name the tenant's namespace and
+//! KKCluster. The manager runs with config/rbac's manager role plus its metrics auth role.
 
 mod common;
 
@@ -88,6 +89,15 @@ async fn the_diagnostics_endpoint_serves_metrics_only_to_a_token_allowed_to_get_
         }),
     )
     .await?;
+    // A tenant's KKCluster (no owner Cluster yet: nothing is probed), counted in the pool series.
+    env.apply(kkcluster(
+        &env.ns,
+        "tenant-pool",
+        &[("h1".into(), "198.18.0.1".into(), 22)],
+        json!({}),
+    ))
+    .await?;
+    let tenant_series = format!("capkk_hosts{{namespace=\"{}\",kkcluster=\"tenant-pool\"", env.ns);
     let result = async {
         let port = free_port()?;
         let mut mgr = env.manager(
@@ -101,11 +111,11 @@ async fn the_diagnostics_endpoint_serves_metrics_only_to_a_token_allowed_to_get_
         // RBAC bindings reach the API server's authorizer shortly after they are created: wait for the first
         // allowed scrape, then every other answer is settled.
         let body = eventually(
-            "the scraper's token reads /metrics",
+            "the scraper's token reads /metrics, with the tenant's pool",
             Duration::from_secs(30),
             || async {
                 Ok(match get(&url, Some(&reader_token)).await {
-                    Ok((200, body)) => Some(body),
+                    Ok((200, body)) if body.contains(&tenant_series) => Some(body),
                     _ => None,
                 })
             },
@@ -163,16 +173,20 @@ async fn the_diagnostics_endpoint_serves_metrics_only_to_a_token_allowed_to_get_
             ],
         )?;
         let plain = eventually(
-            "plain /metrics with --insecure-diagnostics",
+            "plain /metrics with --insecure-diagnostics, once the controllers count reconciles",
             Duration::from_secs(30),
             || async {
                 Ok(http_get(port, "/metrics")
                     .ok()
-                    .filter(|r| r.starts_with("HTTP/1.1 200")))
+                    .filter(|r| r.starts_with("HTTP/1.1 200") && r.contains("capkk_reconcile_total{")))
             },
         )
         .await?;
         ensure!(plain.contains("# TYPE capkk_"), "{plain}");
+        ensure!(
+            !plain.contains("capkk_hosts") && !plain.contains(env.ns.as_str()),
+            "plain /metrics names no tenant (no pool series): {plain}"
+        );
         Ok(())
     }
     .await;
@@ -282,4 +296,99 @@ async fn the_diagnostics_endpoint_reviews_a_repeated_bad_token_once_no_token_nev
         "a bearer token is in the manager's log"
     );
     Ok(())
+}
+
+/// `value` with clusterctl's `${VAR:=default}` variables set to their defaults (what `clusterctl init` installs
+/// when the user sets none); a variable without a default is left as it is.
+fn with_clusterctl_defaults(value: &str) -> String {
+    let mut out = String::new();
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let var = &rest[start..];
+        match (var.find('}'), var.find(":=")) {
+            (Some(end), Some(eq)) if eq < end => {
+                out.push_str(&var[eq + 2..end]);
+                rest = &var[end + 1..];
+            }
+            _ => {
+                out.push_str("${");
+                rest = &var[2..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_manifests_serve_metrics_over_authenticated_https_on_8443_by_default()
+-> anyhow::Result<()> {
+    let mut checked = 0;
+    for variant in ["default", "namespaced", "inplace"] {
+        let docs = render_config(variant).await?;
+        for d in docs.iter().filter(|d| d["kind"] == "Deployment") {
+            let container = &d["spec"]["template"]["spec"]["containers"][0];
+            let args: Vec<String> = container["args"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|a| a.as_str().map(with_clusterctl_defaults))
+                .collect();
+            let what = format!("config/{variant}'s {}", name(d));
+            // The manager keeps the last of a repeated flag.
+            let last = |flag: &str| {
+                args.iter()
+                    .rev()
+                    .find_map(|a| a.strip_prefix(&format!("{flag}=")).map(str::to_owned))
+            };
+            ensure!(
+                last("--diagnostics-address").as_deref() == Some(":8443"),
+                "{what} serves the diagnostics endpoint on :8443: {args:?}"
+            );
+            ensure!(
+                !matches!(last("--insecure-diagnostics").as_deref(), Some("true" | "")),
+                "{what} serves /metrics as plain HTTP (--insecure-diagnostics): {args:?}"
+            );
+            ensure!(
+                !args.iter().any(|a| a == "--insecure-diagnostics"),
+                "{what} serves /metrics as plain HTTP (--insecure-diagnostics): {args:?}"
+            );
+            ensure!(
+                !args.iter().any(|a| a.starts_with("--metrics-bind-addr")),
+                "{what} serves plain /metrics (--metrics-bind-address wins over diagnostics): {args:?}"
+            );
+            let ports: Vec<(String, i64)> = container["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| {
+                    (
+                        p["name"].as_str().unwrap_or_default().to_owned(),
+                        p["containerPort"].as_i64().unwrap_or_default(),
+                    )
+                })
+                .collect();
+            ensure!(
+                ports.contains(&("metrics".to_owned(), 8443)) && !ports.iter().any(|(_, p)| *p == 8080),
+                "{what} exposes the diagnostics port 8443 as `metrics` and no 8080: {ports:?}"
+            );
+            checked += 1;
+        }
+    }
+    ensure!(checked == 3, "one Deployment per variant, checked {checked}");
+    Ok(())
+}
+
+#[test]
+fn clusterctl_defaults_replace_each_variable_with_its_default() {
+    assert_eq!(
+        with_clusterctl_defaults("--diagnostics-address=${CAPKK_DIAGNOSTICS_ADDRESS:=:8443}"),
+        "--diagnostics-address=:8443"
+    );
+    assert_eq!(
+        with_clusterctl_defaults("--namespace=${CAPKK_WATCH_NAMESPACE}"),
+        "--namespace=${CAPKK_WATCH_NAMESPACE}"
+    );
+    assert_eq!(with_clusterctl_defaults("a${X:=1}b${Y:=}c"), "a1bc");
 }

@@ -33,13 +33,15 @@ async fn delete_resets_and_frees_unreachable_is_quarantined() -> anyhow::Result<
     }
     let ns = env.ns.clone();
 
+    // The pool series name tenants: only the authenticated diagnostics endpoint serves them.
+    let scraper = env.metrics_reader_token().await?;
     let (mport, hport) = (free_port()?, free_port()?);
     let mut mgr = env.manager(
         "manager",
         &[
             "--ssh-connect-timeout=3s",
             "--quarantine-after=15s",
-            &format!("--metrics-bind-address=127.0.0.1:{mport}"),
+            &format!("--diagnostics-address=127.0.0.1:{mport}"),
             &format!("--health-probe-bind-address=127.0.0.1:{hport}"),
         ],
     )?;
@@ -85,7 +87,7 @@ async fn delete_resets_and_frees_unreachable_is_quarantined() -> anyhow::Result<
     // Readiness and metrics.
     ensure!(http_get(hport, "/readyz")?.contains("200 OK"), "readyz");
     ensure!(http_get(hport, "/healthz")?.contains("200 OK"), "healthz");
-    let metrics = http_get(mport, "/metrics")?;
+    let metrics = scrape_diagnostics(mport, &scraper).await?;
     for needle in [
         "capkk_reconcile_total{kind=\"KKInstance\"}",
         "capkk_reconcile_duration_seconds_bucket",
@@ -174,7 +176,7 @@ async fn delete_resets_and_frees_unreachable_is_quarantined() -> anyhow::Result<
         "pool metrics count the quarantined host",
         Duration::from_secs(60),
         || async {
-            let m = http_get(mport, "/metrics")?;
+            let m = scrape_diagnostics(mport, &scraper).await?;
             Ok(m.contains(&format!(
                 "capkk_hosts{{namespace=\"{ns}\",kkcluster=\"d\",state=\"quarantined\"}} 1"
             ))

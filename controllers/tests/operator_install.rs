@@ -427,10 +427,11 @@ impl ManagerSpec {
             // config/manager's own, with clusterctl's variable defaults.
             "--leader-elect",
             "--max-concurrent-hosts=10",
+            "--prepare-before-bootstrap-data=true",
             "--log-format=json",
             "--health-probe-bind-address=:8081",
-            "--diagnostics-address=:8080",
-            "--insecure-diagnostics=true",
+            "--diagnostics-address=:8443",
+            "--insecure-diagnostics=false",
             // The Operator's, from spec.manager.
             "--kkmachine.infrastructure.cluster.x-k8s.io-concurrency=3",
             "--max-concurrent-reconciles=4",

@@ -90,6 +90,10 @@ check "/readyz answers ok (the API server answered through the mounted kubeconfi
   wait_for 60 bash -c "[ \"\$(curl -fsS --max-time 5 http://127.0.0.1:$health_port/readyz)\" = ok ]"
 check "takes the leader Lease $NS/capkk-manager-leader as $NAME" wait_for 90 bash -c \
   "[ \"\$('$bin_dir/kubectl' --kubeconfig '$kubeconfig' -n $NS get lease capkk-manager-leader -o jsonpath='{.spec.holderIdentity}')\" = '$NAME' ]"
+# Plain /metrics (an explicit --metrics-bind-address, without the tenant-naming pool series): enough to show the
+# image's binary serves it. The shipped manifests' default, HTTPS with TokenReview and SubjectAccessReview on
+# :8443, is checked on the real API server by controllers/tests/mgmt_diagnostics.rs and in a Pod by
+# test/vm/real.sh (pod_metrics).
 get "$metrics_port" /metrics >"$work/metrics" 2>&1 || true
 check "/metrics serves OpenMetrics with the capkk families" \
   bash -c "grep -q '^# TYPE capkk_' '$work/metrics' && tail -1 '$work/metrics' | grep -qx '# EOF'"

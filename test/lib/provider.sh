@@ -39,7 +39,28 @@ PY
       bash -c "[ \"\$(kubectl get ns '$NS' -o jsonpath='{.status.phase}' 2>/dev/null)\" != Terminating ]"
   fi
   kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  manager_lease_grant
   manager_kubeconfig
+}
+
+# manager_lease_grant: the shipped leader-election Role lets the ServiceAccount write the Lease
+# capkk-manager-leader only (by resourceNames; docs/scaling.md). The local manager elects on a Lease of this run
+# (capkk-$NAME, apart from the Deployment's), so a Role of its own grants that name, as an operator grants a
+# shard's Lease.
+manager_lease_grant() {
+  kubectl apply -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: capkk-$NAME-leader-election, namespace: $MANAGER_SA_NS}
+rules:
+  - {apiGroups: [coordination.k8s.io], resources: [leases], resourceNames: [capkk-$NAME], verbs: [get, update]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: capkk-$NAME-leader-election, namespace: $MANAGER_SA_NS}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: capkk-$NAME-leader-election}
+subjects: [{kind: ServiceAccount, name: $MANAGER_SA, namespace: $MANAGER_SA_NS}]
+EOF
 }
 
 manager_kubeconfig() { # a kubeconfig for the ServiceAccount the Deployment would run as (config/rbac's permissions)

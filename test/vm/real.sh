@@ -738,15 +738,50 @@ kkmachines_provisioned() { # kkmachines_provisioned COUNT: COUNT KKMachines in N
 }
 cluster_absent() { ! kubectl get cluster -n "$NS" "$CLUSTER" >/dev/null 2>&1 && kubectl get ns >/dev/null; }
 leader_pod_log() { local pod; pod=$(lease_field holderIdentity); [ -n "$pod" ] && wl logs -n "$MANAGER_POD_NS" "$pod"; }
-# pod_reconciled CONTROLLER: the leader Pod's metrics count reconciles of CONTROLLER that did not fail (through the
-# apiserver's Pod proxy). Its log is no evidence: a reconcile that finds nothing to do logs nothing at info. The
-# metrics go to a file first: `kubectl | grep -q` under pipefail fails when grep exits before kubectl has written
-# everything (SIGPIPE), and the metrics page is larger than a pipe's buffer.
+# The Pod serves /metrics as the shipped Deployment does: HTTPS on :8443, to a bearer token allowed `get` on
+# /metrics (TokenReview + SubjectAccessReview). The test reads it as a scraper would: a ServiceAccount bound to the
+# provider's metrics-reader ClusterRole, its token from `kubectl create token`. The API server's Pod proxy forwards
+# no bearer token, so the page is read through `kubectl port-forward`.
+METRICS_SA=capkk-metrics-test
+metrics_reader_token() { # a token of $METRICS_SA (created and bound on first use), cached in $WORK
+  local f=$WORK/metrics-reader.token
+  if [ ! -s "$f" ]; then
+    wl create serviceaccount -n "$MANAGER_POD_NS" "$METRICS_SA" --dry-run=client -o yaml | wl apply -f - >/dev/null || return 1
+    wl create clusterrolebinding "$METRICS_SA" --clusterrole=capkk-metrics-reader \
+      --serviceaccount="$MANAGER_POD_NS:$METRICS_SA" --dry-run=client -o yaml | wl apply -f - >/dev/null || return 1
+    (umask 077 && wl create token -n "$MANAGER_POD_NS" "$METRICS_SA" --duration=6h >"$f.new") && mv "$f.new" "$f" || return 1
+  fi
+  cat "$f"
+}
+# pod_metrics POD: its /metrics page into $WORK/pod-metrics.txt (or the error); the port-forward is stopped after.
+pod_metrics() {
+  local token port pf rc=1
+  token=$(metrics_reader_token) || return 1
+  port=$(free_port_pair) || return 1
+  wl port-forward -n "$MANAGER_POD_NS" "pod/$1" "$port:8443" >"$WORK/port-forward.log" 2>&1 &
+  pf=$!
+  for _ in $(seq 50); do grep -q '^Forwarding from' "$WORK/port-forward.log" && break; sleep 0.2; done
+  # -k: the manager's certificate is self-signed, as with CAPI's diagnostics endpoint. The token goes in a
+  # header file (not the command line, which `ps` shows).
+  if curl -sSk --max-time 30 -H @- -o "$WORK/pod-metrics.txt" -w '%{http_code}' "https://127.0.0.1:$port/metrics" \
+    <<<"Authorization: Bearer $token" >"$WORK/pod-metrics.status" 2>>"$WORK/port-forward.log" &&
+    [ "$(cat "$WORK/pod-metrics.status")" = 200 ]; then
+    rc=0
+  else
+    { echo "HTTP $(cat "$WORK/pod-metrics.status" 2>/dev/null)"; cat "$WORK/port-forward.log"; } >>"$WORK/pod-metrics.txt"
+  fi
+  kill "$pf" 2>/dev/null || true
+  wait "$pf" 2>/dev/null || true
+  return "$rc"
+}
+# pod_reconciled CONTROLLER: the leader Pod's metrics count reconciles of CONTROLLER that did not fail. Its log is
+# no evidence: a reconcile that finds nothing to do logs nothing at info. The metrics go to a file first: a pipe
+# into `grep -q` under pipefail fails when grep exits before the writer has written everything (SIGPIPE).
 pod_reconciled() {
   local pod
   pod=$(lease_field holderIdentity)
   [ -n "$pod" ] || return 1
-  wl get --raw "/api/v1/namespaces/$MANAGER_POD_NS/pods/$pod:8080/proxy/metrics" >"$WORK/pod-metrics.txt" 2>&1 || return 1
+  pod_metrics "$pod" || return 1
   grep -qE "^controller_runtime_reconcile_total\{controller=\"$1\",result=\"(success|requeue|requeue_after)\"\} [1-9]" "$WORK/pod-metrics.txt"
 }
 pod_reconcile_counts() { # what the last pod_reconciled read: the reconcile counters (or the error)

@@ -81,9 +81,10 @@ mod tests {
         let m = crate::metrics::Metrics::new();
         record_pools(&m, &stores);
         let gauge = |m: &crate::metrics::Metrics, state: &str, v: i64| {
-            m.encode().contains(&format!(
-                "capkk_hosts{{namespace=\"ns\",kkcluster=\"c\",state=\"{state}\"}} {v}\n"
-            ))
+            m.encode(crate::metrics::Exposure::Authenticated)
+                .contains(&format!(
+                    "capkk_hosts{{namespace=\"ns\",kkcluster=\"c\",state=\"{state}\"}} {v}\n"
+                ))
         };
         assert!(gauge(&m, "free", 2) && gauge(&m, "claimed", 1) && gauge(&m, "quarantined", 0));
         // A host quarantined (its KKInstance changed, the KKCluster did not): the next scrape counts it.
@@ -94,6 +95,11 @@ mod tests {
         let gone = stores.clusters.state()[0].as_ref().clone();
         cw.apply_watcher_event(&Event::Delete(gone));
         record_pools(&m, &stores);
-        assert!(!m.encode().contains("kkcluster=\"c\""), "{}", m.encode());
+        assert!(
+            !m.encode(crate::metrics::Exposure::Authenticated)
+                .contains("kkcluster=\"c\""),
+            "{}",
+            m.encode(crate::metrics::Exposure::Authenticated)
+        );
     }
 }

@@ -739,6 +739,55 @@ mod tests {
         );
     }
 
+    /// The container args of a shipped manifest (`- --flag` lines), clusterctl's `${VAR:=default}` set to
+    /// their defaults.
+    fn shipped_args(manifest: &str) -> Vec<String> {
+        manifest
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("- --"))
+            .map(|a| {
+                let mut out = format!("--{a}");
+                while let Some(start) = out.find("${") {
+                    let end = out[start..]
+                        .find('}')
+                        .map(|e| start + e)
+                        .expect("a closed ${...}");
+                    let default = out[start..end].split_once(":=").map_or("", |(_, d)| d).to_owned();
+                    out.replace_range(start..=end, &default);
+                }
+                out
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_shipped_manifests_args_serve_metrics_over_authenticated_https_on_8443() {
+        for (what, manifest) in [
+            (
+                "config/default (clusterctl's defaults)",
+                include_str!("../../../config/default/manager_args_patch.yaml"),
+            ),
+            (
+                "config/manager",
+                include_str!("../../../config/manager/manager.yaml"),
+            ),
+        ] {
+            let args = shipped_args(manifest);
+            assert!(
+                args.iter().any(|a| a.starts_with("--diagnostics-address=")),
+                "{what}: {args:?}"
+            );
+            let parsed =
+                Args::try_parse_from(std::iter::once("manager".to_owned()).chain(args.iter().cloned()))
+                    .unwrap_or_else(|e| panic!("{what}: {args:?}: {e}"));
+            assert_eq!(
+                parsed.metrics_endpoint().unwrap(),
+                MetricsEndpoint::Secure("0.0.0.0:8443".parse().unwrap()),
+                "{what} serves /metrics over HTTPS with TokenReview and SubjectAccessReview: {args:?}"
+            );
+        }
+    }
+
     #[test]
     fn metrics_are_served_plain_only_when_asked_and_an_explicit_metrics_bind_address_wins() {
         let endpoint = |args: &[&str]| {
@@ -774,7 +823,7 @@ mod tests {
         assert_eq!(
             endpoint(&["--diagnostics-address=:8080", "--insecure-diagnostics=true"]).unwrap(),
             plain("0.0.0.0:8080"),
-            "config/default with its clusterctl variables' defaults: plain :8080 as before"
+            "config/default with CAPKK_DIAGNOSTICS_ADDRESS=:8080 CAPKK_INSECURE_DIAGNOSTICS=true: the opt-out"
         );
         assert_eq!(
             endpoint(&[

@@ -1,5 +1,7 @@
 //! The manager's HTTP endpoints: `/metrics` (plain, or behind the diagnostics endpoint's TLS and
 //! authentication, [`super::diagnostics`]), `/healthz` and `/readyz` (plain: the kubelet probes them).
+//! Plain `/metrics` leaves out the host pool series, which name tenants' namespaces and KKClusters
+//! ([`Exposure`]).
 
 use std::{
     net::SocketAddr,
@@ -15,7 +17,10 @@ use tokio::sync::watch;
 use tracing::{error, info};
 
 use super::{args::MetricsEndpoint, diagnostics};
-use crate::{context::Stores, metrics::Metrics};
+use crate::{
+    context::Stores,
+    metrics::{Exposure, Metrics},
+};
 
 /// What the endpoints read.
 #[derive(Clone)]
@@ -38,22 +43,30 @@ pub(super) async fn serve_endpoints(
     health: Option<SocketAddr>,
     shutdown: &watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    let metrics_router = || {
+    let metrics_router = |exposure: Exposure| {
         Router::new()
-            .route("/metrics", get(metrics_handler))
+            .route(
+                "/metrics",
+                get(move |s: State<Http>| metrics_handler(s, exposure)),
+            )
             .with_state(state.clone())
     };
     match metrics {
         MetricsEndpoint::Off => info!("/metrics is not served"),
         MetricsEndpoint::Plain(addr) => {
-            serve(addr, metrics_router(), None, shutdown.clone(), "metrics").await?;
+            info!(
+                "plain /metrics leaves out the host pool series (capkk_hosts): they name tenants' namespaces"
+            );
+            let r = metrics_router(Exposure::Anonymous);
+            serve(addr, r, None, shutdown.clone(), "metrics").await?;
         }
         MetricsEndpoint::Secure(addr) => {
             // Only routed paths are reviewed: any other path is a 404 without an API request.
-            let r = metrics_router().route_layer(axum::middleware::from_fn_with_state(
-                diagnostics::Reviewer::new(client.clone()),
-                diagnostics::authorize,
-            ));
+            let r =
+                metrics_router(Exposure::Authenticated).route_layer(axum::middleware::from_fn_with_state(
+                    diagnostics::Reviewer::new(client.clone()),
+                    diagnostics::authorize,
+                ));
             let tls = diagnostics::self_signed_config(addr, tls)?;
             serve(addr, r, Some(tls), shutdown.clone(), "diagnostics").await?;
         }
@@ -80,8 +93,11 @@ async fn readyz(State(h): State<Http>) -> impl IntoResponse {
     }
 }
 
-async fn metrics_handler(State(h): State<Http>) -> impl IntoResponse {
-    if let Some(stores) = h.stores.get() {
+/// `/metrics` for a reader of `exposure`; the pool series are computed only for a reader who gets them.
+async fn metrics_handler(State(h): State<Http>, exposure: Exposure) -> impl IntoResponse {
+    if exposure == Exposure::Authenticated
+        && let Some(stores) = h.stores.get()
+    {
         crate::kkcluster::pool::record_pools(&h.metrics, stores);
     }
     (
@@ -89,7 +105,7 @@ async fn metrics_handler(State(h): State<Http>) -> impl IntoResponse {
             axum::http::header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        h.metrics.encode(),
+        h.metrics.encode(exposure),
     )
 }
 

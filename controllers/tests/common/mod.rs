@@ -690,6 +690,19 @@ impl TestEnv {
         &self.kubeconfig
     }
 
+    /// The test managers' ServiceAccount: (namespace, name).
+    pub fn service_account(&self) -> (&str, &str) {
+        (SA_NAMESPACE, &self.sa_name)
+    }
+
+    /// A client authenticated as the test managers' ServiceAccount (its token, exactly its permissions).
+    pub async fn manager_client(&self) -> anyhow::Result<Client> {
+        let kc = Kubeconfig::read_from(&self.kubeconfig)?;
+        Ok(Client::try_from(
+            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?,
+        )?)
+    }
+
     /// Also grant the test's managers config/rbac/metrics_auth_role.yaml (TokenReviews and
     /// SubjectAccessReviews, what the diagnostics endpoint needs), bound cluster-wide as config/default binds it.
     pub async fn grant_metrics_auth(&self) -> anyhow::Result<()> {
@@ -710,6 +723,48 @@ impl TestEnv {
         )
         .await?;
         Ok(())
+    }
+
+    /// A token of a scraper allowed to read the diagnostics endpoint: the ServiceAccount `<sa>-scraper` bound
+    /// to config/rbac/metrics_reader_role.yaml (renamed), as an operator binds Prometheus. Also grants the
+    /// managers the reviews the endpoint makes ([`TestEnv::grant_metrics_auth`]). Cleaned up with the
+    /// test's ServiceAccount.
+    pub async fn metrics_reader_token(&self) -> anyhow::Result<String> {
+        self.grant_metrics_auth().await?;
+        let path = capkk_mgmt::repo_root().join("config/rbac/metrics_reader_role.yaml");
+        let mut reader = capkk_mgmt::read_yaml_docs(&path)?.remove(0);
+        let role_name = "capkk-test-metrics-reader";
+        reader["metadata"]["name"] = json!(role_name);
+        apply(&self.client, "", reader).await?;
+        let scraper = format!("{}-scraper", self.sa_name);
+        let sas: Api<ServiceAccount> = Api::namespaced(self.client.clone(), SA_NAMESPACE);
+        let sa: ServiceAccount =
+            serde_json::from_value(json!({"metadata": {"name": scraper, "namespace": SA_NAMESPACE}}))?;
+        sas.create(&PostParams::default(), &sa).await?;
+        apply(
+            &self.client,
+            "",
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": scraper},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+                "subjects": [{"kind": "ServiceAccount", "name": scraper, "namespace": SA_NAMESPACE}]
+            }),
+        )
+        .await?;
+        let tr = TokenRequest {
+            spec: TokenRequestSpec {
+                expiration_seconds: Some(3600 * 4),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Ok(sas
+            .create_token_request(&scraper, &PostParams::default(), &tr)
+            .await?
+            .status
+            .context("TokenRequest returned no status")?
+            .token)
     }
 
     /// Start a manager scoped to the namespace (`--namespace`, an artifact cache in the test directory,
@@ -966,6 +1021,38 @@ pub async fn cleanup_service_account(client: &Client, sa_name: &str) {
     let _ = Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(client.clone())
         .delete(&format!("{sa_name}-metrics-auth"), &Default::default())
         .await;
+    let scraper = format!("{sa_name}-scraper");
+    let _ = Api::<ServiceAccount>::namespaced(client.clone(), SA_NAMESPACE)
+        .delete(&scraper, &Default::default())
+        .await;
+    let _ = Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(client.clone())
+        .delete(&scraper, &Default::default())
+        .await;
+}
+
+/// `/metrics` of a manager's diagnostics endpoint on 127.0.0.1:`port` read with `token`, once it answers 200
+/// (RBAC bindings reach the API server's authorizer shortly after they are created). The certificate is the
+/// manager's self-signed one and is not verified, as a scraper of CAPI's diagnostics endpoint does.
+pub async fn scrape_diagnostics(port: u16, token: &str) -> anyhow::Result<String> {
+    let http = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .timeout(Duration::from_secs(10))
+        .build()?;
+    let url = format!("https://127.0.0.1:{port}/metrics");
+    eventually(
+        &format!("{url} answers 200 to the scraper's token"),
+        Duration::from_secs(30),
+        || async {
+            let Ok(resp) = http.get(&url).bearer_auth(token).send().await else {
+                return Ok(None);
+            };
+            Ok(match resp.status().as_u16() {
+                200 => Some(resp.text().await?),
+                _ => None,
+            })
+        },
+    )
+    .await
 }
 
 /// Remove a finished test's objects: our finalizers are stripped (no manager runs any more) and the
@@ -987,6 +1074,28 @@ pub async fn cleanup_namespace(client: &Client, ns: &str) {
     let _ = Api::<Namespace>::all(client.clone())
         .delete(ns, &Default::default())
         .await;
+}
+
+/// `kubectl kustomize config/<variant>` with the pinned kubectl (as `make release-manifests` renders
+/// config/default), clusterctl's `${VAR}`s left as they are.
+pub async fn render_config(variant: &str) -> anyhow::Result<Vec<Value>> {
+    let kubectl = capkk_mgmt::bin_dir().await?.join("kubectl");
+    let dir = capkk_mgmt::repo_root().join("config").join(variant);
+    let out = Command::new(&kubectl)
+        .arg("kustomize")
+        .arg(&dir)
+        .output()
+        .with_context(|| format!("running {}", kubectl.display()))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "kubectl kustomize {} failed: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(capkk_mgmt::parse_yaml_docs(
+        &String::from_utf8(out.stdout)?,
+        &format!("config/{variant}"),
+    )?)
 }
 
 /// Name of an object.
