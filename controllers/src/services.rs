@@ -364,6 +364,16 @@ pub(crate) fn prepull_config(input: &PhaseInput) -> Result<PrepullConfig, &'stat
     })
 }
 
+/// What the restart tier did, for its event and condition: whether it left a containerd capkk did not install
+/// alone.
+pub(crate) fn restart_message(out: capkk_service::remediation::RestartOutcome) -> &'static str {
+    if out.containerd_restarted {
+        "containerd and the kubelet were restarted and are active"
+    } else {
+        "the kubelet was restarted and is active; containerd was left alone: capkk did not install it"
+    }
+}
+
 fn skip(progress: &dyn Progress, phase: Phase, why: &str) {
     progress.step_finished(&StepRecord {
         phase: phase.name().into(),
@@ -516,8 +526,8 @@ impl HostServices for ServiceLayer {
         match tier {
             RemediationTier::RestartServices => {
                 let opts = RestartOptions::default();
-                restart_services(exec, &opts, progress, &input.redactor).await?;
-                Ok("containerd and the kubelet were restarted and are active".into())
+                let out = restart_services(exec, &opts, progress, &input.redactor).await?;
+                Ok(restart_message(out).into())
             }
             RemediationTier::Reboot => {
                 let opts = RebootOptions {
@@ -612,6 +622,86 @@ impl HostServices for ServiceLayer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A host answering the restart tier's script with `lines` as its output.
+    struct Restarted(&'static str);
+
+    #[async_trait]
+    impl Executor for Restarted {
+        async fn exec(
+            &self,
+            _req: capkk_executor::ExecRequest,
+        ) -> Result<capkk_executor::ExecOutput, capkk_executor::ExecError> {
+            let out = format!(
+                "\n@@capkk begin restart-services\n{}\n@@capkk changed\n\n@@capkk end restart-services 0 5 0\n",
+                self.0
+            );
+            Ok(capkk_executor::ExecOutput {
+                exit_code: Some(0),
+                stdout: out.into_bytes(),
+                ..Default::default()
+            })
+        }
+
+        async fn put(&self, _req: capkk_executor::PutRequest) -> Result<u64, capkk_executor::ExecError> {
+            Ok(0)
+        }
+
+        async fn get(
+            &self,
+            _path: &str,
+            _limit: usize,
+            _privileged: bool,
+        ) -> Result<Vec<u8>, capkk_executor::ExecError> {
+            Ok(Vec::new())
+        }
+
+        fn target(&self) -> String {
+            "198.18.0.11".into()
+        }
+    }
+
+    /// Issue 43 finding 8: the restart tier's event and condition say when it left a containerd capkk did not
+    /// install alone.
+    #[tokio::test]
+    async fn the_restart_tiers_message_says_when_it_left_a_containerd_capkk_did_not_install_alone() {
+        let dir = std::env::temp_dir().join(format!("capkk-services-test-{}", std::process::id()));
+        let services = ServiceLayer::new(&dir).expect("a cache dir");
+        let input = PhaseInput::default();
+        let progress = capkk_service::journal::RecordingProgress::default();
+        let restart = |exec: &'static Restarted| {
+            let (services, input, progress) = (&services, &input, &progress);
+            async move {
+                let host = HostCall {
+                    exec,
+                    input,
+                    progress,
+                };
+                services
+                    .remediate(
+                        RemediationTier::RestartServices,
+                        std::time::Duration::from_secs(60),
+                        host,
+                    )
+                    .await
+                    .expect("the tier ran")
+            }
+        };
+        static FOREIGN: Restarted = Restarted(
+            "left containerd alone: capkk did not install it\nrestarted kubelet\nkubelet is active",
+        );
+        static OURS: Restarted =
+            Restarted("restarted containerd\nrestarted kubelet\ncontainerd and kubelet are active");
+        assert_eq!(
+            restart(&FOREIGN).await,
+            "the kubelet was restarted and is active; containerd was left alone: capkk did not install it"
+        );
+        assert_eq!(
+            restart(&OURS).await,
+            "containerd and the kubelet were restarted and are active"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     const INIT: &str = "#cloud-config\nwrite_files:\n- path: /run/kubeadm/kubeadm.yaml\n  content: |\n    apiVersion: kubeadm.k8s.io/v1beta4\n    kind: ClusterConfiguration\n    imageRepository: 198.18.0.1:5000\n    kubernetesVersion: v1.36.3\n    ---\n    apiVersion: kubeadm.k8s.io/v1beta4\n    kind: InitConfiguration\nruncmd:\n- kubeadm init --config /run/kubeadm/kubeadm.yaml\n";
     const JOIN: &str = "#cloud-config\nwrite_files:\n- path: /run/kubeadm/kubeadm-join-config.yaml\n  content: |\n    apiVersion: kubeadm.k8s.io/v1beta4\n    kind: JoinConfiguration\nruncmd:\n- kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml\n";

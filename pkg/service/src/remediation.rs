@@ -2,11 +2,12 @@
 //!
 //! | tier | what runs | success |
 //! |---|---|---|
-//! | [`restart_services`] | `systemctl restart containerd`, then `kubelet` (one script, one round trip) | both units active within [`RestartOptions::wait`] |
+//! | [`restart_services`] | `systemctl restart containerd` when capkk installed it ([`CONTAINERD_STAMP`]), then `kubelet` (one script, one round trip) | the restarted units active within [`RestartOptions::wait`] |
 //! | [`reboot`] | the boot ID is read, a reboot is scheduled a few seconds ahead, then the host is polled | the host answers with another boot ID within [`RebootOptions::wait`] |
 //!
 //! Every remote call carries a timeout. Whether the Node recovers is for the controller to see (this crate never
-//! talks to Kubernetes).
+//! talks to Kubernetes). A containerd capkk did not install (the distribution's, Docker's) serves more than the
+//! node and is never restarted, as the reset never stops it.
 
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,7 @@ use tracing::{debug, instrument};
 
 use crate::{
     Error, Result,
+    containermanager::CONTAINERD_STAMP,
     facts::script::Script,
     host::{Vars, tpl},
     journal::{Progress, Redactor, StepRecord},
@@ -22,6 +24,17 @@ use crate::{
 
 /// Bound on one short call (reading the boot ID).
 const CALL_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The line the restart tier prints when it leaves containerd alone (no [`CONTAINERD_STAMP`]: capkk did not
+/// install it).
+pub const CONTAINERD_LEFT_ALONE: &str = "left containerd alone: capkk did not install it";
+
+/// What [`restart_services`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RestartOutcome {
+    /// containerd was restarted (capkk installed it); false: it was left alone.
+    pub containerd_restarted: bool,
+}
 
 /// Options of [`restart_services`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,6 +90,7 @@ pub fn restart_script(opts: &RestartOptions) -> Script {
         "restart-services",
         Vars::new()
             .var("WAIT", opts.wait.as_secs().to_string())
+            .var("STAMP", CONTAINERD_STAMP)
             .render(tpl::REMEDIATION_RESTART),
     );
     s
@@ -94,15 +108,16 @@ pub fn reboot_script(opts: &RebootOptions) -> Script {
     s
 }
 
-/// Restart containerd and the kubelet, and wait for both to be active (first tier).
+/// Restart the kubelet, and before it containerd when capkk installed it, and wait for them to be active
+/// (first tier). A containerd capkk did not install is left alone ([`RestartOutcome::containerd_restarted`]).
 #[instrument(skip_all, fields(host = %exec.target()))]
 pub async fn restart_services(
     exec: &dyn Executor,
     opts: &RestartOptions,
     progress: &dyn Progress,
     redactor: &Redactor,
-) -> Result<()> {
-    restart_script(opts)
+) -> Result<RestartOutcome> {
+    let out = restart_script(opts)
         .run(
             exec,
             "remediation",
@@ -111,7 +126,13 @@ pub async fn restart_services(
             opts.wait + Duration::from_secs(60),
         )
         .await?;
-    Ok(())
+    let left_alone = out
+        .records
+        .iter()
+        .any(|r| r.output_tail.lines().any(|l| l.trim() == CONTAINERD_LEFT_ALONE));
+    Ok(RestartOutcome {
+        containerd_restarted: !left_alone,
+    })
 }
 
 /// The host's boot ID.
@@ -324,6 +345,77 @@ mod tests {
         assert!(
             !err.is_transient(),
             "the controller counts it as a failed attempt"
+        );
+    }
+
+    /// Runs the rendered restart tier under `sh` with a stand-in `systemctl` on PATH and capkk's containerd
+    /// stamp at a temporary path, present when `ours`; returns (success, output, the stand-in's calls).
+    fn restart_with_stand_ins(ours: bool) -> (bool, String, Vec<String>) {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let log = dir.path().join("calls");
+        let stamp = dir.path().join("containerd-stamp");
+        if ours {
+            std::fs::write(&stamp, "x").unwrap();
+        }
+        let systemctl = bin.join("systemctl");
+        std::fs::write(
+            &systemctl,
+            format!("#!/bin/sh\necho \"$*\" >> '{}'\nexit 0\n", log.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&systemctl, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let text = restart_script(&RestartOptions {
+            wait: Duration::from_secs(5),
+        })
+        .render()
+        .replace(CONTAINERD_STAMP, &stamp.display().to_string());
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&text)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .output()
+            .unwrap();
+        let calls = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            calls,
+        )
+    }
+
+    /// Issue 43 finding 8: the restart tier restarts the kubelet always, containerd only when capkk installed
+    /// it, and says when it left one alone.
+    #[test]
+    fn the_restart_tier_restarts_a_containerd_capkk_installed_and_leaves_a_foreign_one_alone_saying_so() {
+        let (ok, out, calls) = restart_with_stand_ins(false);
+        assert!(ok, "{out}");
+        assert!(
+            !calls.iter().any(|c| c.contains("containerd")),
+            "a containerd capkk did not install is neither restarted nor waited for: {calls:?}"
+        );
+        assert!(calls.iter().any(|c| c == "restart kubelet"), "{calls:?}");
+        assert!(
+            out.lines().any(|l| l == CONTAINERD_LEFT_ALONE),
+            "the step says so in the line restart_services reads: {out}"
+        );
+        assert!(out.contains("kubelet is active"), "{out}");
+
+        let (ok, out, calls) = restart_with_stand_ins(true);
+        assert!(ok, "{out}");
+        let restarts: Vec<&String> = calls.iter().filter(|c| c.starts_with("restart ")).collect();
+        assert_eq!(restarts, ["restart containerd", "restart kubelet"], "{calls:?}");
+        assert!(!out.contains(CONTAINERD_LEFT_ALONE), "{out}");
+        // The stamp the script asks for is the one the install writes and the reset asks for.
+        assert!(
+            restart_script(&RestartOptions::default())
+                .render()
+                .contains(&format!("STAMP={CONTAINERD_STAMP}\n"))
         );
     }
 
