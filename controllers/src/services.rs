@@ -14,6 +14,7 @@ use capkk_service::{
     images::{ImageSet, PrepullConfig},
     journal::{Progress, Redactor, StepRecord},
     provisioning::Outcome,
+    remediation::HostSlot,
     repository::RepositoryConfig,
 };
 use capkk_ssh::{ExposeSecret, SecretSlice};
@@ -175,13 +176,15 @@ pub(crate) trait HostServices: Send + Sync {
     /// Undo what the phases did (kubeadm reset, remove the sentinel and the files the bootstrap wrote).
     async fn reset(&self, host: HostCall<'_>) -> ServiceResult<()>;
 
-    /// Run one remediation tier on a provisioned host; `wait` bounds a reboot's return. Returns what
-    /// happened, for the tier's condition.
+    /// Run one remediation tier on a provisioned host; `wait` bounds a reboot's return. `slot` is held when
+    /// called; a reboot gives it back while it waits for the host and takes it again for each poll
+    /// ([`capkk_service::remediation::reboot`]). Returns what happened, for the tier's condition.
     async fn remediate(
         &self,
         tier: RemediationTier,
         wait: std::time::Duration,
         host: HostCall<'_>,
+        slot: &dyn HostSlot,
     ) -> ServiceResult<String>;
 
     /// Pull the images kubeadm will need into containerd (see [`capkk_service::images`]); run alongside the
@@ -516,6 +519,7 @@ impl HostServices for ServiceLayer {
         tier: RemediationTier,
         wait: std::time::Duration,
         host: HostCall<'_>,
+        slot: &dyn HostSlot,
     ) -> ServiceResult<String> {
         use capkk_service::remediation::{RebootOptions, RestartOptions, reboot, restart_services};
         let HostCall {
@@ -534,7 +538,7 @@ impl HostServices for ServiceLayer {
                     wait,
                     ..Default::default()
                 };
-                let out = reboot(exec, &opts, progress, &input.redactor).await?;
+                let out = reboot(exec, &opts, progress, &input.redactor, slot).await?;
                 Ok(format!(
                     "the host rebooted and answered with a new boot ID after {} s",
                     out.took.as_secs()
@@ -682,6 +686,7 @@ mod tests {
                         RemediationTier::RestartServices,
                         std::time::Duration::from_secs(60),
                         host,
+                        &capkk_service::remediation::NoSlot,
                     )
                     .await
                     .expect("the tier ran")

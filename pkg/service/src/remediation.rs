@@ -7,9 +7,14 @@
 //!
 //! Every remote call carries a timeout. Whether the Node recovers is for the controller to see (this crate never
 //! talks to Kubernetes). A containerd capkk did not install (the distribution's, Docker's) serves more than the
-//! node and is never restarted, as the reset never stops it.
+//! node and is never restarted, as the reset never stops it. A reboot holds the caller's [`HostSlot`] only
+//! while it runs a command on the host, not while it waits for the host to come back.
 
-use std::time::{Duration, Instant};
+use std::{
+    future::Future,
+    pin::Pin,
+    time::{Duration, Instant},
+};
 
 use capkk_executor::{ExecRequest, Executor};
 use tracing::{debug, instrument};
@@ -28,6 +33,28 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(15);
 /// The line the restart tier prints when it leaves containerd alone (no [`CONTAINERD_STAMP`]: capkk did not
 /// install it).
 pub const CONTAINERD_LEFT_ALONE: &str = "left containerd alone: capkk did not install it";
+
+/// What holds the caller's share of the hosts worked on at once (the controller's slot) while a tier runs
+/// commands on the host. A reboot gives it back once the reboot is scheduled and takes it again for each poll
+/// of the host: the host does no work while it is down, and its wait (up to the remediation's `timeout`) must
+/// not keep other hosts' work waiting.
+pub trait HostSlot: Send + Sync {
+    /// Give the slot back until the next [`HostSlot::take`] (nothing runs on the host meanwhile).
+    fn give_back(&self);
+    /// Take a slot again before the next command on the host; waits while none is free.
+    fn take(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+}
+
+/// A caller that holds no slot.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoSlot;
+
+impl HostSlot for NoSlot {
+    fn give_back(&self) {}
+    fn take(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(std::future::ready(()))
+    }
+}
 
 /// What [`restart_services`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,20 +181,23 @@ pub async fn boot_id(exec: &dyn Executor) -> Result<String> {
 }
 
 /// Reboot the host and wait until it answers with another boot ID (second tier). A host that is not back
-/// within `opts.wait` is [`Error::HostNotBack`].
+/// within `opts.wait` is [`Error::HostNotBack`]. `slot` (held when called) is given back once the reboot is
+/// scheduled and taken again only for each poll; it is given back when this returns.
 #[instrument(skip_all, fields(host = %exec.target()))]
 pub async fn reboot(
     exec: &dyn Executor,
     opts: &RebootOptions,
     progress: &dyn Progress,
     redactor: &Redactor,
+    slot: &dyn HostSlot,
 ) -> Result<RebootOutcome> {
     let before = boot_id(exec).await?;
     reboot_script(opts)
         .run(exec, "remediation", progress, redactor, CALL_TIMEOUT * 2)
         .await?;
     let started = Instant::now();
-    let outcome = wait_for_new_boot(exec, &before, opts, started).await;
+    slot.give_back();
+    let outcome = wait_for_new_boot(exec, &before, opts, started, slot).await;
     progress.step_finished(&StepRecord {
         phase: "remediation".into(),
         name: "wait-for-host".into(),
@@ -184,17 +214,22 @@ pub async fn reboot(
 }
 
 /// Poll the boot ID until it differs from `before`; a failed poll (the host is down, or sshd not up yet) is
-/// what a reboot looks like, so it is retried until the deadline.
+/// what a reboot looks like, so it is retried until the deadline. Each poll holds `slot`, nothing else does;
+/// a poll that waited for a slot past the deadline still runs once, so the host is judged by its answer.
 async fn wait_for_new_boot(
     exec: &dyn Executor,
     before: &str,
     opts: &RebootOptions,
     started: Instant,
+    slot: &dyn HostSlot,
 ) -> Result<RebootOutcome> {
     // The reboot happens `delay` after it was scheduled; polls before that only see the old boot.
     tokio::time::sleep(opts.delay).await;
     loop {
-        let last = match boot_id(exec).await {
+        slot.take().await;
+        let polled = boot_id(exec).await;
+        slot.give_back();
+        let last = match polled {
             Ok(id) if id != before => {
                 return Ok(RebootOutcome {
                     before: before.to_owned(),
@@ -235,15 +270,47 @@ mod tests {
         calls: Mutex<Vec<String>>,
         down: Option<usize>,
         polls: Mutex<usize>,
+        /// The slot of the caller, if the test gives one: each call records whether it was held.
+        slot: Option<Arc<CountingSlot>>,
+        held_at_calls: Mutex<Vec<bool>>,
     }
 
     impl Rebooting {
         fn new(down: Option<usize>) -> Arc<Self> {
+            Self::with_slot(down, None)
+        }
+
+        fn with_slot(down: Option<usize>, slot: Option<Arc<CountingSlot>>) -> Arc<Self> {
             Arc::new(Self {
                 calls: Mutex::new(Vec::new()),
                 down,
                 polls: Mutex::new(0),
+                slot,
+                held_at_calls: Mutex::new(Vec::new()),
             })
+        }
+    }
+
+    /// A slot that counts how often it was given back and taken, and whether it is held now.
+    #[derive(Default)]
+    struct CountingSlot {
+        held: std::sync::atomic::AtomicBool,
+        given_back: std::sync::atomic::AtomicUsize,
+        taken: std::sync::atomic::AtomicUsize,
+    }
+
+    impl HostSlot for CountingSlot {
+        fn give_back(&self) {
+            use std::sync::atomic::Ordering::SeqCst;
+            self.held.store(false, SeqCst);
+            self.given_back.fetch_add(1, SeqCst);
+        }
+
+        fn take(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+            use std::sync::atomic::Ordering::SeqCst;
+            assert!(!self.held.swap(true, SeqCst), "taken while held");
+            self.taken.fetch_add(1, SeqCst);
+            Box::pin(std::future::ready(()))
         }
     }
 
@@ -251,6 +318,10 @@ mod tests {
     impl Executor for Rebooting {
         async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, ExecError> {
             assert!(req.timeout > Duration::ZERO, "every call carries a timeout");
+            if let Some(slot) = &self.slot {
+                let held = slot.held.load(std::sync::atomic::Ordering::SeqCst);
+                self.held_at_calls.lock().unwrap().push(held);
+            }
             self.calls.lock().unwrap().push(req.command.clone());
             let scheduled = self.calls.lock().unwrap().iter().any(|c| c == "sh -s");
             if req.command == "sh -s" {
@@ -308,7 +379,7 @@ mod tests {
     async fn a_reboot_waits_through_refused_connections_until_the_host_answers_with_a_new_boot_id() {
         let host = Rebooting::new(Some(3));
         let progress = RecordingProgress::default();
-        let out = reboot(&*host, &quick(5_000), &progress, &Redactor::default())
+        let out = reboot(&*host, &quick(5_000), &progress, &Redactor::default(), &NoSlot)
             .await
             .expect("the host comes back");
         assert_eq!(
@@ -332,6 +403,7 @@ mod tests {
             &quick(60),
             &RecordingProgress::default(),
             &Redactor::default(),
+            &NoSlot,
         )
         .await
         .expect_err("never back");
@@ -346,6 +418,42 @@ mod tests {
             !err.is_transient(),
             "the controller counts it as a failed attempt"
         );
+    }
+
+    /// Issue 43 finding 5: a reboot's wait for the host (up to the remediation's `timeout`) holds no slot of
+    /// the hosts worked on at once; only its commands do.
+    #[tokio::test]
+    async fn a_reboot_gives_its_slot_back_once_scheduled_and_takes_it_only_for_each_poll() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let slot = Arc::new(CountingSlot::default());
+        slot.held.store(true, SeqCst); // the caller holds it when the tier starts
+        let host = Rebooting::with_slot(Some(3), Some(slot.clone()));
+        reboot(
+            &*host,
+            &quick(5_000),
+            &RecordingProgress::default(),
+            &Redactor::default(),
+            &*slot,
+        )
+        .await
+        .expect("the host comes back");
+        let held = host.held_at_calls.lock().unwrap().clone();
+        assert_eq!(held.len(), 6, "boot ID, schedule, four polls: {held:?}");
+        assert!(
+            held.iter().all(|h| *h),
+            "every command ran holding the slot: {held:?}"
+        );
+        assert_eq!(
+            slot.taken.load(SeqCst),
+            4,
+            "taken again for each of the four polls"
+        );
+        assert_eq!(
+            slot.given_back.load(SeqCst),
+            5,
+            "given back once the reboot was scheduled and after each poll"
+        );
+        assert!(!slot.held.load(SeqCst), "not held once the host is back");
     }
 
     /// Runs the rendered restart tier under `sh` with a stand-in `systemctl` on PATH and capkk's containerd
