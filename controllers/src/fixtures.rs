@@ -435,6 +435,8 @@ pub(crate) struct FakeServices {
     failing_tiers: Mutex<Vec<RemediationTier>>,
     hanging_tiers: Mutex<Vec<RemediationTier>>,
     reboot_takes: Mutex<Duration>,
+    upgrade_hangs: Mutex<bool>,
+    upgrades_running: Arc<Mutex<usize>>,
     prepulls: Mutex<Vec<(Vec<Phase>, Vec<Phase>)>>,
     prepull_takes: Mutex<Duration>,
     prepull_fails: Mutex<bool>,
@@ -503,6 +505,18 @@ impl FakeServices {
         if let Ok(mut t) = self.reboot_takes.lock() {
             *t = d;
         }
+    }
+
+    /// Make every in-place upgrade never end (a host command that hangs).
+    pub(crate) fn hang_upgrades(&self) {
+        if let Ok(mut h) = self.upgrade_hangs.lock() {
+            *h = true;
+        }
+    }
+
+    /// In-place upgrades started and neither finished nor dropped.
+    pub(crate) fn upgrades_running(&self) -> usize {
+        self.upgrades_running.lock().map(|n| *n).unwrap_or_default()
     }
 
     /// For every image pre-pull so far, the phases that had ended when it started, and those that had started
@@ -648,6 +662,10 @@ impl HostServices for FakeServices {
     }
 
     async fn upgrade(&self, host: HostCall<'_>) -> ServiceResult<String> {
+        let _running = Running::start(&self.upgrades_running);
+        if self.upgrade_hangs.lock().is_ok_and(|h| *h) {
+            return futures::future::pending().await;
+        }
         let v = host.input.instance.kubernetes_version.clone().unwrap_or_default();
         Ok(format!("upgraded to {v} (fake)"))
     }
