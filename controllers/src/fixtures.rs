@@ -433,6 +433,10 @@ pub(crate) struct FakeServices {
     hanging: Mutex<Option<Phase>>,
     remediated: Mutex<Vec<RemediationTier>>,
     failing_tiers: Mutex<Vec<RemediationTier>>,
+    hanging_tiers: Mutex<Vec<RemediationTier>>,
+    reboot_takes: Mutex<Duration>,
+    upgrade_hangs: Mutex<bool>,
+    upgrades_running: Arc<Mutex<usize>>,
     prepulls: Mutex<Vec<(Vec<Phase>, Vec<Phase>)>>,
     prepull_takes: Mutex<Duration>,
     prepull_fails: Mutex<bool>,
@@ -486,6 +490,33 @@ impl FakeServices {
         if let Ok(mut f) = self.failing_tiers.lock() {
             f.push(tier);
         }
+    }
+
+    /// Make `tier` never end (a host command that hangs).
+    pub(crate) fn hang_tier(&self, tier: RemediationTier) {
+        if let Ok(mut h) = self.hanging_tiers.lock() {
+            h.push(tier);
+        }
+    }
+
+    /// Make a reboot's host take `d` to come back. As the real tier does, the fake gives its slot back once the
+    /// reboot is scheduled, and takes it again to see the host back.
+    pub(crate) fn reboot_takes(&self, d: Duration) {
+        if let Ok(mut t) = self.reboot_takes.lock() {
+            *t = d;
+        }
+    }
+
+    /// Make every in-place upgrade never end (a host command that hangs).
+    pub(crate) fn hang_upgrades(&self) {
+        if let Ok(mut h) = self.upgrade_hangs.lock() {
+            *h = true;
+        }
+    }
+
+    /// In-place upgrades started and neither finished nor dropped.
+    pub(crate) fn upgrades_running(&self) -> usize {
+        self.upgrades_running.lock().map(|n| *n).unwrap_or_default()
     }
 
     /// For every image pre-pull so far, the phases that had ended when it started, and those that had started
@@ -603,9 +634,21 @@ impl HostServices for FakeServices {
         tier: RemediationTier,
         _wait: Duration,
         _host: HostCall<'_>,
+        slot: &dyn capkk_service::remediation::HostSlot,
     ) -> ServiceResult<String> {
         if let Ok(mut r) = self.remediated.lock() {
             r.push(tier);
+        }
+        if self.hanging_tiers.lock().is_ok_and(|h| h.contains(&tier)) {
+            return futures::future::pending().await;
+        }
+        if tier == RemediationTier::Reboot {
+            // Scheduled: the host goes down. The wait holds no slot; seeing the host back (a poll) does.
+            slot.give_back();
+            let takes = self.reboot_takes.lock().map(|t| *t).unwrap_or_default();
+            tokio::time::sleep(takes).await;
+            slot.take().await;
+            slot.give_back();
         }
         if self.failing_tiers.lock().is_ok_and(|f| f.contains(&tier)) {
             return Err(ServiceError::CommandFailed {
@@ -619,6 +662,10 @@ impl HostServices for FakeServices {
     }
 
     async fn upgrade(&self, host: HostCall<'_>) -> ServiceResult<String> {
+        let _running = Running::start(&self.upgrades_running);
+        if self.upgrade_hangs.lock().is_ok_and(|h| *h) {
+            return futures::future::pending().await;
+        }
         let v = host.input.instance.kubernetes_version.clone().unwrap_or_default();
         Ok(format!("upgraded to {v} (fake)"))
     }

@@ -14,6 +14,7 @@ use capkk_service::{
     images::{ImageSet, PrepullConfig},
     journal::{Progress, Redactor, StepRecord},
     provisioning::Outcome,
+    remediation::HostSlot,
     repository::RepositoryConfig,
 };
 use capkk_ssh::{ExposeSecret, SecretSlice};
@@ -175,13 +176,15 @@ pub(crate) trait HostServices: Send + Sync {
     /// Undo what the phases did (kubeadm reset, remove the sentinel and the files the bootstrap wrote).
     async fn reset(&self, host: HostCall<'_>) -> ServiceResult<()>;
 
-    /// Run one remediation tier on a provisioned host; `wait` bounds a reboot's return. Returns what
-    /// happened, for the tier's condition.
+    /// Run one remediation tier on a provisioned host; `wait` bounds a reboot's return. `slot` is held when
+    /// called; a reboot gives it back while it waits for the host and takes it again for each poll
+    /// ([`capkk_service::remediation::reboot`]). Returns what happened, for the tier's condition.
     async fn remediate(
         &self,
         tier: RemediationTier,
         wait: std::time::Duration,
         host: HostCall<'_>,
+        slot: &dyn HostSlot,
     ) -> ServiceResult<String>;
 
     /// Pull the images kubeadm will need into containerd (see [`capkk_service::images`]); run alongside the
@@ -364,6 +367,16 @@ pub(crate) fn prepull_config(input: &PhaseInput) -> Result<PrepullConfig, &'stat
     })
 }
 
+/// What the restart tier did, for its event and condition: whether it left a containerd capkk did not install
+/// alone.
+pub(crate) fn restart_message(out: capkk_service::remediation::RestartOutcome) -> &'static str {
+    if out.containerd_restarted {
+        "containerd and the kubelet were restarted and are active"
+    } else {
+        "the kubelet was restarted and is active; containerd was left alone: capkk did not install it"
+    }
+}
+
 fn skip(progress: &dyn Progress, phase: Phase, why: &str) {
     progress.step_finished(&StepRecord {
         phase: phase.name().into(),
@@ -506,6 +519,7 @@ impl HostServices for ServiceLayer {
         tier: RemediationTier,
         wait: std::time::Duration,
         host: HostCall<'_>,
+        slot: &dyn HostSlot,
     ) -> ServiceResult<String> {
         use capkk_service::remediation::{RebootOptions, RestartOptions, reboot, restart_services};
         let HostCall {
@@ -516,15 +530,15 @@ impl HostServices for ServiceLayer {
         match tier {
             RemediationTier::RestartServices => {
                 let opts = RestartOptions::default();
-                restart_services(exec, &opts, progress, &input.redactor).await?;
-                Ok("containerd and the kubelet were restarted and are active".into())
+                let out = restart_services(exec, &opts, progress, &input.redactor).await?;
+                Ok(restart_message(out).into())
             }
             RemediationTier::Reboot => {
                 let opts = RebootOptions {
                     wait,
                     ..Default::default()
                 };
-                let out = reboot(exec, &opts, progress, &input.redactor).await?;
+                let out = reboot(exec, &opts, progress, &input.redactor, slot).await?;
                 Ok(format!(
                     "the host rebooted and answered with a new boot ID after {} s",
                     out.took.as_secs()
@@ -612,6 +626,87 @@ impl HostServices for ServiceLayer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A host answering the restart tier's script with `lines` as its output.
+    struct Restarted(&'static str);
+
+    #[async_trait]
+    impl Executor for Restarted {
+        async fn exec(
+            &self,
+            _req: capkk_executor::ExecRequest,
+        ) -> Result<capkk_executor::ExecOutput, capkk_executor::ExecError> {
+            let out = format!(
+                "\n@@capkk begin restart-services\n{}\n@@capkk changed\n\n@@capkk end restart-services 0 5 0\n",
+                self.0
+            );
+            Ok(capkk_executor::ExecOutput {
+                exit_code: Some(0),
+                stdout: out.into_bytes(),
+                ..Default::default()
+            })
+        }
+
+        async fn put(&self, _req: capkk_executor::PutRequest) -> Result<u64, capkk_executor::ExecError> {
+            Ok(0)
+        }
+
+        async fn get(
+            &self,
+            _path: &str,
+            _limit: usize,
+            _privileged: bool,
+        ) -> Result<Vec<u8>, capkk_executor::ExecError> {
+            Ok(Vec::new())
+        }
+
+        fn target(&self) -> String {
+            "198.18.0.11".into()
+        }
+    }
+
+    /// Issue 43 finding 8: the restart tier's event and condition say when it left a containerd capkk did not
+    /// install alone.
+    #[tokio::test]
+    async fn the_restart_tiers_message_says_when_it_left_a_containerd_capkk_did_not_install_alone() {
+        let dir = std::env::temp_dir().join(format!("capkk-services-test-{}", std::process::id()));
+        let services = ServiceLayer::new(&dir).expect("a cache dir");
+        let input = PhaseInput::default();
+        let progress = capkk_service::journal::RecordingProgress::default();
+        let restart = |exec: &'static Restarted| {
+            let (services, input, progress) = (&services, &input, &progress);
+            async move {
+                let host = HostCall {
+                    exec,
+                    input,
+                    progress,
+                };
+                services
+                    .remediate(
+                        RemediationTier::RestartServices,
+                        std::time::Duration::from_secs(60),
+                        host,
+                        &capkk_service::remediation::NoSlot,
+                    )
+                    .await
+                    .expect("the tier ran")
+            }
+        };
+        static FOREIGN: Restarted = Restarted(
+            "left containerd alone: capkk did not install it\nrestarted kubelet\nkubelet is active",
+        );
+        static OURS: Restarted =
+            Restarted("restarted containerd\nrestarted kubelet\ncontainerd and kubelet are active");
+        assert_eq!(
+            restart(&FOREIGN).await,
+            "the kubelet was restarted and is active; containerd was left alone: capkk did not install it"
+        );
+        assert_eq!(
+            restart(&OURS).await,
+            "containerd and the kubelet were restarted and are active"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     const INIT: &str = "#cloud-config\nwrite_files:\n- path: /run/kubeadm/kubeadm.yaml\n  content: |\n    apiVersion: kubeadm.k8s.io/v1beta4\n    kind: ClusterConfiguration\n    imageRepository: 198.18.0.1:5000\n    kubernetesVersion: v1.36.3\n    ---\n    apiVersion: kubeadm.k8s.io/v1beta4\n    kind: InitConfiguration\nruncmd:\n- kubeadm init --config /run/kubeadm/kubeadm.yaml\n";
     const JOIN: &str = "#cloud-config\nwrite_files:\n- path: /run/kubeadm/kubeadm-join-config.yaml\n  content: |\n    apiVersion: kubeadm.k8s.io/v1beta4\n    kind: JoinConfiguration\nruncmd:\n- kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml\n";

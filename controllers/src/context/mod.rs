@@ -231,6 +231,16 @@ impl Context {
         }
     }
 
+    /// Abort all background host work: host tasks, probes, remediation attempts and in-place upgrades. The
+    /// manager calls it when it stops, and when it loses its leadership: only the leader works on hosts, and
+    /// the next leader resumes from the objects and the hosts.
+    pub(crate) fn abort_host_work(&self) {
+        self.tasks.abort_all();
+        self.probes.abort_all();
+        self.remediations.abort_all();
+        self.upgrades.abort_all();
+    }
+
     /// True when the object passes the watch filter.
     pub(crate) fn passes_filter<K: Resource>(&self, obj: &K) -> bool {
         match &self.settings.watch_filter {

@@ -9,10 +9,16 @@
 
 use std::{
     collections::HashMap,
+    future::Future,
+    pin::Pin,
     sync::{Arc, Mutex},
+    time::Duration,
 };
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::{
+    sync::{OwnedSemaphorePermit, Semaphore, watch},
+    time::Instant,
+};
 
 /// A slot of host work, held until dropped.
 pub(crate) struct HostPermit {
@@ -58,10 +64,74 @@ impl HostPermits {
         }
     }
 
+    /// A slot for host work of namespace `ns` that the work can give back and take again
+    /// ([`ReturnableSlot`]); waits for the first one like [`HostPermits::acquire`].
+    pub(crate) async fn returnable(&self, ns: &str) -> ReturnableSlot<'_> {
+        let permit = self.acquire(ns).await;
+        let (since, _) = watch::channel(Some(Instant::now()));
+        ReturnableSlot {
+            permits: self,
+            namespace: ns.to_owned(),
+            held: Mutex::new(Some(permit)),
+            since,
+        }
+    }
+
     /// Slots free in all.
     #[cfg(test)]
     pub(crate) fn available(&self) -> usize {
         self.global.available_permits()
+    }
+}
+
+/// A slot of host work that is given back while the work waits for the host (a reboot's wait for the host to
+/// come back) and taken again for its next command. Held from [`HostPermits::returnable`] until given back or
+/// dropped.
+pub(crate) struct ReturnableSlot<'a> {
+    permits: &'a HostPermits,
+    namespace: String,
+    held: Mutex<Option<HostPermit>>,
+    /// Since when the slot is held; `None` while it is given back.
+    since: watch::Sender<Option<Instant>>,
+}
+
+impl ReturnableSlot<'_> {
+    /// Resolves once the slot has been held for longer than `limit` at a stretch (from a take to the next give
+    /// back): what `--max-host-phase-duration` bounds. Never resolves while the slot is given back.
+    pub(crate) async fn held_past(&self, limit: Duration) {
+        let mut since = self.since.subscribe();
+        loop {
+            let held = *since.borrow_and_update();
+            match held {
+                Some(at) => tokio::select! {
+                    () = tokio::time::sleep_until(at + limit) => return,
+                    _ = since.changed() => {}
+                },
+                // The sender lives as long as `self`: `changed` only returns on a change.
+                None => {
+                    let _ = since.changed().await;
+                }
+            }
+        }
+    }
+}
+
+impl capkk_service::remediation::HostSlot for ReturnableSlot<'_> {
+    fn give_back(&self) {
+        if let Ok(mut held) = self.held.lock() {
+            *held = None;
+        }
+        self.since.send_replace(None);
+    }
+
+    fn take(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            let permit = self.permits.acquire(&self.namespace).await;
+            if let Ok(mut held) = self.held.lock() {
+                *held = Some(permit);
+            }
+            self.since.send_replace(Some(Instant::now()));
+        })
     }
 }
 
@@ -119,5 +189,46 @@ mod tests {
         let p = HostPermits::new(2, 99);
         let (_x, _y) = (p.acquire("a").await, p.acquire("a").await);
         assert_eq!(p.available(), 0);
+    }
+
+    /// Issue 43 finding 5: a reboot's wait gives its slot back; `--max-host-phase-duration` bounds each
+    /// stretch the slot is held, not the wait between them.
+    #[tokio::test(start_paused = true)]
+    async fn a_slot_given_back_frees_its_place_and_only_a_held_stretch_counts_against_the_bound() {
+        use capkk_service::remediation::HostSlot;
+        let permits = HostPermits::new(1, 1);
+        let bound = Duration::from_secs(60);
+        let slot = permits.returnable("a").await;
+        assert_eq!(permits.available(), 0);
+        slot.give_back();
+        assert_eq!(permits.available(), 1, "another host's work may take it");
+        let other = tokio::time::timeout(Duration::from_secs(1), permits.acquire("b"))
+            .await
+            .expect("another namespace's host gets the slot");
+        assert!(
+            tokio::time::timeout(bound * 10, slot.held_past(bound))
+                .await
+                .is_err(),
+            "given back, however long, is not held"
+        );
+        // Taking it again waits for the other host's work.
+        assert!(
+            tokio::time::timeout(Duration::from_secs(5), slot.take())
+                .await
+                .is_err()
+        );
+        drop(other);
+        slot.take().await;
+        assert_eq!(permits.available(), 0);
+        assert!(
+            tokio::time::timeout(bound / 2, slot.held_past(bound))
+                .await
+                .is_err()
+        );
+        tokio::time::timeout(bound, slot.held_past(bound))
+            .await
+            .expect("held past the bound");
+        drop(slot);
+        assert_eq!(permits.available(), 1, "dropped with its slot");
     }
 }

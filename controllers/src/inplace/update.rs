@@ -23,10 +23,18 @@
 //! [`MAX_TRACKED`] of them, and forgotten once their Machine is gone. A restarted manager has no tasks: the
 //! next call finds the version recorded on the KKInstance (done), or runs the upgrade again, which finds
 //! everything in place.
+//!
+//! The task holds a slot of the hosts worked on at once, and its work on the host is bounded by
+//! `--max-host-phase-duration` like a KKInstance's phases (past it the attempt fails, and CAPI's next call
+//! starts a new one). A manager that loses its leadership (or stops) aborts the running tasks with its other
+//! host work ([`Updates::abort_all`], [`Context::abort_host_work`]): only the leader works on hosts.
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -40,13 +48,14 @@ use kube::{
     runtime::reflector::ObjectRef,
 };
 use serde_json::{Value, json};
+use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use super::decide::{self, HOOKS_API_VERSION, Refusal, Step};
 use crate::{
     capi::Machine,
     context::Context,
-    kkinstance::{failure::Failure, inputs::connect},
+    kkinstance::{failure::Failure, inputs::connect, task::overran},
     services::{HostCall, PhaseInput},
 };
 
@@ -93,6 +102,10 @@ struct Entry {
 #[derive(Debug)]
 pub(crate) struct Updates {
     tasks: Mutex<HashMap<String, Entry>>,
+    /// The running tasks' handles, by Machine UID (aborted with the manager's other host work).
+    handles: Mutex<HashMap<String, JoinHandle<()>>>,
+    /// Set once the tasks were aborted: the manager stops, nothing starts any more.
+    stopped: AtomicBool,
     ttl: Duration,
     max: usize,
 }
@@ -125,6 +138,8 @@ pub(crate) enum Start {
     Busy,
     /// [`MAX_TRACKED`] upgrades are tracked already.
     Full,
+    /// The manager stops (lost its leadership, or was told to): its successor answers.
+    Stopping,
 }
 
 /// A Machine whose upgrade is tracked: (UID, namespace, name, host).
@@ -144,6 +159,8 @@ impl Updates {
     pub(crate) fn with_limits(ttl: Duration, max: usize) -> Self {
         Self {
             tasks: Mutex::default(),
+            handles: Mutex::default(),
+            stopped: AtomicBool::new(false),
             ttl,
             max,
         }
@@ -174,6 +191,9 @@ impl Updates {
         let Ok(mut t) = self.tasks.lock() else {
             return Start::Busy;
         };
+        if self.stopped.load(Ordering::SeqCst) {
+            return Start::Stopping;
+        }
         let running = |e: &Entry| matches!(e.state, State::Running);
         if t.get(target.uid).is_some_and(running) || t.values().any(|e| running(e) && e.host == target.host) {
             return Start::Busy;
@@ -193,6 +213,37 @@ impl Updates {
             },
         );
         Start::Started
+    }
+
+    /// Run `task`, the upgrade of Machine `uid` that [`Updates::start`] started, in the background, where
+    /// [`Updates::abort_all`] reaches it.
+    fn spawn<F>(&self, uid: &str, task: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let Ok(mut h) = self.handles.lock() else {
+            return;
+        };
+        h.retain(|_, t| !t.is_finished());
+        if self.stopped.load(Ordering::SeqCst) {
+            return;
+        }
+        h.insert(uid.to_owned(), tokio::spawn(task));
+    }
+
+    /// Abort every running upgrade and start none any more (the manager stops: it lost its leadership, or was
+    /// told to). An upgrade cut on the host is run again by the next leader when CAPI asks again; it finds
+    /// in place what was done.
+    pub(crate) fn abort_all(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        if let Ok(mut h) = self.handles.lock() {
+            for (_, t) in h.drain() {
+                t.abort();
+            }
+        }
+        if let Ok(mut t) = self.tasks.lock() {
+            t.retain(|_, e| !matches!(e.state, State::Running));
+        }
     }
 
     fn finish(&self, uid: &str, version: &str, outcome: Result<String, String>) {
@@ -327,15 +378,28 @@ pub(crate) async fn update_machine(ctx: Arc<Context>, req: &Value) -> Value {
                 0,
             );
         }
+        Start::Stopping => {
+            return answer("Success", "the manager is stopping: ask again", RETRY_AFTER);
+        }
     }
     info!(namespace = %ns, machine = %name, %uid, host = %inst.spec.name, %version, "Starting the in-place upgrade");
     let task_ctx = ctx.clone();
     let (u, v, ns, name) = (uid.clone(), version.clone(), ns.to_owned(), name.to_owned());
     let host_name = inst.spec.name.clone();
-    tokio::spawn(async move {
-        // A slot of the hosts worked on at once, of the Machine's namespace's share.
+    ctx.upgrades.spawn(&uid, async move {
+        // A slot of the hosts worked on at once, of the Machine's namespace's share; the work done holding
+        // it is bounded like a KKInstance's phase.
         let _permit = task_ctx.tasks.permits.acquire(&ns).await;
-        let outcome = run(&task_ctx, &inst, kkc.as_ref(), &v, ignore, patches).await;
+        let limit = task_ctx.settings.max_host_phase_duration;
+        let outcome = tokio::time::timeout(limit, run(&task_ctx, &inst, kkc.as_ref(), &v, ignore, patches))
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "host {}: {}",
+                    inst.spec.name,
+                    overran(&format!("the in-place upgrade to {v}"), limit)
+                ))
+            });
         match &outcome {
             Ok(m) => {
                 info!(namespace = %ns, machine = %name, host = %inst.spec.name, version = %v, "In-place upgrade done");

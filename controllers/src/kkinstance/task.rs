@@ -289,11 +289,19 @@ where
         .map_err(|_| Failure::Terminal {
             reason: reasons::COMMAND_FAILED,
             message: format!(
-                "{} ran longer than {} s (--max-host-phase-duration); set the retry annotation to resume it",
-                phase.name(),
-                limit.as_secs()
+                "{}; set the retry annotation to resume it",
+                overran(phase.name(), limit)
             ),
         })
+}
+
+/// What a condition says of host work (`what`) cut at `--max-host-phase-duration` (`limit`): host phases,
+/// remediation attempts and in-place upgrades are bounded alike.
+pub(crate) fn overran(what: &str, limit: Duration) -> String {
+    format!(
+        "{what} ran longer than {} s (--max-host-phase-duration)",
+        limit.as_secs()
+    )
 }
 
 /// Work the host does alongside the phases (the image pre-pull).

@@ -257,7 +257,7 @@ async fn apply(
             let (reason, doing) = match tier {
                 RemediationTier::RestartServices => (
                     "RestartingServices",
-                    "restarting containerd and the kubelet".to_owned(),
+                    "restarting the kubelet, and containerd when capkk installed it".to_owned(),
                 ),
                 RemediationTier::Reboot => (
                     "Rebooting",

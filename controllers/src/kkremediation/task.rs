@@ -1,6 +1,10 @@
 //! Remediation attempts as background tasks (one per KKRemediation UID; they take a slot of
 //! `--max-concurrent-hosts` like host work): connect, run the tier, publish an event, record the outcome and
 //! wake the KKRemediation. The reconcile writes the status; the task writes nothing but the event.
+//!
+//! A reboot gives its slot back while it waits for the host to come back (up to the strategy's `timeout`) and
+//! takes one again for each poll of the host. Each stretch the slot is held is bounded by
+//! `--max-host-phase-duration`, as a KKInstance's phases are; past it the attempt fails.
 
 use std::{
     collections::HashMap,
@@ -17,8 +21,8 @@ use tracing::{info, warn};
 
 use super::state::AttemptOutcome;
 use crate::{
-    context::Context,
-    kkinstance::{failure::Failure, inputs::connect},
+    context::{Context, permits::ReturnableSlot},
+    kkinstance::{failure::Failure, inputs::connect, task::overran},
     services::{HostCall, PhaseInput},
 };
 
@@ -159,12 +163,20 @@ impl Progress for LogProgress {
 pub(crate) async fn attempt_task(ctx: Arc<Context>, spec: AttemptSpec) {
     let uid = spec.remediation.uid().unwrap_or_default();
     // A slot of the hosts worked on at once, of the remediation's namespace's share.
-    let _permit = ctx
+    let slot = ctx
         .tasks
         .permits
-        .acquire(&spec.remediation.namespace().unwrap_or_default())
+        .returnable(&spec.remediation.namespace().unwrap_or_default())
         .await;
-    let outcome = run(&ctx, &spec).await;
+    let limit = ctx.settings.max_host_phase_duration;
+    let outcome = tokio::select! {
+        o = run(&ctx, &spec, &slot) => o,
+        () = slot.held_past(limit) => AttemptOutcome::Failed {
+            reason: reasons::COMMAND_FAILED,
+            message: overran(tier_step(spec.tier), limit),
+        },
+    };
+    drop(slot);
     let (warning, note) = match &outcome {
         AttemptOutcome::Succeeded(m) => (false, m.clone()),
         AttemptOutcome::Failed { message, .. } => (true, message.clone()),
@@ -193,7 +205,15 @@ pub(crate) async fn attempt_task(ctx: Arc<Context>, spec: AttemptSpec) {
         .unbounded_send(ObjectRef::from_obj(&spec.remediation));
 }
 
-async fn run(ctx: &Context, spec: &AttemptSpec) -> AttemptOutcome {
+/// The name of a tier's work on the host, as its journal step says.
+fn tier_step(tier: RemediationTier) -> &'static str {
+    match tier {
+        RemediationTier::RestartServices => "restart-services",
+        RemediationTier::Reboot => "reboot",
+    }
+}
+
+async fn run(ctx: &Context, spec: &AttemptSpec, slot: &ReturnableSlot<'_>) -> AttemptOutcome {
     let exec = match connect(ctx, &spec.instance, spec.kkcluster.as_ref()).await {
         Ok(c) => c.exec,
         Err(Failure::Transient(m)) => {
@@ -213,7 +233,7 @@ async fn run(ctx: &Context, spec: &AttemptSpec) -> AttemptOutcome {
         input: &input,
         progress: &LogProgress,
     };
-    match ctx.services.remediate(spec.tier, spec.wait, host).await {
+    match ctx.services.remediate(spec.tier, spec.wait, host, slot).await {
         Ok(m) => AttemptOutcome::Succeeded(m),
         Err(e @ capkk_service::Error::HostNotBack { .. }) => AttemptOutcome::Failed {
             reason: reasons::HOST_NOT_BACK,

@@ -168,7 +168,8 @@ pub struct Args {
     pub max_concurrent_hosts_per_namespace: Option<usize>,
     /// Bound on one phase of a host's work (bootstrap, container runtime, provisioning): every command has
     /// its own bound, this bounds how many of them bootstrap data may chain while holding a slot. Past it the
-    /// phase fails terminally; the retry annotation resumes it from the host's journal.
+    /// phase fails terminally; the retry annotation resumes it from the host's journal. It bounds a
+    /// remediation attempt (each stretch it holds a slot) and an in-place upgrade alike.
     #[arg(long, env = "CAPKK_MAX_HOST_PHASE_DURATION", default_value = "2h", value_parser = parse_duration)]
     pub max_host_phase_duration: Duration,
     /// Prepare a host (facts and bootstrap, binaries, containerd and the image pre-pull, OS packages) as soon

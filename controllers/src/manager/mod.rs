@@ -262,9 +262,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         _ = controllers => Ok(()),
         _ = lost => Err(anyhow::anyhow!("leadership lost")),
     };
-    ctx.tasks.abort_all();
-    ctx.probes.abort_all();
-    ctx.remediations.abort_all();
+    ctx.abort_host_work();
     if let Some(e) = &elector {
         e.release().await;
     }

@@ -25,7 +25,12 @@ use crate::{
 /// A test context whose caches hold Cluster `c`, Machine `m`, KKCluster `c` (host node1), KKMachine `m` and,
 /// when `claimed`, the KKInstance `c.node1` it recorded.
 fn world(claimed: bool) -> TestContext {
-    let mut t = TestContext::new();
+    world_with(crate::context::Settings::default(), claimed)
+}
+
+/// [`world`] with the manager's `settings`.
+fn world_with(settings: crate::context::Settings, claimed: bool) -> TestContext {
+    let mut t = TestContext::with_settings(settings);
     t.caches.capi_cluster(capi_cluster());
     t.caches.capi_machine(machine());
     t.caches.cluster(kkcluster(&[("node1", "10.0.0.1")]));
@@ -443,4 +448,116 @@ async fn an_instance_id_that_would_change_the_request_path_is_reported_and_never
     .await;
     assert_eq!(res.expect("reconciled"), Action::requeue(requeue::INVALID_NAME));
     assert!(t.ssh.reached().is_empty());
+}
+
+/// Waits (in the test's time) until `cond` holds, for at most an hour; fails naming `what` otherwise.
+async fn eventually(what: &str, cond: impl Fn() -> bool) {
+    for _ in 0..3600 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    panic!("{what}");
+}
+
+/// Issue 43 finding 5: a reboot's wait for its host (up to the strategy's `timeout`, 24 h allowed, times
+/// `retryLimit`) holds no slot of `--max-concurrent-hosts`. With one slot, another host's work gets it while
+/// the rebooted host is down; the reboot takes a slot again to see its host back.
+#[tokio::test(start_paused = true)]
+async fn a_reboot_waiting_for_its_host_holds_no_host_slot_and_takes_one_again_to_see_it_back() {
+    let mut t = world_with(
+        crate::context::Settings {
+            max_concurrent_hosts: 1,
+            max_concurrent_hosts_per_namespace: 1,
+            ..Default::default()
+        },
+        true,
+    );
+    t.services.reboot_takes(Duration::from_secs(600));
+    let rem = remediation(
+        RemediationStrategy::default(),
+        Some(after(1, 301, cond::SERVICES_RESTARTED)),
+    );
+    let served = serve(t.api, &rem);
+    reconcile(Arc::new(rem), t.ctx.clone()).await.expect("reconciled");
+    let services = t.services.clone();
+    eventually("the reboot was not scheduled", || {
+        services.remediated() == [RemediationTier::Reboot]
+    })
+    .await;
+
+    // The host is down for ten minutes: another host's work, of the same namespace, runs meanwhile.
+    let other = tokio::time::timeout(Duration::from_secs(60), t.ctx.tasks.permits.acquire(NS))
+        .await
+        .expect("another host's work gets the only slot while the rebooted host is down");
+    // The host is back after ten minutes, but seeing it back is a command on it: it waits for the slot.
+    let early = tokio::time::timeout(Duration::from_secs(1200), t.remediation_triggers.next()).await;
+    assert!(
+        early.is_err(),
+        "the attempt ended without a slot to poll its host"
+    );
+    drop(other);
+    assert_eq!(
+        attempt_end(&mut t.remediation_triggers).await,
+        Some("m".into()),
+        "the reboot sees its host back once it has a slot"
+    );
+    assert_eq!(
+        t.ctx.tasks.permits.available(),
+        1,
+        "the attempt holds no slot once it ended"
+    );
+    let requests = served.finish();
+    assert_eq!(event_reasons(&requests), ["Rebooting", reasons::HOST_REBOOTED]);
+}
+
+/// Issue 43 finding 5: `--max-host-phase-duration` bounds a remediation attempt's work on the host as it
+/// bounds a KKInstance's phases: a tier whose host command hangs is cut there, and its condition says so.
+#[tokio::test(start_paused = true)]
+async fn a_remediation_attempt_whose_host_command_hangs_is_cut_at_the_phase_bound_and_its_condition_says_so()
+{
+    let mut t = world_with(
+        crate::context::Settings {
+            max_host_phase_duration: Duration::from_secs(60),
+            ..Default::default()
+        },
+        true,
+    );
+    t.services.hang_tier(RemediationTier::RestartServices);
+    let rem = remediation(RemediationStrategy::default(), None);
+    let served = serve(t.api, &rem);
+    reconcile(Arc::new(rem.clone()), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    let woken = tokio::time::timeout(Duration::from_secs(3600), t.remediation_triggers.next()).await;
+    assert!(
+        woken.is_ok(),
+        "the hung attempt was not cut within an hour at its 60 s bound"
+    );
+    let first = status_writes(&served.requests())[0].clone();
+    let mut woken = rem;
+    woken.status = Some(serde_json::from_value(first["status"].clone()).expect("a status"));
+    reconcile(Arc::new(woken), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    let requests = served.finish();
+    let last = status_writes(&requests).pop().expect("a status write");
+    let c = condition(&last, cond::SERVICES_RESTARTED).expect("the tier's condition");
+    assert_eq!(
+        (c["status"].as_str(), c["reason"].as_str()),
+        (Some("False"), Some(reasons::COMMAND_FAILED))
+    );
+    assert_eq!(
+        c["message"],
+        "attempt 1 of 2: restart-services ran longer than 60 s (--max-host-phase-duration)"
+    );
+    assert!(
+        requests.iter().any(|(m, p, b)| m == "POST"
+            && p == EVENTS
+            && b["reason"] == "ServicesRestartFailed"
+            && b["type"] == "Warning"),
+        "a warning event names the failed tier: {requests:#?}"
+    );
+    assert_eq!(t.ctx.tasks.permits.available(), 10, "its slot is free again");
 }

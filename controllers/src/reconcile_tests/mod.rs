@@ -3,6 +3,7 @@
 //! machine, and the exact requests it takes; together they run in milliseconds. The process tests in
 //! `controllers/tests/` show the same behaviours end to end against the real apiserver and sandbox hosts.
 
+mod inplace;
 mod kkinstance;
 mod kkmachine;
 mod kkremediation;

@@ -2,19 +2,26 @@
 //!
 //! | tier | what runs | success |
 //! |---|---|---|
-//! | [`restart_services`] | `systemctl restart containerd`, then `kubelet` (one script, one round trip) | both units active within [`RestartOptions::wait`] |
+//! | [`restart_services`] | `systemctl restart containerd` when capkk installed it ([`CONTAINERD_STAMP`]), then `kubelet` (one script, one round trip) | the restarted units active within [`RestartOptions::wait`] |
 //! | [`reboot`] | the boot ID is read, a reboot is scheduled a few seconds ahead, then the host is polled | the host answers with another boot ID within [`RebootOptions::wait`] |
 //!
 //! Every remote call carries a timeout. Whether the Node recovers is for the controller to see (this crate never
-//! talks to Kubernetes).
+//! talks to Kubernetes). A containerd capkk did not install (the distribution's, Docker's) serves more than the
+//! node and is never restarted, as the reset never stops it. A reboot holds the caller's [`HostSlot`] only
+//! while it runs a command on the host, not while it waits for the host to come back.
 
-use std::time::{Duration, Instant};
+use std::{
+    future::Future,
+    pin::Pin,
+    time::{Duration, Instant},
+};
 
 use capkk_executor::{ExecRequest, Executor};
 use tracing::{debug, instrument};
 
 use crate::{
     Error, Result,
+    containermanager::CONTAINERD_STAMP,
     facts::script::Script,
     host::{Vars, tpl},
     journal::{Progress, Redactor, StepRecord},
@@ -22,6 +29,39 @@ use crate::{
 
 /// Bound on one short call (reading the boot ID).
 const CALL_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The line the restart tier prints when it leaves containerd alone (no [`CONTAINERD_STAMP`]: capkk did not
+/// install it).
+pub const CONTAINERD_LEFT_ALONE: &str = "left containerd alone: capkk did not install it";
+
+/// What holds the caller's share of the hosts worked on at once (the controller's slot) while a tier runs
+/// commands on the host. A reboot gives it back once the reboot is scheduled and takes it again for each poll
+/// of the host: the host does no work while it is down, and its wait (up to the remediation's `timeout`) must
+/// not keep other hosts' work waiting.
+pub trait HostSlot: Send + Sync {
+    /// Give the slot back until the next [`HostSlot::take`] (nothing runs on the host meanwhile).
+    fn give_back(&self);
+    /// Take a slot again before the next command on the host; waits while none is free.
+    fn take(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+}
+
+/// A caller that holds no slot.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoSlot;
+
+impl HostSlot for NoSlot {
+    fn give_back(&self) {}
+    fn take(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// What [`restart_services`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RestartOutcome {
+    /// containerd was restarted (capkk installed it); false: it was left alone.
+    pub containerd_restarted: bool,
+}
 
 /// Options of [`restart_services`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,6 +117,7 @@ pub fn restart_script(opts: &RestartOptions) -> Script {
         "restart-services",
         Vars::new()
             .var("WAIT", opts.wait.as_secs().to_string())
+            .var("STAMP", CONTAINERD_STAMP)
             .render(tpl::REMEDIATION_RESTART),
     );
     s
@@ -94,15 +135,16 @@ pub fn reboot_script(opts: &RebootOptions) -> Script {
     s
 }
 
-/// Restart containerd and the kubelet, and wait for both to be active (first tier).
+/// Restart the kubelet, and before it containerd when capkk installed it, and wait for them to be active
+/// (first tier). A containerd capkk did not install is left alone ([`RestartOutcome::containerd_restarted`]).
 #[instrument(skip_all, fields(host = %exec.target()))]
 pub async fn restart_services(
     exec: &dyn Executor,
     opts: &RestartOptions,
     progress: &dyn Progress,
     redactor: &Redactor,
-) -> Result<()> {
-    restart_script(opts)
+) -> Result<RestartOutcome> {
+    let out = restart_script(opts)
         .run(
             exec,
             "remediation",
@@ -111,7 +153,13 @@ pub async fn restart_services(
             opts.wait + Duration::from_secs(60),
         )
         .await?;
-    Ok(())
+    let left_alone = out
+        .records
+        .iter()
+        .any(|r| r.output_tail.lines().any(|l| l.trim() == CONTAINERD_LEFT_ALONE));
+    Ok(RestartOutcome {
+        containerd_restarted: !left_alone,
+    })
 }
 
 /// The host's boot ID.
@@ -133,20 +181,23 @@ pub async fn boot_id(exec: &dyn Executor) -> Result<String> {
 }
 
 /// Reboot the host and wait until it answers with another boot ID (second tier). A host that is not back
-/// within `opts.wait` is [`Error::HostNotBack`].
+/// within `opts.wait` is [`Error::HostNotBack`]. `slot` (held when called) is given back once the reboot is
+/// scheduled and taken again only for each poll; it is given back when this returns.
 #[instrument(skip_all, fields(host = %exec.target()))]
 pub async fn reboot(
     exec: &dyn Executor,
     opts: &RebootOptions,
     progress: &dyn Progress,
     redactor: &Redactor,
+    slot: &dyn HostSlot,
 ) -> Result<RebootOutcome> {
     let before = boot_id(exec).await?;
     reboot_script(opts)
         .run(exec, "remediation", progress, redactor, CALL_TIMEOUT * 2)
         .await?;
     let started = Instant::now();
-    let outcome = wait_for_new_boot(exec, &before, opts, started).await;
+    slot.give_back();
+    let outcome = wait_for_new_boot(exec, &before, opts, started, slot).await;
     progress.step_finished(&StepRecord {
         phase: "remediation".into(),
         name: "wait-for-host".into(),
@@ -163,17 +214,22 @@ pub async fn reboot(
 }
 
 /// Poll the boot ID until it differs from `before`; a failed poll (the host is down, or sshd not up yet) is
-/// what a reboot looks like, so it is retried until the deadline.
+/// what a reboot looks like, so it is retried until the deadline. Each poll holds `slot`, nothing else does;
+/// a poll that waited for a slot past the deadline still runs once, so the host is judged by its answer.
 async fn wait_for_new_boot(
     exec: &dyn Executor,
     before: &str,
     opts: &RebootOptions,
     started: Instant,
+    slot: &dyn HostSlot,
 ) -> Result<RebootOutcome> {
     // The reboot happens `delay` after it was scheduled; polls before that only see the old boot.
     tokio::time::sleep(opts.delay).await;
     loop {
-        let last = match boot_id(exec).await {
+        slot.take().await;
+        let polled = boot_id(exec).await;
+        slot.give_back();
+        let last = match polled {
             Ok(id) if id != before => {
                 return Ok(RebootOutcome {
                     before: before.to_owned(),
@@ -214,15 +270,47 @@ mod tests {
         calls: Mutex<Vec<String>>,
         down: Option<usize>,
         polls: Mutex<usize>,
+        /// The slot of the caller, if the test gives one: each call records whether it was held.
+        slot: Option<Arc<CountingSlot>>,
+        held_at_calls: Mutex<Vec<bool>>,
     }
 
     impl Rebooting {
         fn new(down: Option<usize>) -> Arc<Self> {
+            Self::with_slot(down, None)
+        }
+
+        fn with_slot(down: Option<usize>, slot: Option<Arc<CountingSlot>>) -> Arc<Self> {
             Arc::new(Self {
                 calls: Mutex::new(Vec::new()),
                 down,
                 polls: Mutex::new(0),
+                slot,
+                held_at_calls: Mutex::new(Vec::new()),
             })
+        }
+    }
+
+    /// A slot that counts how often it was given back and taken, and whether it is held now.
+    #[derive(Default)]
+    struct CountingSlot {
+        held: std::sync::atomic::AtomicBool,
+        given_back: std::sync::atomic::AtomicUsize,
+        taken: std::sync::atomic::AtomicUsize,
+    }
+
+    impl HostSlot for CountingSlot {
+        fn give_back(&self) {
+            use std::sync::atomic::Ordering::SeqCst;
+            self.held.store(false, SeqCst);
+            self.given_back.fetch_add(1, SeqCst);
+        }
+
+        fn take(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+            use std::sync::atomic::Ordering::SeqCst;
+            assert!(!self.held.swap(true, SeqCst), "taken while held");
+            self.taken.fetch_add(1, SeqCst);
+            Box::pin(std::future::ready(()))
         }
     }
 
@@ -230,6 +318,10 @@ mod tests {
     impl Executor for Rebooting {
         async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, ExecError> {
             assert!(req.timeout > Duration::ZERO, "every call carries a timeout");
+            if let Some(slot) = &self.slot {
+                let held = slot.held.load(std::sync::atomic::Ordering::SeqCst);
+                self.held_at_calls.lock().unwrap().push(held);
+            }
             self.calls.lock().unwrap().push(req.command.clone());
             let scheduled = self.calls.lock().unwrap().iter().any(|c| c == "sh -s");
             if req.command == "sh -s" {
@@ -287,7 +379,7 @@ mod tests {
     async fn a_reboot_waits_through_refused_connections_until_the_host_answers_with_a_new_boot_id() {
         let host = Rebooting::new(Some(3));
         let progress = RecordingProgress::default();
-        let out = reboot(&*host, &quick(5_000), &progress, &Redactor::default())
+        let out = reboot(&*host, &quick(5_000), &progress, &Redactor::default(), &NoSlot)
             .await
             .expect("the host comes back");
         assert_eq!(
@@ -311,6 +403,7 @@ mod tests {
             &quick(60),
             &RecordingProgress::default(),
             &Redactor::default(),
+            &NoSlot,
         )
         .await
         .expect_err("never back");
@@ -324,6 +417,113 @@ mod tests {
         assert!(
             !err.is_transient(),
             "the controller counts it as a failed attempt"
+        );
+    }
+
+    /// Issue 43 finding 5: a reboot's wait for the host (up to the remediation's `timeout`) holds no slot of
+    /// the hosts worked on at once; only its commands do.
+    #[tokio::test]
+    async fn a_reboot_gives_its_slot_back_once_scheduled_and_takes_it_only_for_each_poll() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let slot = Arc::new(CountingSlot::default());
+        slot.held.store(true, SeqCst); // the caller holds it when the tier starts
+        let host = Rebooting::with_slot(Some(3), Some(slot.clone()));
+        reboot(
+            &*host,
+            &quick(5_000),
+            &RecordingProgress::default(),
+            &Redactor::default(),
+            &*slot,
+        )
+        .await
+        .expect("the host comes back");
+        let held = host.held_at_calls.lock().unwrap().clone();
+        assert_eq!(held.len(), 6, "boot ID, schedule, four polls: {held:?}");
+        assert!(
+            held.iter().all(|h| *h),
+            "every command ran holding the slot: {held:?}"
+        );
+        assert_eq!(
+            slot.taken.load(SeqCst),
+            4,
+            "taken again for each of the four polls"
+        );
+        assert_eq!(
+            slot.given_back.load(SeqCst),
+            5,
+            "given back once the reboot was scheduled and after each poll"
+        );
+        assert!(!slot.held.load(SeqCst), "not held once the host is back");
+    }
+
+    /// Runs the rendered restart tier under `sh` with a stand-in `systemctl` on PATH and capkk's containerd
+    /// stamp at a temporary path, present when `ours`; returns (success, output, the stand-in's calls).
+    fn restart_with_stand_ins(ours: bool) -> (bool, String, Vec<String>) {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let log = dir.path().join("calls");
+        let stamp = dir.path().join("containerd-stamp");
+        if ours {
+            std::fs::write(&stamp, "x").unwrap();
+        }
+        let systemctl = bin.join("systemctl");
+        std::fs::write(
+            &systemctl,
+            format!("#!/bin/sh\necho \"$*\" >> '{}'\nexit 0\n", log.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&systemctl, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let text = restart_script(&RestartOptions {
+            wait: Duration::from_secs(5),
+        })
+        .render()
+        .replace(CONTAINERD_STAMP, &stamp.display().to_string());
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&text)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .output()
+            .unwrap();
+        let calls = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            calls,
+        )
+    }
+
+    /// Issue 43 finding 8: the restart tier restarts the kubelet always, containerd only when capkk installed
+    /// it, and says when it left one alone.
+    #[test]
+    fn the_restart_tier_restarts_a_containerd_capkk_installed_and_leaves_a_foreign_one_alone_saying_so() {
+        let (ok, out, calls) = restart_with_stand_ins(false);
+        assert!(ok, "{out}");
+        assert!(
+            !calls.iter().any(|c| c.contains("containerd")),
+            "a containerd capkk did not install is neither restarted nor waited for: {calls:?}"
+        );
+        assert!(calls.iter().any(|c| c == "restart kubelet"), "{calls:?}");
+        assert!(
+            out.lines().any(|l| l == CONTAINERD_LEFT_ALONE),
+            "the step says so in the line restart_services reads: {out}"
+        );
+        assert!(out.contains("kubelet is active"), "{out}");
+
+        let (ok, out, calls) = restart_with_stand_ins(true);
+        assert!(ok, "{out}");
+        let restarts: Vec<&String> = calls.iter().filter(|c| c.starts_with("restart ")).collect();
+        assert_eq!(restarts, ["restart containerd", "restart kubelet"], "{calls:?}");
+        assert!(!out.contains(CONTAINERD_LEFT_ALONE), "{out}");
+        // The stamp the script asks for is the one the install writes and the reset asks for.
+        assert!(
+            restart_script(&RestartOptions::default())
+                .render()
+                .contains(&format!("STAMP={CONTAINERD_STAMP}\n"))
         );
     }
 
