@@ -11,7 +11,7 @@ pub(crate) enum Failure {
     Transient(String),
     /// Stays until the spec changes or the retry annotation is set.
     Terminal {
-        /// The condition reason (one of [`super::TERMINAL`]).
+        /// The condition reason, one of `capkk_api::consts::reasons`.
         reason: &'static str,
         /// What failed, for the condition and the event.
         message: String,
