@@ -3,10 +3,15 @@
 //! The SSH client (`capkk-ssh`) implements [`Executor`]; unit tests of plan rendering may use a fake.
 //! A command that runs and exits non-zero is *data* ([`ExecOutput::exit_code`]), never an `Err`:
 //! errors are reserved for "the command could not be run or its result could not be observed".
+//!
+//! [`address`] holds where a transport may connect: the address classification the SSH pool and
+//! controller-side downloads share.
 
 use std::{fmt, path::PathBuf, time::Duration};
 
 use async_trait::async_trait;
+
+pub mod address;
 
 /// Default per-call timeout when a request does not set one.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -204,6 +209,20 @@ pub enum ExecError {
         /// Why.
         message: String,
     },
+    /// The address policy refused the destination before any connection was attempted: nothing was dialled,
+    /// so the outcome says nothing about the host or its port. Terminal until the address or the policy
+    /// changes.
+    #[error("{}", refused_text(address, *bastion, *resolved, refusal))]
+    AddressRefused {
+        /// The address as written (no port: the message is the same whatever port was asked for).
+        address: String,
+        /// The refused address is the bastion's, not the target's.
+        bastion: bool,
+        /// `address` is a name that resolved to the refused address (else it is the address itself).
+        resolved: bool,
+        /// What the address is.
+        refusal: address::Refusal,
+    },
     /// The server rejected our credentials. Terminal until the credentials change.
     #[error("authentication to {host} as {user} was rejected")]
     Auth {
@@ -282,6 +301,15 @@ pub enum ExecError {
         /// Why.
         message: String,
     },
+}
+
+/// `[bastion ]<address> is|resolves to <what it is>; refused before dialling`.
+fn refused_text(address: &str, bastion: bool, resolved: bool, refusal: &address::Refusal) -> String {
+    format!(
+        "{}{address} {} {refusal}; refused before dialling",
+        if bastion { "bastion " } else { "" },
+        if resolved { "resolves to" } else { "is" }
+    )
 }
 
 impl ExecError {

@@ -5,6 +5,7 @@ use std::{
     fmt,
     future::Future,
     hash::{BuildHasher, Hash, Hasher, RandomState},
+    net::{IpAddr, SocketAddr},
     path::Path,
     pin::Pin,
     sync::{
@@ -429,7 +430,9 @@ impl PoolInner {
         let mut peer = None;
         let connected = if let Some(bastion) = &t.bastion {
             let bslot = self.slot(bastion);
-            let bconn = self.connection(&bslot).await?;
+            // The bastion is dialled directly, so its address passed the policy there. The target behind it
+            // is not checked: the bastion dials it, in the tenant's network, not from the manager's.
+            let bconn = self.connection(&bslot).await.map_err(SshError::at_bastion)?;
             let channel = timeout(
                 limit,
                 bconn
@@ -460,15 +463,16 @@ impl PoolInner {
             )
             .await
         } else {
-            let alias = cfg
-                .host_aliases
-                .get(&t.address.trim().to_ascii_lowercase())
-                .copied();
+            // Resolved once, every address checked, and only the checked addresses dialled: a name cannot
+            // resolve elsewhere between the check and the connect (DNS rebinding).
             let dial = async {
-                match alias {
-                    Some(ip) => TcpStream::connect((ip, t.port)).await,
-                    None => TcpStream::connect((t.address.as_str(), t.port)).await,
-                }
+                let addrs = checked_addrs(cfg, t).await?;
+                TcpStream::connect(&addrs[..])
+                    .await
+                    .map_err(|source| SshError::ConnectTcp {
+                        host: host.clone(),
+                        source,
+                    })
             };
             let tcp = timeout(limit, dial)
                 .await
@@ -476,11 +480,7 @@ impl PoolInner {
                     host: host.clone(),
                     step: "TCP connect",
                     after: limit,
-                })?
-                .map_err(|source| SshError::ConnectTcp {
-                    host: host.clone(),
-                    source,
-                })?;
+                })??;
             // Without TCP_NODELAY every exec round trip waits on Nagle + delayed ACK (make bench-ssh-latency
             // measures both; docs/benchmarks.md).
             if let Err(e) = tcp.set_nodelay(cfg.tcp_nodelay) {
@@ -543,6 +543,51 @@ impl PoolInner {
             id,
         })
     }
+}
+
+/// The addresses a direct dial to `t` may go to: a static alias ([`PoolConfig::host_aliases`]), the address
+/// itself, or what the system resolver answers for the name, once; every one of them must pass the pool's
+/// [`PoolConfig::addresses`], else nothing is dialled and the refusal is one error whatever the port (no
+/// port-scan oracle: nothing was connected to).
+async fn checked_addrs(cfg: &PoolConfig, t: &HostTarget) -> Result<Vec<SocketAddr>, SshError> {
+    let name = t.address.trim();
+    let literal = name
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<IpAddr>()
+        .ok();
+    let alias = cfg.host_aliases.get(&name.to_ascii_lowercase()).copied();
+    let (addrs, resolved): (Vec<SocketAddr>, bool) = match literal.or(alias) {
+        Some(ip) => (vec![SocketAddr::new(ip, t.port)], literal.is_none()),
+        None => {
+            let found =
+                tokio::net::lookup_host((name, t.port))
+                    .await
+                    .map_err(|source| SshError::ConnectTcp {
+                        host: t.endpoint(),
+                        source,
+                    })?;
+            (found.collect(), true)
+        }
+    };
+    if addrs.is_empty() {
+        return Err(SshError::ConnectTcp {
+            host: t.endpoint(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "the name has no address"),
+        });
+    }
+    for a in &addrs {
+        if let Some(refusal) = cfg.addresses.refusal(a.ip()) {
+            debug!(target = %t.display_name(), address = %a.ip(), %refusal, "dial refused by the address policy");
+            return Err(SshError::AddressRefused {
+                address: name.to_owned(),
+                bastion: false,
+                resolved,
+                refusal,
+            });
+        }
+    }
+    Ok(addrs)
 }
 
 /// Authenticates as `t.user` with its password or with `key` (the target's private key, decoded beforehand).
@@ -1292,6 +1337,7 @@ impl Executor for SshExecutor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use capkk_executor::address::{AddressPolicy, Refusal};
 
     #[test]
     fn identity_separates_credentials_and_hides_them() {
@@ -1412,6 +1458,17 @@ mod tests {
         (port, task)
     }
 
+    /// A pool config whose policy allows loopback (the tests' listeners are there).
+    fn loopback_allowed(config: PoolConfig) -> PoolConfig {
+        PoolConfig {
+            addresses: AddressPolicy {
+                allow: vec!["127.0.0.0/8".parse().unwrap(), "::1".parse().unwrap()],
+                ..Default::default()
+            },
+            ..config
+        }
+    }
+
     async fn connect_error(pool: &SshPool, target: &HostTarget) -> String {
         match pool.executor(target).exec(ExecRequest::new("true")).await {
             Err(ExecError::Connect { message, .. }) => message,
@@ -1422,10 +1479,10 @@ mod tests {
     #[tokio::test]
     async fn a_target_connect_timeout_bounds_the_handshake_instead_of_the_pool_default() {
         let (port, listener) = silent_listener().await;
-        let pool = SshPool::new(PoolConfig {
+        let pool = SshPool::new(loopback_allowed(PoolConfig {
             connect_timeout: Duration::from_secs(600),
             ..Default::default()
-        });
+        }));
         let t = HostTarget::new("127.0.0.1", "root", Auth::password("pw"))
             .port(port)
             .connect_timeout(Duration::from_millis(300));
@@ -1436,13 +1493,185 @@ mod tests {
         );
 
         // Without its own limit the target gets the pool's.
-        let pool = SshPool::new(PoolConfig {
+        let pool = SshPool::new(loopback_allowed(PoolConfig {
             connect_timeout: Duration::from_millis(200),
             ..Default::default()
-        });
+        }));
         let plain = HostTarget::new("127.0.0.1", "root", Auth::password("pw")).port(port);
         let message = connect_error(&pool, &plain).await;
         assert!(message.contains("timed out after 200ms"), "{message}");
+        listener.abort();
+    }
+
+    /// A local listener that counts the connections it accepts and holds them open without a word.
+    async fn counting_listener() -> (u16, Arc<AtomicU64>, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let hits = Arc::new(AtomicU64::new(0));
+        let seen = hits.clone();
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((sock, _)) = listener.accept().await {
+                seen.fetch_add(1, Ordering::SeqCst);
+                held.push(sock);
+            }
+        });
+        (port, hits, task)
+    }
+
+    /// A loopback port nothing listens on.
+    async fn closed_port() -> u16 {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        l.local_addr().unwrap().port()
+    }
+
+    async fn exec_error(pool: &SshPool, target: &HostTarget) -> ExecError {
+        match pool.executor(target).exec(ExecRequest::new("true")).await {
+            Err(e) => e,
+            Ok(out) => panic!("expected an error, the command ran: {out:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_loopback_target_is_refused_before_any_connection_with_one_message_whatever_the_port() {
+        let (open, hits, listener) = counting_listener().await;
+        let closed = closed_port().await;
+        let pool = SshPool::new(PoolConfig {
+            connect_timeout: Duration::from_secs(2),
+            ..Default::default()
+        });
+        let mut messages = Vec::new();
+        for port in [open, closed] {
+            let err = exec_error(
+                &pool,
+                &HostTarget::new("127.0.0.1", "root", Auth::password("pw")).port(port),
+            )
+            .await;
+            assert!(
+                matches!(
+                    &err,
+                    ExecError::AddressRefused { address, bastion: false, resolved: false, refusal: Refusal::Loopback }
+                        if address == "127.0.0.1"
+                ),
+                "{err:?}"
+            );
+            assert!(!err.is_transient(), "a refusal is not retried by itself");
+            messages.push(err.to_string());
+        }
+        assert_eq!(
+            messages[0], messages[1],
+            "an open and a closed port read the same"
+        );
+        assert_eq!(
+            messages[0],
+            "127.0.0.1 is a loopback address; refused before dialling"
+        );
+        assert_eq!(
+            hits.load(Ordering::SeqCst),
+            0,
+            "nothing connected to the listener"
+        );
+        assert_eq!(pool.stats().connects, 0);
+        listener.abort();
+    }
+
+    #[tokio::test]
+    async fn a_name_or_an_alias_resolving_to_a_refused_address_is_refused_and_not_dialled() {
+        let (port, hits, listener) = counting_listener().await;
+        let pool = SshPool::new(PoolConfig {
+            host_aliases: [("node1.example".to_owned(), "127.0.0.1".parse().unwrap())].into(),
+            ..Default::default()
+        });
+        for name in ["localhost", "node1.example", "NODE1.example"] {
+            let err = exec_error(
+                &pool,
+                &HostTarget::new(name, "root", Auth::password("pw")).port(port),
+            )
+            .await;
+            assert!(
+                matches!(
+                    &err,
+                    ExecError::AddressRefused {
+                        resolved: true,
+                        refusal: Refusal::Loopback,
+                        ..
+                    }
+                ),
+                "{name}: {err:?}"
+            );
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("{name} resolves to a loopback address")),
+                "{err}"
+            );
+        }
+        // An alias is checked like any answer: one to the metadata service is refused whatever is allowed.
+        let pool = SshPool::new(loopback_allowed(PoolConfig {
+            host_aliases: [("meta.example".to_owned(), "169.254.169.254".parse().unwrap())].into(),
+            ..Default::default()
+        }));
+        let err = exec_error(
+            &pool,
+            &HostTarget::new("meta.example", "root", Auth::password("pw")),
+        )
+        .await;
+        assert!(
+            matches!(
+                &err,
+                ExecError::AddressRefused {
+                    refusal: Refusal::LinkLocal,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(
+            hits.load(Ordering::SeqCst),
+            0,
+            "nothing connected to the listener"
+        );
+        listener.abort();
+    }
+
+    #[tokio::test]
+    async fn a_refused_bastion_is_reported_as_the_bastions_and_neither_host_is_dialled() {
+        let (port, hits, listener) = counting_listener().await;
+        let pool = SshPool::default();
+        let t = HostTarget::new("198.18.0.11", "root", Auth::password("pw"))
+            .via(HostTarget::new("127.0.0.1", "root", Auth::password("pw")).port(port));
+        let err = exec_error(&pool, &t).await;
+        assert!(
+            matches!(&err, ExecError::AddressRefused { address, bastion: true, .. } if address == "127.0.0.1"),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with("bastion 127.0.0.1 is a loopback address"),
+            "{err}"
+        );
+        assert_eq!(hits.load(Ordering::SeqCst), 0);
+        listener.abort();
+    }
+
+    #[tokio::test]
+    async fn an_allowed_loopback_range_lets_the_same_target_be_dialled() {
+        let (port, hits, listener) = counting_listener().await;
+        let pool = SshPool::new(loopback_allowed(PoolConfig {
+            connect_timeout: Duration::from_millis(300),
+            ..Default::default()
+        }));
+        for address in ["127.0.0.1", "localhost"] {
+            let err = exec_error(
+                &pool,
+                &HostTarget::new(address, "root", Auth::password("pw")).port(port),
+            )
+            .await;
+            assert!(
+                matches!(&err, ExecError::Connect { message, .. } if message.contains("SSH handshake")),
+                "dialled, then the silent listener timed the handshake out: {err:?}"
+            );
+        }
+        assert_eq!(hits.load(Ordering::SeqCst), 2, "both dials reached the listener");
         listener.abort();
     }
 

@@ -267,6 +267,11 @@ pub struct PoolConfig {
     /// dials: the operator's answer for sites without DNS for their hosts (the manager's `--ssh-host-alias`),
     /// and a name the tests resolve without touching `/etc/hosts`. Empty by default.
     pub host_aliases: std::collections::BTreeMap<String, std::net::IpAddr>,
+    /// Which addresses a direct dial may reach (a bastion's included; a target behind a bastion is the
+    /// bastion's to dial). Checked on every address the target's name resolves to (or its alias), before
+    /// any connection. The default refuses loopback besides the classes no policy allows (link-local,
+    /// metadata, unspecified, multicast); the manager sets `--ssh-deny-cidr` and `--ssh-allow-cidr` here.
+    pub addresses: capkk_executor::address::AddressPolicy,
 }
 
 impl Default for PoolConfig {
@@ -279,6 +284,7 @@ impl Default for PoolConfig {
             chunk_size: 64 * 1024,
             tcp_nodelay: true,
             host_aliases: Default::default(),
+            addresses: Default::default(),
         }
     }
 }

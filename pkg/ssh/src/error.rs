@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use capkk_executor::ExecError;
+use capkk_executor::{ExecError, address::Refusal};
 
 /// Why connecting or talking to a host failed.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +55,18 @@ pub enum SshError {
         /// Why (never contains key material).
         message: String,
     },
+    /// The pool's address policy refused the destination; nothing was dialled.
+    #[error("{}", ExecError::AddressRefused { address: address.clone(), bastion: *bastion, resolved: *resolved, refusal: *refusal })]
+    AddressRefused {
+        /// The address as written (no port).
+        address: String,
+        /// The refused address is the bastion's (set on the way out of the bastion's connection).
+        bastion: bool,
+        /// `address` is a name (or an alias) that resolved to the refused address.
+        resolved: bool,
+        /// What the address is.
+        refusal: Refusal,
+    },
     /// The server rejected the credentials.
     #[error("authentication to {host} as {user} was rejected")]
     Authenticate {
@@ -101,9 +113,40 @@ pub enum SshError {
     },
 }
 
+impl SshError {
+    /// This error as met on the way to a target through its bastion: an address refusal is the bastion's.
+    pub fn at_bastion(self) -> Self {
+        match self {
+            SshError::AddressRefused {
+                address,
+                resolved,
+                refusal,
+                ..
+            } => SshError::AddressRefused {
+                address,
+                bastion: true,
+                resolved,
+                refusal,
+            },
+            other => other,
+        }
+    }
+}
+
 impl From<SshError> for ExecError {
     fn from(e: SshError) -> Self {
         match e {
+            SshError::AddressRefused {
+                address,
+                bastion,
+                resolved,
+                refusal,
+            } => ExecError::AddressRefused {
+                address,
+                bastion,
+                resolved,
+                refusal,
+            },
             SshError::ConnectTcp { host, source } => ExecError::Connect {
                 host,
                 message: source.to_string(),

@@ -577,7 +577,15 @@ async fn a_reconnect_under_trust_on_first_use_refuses_a_changed_host_key() {
     let hosts = sb.hosts();
     let (first, impostor) = (&hosts[GENERAL], &hosts[TIMEOUTS]);
     let (port, to) = switchable_forwarder(format!("{}:22", first.address())).await;
-    let pool = pool();
+    // The forwarder listens on loopback, which the pool refuses unless allowed.
+    let pool = SshPool::new(PoolConfig {
+        connect_timeout: Duration::from_secs(10),
+        addresses: capkk_executor::address::AddressPolicy {
+            allow: vec!["127.0.0.0/8".parse().unwrap()],
+            ..Default::default()
+        },
+        ..Default::default()
+    });
     let tofu = HostTarget::new("127.0.0.1", "root", key_auth(sb)).port(port);
     let out = pool
         .executor(&tofu)
