@@ -6,7 +6,8 @@
 //! checked ([`DownloadPolicy::pin`]); the HTTP client then connects only to those checked addresses, so a
 //! name that resolves elsewhere a moment later (DNS rebinding) reaches nothing unchecked.
 //!
-//! Refused always: unspecified, link-local (169.254.0.0/16 and fe80::/10, where cloud metadata answers),
+//! Which addresses are refused is decided by [`capkk_executor::address`], shared with the SSH pool's dials:
+//! refused always: unspecified, link-local (169.254.0.0/16 and fe80::/10, where cloud metadata answers),
 //! the metadata addresses outside link-local, multicast and broadcast. Refused unless opted in: loopback.
 //! Refused as the controller says: the cluster's own ranges ([`DownloadPolicy::deny`]). Ordinary private
 //! ranges (10/8, 172.16/12, 192.168/16, 198.18/15, fc00::/7) are allowed: private mirrors are normal. An
@@ -14,63 +15,13 @@
 //! An IPv6 address that embeds an IPv4 one (mapped, compatible, NAT64, 6to4) is checked as both.
 
 use std::{
-    fmt,
-    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
+    net::{IpAddr, SocketAddr},
     str::FromStr,
     time::Duration,
 };
 
-/// An IP range such as `10.96.0.0/12` or `fd00::/8`; a bare address is a range of one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cidr {
-    addr: IpAddr,
-    prefix: u8,
-}
-
-impl Cidr {
-    /// Whether `ip` lies in the range (an IPv4 range never contains an IPv6 address, nor the reverse).
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.addr, ip) {
-            (IpAddr::V4(net), IpAddr::V4(a)) => {
-                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix)).unwrap_or(0);
-                u32::from(net) & mask == u32::from(a) & mask
-            }
-            (IpAddr::V6(net), IpAddr::V6(a)) => {
-                let mask = u128::MAX.checked_shl(128 - u32::from(self.prefix)).unwrap_or(0);
-                u128::from(net) & mask == u128::from(a) & mask
-            }
-            _ => false,
-        }
-    }
-}
-
-impl FromStr for Cidr {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("{s:?} is not an IP range like 10.96.0.0/12 or fd00::/8");
-        let (addr, prefix) = match s.trim().split_once('/') {
-            Some((a, p)) => (a, Some(p)),
-            None => (s.trim(), None),
-        };
-        let addr: IpAddr = addr.parse().map_err(|_| bad())?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = match prefix {
-            Some(p) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => {
-                p.parse::<u8>().ok().filter(|p| *p <= max).ok_or_else(bad)?
-            }
-            Some(_) => return Err(bad()),
-            None => max,
-        };
-        Ok(Cidr { addr, prefix })
-    }
-}
-
-impl fmt::Display for Cidr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix)
-    }
-}
+pub use capkk_executor::address::Cidr;
+use capkk_executor::address::{AddressPolicy, Refusal};
 
 /// One entry of the operator's allow-list: a host name (`mirror.example`, or `*.example` for any name
 /// under it) or an IP range.
@@ -145,81 +96,20 @@ pub enum PinError {
     Unresolved(String),
 }
 
-/// The IPv4 address an IPv6 one carries and reaches through the usual translations: mapped
-/// (`::ffff:a.b.c.d`), compatible (`::a.b.c.d`), NAT64 (`64:ff9b::/96`) and 6to4 (`2002:AABB:CCDD::/48`).
-fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
-    let s = ip.segments();
-    let low = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
-    if let Some(v4) = ip.to_ipv4_mapped() {
-        Some(v4)
-    } else if (s[..6] == [0; 6] && !(ip.is_unspecified() || ip.is_loopback()))
-        || s[..6] == [0x64, 0xff9b, 0, 0, 0, 0]
-    {
-        Some(low)
-    } else if s[0] == 0x2002 {
-        Some(Ipv4Addr::new(
-            (s[1] >> 8) as u8,
-            s[1] as u8,
-            (s[2] >> 8) as u8,
-            s[2] as u8,
-        ))
-    } else {
-        None
-    }
-}
-
-/// Cloud metadata services outside link-local: Alibaba Cloud's 100.100.100.200, AWS's IPv6 endpoint.
-const METADATA: [IpAddr; 2] = [
-    IpAddr::V4(Ipv4Addr::new(100, 100, 100, 200)),
-    IpAddr::V6(Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)),
-];
-
 impl DownloadPolicy {
     /// Why `ip` must not be reached (`None`: it may). Says what the address is, never the address itself.
     pub fn refusal(&self, ip: IpAddr) -> Option<String> {
-        let mut forms = vec![ip];
-        if let IpAddr::V6(v6) = ip
-            && let Some(v4) = embedded_v4(v6)
-        {
-            forms.push(IpAddr::V4(v4));
-        }
-        forms.into_iter().find_map(|ip| self.refusal_of(ip))
-    }
-
-    fn refusal_of(&self, ip: IpAddr) -> Option<String> {
-        let (loopback, unspecified, link_local, multicast) = match ip {
-            IpAddr::V4(a) => (
-                a.is_loopback(),
-                a.octets()[0] == 0,
-                a.is_link_local(),
-                a.is_multicast() || a.is_broadcast(),
-            ),
-            IpAddr::V6(a) => (
-                a.is_loopback(),
-                a.is_unspecified(),
-                a.is_unicast_link_local(),
-                a.is_multicast(),
-            ),
+        // The download allow-list narrows; it is no exception to a refusal, so the shared policy gets none.
+        let addresses = AddressPolicy {
+            deny: self.deny.clone(),
+            allow: Vec::new(),
+            allow_loopback: self.allow_loopback,
         };
-        if loopback && !self.allow_loopback {
-            return Some("a loopback address (allowed only by --download-allow-loopback)".to_owned());
-        }
-        if unspecified {
-            return Some("an unspecified address (it reaches the manager itself)".to_owned());
-        }
-        if link_local {
-            return Some("a link-local address (where cloud metadata services answer)".to_owned());
-        }
-        if METADATA.contains(&ip) {
-            return Some("a cloud metadata address".to_owned());
-        }
-        if multicast {
-            return Some("a multicast or broadcast address".to_owned());
-        }
-        self.deny
-            .iter()
-            .find(|c| c.contains(ip))
-            .map(|c| format!("an address in {c}, one of the cluster's own ranges (--download-deny-cidr)"))
+        addresses.refusal(ip).map(|r| match r {
+            Refusal::Loopback => format!("{r} (allowed only by --download-allow-loopback)"),
+            Refusal::Denied(_) => format!("{r} (--download-deny-cidr)"),
+            r => r.to_string(),
+        })
     }
 
     fn allows_name(&self, name: &str) -> bool {
@@ -429,24 +319,7 @@ mod tests {
     }
 
     #[test]
-    fn ranges_and_allow_entries_parse_or_say_what_they_expect() {
-        assert_eq!(
-            "10.96.0.0/12".parse::<Cidr>().unwrap().to_string(),
-            "10.96.0.0/12"
-        );
-        assert_eq!("10.0.0.1".parse::<Cidr>().unwrap().to_string(), "10.0.0.1/32");
-        assert_eq!("fd00::/8".parse::<Cidr>().unwrap().to_string(), "fd00::/8");
-        assert!("0.0.0.0/0".parse::<Cidr>().unwrap().contains(ip("8.8.8.8")));
-        for bad in [
-            "10.0.0.0/33",
-            "10.0.0.0/",
-            "10.0.0/8",
-            "::/129",
-            "x",
-            "10.0.0.0/+8",
-        ] {
-            assert!(bad.parse::<Cidr>().is_err(), "{bad}");
-        }
+    fn allow_entries_parse_or_say_what_they_expect() {
         assert_eq!(
             "Mirror.Example.".parse::<AllowEntry>().unwrap(),
             AllowEntry::Host("mirror.example".into())
