@@ -155,6 +155,10 @@ pub mod reasons {
     /// A controller-side download's destination is refused (loopback, link-local, the cluster's ranges, off
     /// the allow-list); the message names the field and the manager flag.
     pub const DOWNLOAD_REFUSED: &str = "DownloadRefused";
+    /// The manager's SSH address policy refuses the host's (or its bastion's) address (loopback, link-local,
+    /// metadata, the cluster's ranges): nothing was dialled. The message names the field and the flag, and
+    /// is the same whatever the port.
+    pub const ADDRESS_REFUSED: &str = "AddressRefused";
     /// KKRemediation: containerd and the kubelet were restarted and are active.
     pub const SERVICES_RESTARTED: &str = "ServicesRestarted";
     /// KKRemediation: the host rebooted and answered with a new boot ID.

@@ -364,6 +364,13 @@ impl TestContext {
 
     /// A context with `settings`; the caches are filled by [`TestContext::caches`] before the reconcile.
     pub(crate) fn with_settings(settings: Settings) -> Self {
+        let ssh = Arc::new(FakeSsh::default());
+        Self::with_ssh(settings, ssh.clone(), ssh)
+    }
+
+    /// A context whose hosts are reached through `dial` (e.g. a real [`capkk_ssh::SshPool`], for what the
+    /// pool decides before any connection); `ssh` is the fake the test context reports.
+    pub(crate) fn with_ssh(settings: Settings, ssh: Arc<FakeSsh>, dial: Arc<dyn SshFactory>) -> Self {
         let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
         let client = Client::new(service, NS);
         let (instances_r, mut instances) = reflector::store();
@@ -381,11 +388,10 @@ impl TestContext {
         let (machine_tx, _) = unbounded();
         let (remediation_tx, remediation_triggers) = unbounded();
         let services = Arc::new(FakeServices::default());
-        let ssh = Arc::new(FakeSsh::default());
         let ctx = Context::new(
             client,
             settings,
-            ssh.clone(),
+            dial,
             services.clone(),
             Arc::new(Metrics::new()),
             Triggers {

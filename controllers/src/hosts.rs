@@ -45,6 +45,33 @@ impl SshFactory for SshPool {
     }
 }
 
+/// The message of a dial the SSH pool's address policy refused ([`ExecError::AddressRefused`]; `None` for
+/// any other error): the field holding the address (`field`, or `bastion_field` when the bastion's was
+/// refused), what the address is and the flag that decides. Nothing was dialled, so it is the same whatever
+/// the port and whatever listens there: no port-scan oracle.
+pub(crate) fn address_refused(e: &ExecError, field: &str, bastion_field: &str) -> Option<String> {
+    use capkk_executor::address::Refusal;
+    let ExecError::AddressRefused {
+        address,
+        bastion,
+        resolved,
+        refusal,
+    } = e
+    else {
+        return None;
+    };
+    let field = if *bastion { bastion_field } else { field };
+    let verb = if *resolved { "resolves to" } else { "is" };
+    let flag = match refusal {
+        Refusal::Loopback => " (allowed only by --ssh-allow-cidr)",
+        Refusal::Denied(_) => " (--ssh-deny-cidr; --ssh-allow-cidr makes exceptions)",
+        _ => "",
+    };
+    Some(format!(
+        "{field}: {address} {verb} {refusal}{flag}; refused before dialling"
+    ))
+}
+
 /// The effective auth of one inventory host (per-host over global), inline secrets included.
 pub(crate) fn host_auth(cluster: &KKCluster, host: &InstanceInfo) -> ApiAuth {
     match &host.auth {

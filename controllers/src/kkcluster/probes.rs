@@ -131,7 +131,13 @@ async fn probe_host(
     probe.host_key = recorded.or_else(|| ctx.ssh.observed_fingerprint(&target));
     match res {
         Err(_) => probe.message = Some(format!("no answer within {:?}", ctx.settings.probe_timeout)),
-        Ok(Err(e)) => probe.message = Some(e.to_string()),
+        Ok(Err(e)) => {
+            let field = format!("spec.nodes.instances[{host_name}].address");
+            probe.message = Some(
+                hosts::address_refused(&e, &field, "spec.nodes.bastion.address")
+                    .unwrap_or_else(|| e.to_string()),
+            );
+        }
         Ok(Ok(out)) if !out.success() => {
             probe.reachable = true;
             probe.message = Some(format!("probe command exited {:?}", out.exit_code));

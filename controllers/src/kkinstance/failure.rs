@@ -33,6 +33,11 @@ pub(crate) fn exec_failure(e: &ExecError) -> Failure {
             reason: reasons::CREDENTIALS_UNAVAILABLE,
             message: e.to_string(),
         },
+        ExecError::AddressRefused { .. } => Failure::Terminal {
+            reason: reasons::ADDRESS_REFUSED,
+            message: crate::hosts::address_refused(e, "spec.address", "spec.bastion.address")
+                .unwrap_or_else(|| e.to_string()),
+        },
         _ => Failure::Transient(e.to_string()),
     }
 }
@@ -132,6 +137,43 @@ mod tests {
             },
         );
         assert_eq!(terminal_reason(i), Some(reasons::INVALID_SPEC));
+    }
+
+    #[test]
+    fn a_refused_dial_is_terminal_and_names_the_field_and_the_flag_but_no_port() {
+        use capkk_executor::address::{Cidr, Refusal};
+        let refused = |address: &str, bastion: bool, refusal: Refusal| ExecError::AddressRefused {
+            address: address.into(),
+            bastion,
+            resolved: false,
+            refusal,
+        };
+        let cidr: Cidr = "10.96.0.0/12".parse().unwrap();
+        for (e, want) in [
+            (
+                refused("127.0.0.1", false, Refusal::Loopback),
+                "spec.address: 127.0.0.1 is a loopback address (allowed only by --ssh-allow-cidr); \
+                 refused before dialling",
+            ),
+            (
+                refused("10.96.0.10", true, Refusal::Denied(cidr)),
+                "spec.bastion.address: 10.96.0.10 is an address in 10.96.0.0/12, one of the cluster's own \
+                 ranges (--ssh-deny-cidr; --ssh-allow-cidr makes exceptions); refused before dialling",
+            ),
+            (
+                refused("169.254.169.254", false, Refusal::LinkLocal),
+                "spec.address: 169.254.169.254 is a link-local address (where cloud metadata services \
+                 answer); refused before dialling",
+            ),
+        ] {
+            match exec_failure(&e) {
+                Failure::Terminal { reason, message } => {
+                    assert_eq!(reason, reasons::ADDRESS_REFUSED);
+                    assert_eq!(message, want);
+                }
+                Failure::Transient(m) => panic!("transient: {m}"),
+            }
+        }
     }
 
     #[test]

@@ -468,6 +468,8 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
     let phases = Phase::ALL;
     let n = phases.len();
     let mut current = Phase::Bootstrap;
+    // Whether the host was reached and claimed: a refusal before that ran nothing on it.
+    let mut reached = false;
     let result: Result<Ended, Failure> = async {
         let kkc = super::get_kkcluster(&ctx, &inst)
             .await
@@ -483,6 +485,7 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
             super::mark_touched(&t.api, &inst)
         );
         let Connected { exec, target, claims } = connected?;
+        reached = true;
         let claims = claims.join(",");
         if inst.annotations().get(HOST_CLAIMS_ANNOTATION) != Some(&claims) {
             // Recorded so that the claim is given back when the KKInstance goes.
@@ -758,9 +761,13 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
         }
         Err(Failure::Terminal { reason, message }) => {
             warn!(kkinstance = %t.name, %reason, "Host work failed terminally: {message}");
-            if reason == reasons::HOST_IN_USE && !inst.annotations().contains_key(HOST_CLAIMS_ANNOTATION) {
+            if !reached
+                && [reasons::HOST_IN_USE, reasons::ADDRESS_REFUSED].contains(&reason)
+                && !inst.annotations().contains_key(HOST_CLAIMS_ANNOTATION)
+            {
                 // Refused before anything ran, and never held before: the host is not dirty on this claim's
-                // account, so its release must not reset (touch) a host another claim holds.
+                // account, so its release must not reset (touch) a host another claim holds, nor try to
+                // reach an address the policy refuses (a reset would fail and quarantine it).
                 t.annotate(&[(TOUCHED_ANNOTATION, None)]);
             }
             t.set(current.condition(), false, reason, &message);

@@ -9,6 +9,7 @@
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use anyhow::Context as _;
+use capkk_executor::address::AddressPolicy;
 use capkk_service::binary::{AllowEntry, Cidr, DownloadPolicy};
 use clap::{Parser, ValueEnum};
 
@@ -40,7 +41,8 @@ fn parse_host_alias(s: &str) -> Result<(String, std::net::IpAddr), String> {
     Ok((name, ip))
 }
 
-/// `--download-deny-cidr`'s default: kubeadm's default Service range and kind's default Pod range.
+/// `--download-deny-cidr`'s and `--ssh-deny-cidr`'s default: kubeadm's default Service range and kind's
+/// default Pod range.
 pub(crate) const DEFAULT_DOWNLOAD_DENY_CIDRS: [&str; 2] = ["10.96.0.0/12", "10.244.0.0/16"];
 
 fn parse_deny_cidr(s: &str) -> Result<Option<Cidr>, String> {
@@ -49,6 +51,10 @@ fn parse_deny_cidr(s: &str) -> Result<Option<Cidr>, String> {
     } else {
         s.parse().map(Some)
     }
+}
+
+fn parse_cidr(s: &str) -> Result<Cidr, String> {
+    s.parse()
 }
 
 fn parse_allow(s: &str) -> Result<AllowEntry, String> {
@@ -229,6 +235,26 @@ pub struct Args {
     /// Let controller-side downloads reach loopback addresses (a mirror in the manager's own Pod).
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub download_allow_loopback: bool,
+    /// Ranges SSH dials (hosts, bastions, KKCluster probes) never connect to: the management cluster's
+    /// Service and Pod ranges (repeat the flag or separate by commas; an empty value clears the list)
+    /// [default: 10.96.0.0/12, 10.244.0.0/16, as --download-deny-cidr]. Its own flag, not
+    /// --download-deny-cidr's list: mirrors and hosts are different destinations, and clearing one guard
+    /// must not clear the other. Loopback, link-local (cloud metadata), unspecified and multicast addresses
+    /// are refused whatever this says; a host name is resolved once and every address it has is checked.
+    #[arg(
+        long = "ssh-deny-cidr",
+        value_delimiter = ',',
+        action = clap::ArgAction::Append,
+        default_values = DEFAULT_DOWNLOAD_DENY_CIDRS,
+        value_parser = parse_deny_cidr
+    )]
+    pub ssh_deny_cidrs: Vec<Option<Cidr>>,
+    /// Ranges SSH dials may reach although they are loopback or in --ssh-deny-cidr (repeat or separate by
+    /// commas; default: none, so loopback is refused): hosts on a subnet inside a deny range, or sshd on the
+    /// manager's loopback in tests (127.0.0.0/8). Never opens link-local, metadata, unspecified or
+    /// multicast addresses.
+    #[arg(long = "ssh-allow-cidr", value_delimiter = ',', action = clap::ArgAction::Append, value_parser = parse_cidr)]
+    pub ssh_allow_cidrs: Vec<Cidr>,
     /// The directory `privateKeyPath` keys are read from, one subdirectory per namespace
     /// (`<dir>/<namespace>/`: a namespace cannot name another's key); unset or empty (default) refuses
     /// `privateKeyPath` (a path in a tenant's object must not read the manager's files).
@@ -356,6 +382,15 @@ impl Args {
             deny: self.download_deny_cidrs.iter().flatten().copied().collect(),
             allow: self.download_allow.clone(),
             allow_loopback: self.download_allow_loopback,
+        }
+    }
+
+    /// Where SSH dials may connect: --ssh-deny-cidr, --ssh-allow-cidr.
+    pub(crate) fn ssh_address_policy(&self) -> AddressPolicy {
+        AddressPolicy {
+            deny: self.ssh_deny_cidrs.iter().flatten().copied().collect(),
+            allow: self.ssh_allow_cidrs.clone(),
+            allow_loopback: false,
         }
     }
 
@@ -579,6 +614,64 @@ mod tests {
             "--download-deny-cidr=mirror.example",
             "--download-allow=http://mirror.example/",
             "--download-allow-loopback=maybe",
+        ] {
+            assert!(Args::try_parse_from(["manager", bad]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn ssh_dials_refuse_loopback_and_the_cluster_ranges_by_default_and_the_flags_change_that() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let default = Args::try_parse_from(["manager"]).unwrap().ssh_address_policy();
+        let shown: Vec<String> = default.deny.iter().map(ToString::to_string).collect();
+        assert_eq!(shown, DEFAULT_DOWNLOAD_DENY_CIDRS);
+        assert!(default.allow.is_empty() && !default.allow_loopback);
+        for refused in ["127.0.0.1", "::1", "10.96.0.1", "10.244.1.2", "169.254.169.254"] {
+            assert!(default.refusal(ip(refused)).is_some(), "{refused}");
+        }
+        for allowed in [
+            "10.0.0.5",
+            "172.16.0.1",
+            "192.168.1.10",
+            "198.18.0.11",
+            "198.19.1.1",
+        ] {
+            assert_eq!(default.refusal(ip(allowed)), None, "{allowed}");
+        }
+        let a = Args::try_parse_from([
+            "manager",
+            "--ssh-deny-cidr=10.43.0.0/16,10.42.0.0/16",
+            "--ssh-allow-cidr=127.0.0.0/8",
+            "--ssh-allow-cidr",
+            "10.42.7.0/24,::1",
+        ])
+        .unwrap();
+        let p = a.ssh_address_policy();
+        let shown: Vec<String> = p.deny.iter().map(ToString::to_string).collect();
+        assert_eq!(shown, ["10.43.0.0/16", "10.42.0.0/16"]);
+        assert_eq!(p.refusal(ip("127.0.0.1")), None);
+        assert_eq!(p.refusal(ip("::1")), None);
+        assert_eq!(
+            p.refusal(ip("10.42.7.9")),
+            None,
+            "an exception inside a deny range"
+        );
+        assert!(p.refusal(ip("10.42.8.9")).is_some());
+        assert_eq!(p.refusal(ip("10.96.0.1")), None, "the default list was replaced");
+        assert_eq!(
+            a.download_policy().deny.len(),
+            2,
+            "the download list keeps its own default"
+        );
+        let cleared = Args::try_parse_from(["manager", "--ssh-deny-cidr="]).unwrap();
+        assert!(
+            cleared.ssh_address_policy().deny.is_empty(),
+            "an empty value clears the list"
+        );
+        for bad in [
+            "--ssh-deny-cidr=10.0.0.0/40",
+            "--ssh-allow-cidr=localhost",
+            "--ssh-allow-cidr=",
         ] {
             assert!(Args::try_parse_from(["manager", bad]).is_err(), "{bad}");
         }

@@ -179,9 +179,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     );
     services.cache().set_download_policy(policy);
     crate::hosts::set_private_key_dir(args.private_key_dir.clone().filter(|d| !d.as_os_str().is_empty()));
+    let addresses = args.ssh_address_policy();
+    info!(
+        deny = ?addresses.deny.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        allow = ?addresses.allow.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "SSH address policy (loopback is refused unless allowed; unspecified, link-local, metadata and \
+         multicast addresses are refused whatever it says)"
+    );
     let pool = SshPool::new(PoolConfig {
         connect_timeout: args.ssh_connect_timeout,
         host_aliases: args.ssh_host_aliases.iter().cloned().collect(),
+        addresses,
         ..PoolConfig::default()
     });
     let (instance_tx, instance_rx) = futures::channel::mpsc::unbounded::<ObjectRef<KKInstance>>();

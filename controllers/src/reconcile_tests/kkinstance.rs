@@ -1070,3 +1070,100 @@ async fn host_work_on_a_host_already_marked_touched_does_not_mark_it_again() {
         "no write repeats what the object says: {requests:#?}"
     );
 }
+
+/// A TCP listener on loopback that counts the connections it accepts (and holds them without a word).
+async fn counting_listener() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binds");
+    let port = listener.local_addr().expect("bound").port();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let seen = hits.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((sock, _)) = listener.accept().await {
+            seen.fetch_add(1, Ordering::SeqCst);
+            held.push(sock);
+        }
+    });
+    (port, hits)
+}
+
+#[tokio::test]
+async fn a_host_whose_address_the_ssh_policy_refuses_fails_terminally_naming_the_field_and_is_never_dialled()
+{
+    use std::sync::atomic::Ordering;
+    let (port, hits) = counting_listener().await;
+    let km = recorded_kkmachine();
+    // The real pool with the manager's default policy (loopback refused): the decision is the pool's, made
+    // before any connection. On an address it allowed, this listener would see the dial.
+    let pool = capkk_ssh::SshPool::new(capkk_ssh::PoolConfig {
+        connect_timeout: Duration::from_secs(2),
+        ..Default::default()
+    });
+    let mut t = TestContext::with_ssh(
+        crate::context::Settings::default(),
+        Arc::new(crate::fixtures::FakeSsh::default()),
+        Arc::new(pool.clone()),
+    );
+    t.caches.capi_cluster(capi_cluster());
+    let mut kkc = kkcluster(&[("node1", "127.0.0.1")]);
+    kkc.spec.nodes.auth.port = Some(i32::from(port));
+    t.caches.cluster(kkc);
+    t.caches.machine(km.clone());
+    let inst = claim(&km, "node1", "127.0.0.1", &[]);
+    let served = serve_host_work(t.api, &inst);
+    reconcile(Arc::new(inst), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    assert!(
+        task_end(&mut t.instance_triggers).await.is_some(),
+        "the attempt ended"
+    );
+    let requests = served.finish();
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "nothing connected to the host's port"
+    );
+    assert_eq!(pool.stats().connects, 0);
+    assert!(t.services.ran().is_empty(), "no phase ran");
+    assert!(
+        t.ctx.tasks.retry("uid-c.node1").is_none(),
+        "terminal, not transient: no retry is scheduled"
+    );
+    let want = "spec.address: 127.0.0.1 is a loopback address (allowed only by --ssh-allow-cidr); \
+                refused before dialling";
+    let patched = |key: &str, value: Value| {
+        requests.iter().any(|(m, p, b)| {
+            m == "PATCH" && p == &path("kkinstances", "c.node1") && b["metadata"]["annotations"][key] == value
+        })
+    };
+    assert!(
+        patched(FAILED_ANNOTATION, json!(reasons::ADDRESS_REFUSED)),
+        "refused as AddressRefused until the retry annotation: {requests:#?}"
+    );
+    assert!(
+        patched(TOUCHED_ANNOTATION, Value::Null),
+        "not touched: its release resets nothing on a host never reached: {requests:#?}"
+    );
+    let condition = requests
+        .iter()
+        .rev()
+        .filter(|(m, p, _)| m == "PATCH" && p == &path("kkinstances", "c.node1/status"))
+        .find_map(|(_, _, b)| {
+            b["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "Bootstrapped")
+                .cloned()
+        })
+        .unwrap_or_else(|| panic!("no Bootstrapped condition written: {requests:#?}"));
+    assert_eq!(condition["reason"], reasons::ADDRESS_REFUSED, "{condition}");
+    assert_eq!(condition["message"], want, "{condition}");
+    let event = requests
+        .iter()
+        .find(|(m, p, b)| m == "POST" && p == EVENTS && b["reason"] == reasons::ADDRESS_REFUSED)
+        .map(|(_, _, b)| b["note"].as_str().unwrap_or_default().to_owned())
+        .unwrap_or_else(|| panic!("no AddressRefused event: {requests:#?}"));
+    assert_eq!(event, want);
+}
