@@ -8,6 +8,7 @@ pub mod gitops;
 pub mod sandbox;
 
 use std::{
+    collections::BTreeMap,
     future::Future,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
@@ -445,6 +446,34 @@ pub fn manager_binary() -> PathBuf {
     }
 }
 
+/// The flag the tests' managers get by default (see [`SshPolicy::AllowLoopback`]).
+pub const ALLOW_LOOPBACK_SSH: &str = "--ssh-allow-cidr=127.0.0.0/8";
+
+/// The SSH address policy a test's manager runs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SshPolicy {
+    /// The shipped default plus [`ALLOW_LOOPBACK_SSH`]: most tests list hosts on loopback addresses (closed
+    /// ports for unreachable hosts, local listeners), which the shipped default refuses.
+    AllowLoopback,
+    /// Exactly the shipped default (loopback refused), for the tests of the policy itself.
+    Shipped,
+}
+
+/// Whether `binary --help` lists `flag` (asked once per binary and flag).
+fn knows_flag(binary: &Path, flag: &str) -> bool {
+    static KNOWN: std::sync::Mutex<BTreeMap<(PathBuf, String), bool>> =
+        std::sync::Mutex::new(BTreeMap::new());
+    let key = (binary.to_owned(), flag.to_owned());
+    let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    *known.entry(key).or_insert_with(|| {
+        Command::new(binary)
+            .arg("--help")
+            .stdin(Stdio::null())
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(flag))
+    })
+}
+
 /// The manager binary running as a separate process; killed on drop.
 pub struct Manager {
     child: Option<Child>,
@@ -466,9 +495,31 @@ impl Manager {
         args: &[&str],
         filter: &str,
     ) -> anyhow::Result<Manager> {
+        Self::spawn(kubeconfig, dir, name, args, filter, SshPolicy::AllowLoopback)
+    }
+
+    /// [`Manager::start_logging`] with the SSH address policy `ssh`.
+    pub fn spawn(
+        kubeconfig: &Path,
+        dir: &Path,
+        name: &str,
+        args: &[&str],
+        filter: &str,
+        ssh: SshPolicy,
+    ) -> anyhow::Result<Manager> {
         let log = dir.join(format!("{name}.log"));
         let f = std::fs::OpenOptions::new().create(true).append(true).open(&log)?;
         let mut defaults = Vec::new();
+        let binary = manager_binary();
+        // The tests' hosts on loopback addresses (closed ports, silent listeners, sshd forwarders) are dialled
+        // as before unless a test asks for the shipped policy or passes its own allow-list. A manager built
+        // before the flag existed dials loopback anyway and is not given it.
+        if ssh == SshPolicy::AllowLoopback
+            && !args.iter().any(|a| a.starts_with("--ssh-allow-cidr"))
+            && knows_flag(&binary, "--ssh-allow-cidr")
+        {
+            defaults.push(ALLOW_LOOPBACK_SSH.to_owned());
+        }
         // A test of the diagnostics endpoint asks for it: an explicit --metrics-bind-address would win over it.
         let diagnostics = args.iter().any(|a| a.starts_with("--diagnostics-address"));
         for flag in ["--metrics-bind-address", "--health-probe-bind-address"] {
@@ -478,7 +529,6 @@ impl Manager {
                 defaults.push(format!("{flag}=127.0.0.1:0"));
             }
         }
-        let binary = manager_binary();
         // Beside the log, which build ran (a CAPKK_TEST_MANAGER run must never pass for this tree's); the log
         // itself stays the manager's alone (tests parse it).
         std::fs::write(
@@ -773,8 +823,23 @@ impl TestEnv {
         self.manager_logging(name, args, DEFAULT_LOG_FILTER)
     }
 
+    /// [`TestEnv::manager`] with the shipped SSH address policy (loopback refused), not the tests' default.
+    pub fn manager_shipped_ssh_policy(&self, name: &str, args: &[&str]) -> anyhow::Result<Manager> {
+        self.manager_with(name, args, DEFAULT_LOG_FILTER, SshPolicy::Shipped)
+    }
+
     /// [`TestEnv::manager`] with `RUST_LOG=<filter>` (e.g. `trace`: every crate at its most verbose).
     pub fn manager_logging(&self, name: &str, args: &[&str], filter: &str) -> anyhow::Result<Manager> {
+        self.manager_with(name, args, filter, SshPolicy::AllowLoopback)
+    }
+
+    fn manager_with(
+        &self,
+        name: &str,
+        args: &[&str],
+        filter: &str,
+        ssh: SshPolicy,
+    ) -> anyhow::Result<Manager> {
         let cache = self.dir.join("cache");
         let cache_arg = format!("--artifact-cache-dir={}", cache.display());
         let mut all: Vec<&str> = vec!["--namespace", &self.ns];
@@ -786,7 +851,7 @@ impl TestEnv {
             all.push(&claims_arg);
         }
         all.extend_from_slice(args);
-        Manager::start_logging(&self.kubeconfig, &self.dir, name, &all, filter)
+        Manager::spawn(&self.kubeconfig, &self.dir, name, &all, filter, ssh)
     }
 
     /// A test environment with `n` sandbox hosts `sandbox` ready for host work; None (after saying why) when
