@@ -202,7 +202,8 @@ pub struct Args {
     pub ssh_connect_timeout: Duration,
     /// A static address for a host name on direct SSH dials, NAME=IP (repeatable), consulted before DNS: for
     /// sites whose hosts have no DNS entries. The address reached is what a host claim is keyed by, so a name
-    /// and its IP listed in two namespaces are still one host.
+    /// and its IP listed in two namespaces are still one host. The alias's address is checked like any other
+    /// (--ssh-deny-cidr, --ssh-allow-cidr).
     #[arg(long = "ssh-host-alias", value_parser = parse_host_alias)]
     pub ssh_host_aliases: Vec<(String, std::net::IpAddr)>,
     /// Controller-side cache of downloaded artifacts (content-addressed).
