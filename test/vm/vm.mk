@@ -65,7 +65,7 @@ real-e2e3-down: ## tear down what an interrupted test-real-e2e left
 .PHONY: e2e-clusterctl e2e-clusterctl-down
 
 # The first stages of issue 23's e2e: clusterctl init into a VM cluster; REAL_VMS=1 for a single node.
-e2e-clusterctl: ## VMs become a management cluster by the real clusterctl init (every provider a Pod); move/upgrade not yet (long)
+e2e-clusterctl: ## VMs become a management cluster by the real clusterctl init (every provider a Pod), move onto it, clusterctl upgrade, scale onto a spare VM, move back, delete (long)
 	IMG="$(IMG)" PODMAN="$(PODMAN)" test/vm/real.sh clusterctl
 
 e2e-clusterctl-down: ## tear down what an interrupted (or REAL_KEEP=1) e2e-clusterctl left
