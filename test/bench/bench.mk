@@ -50,17 +50,17 @@ BENCH_PYTHON ?= /usr/bin/python3
 
 .PHONY: bench bench-ssh bench-controller bench-provision bench-real-vm bench-node-ready bench-node-ready-runs bench-quick bench-venv bench-build bench-v3-driver bench-plots
 
-bench-venv: $(BENCH_VENV)/bin/ansible-playbook
+bench-venv: $(BENCH_VENV)/bin/ansible-playbook ## ansible-core from PyPI into $(BENCH_VENV) (done by bench-ssh and bench-quick when missing)
 
 $(BENCH_VENV)/bin/ansible-playbook:
 	python3 -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/pip install --quiet '$(BENCH_ANSIBLE_CORE)'
 	$(BENCH_VENV)/bin/ansible-playbook --version | head -1
 
-bench-build:
+bench-build: ## build capkk-bench in release mode (done by every bench target that runs one)
 	$(CARGO) build --release -p capkk-bench
 
-bench-v3-driver:
+bench-v3-driver: ## build the capkk-v3 driver (KubeKey CAPKK v3.1.12 from the Go module proxy; done by bench-ssh)
 	@test/bench/capkk-v3/build.sh
 
 bench: ## benchmarks: controller (manager RSS/latency), then capkk-rs vs CAPKK v3 vs ansible-core vs OpenSSH vs local (not in make test)
