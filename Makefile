@@ -144,8 +144,14 @@ test-build: ## compile every tier's tests and binaries once (one feature set)
 test-unit: ## unit tests + tests on sandbox hosts (root; fails naming what is missing otherwise)
 	@sel=$$(hack/test-targets.sh unit) && set -x && $(CARGO) test --workspace --no-fail-fast $$sel
 
+# INTEGRATION_JOBS=N (N > 1): the integration binaries run N at a time (parallel-tests, hack/devtools: each
+# binary's output printed whole when it ends, then a table; what they share and how it is kept apart:
+# docs/testing.md). 1, the default, is cargo's one binary after another.
+INTEGRATION_JOBS ?= 1
 test-integration: mgmt-up ## tests against the local management plane (real kube-apiserver, etcd, CAPI)
-	@sel=$$(hack/test-targets.sh integration) && set -x && $(CARGO) test --workspace --no-fail-fast $$sel
+	@sel=$$(hack/test-targets.sh integration) && if [ "$(INTEGRATION_JOBS)" = 1 ]; then \
+	  set -x && $(CARGO) test --workspace --no-fail-fast $$sel; else $(CARGO_TEST_BUILD) -q && set -x && \
+	  $(TARGET_DIR)/debug/parallel-tests --jobs $(INTEGRATION_JOBS) --log-dir $(TARGET_DIR)/test-logs/integration -- $$sel; fi
 
 test: deps ## every tier (TEST_TIERS): all run, then a table of results and times and a count of skips
 	@TEST_TIERS="$(TEST_TIERS)" HOSTS_TIERS="$(HOSTS_TIERS)" HOSTS_LOCK="$(HOSTS_LOCK)" MAKE="$(MAKE)" hack/test-tiers.sh

@@ -2,8 +2,11 @@
 //!
 //! - [`gaps`]: the longest silences of a run's output (`longest-gap`, issue 27's "no silent minute").
 //! - [`sbom`]: the release's CycloneDX SBOM from `cargo metadata` and `Cargo.lock` (`cyclonedx-sbom`).
+//! - [`parallel`]: test binaries run several at a time (`parallel-tests`, `make test-integration
+//!   INTEGRATION_JOBS=N`).
 
 pub mod gaps;
+pub mod parallel;
 pub mod sbom;
 
 /// What the tools' logic can fail on.
