@@ -416,13 +416,34 @@ fn slot_dir() -> PathBuf {
 ///
 /// Public so other test-host kinds (the VM fleets of `capkk-vm`) share the address plan: whoever holds slot
 /// `N` owns `198.18.N.0/24`, `198.19.N.0/24` and the bridge `kkbrN`, and keeps its state dir at
-/// `STATE_ROOT/<name>` while it runs (a slot whose owner has neither is taken over as stale).
+/// `STATE_ROOT/<name>` while it runs (a slot whose owner has neither is taken over as stale). The state dir is
+/// made here, before the slot is: a claim must never look stale to another one.
 pub fn claim_slot(name: &str) -> Result<u8> {
-    let dir = slot_dir();
-    fs::create_dir_all(&dir).map_err(|source| SandboxError::WriteFile {
-        path: dir.display().to_string(),
-        source,
-    })?;
+    claim_slot_in(Path::new(STATE_ROOT), name)
+}
+
+/// [`claim_slot`] with the state dirs under `root` (slots in `root/.slots`).
+///
+/// Claims of several processes at once (test binaries run in parallel, each building its sandboxes) are
+/// serialized by a lock on `root/.slots/.lock`: taking over a stale slot is a read, a delete and a create,
+/// and two claimants must not both take over one slot.
+pub fn claim_slot_in(root: &Path, name: &str) -> Result<u8> {
+    let dir = root.join(".slots");
+    let io = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| SandboxError::WriteFile { path, source }
+    };
+    fs::create_dir_all(&dir).map_err(io(&dir))?;
+    let lock_path = dir.join(".lock");
+    let lock = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(io(&lock_path))?;
+    lock.lock().map_err(io(&lock_path))?;
+    let state = root.join(name);
+    fs::create_dir_all(&state).map_err(io(&state))?;
     for i in 0..=255u8 {
         if fs::read_to_string(dir.join(i.to_string())).is_ok_and(|n| n == name) {
             return Ok(i);
@@ -436,11 +457,7 @@ pub fn claim_slot(name: &str) -> Result<u8> {
         let path = dir.join(idx.to_string());
         match fs::OpenOptions::new().write(true).create_new(true).open(&path) {
             Ok(mut f) => {
-                f.write_all(name.as_bytes())
-                    .map_err(|source| SandboxError::WriteFile {
-                        path: path.display().to_string(),
-                        source,
-                    })?;
+                f.write_all(name.as_bytes()).map_err(io(&path))?;
                 // The bridge may still exist from a crashed run of a different name that lost its slot file.
                 if Path::new(&format!("/sys/class/net/kkbr{idx}")).exists() {
                     let _ = fs::remove_file(&path);
@@ -452,7 +469,7 @@ pub fn claim_slot(name: &str) -> Result<u8> {
                 // Taken. If its owner has no state dir any more, it is stale: take it over.
                 let owner = fs::read_to_string(&path).unwrap_or_default();
                 if !owner.is_empty()
-                    && !Path::new(STATE_ROOT).join(&owner).exists()
+                    && !root.join(&owner).exists()
                     && !Path::new(&format!("/sys/class/net/kkbr{idx}")).exists()
                 {
                     let _ = fs::remove_file(&path);
@@ -1326,6 +1343,31 @@ impl Host<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slot_just_claimed_is_never_taken_over_as_stale_by_the_next_claim() {
+        // Every slot but one is held by a live owner (its state dir exists); the free one has no bridge here.
+        let root = std::env::temp_dir().join(format!("capkk-slots-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let free = (0..=255u8)
+            .find(|i| !Path::new(&format!("/sys/class/net/kkbr{i}")).exists())
+            .expect("a slot without a bridge");
+        fs::create_dir_all(root.join(".slots")).unwrap();
+        for i in (0..=255u8).filter(|i| *i != free) {
+            let owner = format!("live-{i}");
+            fs::create_dir_all(root.join(&owner)).unwrap();
+            fs::write(root.join(".slots").join(i.to_string()), &owner).unwrap();
+        }
+        assert_eq!(claim_slot_in(&root, "first").unwrap(), free);
+        // "first" has not built anything yet (its caller makes the bridge and the rest after the claim): its
+        // slot is still its own, so there is none left for "second".
+        let second = claim_slot_in(&root, "second");
+        let _ = fs::remove_dir_all(&root);
+        assert!(
+            matches!(second, Err(SandboxError::ClaimSlot(_))),
+            "the second claim got {second:?}: the first one's slot {free} was taken over"
+        );
+    }
 
     #[test]
     fn teardown_script_names_only_this_sandbox() {
