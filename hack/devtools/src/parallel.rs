@@ -5,37 +5,11 @@
 //! binaries that must run alone first, one at a time ([`MUST_RUN_ALONE`]), then the others longest first (by
 //! the seconds of their last run, [`parse_times`]; a binary without a time first, as if it were the longest).
 //!
-//! What two integration binaries share when they run at once, and how each risk is handled (docs/testing.md,
-//! "Parallel integration runs"):
-//!
-//! - The management plane (one kube-apiserver, etcd and CAPI): every test works in namespaces of its own
-//!   (`unique()` names carry the process id), its managers watch only that namespace (`--namespace`) and hold
-//!   their leader Lease there; cluster-scoped objects are either identical for all (the CRDs of
-//!   config/crd/bases, the ClusterRole `capkk-test-manager-role`, the host-claim Role), named per test
-//!   (ClusterRoleBindings after the test's ServiceAccount, `ExtensionConfig`s selecting the test's namespace)
-//!   or named per binary (`capkk-test-capi-aggregated`, `capkk-test-namespaced-manager-role`). The
-//!   shipped ValidatingAdmissionPolicy of `mgmt_template_rotation` stays installed on the plane after any run
-//!   and no test edits a template in place. Tests that restart or reconfigure the shared plane: none
-//!   (`mgmt_plane` calls the idempotent `mgmt.sh up`, serialized by its lock; `mgmt_missing_binaries` runs
-//!   `up` against an empty cache that fails before it starts anything; `mgmt_clusterctl_move`'s second plane
-//!   has its own directory and ports).
-//! - API-server-wide counts: `mgmt_watches` counts every client's KKInstance LISTs and `mgmt_diagnostics`
-//!   every TokenReview (`apiserver_request_total`); any other binary's managers, scrapes and cleanups add to
-//!   them. Both are in [`MUST_RUN_ALONE`].
-//! - `CAPKK_CRD_DIR` (other CRDs for test/mgmt's binaries) replaces the shared CRDs that every other binary
-//!   installs from config/crd/bases: with it set, everything runs alone ([`plan`]'s `all_alone`).
-//! - Sandbox hosts (test/sandbox): a sandbox's name selects its slot `N` (netns `kkNh1`..., bridge `kkbrN`,
-//!   `198.18.N.0/24`, `198.19.N.0/24`) and state dir `/tmp/capkk-sandbox/<name>`, and building one first tears
-//!   down whatever has its name. Every integration binary uses sandbox names of its own (`ctl-<binary>`,
-//!   `hostid`, `hostid-e2e`; checked by `hack/devtools/tests/sandbox_names.rs`), slots are claimed under a lock
-//!   with the state dir made first (capkk_sandbox::claim_slot), so two names never get one slot.
-//! - Loopback addresses (`127.0.N.x` hosts on a closed port, listeners on port 0): a closed port keeps no
-//!   state and host-claim Leases need an SSH handshake; listeners and the managers' ports come from port 0.
-//! - Files: test directories and manager logs under `/tmp/capkk-controllers-tests/<unique>`; the kubeadm
-//!   simulator that four binaries build into `CARGO_TARGET_TMPDIR` is built under a lock
-//!   (test/kubeadm-sim/build.sh); the skip log is appended a line at a time.
-//! - The machine: the tests mostly wait (reconciles, sshd, timers); their timeouts are scaled
-//!   (`CAPKK_TEST_TIMEOUT_SCALE`, default 3). The tier keeps running under `HOSTS_LOCK` as a whole.
+//! What two integration binaries share when they run at once, and how each risk is handled, is a table in
+//! docs/testing.md ("Parallel integration runs"): here, [`MUST_RUN_ALONE`] (API-server-wide counts) and, with
+//! `CAPKK_CRD_DIR` set (other CRDs replacing the ones every binary installs), everything alone; the test
+//! helpers keep the rest apart (namespaces, sandbox names and slots, ports from port 0, the kubeadm
+//! simulator's build).
 
 use std::{collections::BTreeMap, fmt::Write as _, path::PathBuf};
 

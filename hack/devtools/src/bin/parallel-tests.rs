@@ -163,7 +163,12 @@ fn main() -> Result<()> {
 fn build(selection: &[String]) -> Result<Vec<TestBinary>> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(&cargo)
-        .args(["test", "--workspace", "--no-run", "--message-format=json"])
+        .args([
+            "test",
+            "--workspace",
+            "--no-run",
+            "--message-format=json-render-diagnostics",
+        ])
         .args(selection)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
