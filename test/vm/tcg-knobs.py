@@ -36,7 +36,9 @@ Everything here is a setting a user would make in their own cluster YAML; nothin
   writes it; --node-mask sizes each node's pod subnet (kube-controller-manager's node-cidr-mask-size-ipv4);
 - with --container-hosts (node containers on the machine's kernel, test/vm/src/containers.rs), kube-proxy's
   conntrack.maxPerCore 0: only the machine's network namespace may size the conntrack table (needs
-  --addons-after-init: the KubeProxyConfiguration goes into the retried addon phase's configuration);
+  --addons-after-init: the KubeProxyConfiguration goes into the retried addon phase's configuration), and the
+  kubelet's eviction thresholds absolute (a kubeadm patch of the KubeletConfiguration): the nodes share the
+  machine's disk, whose free share is not theirs;
 - with --cgroup-v1 (a host on cgroup v1, as node containers on this hybrid-cgroup machine are), the kubelet's
   failCgroupV1: false (a kubeadm patch of the KubeletConfiguration, on every node) and kubeadm's
   SystemVerification preflight check ignored: Kubernetes v1.35+ refuses cgroup v1 unless told both.
@@ -71,7 +73,7 @@ p.add_argument("--worker-version", help="the MachineDeployment's Kubernetes vers
 p.add_argument("--k8s-io-mirror-secret", help="Secret whose hosts.toml points containerd's registry.k8s.io at --registry")
 p.add_argument("--node-mask", type=int, default=26, help="node-cidr-mask-size-ipv4 (each node's pod subnet)")
 p.add_argument("--no-static-cni", action="store_true", help="no bridge CNI config files: the cluster's CNI writes its own")
-p.add_argument("--container-hosts", action="store_true", help="kube-proxy leaves the conntrack table size alone")
+p.add_argument("--container-hosts", action="store_true", help="kube-proxy leaves the conntrack table size alone; absolute kubelet eviction thresholds")
 p.add_argument("--cgroup-v1", action="store_true", help="kubelet and kubeadm accept a cgroup v1 host")
 a = p.parse_args()
 if a.container_hosts and not a.addons_after_init:
@@ -176,12 +178,33 @@ KUBE_PROXY_CONTAINER = (
 )
 
 
-def kubelet_cgroup_v1_patch():
-    # kubeadm applies it to the KubeletConfiguration it writes on this node (init and join alike).
+# Node containers share the machine's disk, and the kubelet's default eviction thresholds are shares of it
+# (imagefs.available 15 %, nodefs.available 10 %): on a build machine whose disk is mostly caches, every node was
+# tainted disk-pressure and no pod scheduled (seen with 35 GB free of a 252 GB file system). Absolute thresholds
+# instead, every signal named: a partial evictionHard leaves the signals it does not name without a threshold.
+CONTAINER_EVICTION_HARD = {
+    "memory.available": "100Mi",
+    "nodefs.available": "2Gi",
+    "nodefs.inodesFree": "5%",
+    "imagefs.available": "2Gi",
+    "imagefs.inodesFree": "5%",
+}
+
+
+def kubelet_patch(a):
+    # kubeadm applies it to the KubeletConfiguration it writes on this node (init and join alike); None when the
+    # hosts need nothing changed.
+    cfg = {}
+    if a.cgroup_v1:
+        cfg["failCgroupV1"] = False
+    if a.container_hosts:
+        cfg["evictionHard"] = CONTAINER_EVICTION_HARD
+    if not cfg:
+        return None
     return {
         "path": f"{PATCH_DIR}/kubeletconfiguration+merge.yaml",
         "permissions": "0644",
-        "content": yaml.safe_dump({"failCgroupV1": False}),
+        "content": yaml.safe_dump(cfg),
     }
 
 
@@ -267,8 +290,9 @@ for d in docs:
         k["files"] = k.get("files", []) + [
             probe_patch(n) for n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd")
         ] + ([] if a.no_static_cni else [cni_file(a.pod_cidr)]) + ([k8s_io_mirror(a.k8s_io_mirror_secret)] if a.k8s_io_mirror_secret else [])
+        if kubelet_patch(a):
+            k["files"].append(kubelet_patch(a))
         if a.cgroup_v1:
-            k["files"].append(kubelet_cgroup_v1_patch())
             ignore_system_verification(ic)
             ignore_system_verification(jc)
         if a.addons_after_init:
@@ -288,9 +312,10 @@ for d in docs:
             t["files"] = t.get("files", []) + [cni_file(a.worker_pod_cidr)]
         if a.k8s_io_mirror_secret:
             t["files"] = t.get("files", []) + [k8s_io_mirror(a.k8s_io_mirror_secret)]
-        if a.cgroup_v1:
-            t["files"] = t.get("files", []) + [kubelet_cgroup_v1_patch()]
+        if kubelet_patch(a):
+            t["files"] = t.get("files", []) + [kubelet_patch(a)]
             jc["patches"] = {"directory": PATCH_DIR}
+        if a.cgroup_v1:
             ignore_system_verification(jc)
         cmds = route_commands(a.worker_routes)
         if cmds:
