@@ -208,6 +208,9 @@ def kubelet_patch(a):
     }
 
 
+KUBELET_PATCH = kubelet_patch(a)
+
+
 def ignore_system_verification(cfg):
     nr = cfg.setdefault("nodeRegistration", {})
     nr["ignorePreflightErrors"] = sorted(set(nr.get("ignorePreflightErrors", [])) | {"SystemVerification"})
@@ -290,8 +293,8 @@ for d in docs:
         k["files"] = k.get("files", []) + [
             probe_patch(n) for n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd")
         ] + ([] if a.no_static_cni else [cni_file(a.pod_cidr)]) + ([k8s_io_mirror(a.k8s_io_mirror_secret)] if a.k8s_io_mirror_secret else [])
-        if kubelet_patch(a):
-            k["files"].append(kubelet_patch(a))
+        if KUBELET_PATCH:
+            k["files"].append(KUBELET_PATCH)
         if a.cgroup_v1:
             ignore_system_verification(ic)
             ignore_system_verification(jc)
@@ -312,8 +315,8 @@ for d in docs:
             t["files"] = t.get("files", []) + [cni_file(a.worker_pod_cidr)]
         if a.k8s_io_mirror_secret:
             t["files"] = t.get("files", []) + [k8s_io_mirror(a.k8s_io_mirror_secret)]
-        if kubelet_patch(a):
-            t["files"] = t.get("files", []) + [kubelet_patch(a)]
+        if KUBELET_PATCH:
+            t["files"] = t.get("files", []) + [KUBELET_PATCH]
             jc["patches"] = {"directory": PATCH_DIR}
         if a.cgroup_v1:
             ignore_system_verification(jc)
