@@ -30,6 +30,8 @@ use crate::{
 
 /// Default packages on apt hosts.
 pub const DEFAULT_APT_PACKAGES: &[&str] = &["conntrack", "socat", "ebtables", "ipset", "ipvsadm", "chrony"];
+/// Packages of a control plane that holds the cluster's endpoint itself (keepalived VIP + haproxy), apt hosts.
+pub const LOADBALANCER_APT_PACKAGES: &[&str] = &["keepalived", "haproxy"];
 /// Default packages on dnf/yum hosts.
 pub const DEFAULT_RPM_PACKAGES: &[&str] = &[
     "openssl",

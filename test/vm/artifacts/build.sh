@@ -2,8 +2,8 @@
 # Builds the node artifacts for real-node tests (see README.md): Kubernetes node and control-plane binaries,
 # containerd, runc, crictl, CNI plugins, CoreDNS, flannel, pause and a workload server from the Go modules pinned
 # in tools/*/go.mod; container images made with go-containerregistry and pushed into a real registry's storage;
-# the release-file tree `spec.component.host` expects, with upstream-style checksum files; a flat Debian
-# package repository for the repository service's apt runs.
+# the release-file tree `spec.component.host` expects, with upstream-style checksum files; and, through
+# debian-repo.sh (a cache entry of its own), a flat Debian package repository for the repository service's apt runs.
 #
 # Output: $CAPKK_CACHE/node-artifacts/<hash of pins, scripts, tool sources, go version>/, plus
 # $CAPKK_CACHE/node-artifacts/current.env describing it. Idempotent: each piece leaves a stamp and is skipped
@@ -43,10 +43,8 @@ REGISTRY_VERSION=$(modv registry github.com/distribution/distribution/v3)
 [ "$KUBE_VERSION" = "$(TOOLS_DIR=$REPO/test/mgmt/tools mod_version kube k8s.io/kubernetes)" ] ||
   die "tools/kube pins Kubernetes $KUBE_VERSION, test/mgmt/tools/kube another: keep them equal (shared build cache)"
 
-# The Debian packages the repository service installs with apt (single source of truth: the Rust constant).
-APT_PACKAGES=$(sed -n 's/^pub const DEFAULT_APT_PACKAGES: &\[&str\] = &\[\(.*\)\];/\1/p' \
-  "$REPO/pkg/service/src/repository.rs" | tr -d '",' )
-[ -n "$APT_PACKAGES" ] || die "cannot read DEFAULT_APT_PACKAGES from pkg/service/src/repository.rs"
+# The Debian repository is a piece of its own (debian-repo.sh, cached apart: a package added to the repository
+# service's lists must not rebuild the Go builds below); this set's hash does not cover its package lists.
 # Image root filesystems: glibc for the cgo-linked Kubernetes/etcd binaries (the same build as the management
 # plane, so Go's build cache is shared), Debian's iptables (nft backend) for kube-proxy and flanneld.
 BASE_DEBS="libc6"
@@ -71,7 +69,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     die "missing build prerequisites (Debian packages): ${missing[*]}"
   fi
 fi
-command -v apt-get >/dev/null || die "apt-get is required (the Debian package mirror is made with apt-get download)"
+command -v apt-get >/dev/null || die "apt-get is required (the image root filesystems are made with apt-get download)"
 [ -x "$ETCD_BIN" ] || die "etcd not built: run 'make mgmt-bin' first (expected $ETCD_BIN)"
 
 # ---- content hash of everything that decides the output ----
@@ -81,7 +79,7 @@ inputs_hash() {
     { echo build.sh; find tools -type f \( -name go.mod -o -name go.sum -o -name '*.go' \); } | LC_ALL=C sort |
       xargs sha256sum
     sha256sum "$REPO/test/mgmt/tools/etcd/go.mod" | cut -c1-64
-    echo "apt=$APT_PACKAGES base=$BASE_DEBS iptables=$IPTABLES_DEBS arch=$ARCH recipe=$NODE_RECIPE"
+    echo "base=$BASE_DEBS iptables=$IPTABLES_DEBS arch=$ARCH recipe=$NODE_RECIPE"
     go_version
   } | sha256sum | cut -c1-16
 }
@@ -197,50 +195,11 @@ build_tools() { # imgtool (host side), pause and hello (image payloads, static)
 apt_ready() {
   apt-cache show libc6 >/dev/null 2>&1 || { log "apt lists empty: apt-get update"; apt-get update -qq; }
 }
-deps_of() { # real packages in the dependency closure of the arguments (alternatives included)
-  apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces \
-    --no-enhances "$@" 2>/dev/null | grep -v '^ ' | grep -v '^<' | LC_ALL=C sort -u
-}
-# Dependency closure of the given packages minus what a minimal bookworm (`mmdebstrap --variant=minbase`:
-# Essential and Priority: required packages, plus apt) already has.
-deb_closure() {
-  local base
-  base=$(apt-cache dumpavail | awk 'BEGIN { RS = "" } /\nPriority: required/ || /\nEssential: yes/ {
-    for (i = 1; i <= NF; i++) if ($i == "Package:") { print $(i + 1); break } }' | LC_ALL=C sort -u)
-  # shellcheck disable=SC2086
-  LC_ALL=C comm -23 <(deps_of "$@") <(deps_of $base apt)
-}
 download_debs() { # <dir> <packages...>
   local dir=$1; shift
   mkdir -p "$dir"
   # apt-get download fetches the candidate version into the current directory.
   (cd "$dir" && apt-get download -q "$@" >/dev/null 2>"$dir.apt.log") || { cat "$dir.apt.log" >&2; return 1; }
-}
-build_debian_repo() {
-  apt_ready
-  local dir=$OUT/mirror/debian pkgs debs
-  rm -rf "$dir"
-  # shellcheck disable=SC2086
-  pkgs=$(deb_closure $APT_PACKAGES)
-  # shellcheck disable=SC2086
-  download_debs "$dir" $pkgs
-  (
-    cd "$dir"
-    dpkg-scanpackages --multiversion . /dev/null 2>/dev/null > Packages
-    gzip -9nc Packages > Packages.gz
-    {
-      echo "Origin: capkk-rs"
-      echo "Label: capkk-rs node packages"
-      echo "Architectures: $ARCH"
-      echo "Description: Debian packages for the repository service, downloaded from the machine's sources"
-      echo "SHA256:"
-      for f in Packages Packages.gz; do
-        printf ' %s %s %s\n' "$(sha256sum "$f" | cut -c1-64)" "$(stat -c %s "$f")" "$f"
-      done
-    } > Release
-  )
-  debs=("$dir"/*.deb)
-  log "debian: ${#debs[@]} packages for: $APT_PACKAGES"
 }
 rootfs_from_debs() { # <dir> <packages...>: unpack .debs (no maintainer scripts) into a root filesystem
   local dir=$1 debs; shift
@@ -390,7 +349,7 @@ WORKLOAD_IMAGE=capkk/hello:v1
 # The flannel image: upstream's name (the template's FLANNEL_IMAGE default) and its path in the node registry.
 FLANNEL_UPSTREAM_IMAGE=ghcr.io/flannel-io/flannel:$FLANNEL_VERSION
 FLANNEL_IMAGE_PATH=flannel:$FLANNEL_VERSION
-PIECES="kube etcd containerd runc crictl cni flannel coredns registry debian-repo rootfs tools images registry-storage mirror"
+PIECES="kube etcd containerd runc crictl cni flannel coredns registry rootfs tools images registry-storage mirror"
 # `build.sh PIECE...` runs only those pieces (development); no argument runs all and publishes current.env.
 # shellcheck disable=SC2048 # the pieces are words, and so are the arguments
 for p in ${*:-$PIECES}; do
@@ -408,6 +367,9 @@ if [ $# -gt 0 ]; then
   exit 0
 fi
 PAUSE_TAG=$(images_list | sed -n 's|^registry.k8s.io/pause:||p')
+# The Debian repository (its own cache entry; debian-repo.sh prints its directory).
+DEBIAN_DIR=$("$HERE/debian-repo.sh") || die "the Debian repository failed (debian-repo.sh)"
+APT_PACKAGES=$(cat "$DEBIAN_DIR/packages.list")
 cat > "$OUT/VERSIONS" <<EOF
 kubernetes $KUBE_VERSION
 etcd $ETCD_VERSION
@@ -421,7 +383,7 @@ coredns $COREDNS_VERSION
 pause $PAUSE_TAG
 distribution $REGISTRY_VERSION
 go $(go_version)
-debian $(cd "$OUT/mirror/debian" && printf '%s ' ./*.deb | sed 's|\./||g')
+debian $(cd "$DEBIAN_DIR" && printf '%s ' ./*.deb | sed 's|\./||g')
 EOF
 q() { printf '%q' "$1"; }
 {
@@ -429,6 +391,8 @@ q() { printf '%q' "$1"; }
   echo "NODE_ARTIFACTS_DIR=$(q "$OUT")"
   echo "NODE_BIN_DIR=$(q "$OUT/bin")"
   echo "NODE_MIRROR_DIR=$(q "$OUT/mirror")"
+  # Served as the mirror's /debian (serve.sh); not inside NODE_MIRROR_DIR.
+  echo "NODE_DEBIAN_DIR=$(q "$DEBIAN_DIR")"
   echo "NODE_REGISTRY_STORAGE=$(q "$OUT/registry")"
   echo "NODE_IMAGES_DIR=$(q "$OUT/images")"
   echo "KUBE_VERSION=$KUBE_VERSION"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Serves the node artifacts the way users' mirrors do: the release-file tree (spec.component.host layout, with
-# checksum files, plus the flat Debian repository under /debian) over HTTP by the tests' file mirror
+# checksum files, plus the flat Debian repository of debian-repo.sh under /debian) over HTTP by the tests' file mirror
 # (capkk-mirror of test/sandbox, from `make build`), and the images by a real OCI registry (distribution) over
 # plain HTTP, optionally with htpasswd Basic auth.
 #
@@ -78,7 +78,7 @@ case $cmd in
     # Renamed into place: a mirror of an earlier run still executing the old copy keeps its own file.
     cp -f "$MIRROR_BIN" "$mexe.tmp" && mv -f "$mexe.tmp" "$mexe"
     extra=${NODE_REGISTRY_EXTRA_STORAGE:-}
-    rm -rf "$state/mirror-merged"
+    rm -rf "$state/mirror-merged" "$state/mirror-root"
     if [ "${NODE_SERVE_PREV:-0}" = 1 ]; then
       [ -f "$PREV_ENV_FILE" ] || die "NODE_SERVE_PREV=1 but no $PREV_ENV_FILE: run 'make node-artifacts-prev' first"
       # shellcheck disable=SC1090
@@ -93,6 +93,17 @@ case $cmd in
         cp -aln "$m/." "$state/mirror-merged/" 2>/dev/null || cp -an "$m/." "$state/mirror-merged/"
       done
       NODE_MIRROR_DIR=$state/mirror-merged
+    fi
+    # The Debian repository is a cache entry of its own (debian-repo.sh): the mirror serves a root of symbolic
+    # links, every entry of the release tree plus /debian, fixed for this run. A set built before the split
+    # carries its repository in its mirror tree (no NODE_DEBIAN_DIR): served as it is.
+    if [ -n "${NODE_DEBIAN_DIR:-}" ]; then
+      [ -f "$NODE_DEBIAN_DIR/.complete" ] || die "the Debian repository $NODE_DEBIAN_DIR is incomplete ('make node-artifacts')"
+      rm -rf "$state/mirror-root"
+      mkdir -p "$state/mirror-root"
+      for m in "$NODE_MIRROR_DIR"/*; do [ "${m##*/}" = debian ] || ln -s "$m" "$state/mirror-root/"; done
+      ln -s "$NODE_DEBIAN_DIR" "$state/mirror-root/debian"
+      NODE_MIRROR_DIR=$state/mirror-root
     fi
     # More image storages served by the same registry (e.g. what clusterctl init installs, test/clusterctl):
     # merged with the node images' into <state-dir>/registry-merged by hard links (no copy: served read-only).
@@ -168,7 +179,7 @@ EOF
   stop)
     [ -d "$state" ] || exit 0
     # Hard links only, served read-only: removed before the registry stops, no harm.
-    rm -rf "$state/registry-merged" "$state/mirror-merged"
+    rm -rf "$state/registry-merged" "$state/mirror-merged" "$state/mirror-root"
     stop_one "$state" mirror
     stop_one "$state" registry
     rm -rf "$state/serve.env" "$state/htpasswd" "$state/registry-storage" "$state/capkk-mirror"
