@@ -37,7 +37,15 @@
 #   test/vm/real.sh remediation  make e2e-real-remediation: 3 VMs (control plane, worker, spare); the worker's VM
 #                                is cut off from the network: the KKRemediation's tiers cannot reach it and give
 #                                the Machine back, CAPI replaces it on the spare VM, the dead host is quarantined
-#   test/vm/real.sh down | e2e-down | quickstart-down | clusterctl-down | day2-down | remediation-down
+#   test/vm/real.sh ha           make e2e-real-ha: 5 hosts, an HA control plane behind the endpoint the provider
+#                                serves (the ha flavor: a keepalived VIP on the fleet's bridge, haproxy in front
+#                                of every API server): 3 control planes, a worker, a spare control-plane host;
+#                                flannel, a workload behind a Service; the host holding the VIP loses its power
+#                                (`vm power-off`): the VIP moves, the API answers through it again and the workload
+#                                keeps answering (`capkk-bench failover` samples both every 100 ms and prints the
+#                                failover table's row); a control-plane MachineHealthCheck has KCP replace the dead
+#                                Machine on the spare host; etcd back at 3 voting members (listed before/after)
+#   test/vm/real.sh down | e2e-down | quickstart-down | clusterctl-down | day2-down | remediation-down | ha-down
 #                                tear down what that mode left (VMs, mirror, registry, manager, namespace)
 #
 # HOSTS=containers (the default) runs every mode's hosts as node containers (test/vm/src/containers.rs:
@@ -92,7 +100,8 @@ case $MODE in
   clusterctl | clusterctl-down) NAME=${REAL_NAME:-real-clusterctl} ;;
   day2 | day2-down) NAME=${REAL_NAME:-real-day2} ;;
   remediation | remediation-down) NAME=${REAL_NAME:-real-remediation} ;;
-  *) echo "usage: $0 smoke|e2e|quickstart|clusterctl|day2|remediation|down|e2e-down|quickstart-down|clusterctl-down|day2-down|remediation-down" >&2; exit 2 ;;
+  ha | ha-down) NAME=${REAL_NAME:-real-ha} ;;
+  *) echo "usage: $0 smoke|e2e|quickstart|clusterctl|day2|remediation|ha|down|e2e-down|quickstart-down|clusterctl-down|day2-down|remediation-down|ha-down" >&2; exit 2 ;;
 esac
 # The host source (see above); the remediation mode's reboot tier needs VMs.
 HOSTS=${HOSTS:-$([ "${MODE%-down}" = remediation ] && echo vms || echo containers)}
@@ -102,6 +111,16 @@ CNI=${REAL_CNI:-$([ "$HOSTS" = containers ] && echo flannel || echo static)}
 FLANNEL_IMAGE_PATH=''
 # The MachineDeployment's worker count (main sets it per mode).
 WORKERS=''
+# Control-plane replicas (the ha mode: 3): hosts 1..CPS are the control planes, the workers follow (the first is
+# host W1, where the workload runs).
+CPS=1 W1=2
+# The ha mode's endpoint: the VIP (an address of the fleet's bridge outside the hosts': .250) and haproxy's port.
+VIP='' VIP_PORT=${REAL_VIP_PORT:-8443}
+# The ha mode: the control plane holding the VIP; the host whose power was cut and when (epoch seconds, kept in
+# $WORK/failover.env for a REAL_FROM run).
+VIP_HOLDER='' DEAD_HOST='' FAILOVER_T0=''
+# The failover's longest API and workload gap that still passes (seconds; the issue's target is 5).
+HA_MAX_GAP=${REAL_HA_MAX_GAP:-15}
 case $CNI in static | flannel) ;; *) echo "REAL_CNI=$CNI: static or flannel" >&2; exit 2 ;; esac
 KEEP=${REAL_KEEP:-0}
 FROM=${REAL_FROM:-}
@@ -170,6 +189,7 @@ progress() {
   if grep -q ' Provisioning ' <<<"$machines"; then
     local i
     for i in $(seq "${VMS:-0}"); do
+      [ "$i" != "$DEAD_HOST" ] || continue # powered off (the ha mode's failover)
       log "   .. $(vm_name "$i") journal: $(timeout 10 "$VMCTL" ssh --name "$NAME" --vm "$i" -- \
         'j=$(ls -t /var/lib/capkk/provisioning/*.journal 2>/dev/null | head -n 1); [ -n "$j" ] || exit 0
         echo "$(wc -l <"$j") lines, last $(tail -n 1 "$j" | awk "{print substr(\$1, 1, 8), \$2}")$(pgrep -ax kubeadm |
@@ -215,6 +235,7 @@ diagnostics() {
   if [ ${#KK_CTX[@]} -gt 0 ]; then KUBECONFIG=$WORK/workload.kubeconfig provider_diagnostics 30; else provider_diagnostics 30; fi
   local i
   for i in $(seq "${VMS:-0}"); do
+    [ "$i" != "$DEAD_HOST" ] || continue
     log "-- VM $i: kubelet and containers"
     vmsh "$i" 'systemctl is-active containerd kubelet; journalctl -u kubelet --no-pager -n 15; crictl ps -a 2>/dev/null | head -20' 2>&1 |
       sed 's/^/    /' || true
@@ -234,6 +255,7 @@ mgmt_env() {
   export PATH=$BIN_DIR:$PATH
   export KUBECONFIG=${CAPKK_MGMT_DIR:-$CAPKK_CACHE/mgmt}/kubeconfig
   VMCTL=$TARGET_DIR/debug/vm
+  BENCH=$TARGET_DIR/debug/capkk-bench
   # REAL_MANAGER: another manager binary (e.g. an older commit's, for a before/after comparison).
   MANAGER=${REAL_MANAGER:-$TARGET_DIR/debug/manager}
 }
@@ -316,6 +338,8 @@ vms_up() {
   # A management cluster's nodes carry CAPI, cert-manager and us besides kubeadm's Pods: with the default sizes
   # the control plane's page cache thrashed (load 20 in the guest) once every provider ran on it.
   [ "$MODE" != clusterctl ] || cp_size=2x4096 worker_size=1x3072
+  # ha: every host but the worker may become a control plane (the spare replaces a lost one).
+  [ "$MODE" != ha ] || worker_size=$cp_size
   specs=(--vm "$cp_size")
   for i in $(seq 2 "$VMS"); do specs+=(--vm "$worker_size"); done
   # The day-2 spare becomes the control plane (kubeadm's preflight wants 2 CPUs there).
@@ -337,11 +361,15 @@ fleet_up_done() { # fleet_up_done WHAT: the fleet's bridge and inner network; ea
   local i
   BRIDGE=$(fleet_json "d['bridge_address']")
   INNER=$(fleet_json "d['inner_cidr']")
+  ha_vip
   for i in $(seq "$((VMS + EXTRA_VMS))"); do
     log "  $(vm_name "$i") $(vm_addr "$i") ready $(fleet_json "round(d['vms'][$i-1]['boot_secs'])")s after $1 start (image build $(fleet_json "round(d['image_build_secs'])")s)"
   done
   check "host 1 answers over SSH with the pinned host key" vmsh 1 true
 }
+
+# The ha mode's VIP: an address of the fleet's bridge subnet outside the hosts' (.11 and up) and the machine's (.1).
+ha_vip() { [ "$MODE" != ha ] || VIP=${BRIDGE%.*}.250; }
 
 # The same fleet as node containers: systemd and sshd on the machine's kernel, nothing of Kubernetes (the
 # provider installs it over SSH as on VMs). Sizes are the VMs' (recorded; a container is not limited).
@@ -451,7 +479,9 @@ render_apply() {
   for i in $order; do
     fp=$(fleet_json "d['vms'][$i-1]['host_key_fingerprint']")
     role=worker
-    [ "$i" = 1 ] && role=control-plane
+    [ "$i" -le "$CPS" ] && role=control-plane
+    # The ha mode's spare (the last host): where KCP puts the Machine that replaces a lost control plane.
+    [ "$MODE/$i" != "ha/$VMS" ] || role=control-plane
     [ "$MODE/$VMS" != day2/3 ] || [ "$i" = 2 ] || role="control-plane, worker"
     instances+="${instances:+, }{name: $(vm_name "$i"), address: $(vm_addr "$i"), roles: [$role], hostKeys: [\"$fp\"]}"
   done
@@ -482,16 +512,28 @@ render_apply() {
     net=(--pod-cidr "$CP_PODS" --worker-pod-cidr "$WORKER_PODS" --addons-after-init
       --cp-routes "$WORKER_PODS=$(vm_addr 2)" --worker-routes "$CP_PODS=$(vm_addr 1)")
   fi
-  local flavor=()
+  local flavor=() cni_from=()
   if [ "$CNI" = flannel ]; then
     [ -n "$FLANNEL_IMAGE_PATH" ] || die "node artifacts: FLANNEL_IMAGE_PATH missing in current.env (make node-artifacts)"
     flavor=(--flavor flannel)
   fi
-  KUBEKEY_INSTANCES="[$instances]" KUBEKEY_COMPONENT="$component" KUBEKEY_SSH_SECRET="$CLUSTER-ssh" \
-    POD_CIDR="$base.0/25" SERVICE_CIDR="$base.128/25" FLANNEL_IMAGE="$NODE_REGISTRY/$FLANNEL_IMAGE_PATH" \
-    clusterctl generate cluster "$CLUSTER" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" "${flavor[@]}" \
-    --kubernetes-version "$kv" --control-plane-machine-count 1 --worker-machine-count "$((VMS - 1 - SPARE))" \
-    >"$WORK/cluster-generated.yaml"
+  # The ha flavor (the endpoint the provider serves: CONTROL_PLANE_VIP, on node containers their eth0) carries
+  # no pod network: with flannel, the flannel flavor's ClusterResourceSet joins the rendering (tcg-knobs.py
+  # --cni-from), as a user combines two flavors' YAML.
+  if [ "$MODE" = ha ]; then
+    if [ "$CNI" = flannel ]; then
+      generate_cluster "${flavor[@]}" >"$WORK/cluster-flannel.yaml"
+      cni_from=(--cni-from "$WORK/cluster-flannel.yaml")
+    fi
+    # A node container's NIC is eth0; on VMs the product finds the NIC that holds the hosts' subnet.
+    if [ "$HOSTS" = containers ]; then
+      CONTROL_PLANE_VIP=$VIP CONTROL_PLANE_VIP_PORT=$VIP_PORT VIP_INTERFACE=eth0 generate_cluster --flavor ha >"$WORK/cluster-generated.yaml"
+    else
+      CONTROL_PLANE_VIP=$VIP CONTROL_PLANE_VIP_PORT=$VIP_PORT generate_cluster --flavor ha >"$WORK/cluster-generated.yaml"
+    fi
+  else
+    generate_cluster "${flavor[@]}" >"$WORK/cluster-generated.yaml"
+  fi
   # Node containers share the machine's kernel: kube-proxy may not size its conntrack table, and on a cgroup v1
   # machine the kubelet must be told to accept it (both settings a user of such hosts makes; docs/host-paths.md).
   local hostknobs=()
@@ -502,7 +544,7 @@ render_apply() {
   python3 "$ROOT/test/vm/tcg-knobs.py" "$WORK/cluster-generated.yaml" "$WORK/cluster.yaml" "${hostknobs[@]}" \
     --registry "$NODE_REGISTRY" --registry-secret "$CLUSTER-registry" \
     --containerd "$CONTAINERD_VERSION" --runc "$RUNC_VERSION" --crictl "$CRICTL_VERSION" \
-    --pause "$NODE_REGISTRY/pause:$PAUSE_VERSION" "${net[@]}" "${day2[@]}"
+    --pause "$NODE_REGISTRY/pause:$PAUSE_VERSION" "${net[@]}" "${day2[@]}" "${cni_from[@]}"
   check "the rendered cluster passes a server dry-run" bash -c "kubectl apply --dry-run=server -f '$WORK/cluster.yaml' >/dev/null"
   # Both Secrets carry clusterctl's move label, as docs/clusterctl.md tells users: `clusterctl move` takes along
   # only the Secrets the cluster's objects own or that carry it.
@@ -513,6 +555,15 @@ render_apply() {
     --from-literal=password="$REGISTRY_PASSWORD" --dry-run=client -o yaml |
     kubectl label --local -f - clusterctl.cluster.x-k8s.io/move= -o yaml | kubectl apply -f - >/dev/null
   kubectl apply -f "$WORK/cluster.yaml" >/dev/null
+}
+
+# generate_cluster [FLAVOR ARGS...]: `clusterctl generate cluster` for this run, on stdout. Called from render_apply,
+# whose locals it reads (instances, component, kv, base); CPS control planes, the other hosts workers but the spare.
+generate_cluster() {
+  KUBEKEY_INSTANCES="[$instances]" KUBEKEY_COMPONENT="$component" KUBEKEY_SSH_SECRET="$CLUSTER-ssh" \
+    POD_CIDR="$base.0/25" SERVICE_CIDR="$base.128/25" FLANNEL_IMAGE="$NODE_REGISTRY/$FLANNEL_IMAGE_PATH" \
+    clusterctl generate cluster "$CLUSTER" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" "$@" \
+    --kubernetes-version "$kv" --control-plane-machine-count "$CPS" --worker-machine-count "$((VMS - CPS - SPARE))"
 }
 
 MD=$CLUSTER-md-0
@@ -542,15 +593,24 @@ node_joined() { # node_joined NODE: Ready, with our providerID, without CAPI's u
 nodes_wide() { wl get nodes -o wide | tee "$WORK/nodes.txt" | sed 's/^/    /'; }
 
 control_plane() {
-  stage "control plane: host phases + kubeadm init + Machine Running"
-  local cp
-  cp=$(vm_name 1)
-  wait_for "control-plane Machine Running with a nodeRef" "$CP_TIMEOUT" machines_running "$CP_SEL" 1
+  local i
+  if [ "$CPS" = 1 ]; then
+    stage "control plane: host phases + kubeadm init + Machine Running"
+  else
+    stage "$CPS control planes: host phases + kubeadm init, $((CPS - 1)) control-plane joins, Machines Running"
+  fi
+  wait_for "$CPS control-plane Machine(s) Running with a nodeRef" "$CP_TIMEOUT" machines_running "$CP_SEL" "$CPS"
   phase_times
   workload_kubeconfig
-  stage "control plane Node Ready"
-  node_joined "$cp"
+  stage "control plane Node(s) Ready"
+  for i in $(seq "$CPS"); do node_joined "$(vm_name "$i")"; done
+  check "the control-plane Machines' Nodes are $(cp_hosts)" cp_machines_are "$(cp_hosts)"
   nodes_wide
+}
+cp_hosts() { local i; for i in $(seq "$CPS"); do vm_name "$i"; done | tr '\n' ' ' | sed 's/ $//'; }
+cp_machines_are() { # cp_machines_are "NODE...": the control-plane Machines' nodeRefs name exactly these Nodes
+  [ "$(kubectl get machines -n "$NS" -l "$CP_SEL" -o jsonpath='{range .items[*]}{.status.nodeRef.name}{"\n"}{end}' |
+    sort | tr '\n' ' ' | sed 's/ $//')" = "$(tr ' ' '\n' <<<"$1" | sort | tr '\n' ' ' | sed 's/ $//')" ]
 }
 
 # ---------------------------------------------------------------------------------------------------------
@@ -940,7 +1000,7 @@ worker_machine_is() { # worker_machine_is "NODE...": the worker Machines' nodeRe
 cluster_provisioned() { [ "$(kubectl get cluster -n "$NS" "$CLUSTER" -o jsonpath='{.status.phase}')" = Provisioned ]; }
 node_absent() { ! wl get node "$1" >/dev/null 2>&1 && wl get nodes >/dev/null; }
 
-worker_hosts() { local i; for i in $(seq 2 "$((1 + WORKERS))"); do vm_name "$i"; done | tr '\n' ' ' | sed 's/ $//'; }
+worker_hosts() { local i; for i in $(seq "$W1" "$((CPS + WORKERS))"); do vm_name "$i"; done | tr '\n' ' ' | sed 's/ $//'; }
 workers() {
   local i
   stage "worker(s): host phases + kubeadm join + Machine Running"
@@ -948,10 +1008,10 @@ workers() {
   phase_times 6
   check "the worker Machines' Nodes are $(worker_hosts)" worker_machine_is "$(worker_hosts)"
   stage "worker Node(s) Ready"
-  for i in $(seq 2 "$((1 + WORKERS))"); do node_joined "$(vm_name "$i")"; done
+  for i in $(seq "$W1" "$((CPS + WORKERS))"); do node_joined "$(vm_name "$i")"; done
   wait_for "Cluster $CLUSTER is Provisioned" 300 cluster_provisioned
-  check "every Machine of the Cluster Running (control plane + $WORKERS worker(s))" \
-    machines_running "cluster.x-k8s.io/cluster-name=$CLUSTER" "$((1 + WORKERS))"
+  check "every Machine of the Cluster Running ($CPS control plane(s) + $WORKERS worker(s))" \
+    machines_running "cluster.x-k8s.io/cluster-name=$CLUSTER" "$((CPS + WORKERS))"
   nodes_wide
   timeline_capture
 }
@@ -989,7 +1049,7 @@ coredns_from_local_registry() {
 }
 
 addons() {
-  local nodes=$((1 + WORKERS))
+  local nodes=$((CPS + WORKERS))
   stage "kubeadm's addons: kube-proxy on all $nodes nodes, CoreDNS$([ "$CNI" != flannel ] || echo ', flannel')"
   wait_for "kube-proxy Running and Ready on all $nodes nodes" 900 pods_ready kube-system k8s-app=kube-proxy "$nodes"
   if [ "$CNI" = flannel ]; then
@@ -1013,7 +1073,7 @@ spec:
   template:
     metadata: {labels: {app: hello}}
     spec:
-      nodeSelector: {kubernetes.io/hostname: $(vm_name 2)}
+      nodeSelector: {kubernetes.io/hostname: $(vm_name "$W1")}
       containers:
       - name: hello
         image: $NODE_REGISTRY/$WORKLOAD_IMAGE
@@ -1033,7 +1093,7 @@ hello_ready() { # one hello pod, Running and Ready on the worker; sets HELLO_POD
   out=$(wl get pods -n default -l app=hello -o jsonpath='{range .items[*]}{.metadata.name} {.spec.nodeName} {.status.phase} {.status.conditions[?(@.type=="Ready")].status} {.status.podIP}{"\n"}{end}')
   [ "$(grep -c . <<<"$out")" = 1 ] || return 1
   read -r HELLO_POD node phase ready HELLO_IP <<<"$out"
-  [ "$node $phase $ready" = "$(vm_name 2) Running True" ]
+  [ "$node $phase $ready" = "$(vm_name "$W1") Running True" ]
 }
 in_cidr() { python3 -c 'import ipaddress, sys; sys.exit(ipaddress.ip_address(sys.argv[1]) not in ipaddress.ip_network(sys.argv[2]))' "$1" "$2"; }
 answers() { # answers URL: the control-plane VM gets the hello pod's answer from URL
@@ -1045,14 +1105,15 @@ flannel_from_local_registry() {
 hello_answers() { # over the pod network (the pod IP, routed to the worker) and through the Service (kube-proxy)
   local svc i
   # With flannel the worker's pod subnet is what kube-controller-manager gave its Node.
-  [ "$CNI" != flannel ] || WORKER_PODS=$(wl get node "$(vm_name 2)" -o jsonpath='{.spec.podCIDR}')
+  [ "$CNI" != flannel ] || WORKER_PODS=$(wl get node "$(vm_name "$W1")" -o jsonpath='{.spec.podCIDR}')
   check "the pod's IP $HELLO_IP is in the worker's pod subnet $WORKER_PODS" in_cidr "$HELLO_IP" "$WORKER_PODS"
   wait_for "the control-plane VM reaches the pod on the worker at $HELLO_IP:8080" 300 answers "http://$HELLO_IP:8080/"
   svc=$(wl get service -n default hello -o jsonpath='{.spec.clusterIP}')
   # The Service follows a new pod through kube-controller-manager's EndpointSlices and kube-proxy's sync: at load
   # 9-10 kube-controller-manager lost its lease and restarted right then, and 120 s were not enough (run 3).
   wait_for "the control-plane VM reaches it through its Service $svc:80 (kube-proxy)" 600 answers "http://$svc/"
-  for i in $(seq 3 "$((1 + WORKERS))"); do
+  # Every other node too: the other control planes and workers, across flannel's routes.
+  for i in $(seq 2 "$CPS") $(seq "$((W1 + 1))" "$((CPS + WORKERS))"); do
     wait_for "$(vm_name "$i") reaches the pod at $HELLO_IP:8080 and through its Service" 300 answers_from "$i" \
       "http://$HELLO_IP:8080/" "http://$svc/"
   done
@@ -1066,7 +1127,7 @@ answers_from() { # answers_from I URL...: host I gets the hello pod's answer fro
 pod_network() {
   stage "workload pod on the worker answers over the pod network"
   hello_apply
-  wait_for "a $WORKLOAD_IMAGE pod Running and Ready on $(vm_name 2)" 900 hello_ready
+  wait_for "a $WORKLOAD_IMAGE pod Running and Ready on $(vm_name "$W1")" 900 hello_ready
   hello_answers
 }
 
@@ -1074,20 +1135,20 @@ pod_network() {
 # pod sandboxes do not): its kubelet back, its Node Ready, and the pod network across nodes back through
 # flannel's routes (the static routes of REAL_CNI=static would be gone).
 node_restart() {
-  local i=$((1 + WORKERS)) w
+  local i=$((CPS + WORKERS)) w
   w=$(vm_name "$i")
   stage "$w power-cycled: kubelet and Node back, pods reached across nodes again (flannel)"
   check "$w restarted and answers over SSH again" "$VMCTL" restart --name "$NAME" --vm "$i"
   wait_for "$w's kubelet active again" 300 vmsh "$i" 'systemctl is-active -q kubelet'
   wait_for "$w Ready" 600 node_ready "$w"
-  wait_for "flannel Running and Ready on all $((1 + WORKERS)) nodes" 600 pods_ready kube-flannel app=flannel "$((1 + WORKERS))"
-  wait_for "$w reaches the pod on $(vm_name 2) at $HELLO_IP:8080 again (flannel's route to its subnet)" 300 \
+  wait_for "flannel Running and Ready on all $((CPS + WORKERS)) nodes" 600 pods_ready kube-flannel app=flannel "$((CPS + WORKERS))"
+  wait_for "$w reaches the pod on $(vm_name "$W1") at $HELLO_IP:8080 again (flannel's route to its subnet)" 300 \
     answers_from "$i" "http://$HELLO_IP:8080/"
 }
 
 scale_down() {
   local w m
-  w=$(vm_name 2)
+  w=$(vm_name "$W1")
   stage "scale $WORKERS -> $((WORKERS - 1)): drain, delete, the worker host $w reset"
   # The Machine on $w goes: CAPI deletes the Machines marked for deletion first.
   m=$(kubectl get machines -n "$NS" -l "$MD_SEL" -o jsonpath="{.items[?(@.status.nodeRef.name==\"$w\")].metadata.name}")
@@ -1097,14 +1158,14 @@ scale_down() {
   wait_for "the worker Machine $m on $w is gone" 900 machine_gone "$m"
   wait_for "$((WORKERS - 1)) worker Machine(s) left" 300 machine_count "$MD_SEL" "$((WORKERS - 1))"
   wait_for "$w was reset for real (no kubeadm state, kubelet, containerd, KUBE- rules, CNI links, owned paths)" \
-    600 host_reset 2
+    600 host_reset "$W1"
   check "$w's Node is gone from the workload cluster" node_absent "$w"
   check "the control plane is still Ready" node_ready "$(vm_name 1)"
 }
 
 scale_up() {
   local w
-  w=$(vm_name 2)
+  w=$(vm_name "$W1")
   stage "scale $((WORKERS - 1)) -> $WORKERS: the same host claimed, Machine Running"
   kubectl scale machinedeployment -n "$NS" "$MD" --replicas "$WORKERS" >/dev/null
   wait_for "$WORKERS worker Machine(s) Running with a nodeRef" "$WORKER_TIMEOUT" machines_running "$MD_SEL" "$WORKERS"
@@ -1299,7 +1360,8 @@ PY
 # TCG); CAPI's answer is KCP remediation driven by a MachineHealthCheck on the control plane's Machines: a Machine
 # without a Node after the startup timeout is deleted (its etcd member removed, our host reset) and KCP creates
 # another, which claims the freed host again. No remediation template: KCP remediates control-plane Machines itself.
-cp_health_check_apply() {
+cp_health_check_apply() { # cp_health_check_apply [SECONDS]: a Node not Ready for SECONDS (300) is remediated
+  local after=${1:-300}
   kubectl apply -f - >/dev/null <<EOT
 apiVersion: cluster.x-k8s.io/v1beta2
 kind: MachineHealthCheck
@@ -1310,8 +1372,8 @@ spec:
   checks:
     nodeStartupTimeoutSeconds: $CP_STARTUP_TIMEOUT
     unhealthyNodeConditions:
-    - {type: Ready, status: Unknown, timeoutSeconds: 300}
-    - {type: Ready, status: "False", timeoutSeconds: 300}
+    - {type: Ready, status: Unknown, timeoutSeconds: $after}
+    - {type: Ready, status: "False", timeoutSeconds: $after}
 EOT
 }
 
@@ -1559,6 +1621,186 @@ remediate_cutoff() {
   KEPT_VM=2
 }
 
+# ---------------------------------------------------------------------------------------------------------
+# ha (make e2e-real-ha): 3 control planes behind the endpoint the provider serves (a keepalived VIP, haproxy on
+# every control plane), a worker and a spare; the host holding the VIP loses its power.
+
+# The live control planes that hold the VIP now (host numbers; the spare counts once it is a control plane).
+vip_holders() {
+  local i
+  for i in $(seq "$CPS") "$VMS"; do
+    [ "$i" = "$DEAD_HOST" ] && continue
+    [ "$i" != "$VMS" ] || [ -n "$DEAD_HOST" ] || continue
+    timeout 20 "$VMCTL" ssh --name "$NAME" --vm "$i" -- "ip -o -4 addr show | grep -q ' $VIP/'" 2>/dev/null && echo "$i"
+  done
+  return 0
+}
+vip_held_once() { VIP_HOLDER=$(vip_holders); [ -n "$VIP_HOLDER" ] && [ "$(grep -c . <<<"$VIP_HOLDER")" = 1 ]; }
+lb_active() { vmsh "$1" 'systemctl is-active -q keepalived && systemctl is-active -q haproxy'; } # lb_active I
+
+# etcd's members as the etcd of control plane I lists them (its v3 JSON gateway, with kubeadm's health-check
+# client certificate: the etcd image carries no etcdctl), one "NAME PEER_URLS voting|learner" a line, into $WORK/FILE.
+etcd_members() { # etcd_members I FILE
+  vmsh "$1" 'curl -sS --max-time 10 --cacert /etc/kubernetes/pki/etcd/ca.crt \
+    --cert /etc/kubernetes/pki/etcd/healthcheck-client.crt --key /etc/kubernetes/pki/etcd/healthcheck-client.key \
+    -X POST -d "{}" https://127.0.0.1:2379/v3/cluster/member/list' |
+    python3 -c 'import json, sys
+for m in json.load(sys.stdin).get("members", []):
+    print(m.get("name") or "(not-started)", ",".join(m.get("peerURLs", [])), "learner" if m.get("isLearner") else "voting")' \
+    >"$WORK/$2.new" && mv -f "$WORK/$2.new" "$WORK/$2"
+}
+etcd_voting_are() { # etcd_voting_are I FILE "NAME...": control plane I's etcd lists exactly these members, all voting
+  etcd_members "$1" "$2" || return 1
+  [ "$(awk '{print $1, $3}' "$WORK/$2" | sort | tr '\n' ' ')" = "$(tr ' ' '\n' <<<"$3" | sort | sed 's/$/ voting/' | tr '\n' ' ')" ]
+}
+kcp_ready() { # kcp_ready N: the KubeadmControlPlane reports N ready replicas of N
+  [ "$(kubectl get kubeadmcontrolplane -n "$NS" "$CLUSTER-control-plane" -o jsonpath='{.status.readyReplicas}/{.status.replicas}')" = "$1/$1" ]
+}
+
+ha_endpoint() {
+  local i
+  stage "the endpoint: VIP $VIP:$VIP_PORT held by one control plane, keepalived and haproxy on all $CPS"
+  check "the workload kubeconfig's server is https://$VIP:$VIP_PORT (the Cluster's endpoint)" \
+    grep -q "server: https://$VIP:$VIP_PORT\$" "$WORK/workload.kubeconfig"
+  for i in $(seq "$CPS"); do
+    wait_for "keepalived and haproxy active on $(vm_name "$i")" 300 lb_active "$i"
+  done
+  wait_for "exactly one control plane holds the VIP" 120 vip_held_once
+  log "    the VIP is on $(vm_name "$VIP_HOLDER")"
+  check "the API answers through the VIP (GET /readyz)" wl get --raw=/readyz
+  wait_for "etcd has $CPS voting members: $(cp_hosts)" 300 etcd_voting_are 1 etcd-before.txt "$(cp_hosts)"
+  log "    etcd members before (from $(vm_name 1)):"
+  sed 's/^/      /' "$WORK/etcd-before.txt"
+  check "KCP reports $CPS ready replicas" kcp_ready "$CPS"
+}
+
+FAILOVER_PROBE_PID=''
+failover_probe_stop() {
+  [ -z "$FAILOVER_PROBE_PID" ] || { kill "$FAILOVER_PROBE_PID" 2>/dev/null; wait "$FAILOVER_PROBE_PID" 2>/dev/null; } || true
+  FAILOVER_PROBE_PID=''
+}
+# probe_saw KIND [SINCE] [NOT_DETAIL]: the failover log has an answered KIND sample at or after SINCE (whose
+# detail is not NOT_DETAIL); prints that sample's time.
+probe_saw() {
+  awk -v k="$1" -v since="${2:-0}" -v not="${3:-}" \
+    '$1 >= since && $2 == k && $3 == "ok" && $4 != not { print $1; found = 1; exit } END { exit !found }' \
+    "$WORK/failover.log" 2>/dev/null
+}
+probe_sees_all() { # the probe has answers of the API and the workload, and sees host NAME hold the VIP
+  probe_saw api >/dev/null && probe_saw workload >/dev/null && grep -q " vip ok $1\$" "$WORK/failover.log"
+}
+
+# The host holding the VIP loses its power (`vm power-off`: a node container's processes all killed at once, its
+# network namespace gone; a VM's QEMU killed). capkk-bench failover samples, every 100 ms from the machine, the
+# API through the VIP (/readyz on a fresh connection), the workload through a NodePort Service on the worker,
+# and which host answers for the VIP in the machine's neighbour table; its report is the failover table's row.
+ha_failover() {
+  local h port url i hosts=() dead moved
+  [ -n "$VIP_HOLDER" ] || wait_for "exactly one control plane holds the VIP" 120 vip_held_once
+  h=$VIP_HOLDER dead=$(vm_name "$VIP_HOLDER")
+  stage "failover: $dead, holding the VIP, loses its power; the VIP moves, API and workload answer again"
+  wl apply -f - >/dev/null <<EOT
+apiVersion: v1
+kind: Service
+metadata: {name: hello-np, namespace: default}
+spec:
+  type: NodePort
+  selector: {app: hello}
+  ports: [{port: 80, targetPort: 8080}]
+EOT
+  port=$(wl get service -n default hello-np -o jsonpath='{.spec.ports[0].nodePort}')
+  url=http://$(vm_addr "$W1"):$port/
+  wait_for "the workload answers at $url (NodePort on $(vm_name "$W1"))" 300 http_ok "$url"
+  for i in $(seq "$VMS"); do hosts+=(--host "$(vm_name "$i")=$(fleet_json "d['vms'][$i-1]['mac']")"); done
+  rm -f "$WORK/failover.log"
+  "$BENCH" failover probe --kubeconfig "$WORK/workload.kubeconfig" --workload "$url" --vip "$VIP" "${hosts[@]}" \
+    --interval-ms 100 --timeout-ms 1000 --out "$WORK/failover.log" >"$WORK/failover-probe.out" 2>&1 &
+  FAILOVER_PROBE_PID=$!
+  wait_for "the probe gets answers from the API through the VIP and the workload, and sees $dead hold the VIP" 120 \
+    probe_sees_all "$dead"
+  # The control-plane MachineHealthCheck before the failure: a Node Unknown for 60 s is remediated by KCP.
+  cp_health_check_apply 60
+  sleep 5 # answers before the failure, in the log
+  FAILOVER_T0=$(date +%s.%N)
+  check "$dead powered off" "$VMCTL" power-off --name "$NAME" --vm "$h"
+  DEAD_HOST=$h
+  printf 'DEAD_HOST=%s\nFAILOVER_T0=%s\n' "$DEAD_HOST" "$FAILOVER_T0" >"$WORK/failover.env"
+  wait_for "the VIP moved to another control plane (the machine's neighbour entry for $VIP)" 120 \
+    probe_saw vip "$FAILOVER_T0" "$dead"
+  moved=$(probe_saw vip "$FAILOVER_T0" "$dead")
+  wait_for "the API answers through the VIP again" 120 probe_saw api "$moved"
+  # Late gaps count too (a load balancer still sending to the dead API server): 20 s more.
+  sleep 20
+  failover_probe_stop
+  log "    the failover (capkk-bench failover report; $WORK/failover.log):"
+  "$BENCH" failover report --log "$WORK/failover.log" --since "$FAILOVER_T0" --label "$HOSTS" --header |
+    tee "$WORK/failover.txt" | sed 's/^/      /'
+  check "the VIP moved; neither the API nor the workload went unanswered longer than $HA_MAX_GAP s" \
+    "$BENCH" failover report --log "$WORK/failover.log" --since "$FAILOVER_T0" --max-gap-s "$HA_MAX_GAP"
+  wait_for "one live control plane holds the VIP" 120 vip_held_once
+  log "    the VIP is on $(vm_name "$VIP_HOLDER") now"
+}
+
+# KCP replaces the dead control plane's Machine on the spare host: the MachineHealthCheck marks it (its Node
+# Unknown for 60 s), KCP removes its etcd member and deletes it (its host unreachable: quarantined after
+# CAPKK_QUARANTINE_AFTER instead of reset), then creates a Machine that claims the spare.
+ha_remediation() {
+  local dead spare m t_unknown t_gone t_ready cps=() i
+  # shellcheck disable=SC1091 # a REAL_FROM run: what ha_failover of the kept run recorded
+  [ -n "$DEAD_HOST" ] || source "$WORK/failover.env"
+  dead=$(vm_name "$DEAD_HOST") spare=$(vm_name "$VMS")
+  stage "remediation: KCP replaces $dead's Machine on the spare host $spare; etcd back at $CPS voting members"
+  m=$(kubectl get machines -n "$NS" -l "$CP_SEL" -o jsonpath="{.items[?(@.status.nodeRef.name==\"$dead\")].metadata.name}")
+  [ -n "$m" ] || die "no control-plane Machine on $dead"
+  KCP_REMEDIATES=1
+  wait_for "$dead NotReady (unreachable)" 600 node_not_ready "$dead"
+  t_unknown=$(since_failover)
+  wait_for "KCP deleted the Machine $m (MachineHealthCheck; etcd member removed; host quarantined)" 1800 machine_gone "$m"
+  t_gone=$(since_failover)
+  wait_for "$CPS control-plane Machines Running with a nodeRef" "$CP_TIMEOUT" machines_running "$CP_SEL" "$CPS"
+  for i in $(seq "$CPS"); do [ "$i" = "$DEAD_HOST" ] || cps+=("$(vm_name "$i")"); done
+  cps+=("$spare")
+  check "the control-plane Machines' Nodes are ${cps[*]} (the spare took $dead's place)" cp_machines_are "${cps[*]}"
+  node_joined "$spare"
+  t_ready=$(since_failover)
+  KCP_REMEDIATES=
+  wait_for "$dead's Node is gone from the workload cluster" 600 node_absent "$dead"
+  wait_for "KCP reports $CPS ready replicas" 600 kcp_ready "$CPS"
+  wait_for "etcd has $CPS voting members again: ${cps[*]}" 600 etcd_voting_are "$VMS" etcd-after.txt "${cps[*]}"
+  log "    etcd members before (from $(vm_name 1)):"
+  sed 's/^/      /' "$WORK/etcd-before.txt"
+  log "    etcd members after (from $spare):"
+  sed 's/^/      /' "$WORK/etcd-after.txt"
+  for i in $(seq "$CPS") "$VMS"; do
+    [ "$i" = "$DEAD_HOST" ] || wait_for "keepalived and haproxy active on $(vm_name "$i")" 300 lb_active "$i"
+  done
+  wait_for "one control plane holds the VIP" 120 vip_held_once
+  check "the API answers through the VIP (GET /readyz)" wl get --raw=/readyz
+  wait_for "$dead's KKInstance quarantined (unreachable past --quarantine-after)" 900 host_quarantined "$dead"
+  log "    power off -> Node NotReady ${t_unknown} s; -> Machine deleted ${t_gone} s; -> replacement Node Ready on $spare ${t_ready} s"
+  echo "| $HOSTS | $dead | $spare | $t_unknown | $t_gone | $t_ready |" >"$WORK/remediation.txt"
+  kubectl delete -n "$NS" machinehealthcheck "$CLUSTER-control-plane" >/dev/null
+  nodes_wide
+  # The dead host stays as it is (powered off); its KKInstance goes, as a person does after giving a host up.
+  kubectl delete kkinstances -n "$NS" -l kkinstance.infrastructure.cluster.x-k8s.io/quarantined=true --wait=false >/dev/null
+  KEPT_VM=$DEAD_HOST
+  {
+    echo
+    echo "failover ($HOSTS; load now $(cut -d' ' -f1-3 /proc/loadavg)):"
+    cat "$WORK/failover.txt"
+    echo
+    echo "| hosts | lost control plane | replacement | power off -> NotReady (s) | -> Machine deleted (s) | -> new Node Ready (s) |"
+    echo "|---|---|---|---|---|---|"
+    cat "$WORK/remediation.txt"
+    echo
+    echo "etcd members before:"
+    cat "$WORK/etcd-before.txt"
+    echo "etcd members after:"
+    cat "$WORK/etcd-after.txt"
+  } | tee "$WORK/ha-table.md"
+}
+since_failover() { python3 -c "import sys, time; print(round(time.time() - float(sys.argv[1])))" "$FAILOVER_T0"; }
+
 # A change the hooks cannot do in place (the bootstrap template: kubeadm's join configuration is only read at
 # join) is answered "no", and CAPI rolls the MachineDeployment: the new Machine claims the first free worker host,
 # the VM the old control plane left (it ran OLD_VERSION before its reset), the old worker's VM is reset.
@@ -1618,6 +1860,7 @@ teardown() {
   stop_manager
   serve_down
   gap_probe_stop
+  failover_probe_stop
   tcp_lb_down "$WORK"
   # The provider inventory move_back copied onto the shared local plane: left there, every later `clusterctl move`
   # from that plane (mgmt_clusterctl_move in make test) requires its target to run those providers.
@@ -1649,6 +1892,7 @@ attach() {
   source "$WORK/serve/registry.cred"
   BRIDGE=$(fleet_json "d['bridge_address']")
   INNER=$(fleet_json "d['inner_cidr']")
+  ha_vip
   pod_subnets
   if [ "$MODE" = day2 ]; then
     [ "$VMS" != 3 ] || lb_up
@@ -1762,6 +2006,15 @@ main() {
       steps=(build mgmt_up release vms_up serve_up render_apply control_plane workers remediate_reboot remediate_cutoff
         delete_cluster)
       ;;
+    ha)
+      # Control planes 1-3, the worker 4, the spare 5 (a control-plane host in no Machine: KCP's replacement).
+      CPS=3 W1=4 VMS=5 SPARE=1
+      # An unreachable host's Machine is deleted (and the host quarantined) after this long (10 min by default):
+      # KCP replaces a lost control plane only once its Machine is gone.
+      export CAPKK_QUARANTINE_AFTER=${CAPKK_QUARANTINE_AFTER:-1m}
+      steps=(build mgmt_up release vms_up serve_up render_apply control_plane workers addons pod_network ha_endpoint
+        ha_failover ha_remediation delete_cluster)
+      ;;
     *-down | down)
       mgmt_env
       teardown
@@ -1783,7 +2036,7 @@ main() {
     [[ " ${steps[*]} " == *" ${TO//-/_} "* ]] || die "REAL_TO=$TO: not a stage of $MODE (${steps[*]})"
   fi
   # The MachineDeployment's workers: every host but the control plane's and the spare (e2e sets its own).
-  WORKERS=${WORKERS:-$((VMS - 1 - SPARE))}
+  WORKERS=${WORKERS:-$((VMS - CPS - SPARE))}
   # On node containers, every mode ends with the machine's kernel settings checked.
   [ "$HOSTS" != containers ] || steps+=(machine_unchanged)
   for step in "${steps[@]}"; do

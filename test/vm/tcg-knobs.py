@@ -5,7 +5,7 @@
                  --pause IMAGE --pod-cidr CIDR [--worker-pod-cidr CIDR] [--cp-routes CIDR=VIA,...]
                  [--worker-routes CIDR=VIA,...] [--addons-after-init] [--untainted-control-plane]
                  [--control-plane-lb HOST] [--etcd-image-tag TAG] [--dns-image-tag TAG] [--worker-version V]
-                 [--k8s-io-mirror-secret NAME] [--container-hosts] [--cgroup-v1]
+                 [--k8s-io-mirror-secret NAME] [--container-hosts] [--cgroup-v1] [--cni-from RENDERING]
 
 Everything here is a setting a user would make in their own cluster YAML; nothing reaches into the product:
 - KKCluster spec.registry: the local OCI registry as privateRegistry (plain HTTP, Basic auth from a Secret);
@@ -42,6 +42,9 @@ Everything here is a setting a user would make in their own cluster YAML; nothin
 - with --cgroup-v1 (a host on cgroup v1, as node containers on this hybrid-cgroup machine are), the kubelet's
   failCgroupV1: false (a kubeadm patch of the KubeletConfiguration, on every node) and kubeadm's
   SystemVerification preflight check ignored: Kubernetes v1.35+ refuses cgroup v1 unless told both.
+- with --cni-from (another flavor's rendering of the same cluster, e.g. the flannel flavor's), its
+  ClusterResourceSets and the ConfigMaps they apply join this rendering, and the Cluster gets the labels they
+  select: the ha flavor's cluster with flannel's pod network, as a user combines two flavors' YAML.
 See ../shared/reference/real-nodes.md for the measurements behind the numbers.
 """
 
@@ -75,11 +78,40 @@ p.add_argument("--node-mask", type=int, default=26, help="node-cidr-mask-size-ip
 p.add_argument("--no-static-cni", action="store_true", help="no bridge CNI config files: the cluster's CNI writes its own")
 p.add_argument("--container-hosts", action="store_true", help="kube-proxy leaves the conntrack table size alone; absolute kubelet eviction thresholds")
 p.add_argument("--cgroup-v1", action="store_true", help="kubelet and kubeadm accept a cgroup v1 host")
+p.add_argument("--cni-from", help="a rendering whose ClusterResourceSets (and their ConfigMaps) join this one")
 a = p.parse_args()
 if a.container_hosts and not a.addons_after_init:
     sys.exit("tcg-knobs.py: --container-hosts needs --addons-after-init (kube-proxy's configuration goes there)")
 
 docs = [d for d in yaml.safe_load_all(open(a.src)) if d]
+
+
+def add_resource_sets(docs, path):
+    # Another rendering's ClusterResourceSets and the ConfigMaps/Secrets they list, appended; the Cluster labelled
+    # so that their clusterSelectors select it.
+    other = [d for d in yaml.safe_load_all(open(path)) if d]
+    sets = [d for d in other if d.get("kind") == "ClusterResourceSet"]
+    if not sets:
+        sys.exit(f"tcg-knobs.py: --cni-from {path} has no ClusterResourceSet")
+    have = {(d.get("kind"), d["metadata"]["name"]) for d in docs}
+    wanted = {(r["kind"], r["name"]) for c in sets for r in c["spec"].get("resources", [])}
+    clusters = [d for d in docs if d.get("kind") == "Cluster"]
+    if len(clusters) != 1:
+        sys.exit("tcg-knobs.py: --cni-from needs exactly one Cluster in the rendering")
+    labels = clusters[0]["metadata"].setdefault("labels", {})
+    for c in sets:
+        labels.update(c["spec"].get("clusterSelector", {}).get("matchLabels", {}))
+    for d in other:
+        key = (d.get("kind"), d["metadata"]["name"])
+        if key not in have and (d.get("kind") == "ClusterResourceSet" or key in wanted):
+            docs.append(d)
+    missing = wanted - {(d.get("kind"), d["metadata"]["name"]) for d in docs}
+    if missing:
+        sys.exit(f"tcg-knobs.py: --cni-from {path} lacks what its ClusterResourceSets apply: {sorted(missing)}")
+
+
+if a.cni_from:
+    add_resource_sets(docs, a.cni_from)
 
 
 def args(d):

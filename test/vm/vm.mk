@@ -19,6 +19,10 @@
 #                             workload probed through its Service all along (issue 24; long, not in TEST_TIERS)
 #   make e2e-real-remediation 3 VMs: the worker's VM cut off from the network; the KKRemediation's tiers fail, CAPI
 #                             replaces the Machine on the spare VM, the unreachable host is quarantined (issue 24)
+#   make e2e-real-ha          5 hosts: 3 control planes behind the provider's keepalived VIP + haproxy (the ha flavor),
+#                             a worker, a spare; the VIP's holder powered off: VIP move time, API and workload gaps
+#                             (capkk-bench failover), KCP replaces the lost Machine on the spare, etcd back at 3
+#                             voting members (issue 41; not in TEST_TIERS)
 #   make e2e-clusterctl       VMs become a management cluster through the real `clusterctl init --infrastructure
 #                             kubekey` (test/clusterctl's artifacts); the pivot and upgrade stages are still to come
 # VMs run under QEMU TCG unless CAPKK_VM_ACCEL=kvm (a machine with real KVM; test/vm/README.md). They need root and qemu-system-x86, qemu-utils, mmdebstrap
@@ -86,6 +90,14 @@ e2e-real-remediation: ## 3 VMs: the worker cut off, KKRemediation exhausted, Mac
 
 e2e-real-remediation-down: ## tear down what an interrupted (or REAL_KEEP=1) e2e-real-remediation left
 	test/vm/real.sh remediation-down
+
+.PHONY: e2e-real-ha e2e-real-ha-down
+
+e2e-real-ha: ## HA control plane: 3 node containers behind the provider's VIP (keepalived + haproxy), its holder powered off (VIP move, API and workload gaps), KCP replaces it on a spare, etcd at 3 members (HOSTS=vms: VMs)
+	test/vm/real.sh ha
+
+e2e-real-ha-down: ## tear down what an interrupted (or REAL_KEEP=1) e2e-real-ha left
+	test/vm/real.sh ha-down
 
 .PHONY: e2e-real e2e-real-down quickstart quickstart-down quickstart-real quickstart-real-down quickstart-vm \
         quickstart-vm-down

@@ -7,10 +7,12 @@
 //! `capkk-bench drive` is one timed run of one method in its own process (so CPU and RSS are measured the
 //! same way for every method). `capkk-bench real-vm` runs capkk-rs's and CAPKK v3's host services with the real
 //! node artifacts on freshly booted VMs. `capkk-bench node-ready` reads the captures of real-VM cluster runs
-//! (`test/vm/real.sh`) into Machine created → Node Ready and our host phases' share of it.
+//! (`test/vm/real.sh`) into Machine created → Node Ready and our host phases' share of it. `capkk-bench failover`
+//! measures what clients see while an HA control plane loses the host holding its VIP (`real.sh ha`).
 
 mod artifacts;
 mod controller;
+mod failover;
 mod hosts;
 mod measure;
 mod methods;
@@ -59,6 +61,9 @@ enum Cmd {
     RealVm(realvm::RealVmArgs),
     /// Machine created → Node Ready and our phases' share, from captures of real-VM cluster runs (runs nothing).
     NodeReady(noderdy::NodeReadyArgs),
+    /// An HA control plane losing the host that holds its VIP: probe (API through the VIP, workload, VIP
+    /// holder) and report the failover table's row (test/vm/real.sh mode ha).
+    Failover(failover::FailoverArgs),
     /// Internal: one timed run of one method; prints a JSON result on stdout.
     Drive {
         /// The spec file written by `ssh`.
@@ -158,6 +163,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Ssh(args) => ssh_bench(&args),
         Cmd::RealVm(args) => realvm::run(&args),
         Cmd::NodeReady(args) => noderdy::run(&args),
+        Cmd::Failover(args) => failover::run(&args),
         Cmd::Controller(args) => {
             let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             let report = rt.block_on(controller::run(&args))?;

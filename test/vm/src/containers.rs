@@ -285,6 +285,18 @@ pub fn restart(state: &mut FleetState, i: usize, timeout: std::time::Duration) -
     Ok(())
 }
 
+/// The arguments of `podman` that cut a node container's power: SIGKILL to every process at once (no stop
+/// signal, no grace period: systemd and the services get no chance to say goodbye).
+pub fn power_off_args(name: &str) -> [&str; 4] {
+    ["kill", "--signal", "KILL", name]
+}
+
+/// Cut host `vm`'s power ([`power_off_args`]).
+pub fn power_off(vm: &VmInfo) -> Result<()> {
+    run(Command::new("podman").args(power_off_args(&vm.name)))?;
+    Ok(())
+}
+
 /// The host PID of container `name`'s init (its namespaces are `/proc/<pid>/ns/*`).
 pub fn host_pid(name: &str) -> Result<u32> {
     let out = run(Command::new("podman").args(["inspect", "--format", "{{.State.Pid}}", name]))?;
@@ -416,6 +428,11 @@ mod tests {
             assert!(a.contains(want), "{want} missing from {a}");
         }
         assert!(a.ends_with("localhost/capkk-node:h"));
+    }
+
+    #[test]
+    fn power_off_kills_every_process_at_once_without_a_stop_signal() {
+        assert_eq!(power_off_args("ct-x-1"), ["kill", "--signal", "KILL", "ct-x-1"]);
     }
 
     #[test]

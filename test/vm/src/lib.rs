@@ -672,6 +672,20 @@ impl Fleet {
         save_state(&self.state)
     }
 
+    /// Cut host `i`'s (0-based) power: every process of a node container killed at once (`podman kill`: its
+    /// network namespace and its veth on the bridge go with it), a VM's QEMU killed. Nothing shuts down
+    /// cleanly: a host lost, as an HA control plane must survive. Its disk stays until `down`.
+    pub fn power_off(&self, i: usize) -> Result<()> {
+        let vm = &self.state.vms[i];
+        match self.state.source {
+            Source::Containers => containers::power_off(vm),
+            Source::Vms => {
+                run(Command::new("kill").args(["-KILL", &vm.pid.to_string()]))?;
+                Ok(())
+            }
+        }
+    }
+
     /// Run `script` as root on host `i` (0-based) out of band, not through its sshd: `podman exec` in a node
     /// container, root SSH on a VM (which has no other way in). For assertions and faults; a non-zero exit is
     /// not an error.

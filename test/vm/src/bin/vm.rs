@@ -10,6 +10,7 @@
 //! cargo run -p capkk-vm --bin vm -- ssh --name real --vm 1 -- systemctl is-system-running
 //! cargo run -p capkk-vm --bin vm -- inside --name real --vm 1 -- cat /proc/sys/kernel/panic   # out of band
 //! cargo run -p capkk-vm --bin vm -- restart --name real --vm 2   # a node container power-cycled
+//! cargo run -p capkk-vm --bin vm -- power-off --name real --vm 1 # a host lost (every process killed at once)
 //! cargo run -p capkk-vm --bin vm -- sysctls                    # the machine's watched kernel settings
 //! cargo run -p capkk-vm --bin vm -- down --name real
 //! cargo run -p capkk-vm --bin vm -- owned-paths               # what a reset host must no longer have
@@ -95,6 +96,15 @@ enum Cmd {
     },
     /// Restart a node container like a power cycle (its disk survives) and wait for SSH again.
     Restart {
+        /// Fleet name.
+        #[arg(long)]
+        name: String,
+        /// Host number, 1-based.
+        #[arg(long)]
+        vm: usize,
+    },
+    /// Cut a host's power (node container: every process killed at once; VM: QEMU killed). `down` removes it.
+    PowerOff {
         /// Fleet name.
         #[arg(long)]
         name: String,
@@ -195,6 +205,12 @@ fn main() -> Result<()> {
             let i = vm.checked_sub(1).context("hosts are numbered from 1")?;
             anyhow::ensure!(i < fleet.vms().len(), "fleet {name} has no host {vm}");
             fleet.restart(i)?;
+        }
+        Cmd::PowerOff { name, vm } => {
+            let fleet = Fleet::attach(&name)?;
+            let i = vm.checked_sub(1).context("hosts are numbered from 1")?;
+            anyhow::ensure!(i < fleet.vms().len(), "fleet {name} has no host {vm}");
+            fleet.power_off(i)?;
         }
         Cmd::Sysctls => {
             for (k, v) in containers::machine_sysctls() {
