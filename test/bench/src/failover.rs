@@ -186,7 +186,7 @@ impl Sample {
             self.t,
             self.kind.name(),
             if self.ok { "ok" } else { "fail" },
-            if detail.is_empty() { "-" } else { &detail }
+            if detail.is_empty() { "-" } else { detail.as_str() }
         )
     }
 
@@ -455,8 +455,8 @@ impl Failover {
     fn from_samples(samples: &[Sample], since: f64) -> anyhow::Result<Failover> {
         let holder_before = samples
             .iter()
-            .filter(|s| s.kind == Kind::Vip && s.ok && s.t < since)
-            .next_back()
+            .rev()
+            .find(|s| s.kind == Kind::Vip && s.ok && s.t < since)
             .map(|s| s.detail.clone())
             .context("no VIP holder seen before the failure")?;
         let moved = samples
@@ -537,9 +537,10 @@ mod tests {
     fn log() -> Vec<Sample> {
         let mut v = Vec::new();
         for i in 0..100 {
-            let t = 95.0 + f64::from(i) * 0.1;
-            v.push(s(t, Kind::Vip, true, if t < 103.2 { "cp-1" } else { "cp-2" }));
-            v.push(s(t, Kind::Api, !(100.0..103.4).contains(&t), "ok"));
+            // Tenths of a second from 95.0; by index, so that no float edge decides a sample's side.
+            let t = 95.0 + f64::from(i) / 10.0;
+            v.push(s(t, Kind::Vip, true, if i < 82 { "cp-1" } else { "cp-2" }));
+            v.push(s(t, Kind::Api, !(50..84).contains(&i), "ok"));
             v.push(s(t, Kind::Workload, true, "hello"));
             if i % 10 == 0 {
                 v.push(s(t, Kind::Load, true, "2.5"));
