@@ -105,14 +105,12 @@ struct ReportArgs {
 pub fn run(a: &FailoverArgs) -> anyhow::Result<()> {
     match &a.cmd {
         FailoverCmd::Probe(p) => {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             rt.block_on(probe(p))
         }
         FailoverCmd::Report(r) => {
-            let text = std::fs::read_to_string(&r.log)
-                .with_context(|| format!("reading {}", r.log.display()))?;
+            let text =
+                std::fs::read_to_string(&r.log).with_context(|| format!("reading {}", r.log.display()))?;
             let samples: Vec<Sample> = text.lines().filter_map(Sample::parse).collect();
             let f = Failover::from_samples(&samples, r.since)?;
             if r.header {
@@ -297,7 +295,15 @@ async fn probe(a: &ProbeArgs) -> anyhow::Result<()> {
                     Ok(Err(e)) => (false, e.to_string()),
                     Err(_) => (false, "timeout".into()),
                 };
-                if tx.send(Sample { t, kind: Kind::Api, ok, detail }).is_err() {
+                if tx
+                    .send(Sample {
+                        t,
+                        kind: Kind::Api,
+                        ok,
+                        detail,
+                    })
+                    .is_err()
+                {
                     break;
                 }
             }
@@ -318,7 +324,15 @@ async fn probe(a: &ProbeArgs) -> anyhow::Result<()> {
                         Ok(Err(e)) => (false, e.to_string()),
                         Err(_) => (false, "timeout".into()),
                     };
-                if tx.send(Sample { t, kind: Kind::Workload, ok, detail }).is_err() {
+                if tx
+                    .send(Sample {
+                        t,
+                        kind: Kind::Workload,
+                        ok,
+                        detail,
+                    })
+                    .is_err()
+                {
                     break;
                 }
             }
@@ -332,7 +346,9 @@ async fn probe(a: &ProbeArgs) -> anyhow::Result<()> {
             loop {
                 tick.tick().await;
                 let t = epoch();
-                let arp = tokio::fs::read_to_string("/proc/net/arp").await.unwrap_or_default();
+                let arp = tokio::fs::read_to_string("/proc/net/arp")
+                    .await
+                    .unwrap_or_default();
                 let (ok, detail) = match arp_holder(&arp, vip) {
                     Some(mac) => match hosts.iter().find(|(_, m)| *m == mac) {
                         Some((name, _)) => (true, name.clone()),
@@ -340,7 +356,15 @@ async fn probe(a: &ProbeArgs) -> anyhow::Result<()> {
                     },
                     None => (false, "no-entry".into()),
                 };
-                if tx.send(Sample { t, kind: Kind::Vip, ok, detail }).is_err() {
+                if tx
+                    .send(Sample {
+                        t,
+                        kind: Kind::Vip,
+                        ok,
+                        detail,
+                    })
+                    .is_err()
+                {
                     break;
                 }
             }
@@ -350,9 +374,19 @@ async fn probe(a: &ProbeArgs) -> anyhow::Result<()> {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tick.tick().await;
-            let l = tokio::fs::read_to_string("/proc/loadavg").await.unwrap_or_default();
+            let l = tokio::fs::read_to_string("/proc/loadavg")
+                .await
+                .unwrap_or_default();
             let one = l.split_whitespace().next().unwrap_or("?").to_owned();
-            if tx.send(Sample { t: epoch(), kind: Kind::Load, ok: true, detail: one }).is_err() {
+            if tx
+                .send(Sample {
+                    t: epoch(),
+                    kind: Kind::Load,
+                    ok: true,
+                    detail: one,
+                })
+                .is_err()
+            {
                 break;
             }
         }
@@ -408,7 +442,10 @@ impl Gap {
     fn of(samples: &[Sample], kind: Kind, since: f64) -> anyhow::Result<Gap> {
         let all: Vec<&Sample> = samples.iter().filter(|s| s.kind == kind).collect();
         let Some(first) = all.iter().rposition(|s| s.ok && s.t < since) else {
-            bail!("no answered {} sample before the failure at {since:.3}", kind.name());
+            bail!(
+                "no answered {} sample before the failure at {since:.3}",
+                kind.name()
+            );
         };
         let window = &all[first..];
         let end = window.last().map_or(since, |s| s.t);
@@ -496,7 +533,11 @@ impl Failover {
                 ));
             }
         }
-        if why.is_empty() { Ok(()) } else { Err(why.join("; ")) }
+        if why.is_empty() {
+            Ok(())
+        } else {
+            Err(why.join("; "))
+        }
     }
 
     fn row(&self, label: &str) -> String {
@@ -529,7 +570,12 @@ mod tests {
     use super::*;
 
     fn s(t: f64, kind: Kind, ok: bool, detail: &str) -> Sample {
-        Sample { t, kind, ok, detail: detail.into() }
+        Sample {
+            t,
+            kind,
+            ok,
+            detail: detail.into(),
+        }
     }
 
     /// A failover at t=100: cp-1 held the VIP, cp-2 takes it at 103.2; the API is unanswered from 100.0 to
@@ -551,7 +597,12 @@ mod tests {
 
     #[test]
     fn a_sample_survives_its_own_line() {
-        let x = s(1796619648.41, Kind::Api, false, "connection refused (os error 111)");
+        let x = s(
+            1796619648.41,
+            Kind::Api,
+            false,
+            "connection refused (os error 111)",
+        );
         let y = Sample::parse(&x.line()).unwrap();
         assert_eq!(y.kind, Kind::Api);
         assert!(!y.ok);
@@ -573,7 +624,10 @@ mod tests {
         assert!((f.workload.longest_s - 0.1).abs() < 0.01);
         assert_eq!(f.workload.unanswered, 0);
         let row = f.row("containers 1");
-        assert!(row.starts_with("| containers 1 | cp-1 → cp-2 | 3.2 | 3.5 | 34/"), "{row}");
+        assert!(
+            row.starts_with("| containers 1 | cp-1 → cp-2 | 3.2 | 3.5 | 34/"),
+            "{row}"
+        );
     }
 
     #[test]
@@ -600,7 +654,11 @@ mod tests {
         assert!(!f.api.back);
         assert!(f.api.longest_s > 4.9, "{f:?}");
         assert!(f.row("x").contains("(not back)"));
-        assert!(f.verdict(60.0).unwrap_err().contains("the API never answered again"));
+        assert!(
+            f.verdict(60.0)
+                .unwrap_err()
+                .contains("the API never answered again")
+        );
     }
 
     #[test]
@@ -640,10 +698,7 @@ mod tests {
             split_url("http://198.18.7.14:30080/").unwrap(),
             ("198.18.7.14:30080".into(), "/".into())
         );
-        assert_eq!(
-            split_url("http://198.18.7.14:30080").unwrap().1,
-            "/".to_owned()
-        );
+        assert_eq!(split_url("http://198.18.7.14:30080").unwrap().1, "/".to_owned());
         assert!(split_url("https://x:1/").is_err());
         assert!(split_url("http://x/").is_err());
         assert_eq!(
