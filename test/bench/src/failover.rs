@@ -117,8 +117,12 @@ pub fn run(a: &FailoverArgs) -> anyhow::Result<()> {
                 println!("{}", Failover::HEADER);
             }
             println!("{}", f.row(&r.label));
-            if let Some(max) = r.max_gap_s {
-                f.verdict(max).map_err(anyhow::Error::msg)?;
+            if let Some(max) = r.max_gap_s
+                && let Err(why) = f.verdict(max)
+            {
+                // A finding, not a program error: said in one line, no backtrace.
+                eprintln!("failover: {why}");
+                std::process::exit(1);
             }
             Ok(())
         }
@@ -165,9 +169,13 @@ impl Kind {
 /// One line of the log.
 #[derive(Clone, Debug, PartialEq)]
 struct Sample {
+    /// When the sample started (epoch seconds).
     t: f64,
     kind: Kind,
     ok: bool,
+    /// How long it took (seconds): an answer counts when it arrived, `t + dur` (a connection attempt started
+    /// during the outage may be answered after the VIP moved).
+    dur: f64,
     detail: String,
 }
 
@@ -180,10 +188,11 @@ impl Sample {
             .take(120)
             .collect();
         format!(
-            "{:.3} {} {} {}",
+            "{:.3} {} {} {:.3} {}",
             self.t,
             self.kind.name(),
             if self.ok { "ok" } else { "fail" },
+            self.dur,
             if detail.is_empty() { "-" } else { detail.as_str() }
         )
     }
@@ -203,12 +212,19 @@ impl Sample {
             "fail" => false,
             _ => return None,
         };
+        let dur = w.next()?.parse().ok()?;
         Some(Sample {
             t,
             kind,
             ok,
+            dur,
             detail: w.next().unwrap_or("-").to_owned(),
         })
+    }
+
+    /// When its answer arrived (epoch seconds).
+    fn end(&self) -> f64 {
+        self.t + self.dur
     }
 }
 
@@ -300,6 +316,7 @@ async fn probe(a: &ProbeArgs) -> anyhow::Result<()> {
                         t,
                         kind: Kind::Api,
                         ok,
+                        dur: epoch() - t,
                         detail,
                     })
                     .is_err()
@@ -329,6 +346,7 @@ async fn probe(a: &ProbeArgs) -> anyhow::Result<()> {
                         t,
                         kind: Kind::Workload,
                         ok,
+                        dur: epoch() - t,
                         detail,
                     })
                     .is_err()
@@ -361,6 +379,7 @@ async fn probe(a: &ProbeArgs) -> anyhow::Result<()> {
                         t,
                         kind: Kind::Vip,
                         ok,
+                        dur: 0.0,
                         detail,
                     })
                     .is_err()
@@ -383,6 +402,7 @@ async fn probe(a: &ProbeArgs) -> anyhow::Result<()> {
                     t: epoch(),
                     kind: Kind::Load,
                     ok: true,
+                    dur: 0.0,
                     detail: one,
                 })
                 .is_err()
@@ -427,7 +447,7 @@ async fn probe(a: &ProbeArgs) -> anyhow::Result<()> {
 /// The answers of one kind around the failure.
 #[derive(Clone, Debug, PartialEq)]
 struct Gap {
-    /// The longest time between two answered samples, from the last answer before the failure on (seconds);
+    /// The longest time between two answers' arrivals, from the last answer before the failure on (seconds);
     /// to the log's end when no answer came back.
     longest_s: f64,
     /// Whether an answer came after the failure.
@@ -441,21 +461,23 @@ struct Gap {
 impl Gap {
     fn of(samples: &[Sample], kind: Kind, since: f64) -> anyhow::Result<Gap> {
         let all: Vec<&Sample> = samples.iter().filter(|s| s.kind == kind).collect();
-        let Some(first) = all.iter().rposition(|s| s.ok && s.t < since) else {
+        // Answers by the time they arrived, from the last one before the failure on.
+        let mut arrived: Vec<f64> = all.iter().filter(|s| s.ok).map(|s| s.end()).collect();
+        arrived.sort_by(f64::total_cmp);
+        let Some(first) = arrived.iter().rposition(|t| *t < since) else {
             bail!(
                 "no answered {} sample before the failure at {since:.3}",
                 kind.name()
             );
         };
-        let window = &all[first..];
-        let end = window.last().map_or(since, |s| s.t);
-        let oks: Vec<f64> = window.iter().filter(|s| s.ok).map(|s| s.t).collect();
-        let back = oks.iter().any(|t| *t >= since);
-        let mut longest = oks.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max);
+        let arrived = &arrived[first..];
+        let back = arrived.iter().any(|t| *t >= since);
+        let mut longest = arrived.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max);
         if !back {
-            longest = longest.max(end - oks[oks.len() - 1]);
+            let end = all.iter().map(|s| s.end()).fold(since, f64::max);
+            longest = longest.max(end - arrived[arrived.len() - 1]);
         }
-        let after: Vec<&&Sample> = window.iter().filter(|s| s.t >= since).collect();
+        let after: Vec<&&Sample> = all.iter().filter(|s| s.t >= since).collect();
         Ok(Gap {
             longest_s: longest,
             back,
@@ -574,6 +596,7 @@ mod tests {
             t,
             kind,
             ok,
+            dur: 0.0,
             detail: detail.into(),
         }
     }
@@ -609,6 +632,9 @@ mod tests {
         assert_eq!(y.detail, "connection_refused_(os_error_111)");
         assert!((y.t - x.t).abs() < 0.001);
         assert_eq!(Sample::parse("garbage line"), None);
+        let mut z = x.clone();
+        z.dur = 1.25;
+        assert!((Sample::parse(&z.line()).unwrap().end() - (x.t + 1.25)).abs() < 0.001);
     }
 
     #[test]
@@ -628,6 +654,28 @@ mod tests {
             row.starts_with("| containers 1 | cp-1 → cp-2 | 3.2 | 3.5 | 34/"),
             "{row}"
         );
+    }
+
+    #[test]
+    fn an_answer_counts_when_it_arrived_not_when_it_was_asked() {
+        // The workload's samples from 100.0 to 101.9 hang; the one asked at 100.2 is answered 1.8 s later (a
+        // connection attempt answered once the VIP moved): the workload went 2.1 s without an answer (99.9 ->
+        // 102.0), not 0.3 s.
+        let v: Vec<Sample> = log()
+            .into_iter()
+            .filter(|x| {
+                !(x.kind == Kind::Workload && x.t >= 100.0 && x.t < 102.0 && (x.t - 100.2).abs() > 0.01)
+            })
+            .map(|mut x| {
+                if x.kind == Kind::Workload && (x.t - 100.2).abs() < 0.01 {
+                    x.dur = 1.8;
+                }
+                x
+            })
+            .collect();
+        let f = Failover::from_samples(&v, 100.0).unwrap();
+        assert!((f.workload.longest_s - 2.1).abs() < 0.01, "{f:?}");
+        assert!(f.workload.back);
     }
 
     #[test]
