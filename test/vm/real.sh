@@ -254,10 +254,26 @@ mgmt_env() {
   BIN_DIR=$(bash -c 'source "$1/test/mgmt/scripts/common.sh" && echo "$BIN_DIR"' _ "$ROOT")
   export PATH=$BIN_DIR:$PATH
   export KUBECONFIG=${CAPKK_MGMT_DIR:-$CAPKK_CACHE/mgmt}/kubeconfig
-  VMCTL=$TARGET_DIR/debug/vm
-  BENCH=$TARGET_DIR/debug/capkk-bench
+  # The run's own copies once its build made them (snapshot_bins), else the build's.
+  local bins=$TARGET_DIR/debug
+  [ ! -x "$WORK/bin/vm" ] || bins=$WORK/bin
+  VMCTL=$bins/vm
+  BENCH=$bins/capkk-bench
   # REAL_MANAGER: another manager binary (e.g. an older commit's, for a before/after comparison).
-  MANAGER=${REAL_MANAGER:-$TARGET_DIR/debug/manager}
+  MANAGER=${REAL_MANAGER:-$bins/manager}
+}
+
+# The binaries this run executes, taken right after its build into $WORK/bin (hard links, else copies): a cargo
+# target directory shared with other checkouts (CARGO_TARGET_DIR) is rebuilt by their builds meanwhile (seen: another
+# branch's build replaced capkk-bench by one without `failover` minutes after this branch had built it).
+snapshot_bins() {
+  local b
+  mkdir -p "$WORK/bin"
+  for b in vm capkk-bench manager; do
+    [ -x "$TARGET_DIR/debug/$b" ] || die "$TARGET_DIR/debug/$b missing after make build"
+    rm -f "$WORK/bin/$b"
+    ln "$TARGET_DIR/debug/$b" "$WORK/bin/$b" 2>/dev/null || cp "$TARGET_DIR/debug/$b" "$WORK/bin/$b"
+  done
 }
 
 # make_logged TARGET [VAR=VALUE...]: the target's output into build.log (its tail shown when it fails), a
@@ -278,6 +294,7 @@ build() {
   # `make build` is the test build (one feature set for everything): no crate compiles twice.
   : >"$WORK/build.log"
   make_logged build CARGO="$CARGO"
+  snapshot_bins
   make_logged mgmt-bin
   make_logged node-artifacts
   [ "$SERVE_PREV" != 1 ] || make_logged node-artifacts-prev
