@@ -291,38 +291,42 @@ async fn probe(a: &ProbeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("opening {}", a.out.display()))?;
     let (tx, mut rx) = mpsc::unbounded_channel::<Sample>();
 
+    // Each request is a task of its own, started on the tick whether or not the last one has answered: a
+    // request hanging for the whole timeout must not hold the next ones back (the gap's resolution is then
+    // the interval, not the timeout).
     let api = {
         let tx = tx.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                let t = epoch();
-                // A client of its own each time: a fresh connection through the VIP.
-                let r = tokio::time::timeout(timeout * 2, async {
-                    let client = Client::try_from(config.clone())?;
-                    let req = http::Request::get("/readyz").body(Vec::new())?;
-                    anyhow::Ok(client.request_text(req).await?)
-                })
-                .await;
-                let (ok, detail) = match r {
-                    Ok(Ok(body)) => (body.trim() == "ok", body),
-                    Ok(Err(e)) => (false, e.to_string()),
-                    Err(_) => (false, "timeout".into()),
-                };
-                if tx
-                    .send(Sample {
+                if tx.is_closed() {
+                    break;
+                }
+                let (tx, config) = (tx.clone(), config.clone());
+                tokio::spawn(async move {
+                    let t = epoch();
+                    // A client of its own each time: a fresh connection through the VIP.
+                    let r = tokio::time::timeout(timeout * 2, async {
+                        let client = Client::try_from(config)?;
+                        let req = http::Request::get("/readyz").body(Vec::new())?;
+                        anyhow::Ok(client.request_text(req).await?)
+                    })
+                    .await;
+                    let (ok, detail) = match r {
+                        Ok(Ok(body)) => (body.trim() == "ok", body),
+                        Ok(Err(e)) => (false, e.to_string()),
+                        Err(_) => (false, "timeout".into()),
+                    };
+                    let dur = epoch() - t;
+                    let _ = tx.send(Sample {
                         t,
                         kind: Kind::Api,
                         ok,
-                        dur: epoch() - t,
+                        dur,
                         detail,
-                    })
-                    .is_err()
-                {
-                    break;
-                }
+                    });
+                });
             }
         })
     };
@@ -331,28 +335,30 @@ async fn probe(a: &ProbeArgs) -> anyhow::Result<()> {
         let expect = a.workload_expect.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                let t = epoch();
-                let (ok, detail) =
-                    match tokio::time::timeout(timeout, http_get(&hostport, &path, &expect)).await {
-                        Ok(Ok(first)) => (true, first),
-                        Ok(Err(e)) => (false, e.to_string()),
-                        Err(_) => (false, "timeout".into()),
-                    };
-                if tx
-                    .send(Sample {
+                if tx.is_closed() {
+                    break;
+                }
+                let (tx, hostport, path, expect) =
+                    (tx.clone(), hostport.clone(), path.clone(), expect.clone());
+                tokio::spawn(async move {
+                    let t = epoch();
+                    let (ok, detail) =
+                        match tokio::time::timeout(timeout, http_get(&hostport, &path, &expect)).await {
+                            Ok(Ok(first)) => (true, first),
+                            Ok(Err(e)) => (false, e.to_string()),
+                            Err(_) => (false, "timeout".into()),
+                        };
+                    let dur = epoch() - t;
+                    let _ = tx.send(Sample {
                         t,
                         kind: Kind::Workload,
                         ok,
-                        dur: epoch() - t,
+                        dur,
                         detail,
-                    })
-                    .is_err()
-                {
-                    break;
-                }
+                    });
+                });
             }
         })
     };
