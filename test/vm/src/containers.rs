@@ -138,6 +138,58 @@ pub fn ensure_node_image() -> Result<NodeImage> {
     })
 }
 
+/// Where podman keeps images, containers and volumes (as root): the file system node containers fill.
+pub const PODMAN_STORAGE: &str = "/var/lib/containers";
+
+/// Gigabytes a fleet of `nodes` node containers needs free before it starts: each node pulls the Kubernetes,
+/// CNI and workload images into its containerd and the kubelet keeps its state beside them (about 1.5 GB a
+/// node measured), and the kubelet's eviction thresholds of the test clusters (2 GiB, tcg-knobs.py) must still
+/// hold after that. A machine short of it once ran a whole CI run into `no space left on device` inside the
+/// nodes' containerd: the fleet now refuses to start, naming the number, instead.
+pub fn needed_free_gb(nodes: usize) -> u64 {
+    6 + 2 * nodes as u64
+}
+
+/// Refuses to start `nodes` node containers when podman's storage has less free space than
+/// [`needed_free_gb`] (`CAPKK_NODE_MIN_FREE_GB` overrides the number).
+pub fn check_free_space(nodes: usize) -> Result<()> {
+    let path = if Path::new(PODMAN_STORAGE).exists() {
+        PODMAN_STORAGE
+    } else {
+        "/"
+    };
+    let needed_gb = match std::env::var("CAPKK_NODE_MIN_FREE_GB") {
+        Ok(v) => v.trim().parse().map_err(|_| {
+            VmError::Invalid(format!(
+                "CAPKK_NODE_MIN_FREE_GB={v:?} is not a whole number of gigabytes"
+            ))
+        })?,
+        Err(_) => needed_free_gb(nodes),
+    };
+    let out = run(Command::new("df").args(["--output=avail", "-B1", path]))?;
+    let free = parse_df_avail(&String::from_utf8_lossy(&out.stdout)).ok_or_else(|| VmError::RunCommand {
+        command: format!("df --output=avail -B1 {path}"),
+        message: "no number in its output".into(),
+    })?;
+    space_verdict(path, free, needed_gb)
+}
+
+fn parse_df_avail(out: &str) -> Option<u64> {
+    out.lines().nth(1)?.trim().parse().ok()
+}
+
+fn space_verdict(path: &str, free_bytes: u64, needed_gb: u64) -> Result<()> {
+    let free_gb = free_bytes / 1_000_000_000;
+    if free_gb < needed_gb {
+        return Err(VmError::NoSpace {
+            path: path.into(),
+            free_gb,
+            needed_gb,
+        });
+    }
+    Ok(())
+}
+
 /// Names of the volumes of host `name`: containerd's and the kubelet's state, which need a file system that
 /// overlayfs can stack on (the container's root is an overlay itself).
 pub fn volumes(name: &str) -> [(String, &'static str); 2] {
@@ -408,6 +460,24 @@ mod tests {
 
     fn state() -> FleetState {
         crate::sample_state("ct-x", Source::Containers)
+    }
+
+    #[test]
+    fn a_fleet_short_of_disk_is_refused_naming_what_it_needs_and_what_there_is() {
+        assert_eq!(parse_df_avail(" Avail\n12345678901\n"), Some(12_345_678_901));
+        assert_eq!(parse_df_avail("Avail\n"), None);
+        let need = needed_free_gb(3);
+        assert_eq!(need, 12);
+        let err = space_verdict("/var/lib/containers", 11_900_000_000, need)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("need 12 GB free")
+                && err.contains("it has 11 GB")
+                && err.contains("/var/lib/containers"),
+            "{err}"
+        );
+        assert!(space_verdict("/var/lib/containers", 12_000_000_000, need).is_ok());
     }
 
     #[test]

@@ -83,6 +83,20 @@ pub enum VmError {
     /// Bad configuration.
     #[error("invalid VM configuration: {0}")]
     Invalid(String),
+    /// Too little free disk for node containers (their images, containerd's and the kubelet's state).
+    #[error(
+        "node containers need {needed_gb} GB free on the file system of {path} (podman's storage and the \
+         nodes' volumes), it has {free_gb} GB: free some space (old cargo target directories, podman images) \
+         or set CAPKK_NODE_MIN_FREE_GB"
+    )]
+    NoSpace {
+        /// The file system checked (podman's storage).
+        path: String,
+        /// Gigabytes free there.
+        free_gb: u64,
+        /// Gigabytes the fleet needs.
+        needed_gb: u64,
+    },
     /// The sandbox slot claim failed.
     #[error(transparent)]
     Slot(#[from] capkk_sandbox::SandboxError),
@@ -979,6 +993,7 @@ fn boot_containers(config: &FleetConfig) -> Result<FleetState> {
         ("ssh", "openssh-client"),
         ("ssh-keyscan", "openssh-client"),
     ])?;
+    containers::check_free_space(config.vms.len())?;
     let image = containers::ensure_node_image()?;
     let mut state = plan(
         config,
