@@ -1684,7 +1684,7 @@ ha_endpoint() {
   done
   wait_for "exactly one control plane holds the VIP" 120 vip_held_once
   log "    the VIP is on $(vm_name "$VIP_HOLDER")"
-  check "the API answers through the VIP (GET /readyz)" wl get --raw=/readyz
+  check "the API answers through the VIP (GET /readyz)" api_ready
   wait_for "etcd has $CPS voting members: $(cp_hosts)" 300 etcd_voting_are 1 etcd-before.txt "$(cp_hosts)"
   log "    etcd members before (from $(vm_name 1)):"
   sed 's/^/      /' "$WORK/etcd-before.txt"
@@ -1696,16 +1696,18 @@ failover_probe_stop() {
   [ -z "$FAILOVER_PROBE_PID" ] || { kill "$FAILOVER_PROBE_PID" 2>/dev/null; wait "$FAILOVER_PROBE_PID" 2>/dev/null; } || true
   FAILOVER_PROBE_PID=''
 }
-# probe_saw KIND [SINCE] [NOT_DETAIL]: the failover log has an answered KIND sample at or after SINCE (whose
-# detail is not NOT_DETAIL); prints that sample's time.
+# probe_saw KIND [SINCE] [NOT_DETAIL]: the failover log (lines `TIME KIND ok|fail SECONDS DETAIL`) has an
+# answered KIND sample at or after SINCE (whose detail is not NOT_DETAIL); prints that sample's time.
 probe_saw() {
   awk -v k="$1" -v since="${2:-0}" -v not="${3:-}" \
-    '$1 >= since && $2 == k && $3 == "ok" && $4 != not { print $1; found = 1; exit } END { exit !found }' \
+    '$1 >= since && $2 == k && $3 == "ok" && $5 != not { print $1; found = 1; exit } END { exit !found }' \
     "$WORK/failover.log" 2>/dev/null
 }
 probe_sees_all() { # the probe has answers of the API and the workload, and sees host NAME hold the VIP
-  probe_saw api >/dev/null && probe_saw workload >/dev/null && grep -q " vip ok $1\$" "$WORK/failover.log"
+  probe_saw api >/dev/null && probe_saw workload >/dev/null &&
+    awk -v h="$1" '$2 == "vip" && $3 == "ok" && $5 == h { found = 1; exit } END { exit !found }' "$WORK/failover.log"
 }
+api_ready() { [ "$(wl get --raw=/readyz)" = ok ]; } # the workload cluster's API answers /readyz with ok
 
 # The host holding the VIP loses its power (`vm power-off`: a node container's processes all killed at once, its
 # network namespace gone; a VM's QEMU killed). capkk-bench failover samples, every 100 ms from the machine, the
@@ -1792,7 +1794,7 @@ ha_remediation() {
     [ "$i" = "$DEAD_HOST" ] || wait_for "keepalived and haproxy active on $(vm_name "$i")" 300 lb_active "$i"
   done
   wait_for "one control plane holds the VIP" 120 vip_held_once
-  check "the API answers through the VIP (GET /readyz)" wl get --raw=/readyz
+  check "the API answers through the VIP (GET /readyz)" api_ready
   wait_for "$dead's KKInstance quarantined (unreachable past --quarantine-after)" 900 host_quarantined "$dead"
   log "    power off -> Node NotReady ${t_unknown} s; -> Machine deleted ${t_gone} s; -> replacement Node Ready on $spare ${t_ready} s"
   echo "| $HOSTS | $dead | $spare | $t_unknown | $t_gone | $t_ready |" >"$WORK/remediation.txt"
