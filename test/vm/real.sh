@@ -1755,7 +1755,7 @@ EOT
   "$BENCH" failover report --log "$WORK/failover.log" --since "$FAILOVER_T0" --label "$HOSTS" --header |
     tee "$WORK/failover.txt" | sed 's/^/      /'
   check "the VIP moved; neither the API nor the workload went unanswered longer than $HA_MAX_GAP s" \
-    "$BENCH" failover report --log "$WORK/failover.log" --since "$FAILOVER_T0" --max-gap-s "$HA_MAX_GAP"
+    "$BENCH" failover report --log "$WORK/failover.log" --since "$FAILOVER_T0" --max-gap-s "$HA_MAX_GAP" --quiet
   wait_for "one live control plane holds the VIP" 120 vip_held_once
   log "    the VIP is on $(vm_name "$VIP_HOLDER") now"
 }

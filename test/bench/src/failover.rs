@@ -99,6 +99,9 @@ struct ReportArgs {
     /// unanswered for longer than this many seconds.
     #[arg(long)]
     max_gap_s: Option<f64>,
+    /// Print no row (with `--max-gap-s`: only the verdict's reason, when it fails).
+    #[arg(long)]
+    quiet: bool,
 }
 
 /// Run `capkk-bench failover`.
@@ -113,10 +116,12 @@ pub fn run(a: &FailoverArgs) -> anyhow::Result<()> {
                 std::fs::read_to_string(&r.log).with_context(|| format!("reading {}", r.log.display()))?;
             let samples: Vec<Sample> = text.lines().filter_map(Sample::parse).collect();
             let f = Failover::from_samples(&samples, r.since)?;
-            if r.header {
-                println!("{}", Failover::HEADER);
+            if !r.quiet {
+                if r.header {
+                    println!("{}", Failover::HEADER);
+                }
+                println!("{}", f.row(&r.label));
             }
-            println!("{}", f.row(&r.label));
             if let Some(max) = r.max_gap_s
                 && let Err(why) = f.verdict(max)
             {
