@@ -1,7 +1,8 @@
 //! The docs name only what exists: every `make TARGET` in README.md, CONTRIBUTING.md, docs/ and the READMEs
 //! of the tree is a target `make help` lists (the Makefile and its fragments), and every manager flag they
 //! name is one of the manager's (its clap definition, [`Args`], aliases included). The README's flag table
-//! names every flag the manager has.
+//! names every flag the manager has, and says "shipped: V" wherever `config/default` passes a value other than
+//! the binary's default (and then the value it passes).
 //!
 //! What is read: code only, i.e. fenced blocks and inline code spans (prose "make sure" is English). Within
 //! code, commands are split at `|`, `&&`, `;`, `(`, `)`; a command's word after environment assignments and
@@ -571,6 +572,87 @@ fn the_readme_flag_table_names_every_manager_flag() {
     assert!(
         missing.is_empty(),
         "README's Manager flags section lacks {missing:?} (`manager --help` lists them)"
+    );
+}
+
+/// The manager args of `config/default` (what `clusterctl init` installs): flag -> value, a clusterctl variable
+/// `${NAME:=default}` read as its default, a bare flag as `true`.
+fn shipped_args(root: &Path) -> BTreeMap<String, String> {
+    let text = fs::read_to_string(root.join("config/default/manager_args_patch.yaml")).unwrap();
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let Some(arg) = line.trim_start().strip_prefix("- --") else {
+            continue;
+        };
+        let (flag, value) = arg.split_once('=').unwrap_or((arg, "true"));
+        let value = match value.strip_prefix("${").and_then(|v| v.strip_suffix('}')) {
+            Some(var) => var.split_once(":=").map_or("", |(_, d)| d),
+            None => value,
+        };
+        out.insert(format!("--{}", flag.trim()), value.trim().to_owned());
+    }
+    out
+}
+
+/// What a README flag-table row says is shipped: `(shipped: `V`)` or `(shipped: on|off)`, as `V`/`true`/`false`.
+fn readme_shipped(row: &str) -> Option<String> {
+    let rest = row.split_once("shipped: ")?.1;
+    let value = match rest.strip_prefix('`') {
+        Some(r) => r.split('`').next().unwrap_or_default(),
+        None => rest.split([')', ',', ';', ' ']).next().unwrap_or_default(),
+    };
+    Some(match value {
+        "on" => "true".to_owned(),
+        "off" => "false".to_owned(),
+        v => v.to_owned(),
+    })
+}
+
+#[test]
+fn the_readme_flag_table_shows_what_the_shipped_manifests_pass() {
+    let root = root();
+    let readme = fs::read_to_string(root.join("README.md")).unwrap();
+    let mut cmd = Args::command();
+    cmd.build();
+    let shipped = shipped_args(&root);
+    assert!(shipped.len() >= 5, "config/default's args not read: {shipped:?}");
+    let mut problems = Vec::new();
+    for (flag, value) in &shipped {
+        let default: Vec<String> = cmd
+            .get_arguments()
+            .find(|a| a.get_long().is_some_and(|l| format!("--{l}") == *flag))
+            .map(|a| {
+                a.get_default_values()
+                    .iter()
+                    .map(|v| v.to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let row = readme.lines().find(|l| {
+            l.starts_with("| ")
+                && l.split('|')
+                    .nth(1)
+                    .is_some_and(|c| c.contains(&format!("`{flag}`")))
+        });
+        let Some(row) = row else {
+            problems.push(format!("{flag}: no row in README's Manager flags table"));
+            continue;
+        };
+        match readme_shipped(row) {
+            Some(v) if v != *value => {
+                problems.push(format!("{flag}: README says shipped `{v}`, config/default passes `{value}`"))
+            }
+            None if default.join(",") != *value => problems.push(format!(
+                "{flag}: config/default passes `{value}` (the binary's default: {default:?}); README's row must say \
+                 (shipped: `{value}`)"
+            )),
+            _ => {}
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "README's flag table and config/default disagree:\n{}",
+        problems.join("\n")
     );
 }
 
