@@ -117,9 +117,10 @@ verify-api-docs: ## fail when docs/api.md or docs/conditions.md differs from the
 	else echo "$(API_DOCS) out of date (or hand-edited): run 'make api-docs'"; rm -rf $$tmp; exit 1; fi
 
 # Every `make TARGET` README.md, CONTRIBUTING.md and the docs name is a target of the Makefile or its fragments,
-# and every manager flag they name is one of the manager's (controllers/tests/docs_names.rs).
-verify-docs: ## fail when the docs name a make target or a manager flag that does not exist
-	$(CARGO) test --workspace --test docs_names
+# and every manager flag they name is one of the manager's (controllers/tests/docs_names.rs); every condition
+# type and reason the controllers set is a constant that docs/conditions.md documents (reason_constants.rs).
+verify-docs: ## fail when the docs name a make target or manager flag that does not exist, or a reason is a literal
+	$(CARGO) test --workspace --test docs_names --test reason_constants
 
 fmt: ## format the code
 	$(CARGO) fmt --all
