@@ -587,7 +587,7 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
                     info!(kkinstance = %t.name, "Host prepared; waiting for the bootstrap data");
                     t.event(
                         false,
-                        "HostPrepared",
+                        capkk_api::consts::events::HOST_PREPARED,
                         "host prepared (bootstrap, binaries, container runtime, packages) before its bootstrap data; provisioning runs once the data is written".into(),
                     )
                     .await;
@@ -736,7 +736,7 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
             }
             t.event(
                 false,
-                "Provisioned",
+                capkk_api::consts::events::PROVISIONED,
                 "bootstrap data ran; sentinel present".into(),
             )
             .await;
@@ -850,8 +850,12 @@ pub(crate) async fn reset_task(ctx: Arc<Context>, inst: KKInstance, releasing: b
                 (BLOCK_MOVE_ANNOTATION, None),
             ]);
             info!(kkinstance = %t.name, "Host reset");
-            t.event(false, "HostReset", "host reset; it is free again".into())
-                .await;
+            t.event(
+                false,
+                capkk_api::consts::events::HOST_RESET,
+                "host reset; it is free again".into(),
+            )
+            .await;
         }
         Err(Failure::Transient(msg)) => {
             let delay = ctx.tasks.transient_failure(&t.uid, &msg);
