@@ -56,6 +56,12 @@ pub const UNREACHABLE_SINCE_ANNOTATION: &str = "kkinstance.infrastructure.cluste
 /// watch sets it when a Secret the KKInstance reads changes.
 pub const FAILED_ANNOTATION: &str = "kkinstance.infrastructure.cluster.x-k8s.io/failed";
 
+/// On a KKCluster whose endpoint the provider serves (`controlPlaneLoadBalancer.type: Keepalived`): the
+/// control-plane hosts (`name=address`, sorted, comma-separated) every member's keepalived and haproxy were last
+/// configured with. A membership that differs from it is synced to every member.
+pub const LOADBALANCER_MEMBERS_ANNOTATION: &str =
+    "kkcluster.infrastructure.cluster.x-k8s.io/loadbalancer-members";
+
 // Field managers and the event reporter.
 
 /// The field manager of reconciler status writes (server-side apply).
@@ -82,6 +88,9 @@ pub mod conditions {
     pub const ADDRESSES_UNIQUE: &str = "AddressesUnique";
     /// KKCluster: control-plane endpoint known.
     pub const ENDPOINT_READY: &str = "EndpointReady";
+    /// KKCluster and control-plane KKInstances: the control-plane endpoint the provider serves (keepalived and
+    /// haproxy, `controlPlaneLoadBalancer.type: Keepalived`) is configured on every control-plane host.
+    pub const LOAD_BALANCER_READY: &str = "LoadBalancerReady";
     /// KKMachine: a host is claimed.
     pub const HOST_CLAIMED: &str = "HostClaimed";
     /// KKMachine: mirror of the KKInstance.
@@ -159,6 +168,9 @@ pub mod reasons {
     /// metadata, the cluster's ranges): nothing was dialled. The message names the field and the flag, and
     /// is the same whatever the port.
     pub const ADDRESS_REFUSED: &str = "AddressRefused";
+    /// More than one control plane and no load balancer (`spec.controlPlaneLoadBalancer`): the endpoint would be
+    /// one control-plane host, and losing it would lose the cluster.
+    pub const NO_LOAD_BALANCER: &str = "NoLoadBalancer";
     /// KKRemediation: containerd and the kubelet were restarted and are active.
     pub const SERVICES_RESTARTED: &str = "ServicesRestarted";
     /// KKRemediation: the host rebooted and answered with a new boot ID.

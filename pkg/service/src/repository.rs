@@ -40,6 +40,12 @@ pub const DEFAULT_RPM_PACKAGES: &[&str] = &[
     "ipvsadm",
     "chrony",
 ];
+/// The packages of a control-plane endpoint served by the provider (`controlPlaneLoadBalancer.type:
+/// Keepalived`) on apt hosts: installed on control-plane hosts by [`crate::loadbalancer`] through [`ensure`].
+/// One line, `pub const NAME: &[&str] = &[...];`: the node artifacts' build reads it (test/vm/artifacts).
+pub const LOADBALANCER_APT_PACKAGES: &[&str] = &["keepalived", "haproxy"];
+/// [`LOADBALANCER_APT_PACKAGES`] on dnf/yum hosts.
+pub const LOADBALANCER_RPM_PACKAGES: &[&str] = &["keepalived", "haproxy"];
 /// Where an ISO is kept on the host.
 pub const ISO_DIR: &str = "/var/lib/capkk/repository";
 /// Where an ISO is mounted.

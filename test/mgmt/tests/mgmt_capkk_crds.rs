@@ -336,6 +336,41 @@ fn cluster_rules() -> Vec<(&'static str, When, Edit)> {
             When::Create,
             |s| s["controlPlaneLoadBalancer"]["host"] = json!("0x7f.1"),
         ),
+        // Issue 41: the VIP the provider serves is an IPv4 literal (keepalived's virtual_ipaddress, haproxy's
+        // bind), never a name or an IPv6 address; the Keepalived-only fields are refused on an external one.
+        (
+            "controlPlaneLoadBalancer.host must be an IPv4 address (the VIP) when type is Keepalived",
+            When::Create,
+            |s| s["controlPlaneLoadBalancer"] = json!({"host": "vip.example", "type": "Keepalived"}),
+        ),
+        (
+            "controlPlaneLoadBalancer.host must be an IPv4 address (the VIP) when type is Keepalived",
+            When::Create,
+            |s| s["controlPlaneLoadBalancer"] = json!({"host": "fd00::100", "type": "Keepalived"}),
+        ),
+        (
+            "controlPlaneLoadBalancer.host must be an IPv4 address (the VIP) when type is Keepalived",
+            When::Create,
+            |s| s["controlPlaneLoadBalancer"] = json!({"type": "Keepalived"}),
+        ),
+        (
+            "controlPlaneLoadBalancer.port, interface and virtualRouterID apply only to type Keepalived",
+            When::Create,
+            |s| s["controlPlaneLoadBalancer"] = json!({"host": "198.18.0.100", "port": 8443}),
+        ),
+        (
+            "controlPlaneLoadBalancer.port, interface and virtualRouterID apply only to type Keepalived",
+            When::Create,
+            |s| {
+                s["controlPlaneLoadBalancer"] =
+                    json!({"host": "198.18.0.100", "type": "External", "interface": "eth0"})
+            },
+        ),
+        (
+            "spec.controlPlaneLoadBalancer is immutable once set",
+            When::Update(|_| {}),
+            |s| s["controlPlaneLoadBalancer"]["type"] = json!("Keepalived"),
+        ),
         (
             "controlPlaneEndpoint.host must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number, without port or path",
             When::Create,
@@ -549,6 +584,14 @@ fn pattern_rules() -> Vec<(&'static str, &'static str, Edit)> {
         ("cluster", "component.host", |s| {
             s["component"]["host"] = json!("file:///etc")
         }),
+        // Issue 41: the VIP's interface reaches keepalived's configuration.
+        (
+            "cluster",
+            "controlPlaneLoadBalancer.interface",
+            |s| {
+                s["controlPlaneLoadBalancer"] = json!({"host": "198.18.0.100", "type": "Keepalived", "interface": "eth0\n}\nglobal_defs {"})
+            },
+        ),
         ("cluster", "component.overrides[0].id", |s| {
             s["component"]["overrides"] = json!([{"id": "../kubeadm"}])
         }),
@@ -943,7 +986,7 @@ async fn host_and_name_fields_accept_ip_literals_dns_names_and_a_moved_claim() -
     let client = common::client().await?;
     common::install_capkk_crds(&client).await?;
     let ns = common::namespace(&client, "hosts-ok").await?;
-    let clusters: [(&str, Value, Value, Value); 4] = [
+    let clusters: [(&str, Value, Value, Value); 5] = [
         (
             "v4",
             json!("198.18.0.11"),
@@ -967,6 +1010,13 @@ async fn host_and_name_fields_accept_ip_literals_dns_names_and_a_moved_claim() -
             json!("node1x"),
             json!({"host": ""}),
             json!({"host": "", "port": 0}),
+        ),
+        // Issue 41: the endpoint the provider serves, every field set (the ha flavor's shape).
+        (
+            "keepalived",
+            json!("198.18.0.11"),
+            json!({"host": "198.18.0.100", "type": "Keepalived", "port": 8443, "interface": "enp0s1.100", "virtualRouterID": 255}),
+            json!({"host": "198.18.0.100", "port": 8443}),
         ),
     ];
     for (name, address, lb, ep) in clusters {
