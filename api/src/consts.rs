@@ -88,9 +88,6 @@ pub mod conditions {
     pub const ADDRESSES_UNIQUE: &str = "AddressesUnique";
     /// KKCluster: control-plane endpoint known.
     pub const ENDPOINT_READY: &str = "EndpointReady";
-    /// KKCluster and control-plane KKInstances: the control-plane endpoint the provider serves (keepalived and
-    /// haproxy, `controlPlaneLoadBalancer.type: Keepalived`) is configured on every control-plane host.
-    pub const LOAD_BALANCER_READY: &str = "LoadBalancerReady";
     /// KKMachine: a host is claimed.
     pub const HOST_CLAIMED: &str = "HostClaimed";
     /// KKMachine: mirror of the KKInstance.
@@ -111,6 +108,9 @@ pub mod conditions {
     pub const SERVICES_RESTARTED: &str = "ServicesRestarted";
     /// KKRemediation: the second tier (reboot, host back with a new boot ID) ran.
     pub const HOST_REBOOTED: &str = "HostRebooted";
+    /// KKCluster and control-plane KKInstances: the control-plane endpoint the provider serves (keepalived and
+    /// haproxy, `controlPlaneLoadBalancer.type: Keepalived`) is configured on every control-plane host.
+    pub const LOAD_BALANCER_READY: &str = "LoadBalancerReady";
     /// KKRemediation: remediation gave up and handed the Machine to its owner for replacement.
     pub const OWNER_REMEDIATION_REQUESTED: &str = "OwnerRemediationRequested";
     /// CAPI Machine (v1beta2): its owner (MachineSet, KubeadmControlPlane) is to remediate it when False.
@@ -168,11 +168,11 @@ pub mod reasons {
     /// metadata, the cluster's ranges): nothing was dialled. The message names the field and the flag, and
     /// is the same whatever the port.
     pub const ADDRESS_REFUSED: &str = "AddressRefused";
+    /// KKRemediation: containerd and the kubelet were restarted and are active.
+    pub const SERVICES_RESTARTED: &str = "ServicesRestarted";
     /// More than one control plane and no load balancer (`spec.controlPlaneLoadBalancer`): the endpoint would be
     /// one control-plane host, and losing it would lose the cluster.
     pub const NO_LOAD_BALANCER: &str = "NoLoadBalancer";
-    /// KKRemediation: containerd and the kubelet were restarted and are active.
-    pub const SERVICES_RESTARTED: &str = "ServicesRestarted";
     /// KKRemediation: the host rebooted and answered with a new boot ID.
     pub const HOST_REBOOTED: &str = "HostRebooted";
     /// KKRemediation: a rebooted host did not answer within the strategy's timeout.
