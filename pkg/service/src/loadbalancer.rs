@@ -473,17 +473,10 @@ pub async fn ensure(
         PackageManager::Apt => LOADBALANCER_APT_PACKAGES,
         PackageManager::Dnf | PackageManager::Yum => LOADBALANCER_RPM_PACKAGES,
     };
-    // A configuration someone else wrote is refused before anything is installed.
+    // A configuration someone else wrote, or no interface for the VIP, is refused before anything is installed.
     let owned = before.owned_packages.clone();
     may_configure("keepalived", before.keepalived, &owned)?;
     may_configure("haproxy", before.haproxy, &owned)?;
-    let repo = RepositoryConfig {
-        packages: packages.iter().map(|p| (*p).to_owned()).collect(),
-        ..repo.clone()
-    };
-    let installed = repository::ensure(exec, &repo, facts, cache, progress, redactor)
-        .await?
-        .installed;
     let interface = match (&before.interface, &before.interface_missing) {
         (_, Some(missing)) => {
             return Err(Error::InvalidInput {
@@ -501,6 +494,13 @@ pub async fn ensure(
             });
         }
     };
+    let repo = RepositoryConfig {
+        packages: packages.iter().map(|p| (*p).to_owned()).collect(),
+        ..repo.clone()
+    };
+    let installed = repository::ensure(exec, &repo, facts, cache, progress, redactor)
+        .await?
+        .installed;
     let out = configure_script(cfg, &interface, &installed)?
         .run(exec, PHASE, progress, redactor, CONFIGURE_TIMEOUT)
         .await?;
@@ -770,5 +770,125 @@ mod tests {
         assert!(!calls.iter().any(|c| c.starts_with("systemctl")), "{calls:?}");
         assert_eq!(&left[..2], [true, true], "their files stay: {out}");
         assert!(out.contains("left keepalived alone"), "{out}");
+    }
+
+    /// A host answering the probe with `probe`, the package probe with nothing missing and the configuration
+    /// script with a changed step; it records every command and the configuration script's stdin.
+    struct Host {
+        probe: &'static str,
+        calls: std::sync::Mutex<Vec<(String, String)>>,
+    }
+
+    #[async_trait::async_trait]
+    impl Executor for Host {
+        async fn exec(
+            &self,
+            req: ExecRequest,
+        ) -> std::result::Result<capkk_executor::ExecOutput, capkk_executor::ExecError> {
+            assert!(req.timeout > Duration::ZERO, "every call carries a timeout");
+            let stdin = String::from_utf8_lossy(req.stdin.as_deref().unwrap_or_default()).into_owned();
+            self.calls.lock().unwrap().push((req.command.clone(), stdin));
+            let out = if req.command.contains("iface=") {
+                self.probe.to_owned()
+            } else if req.command == "sh -s" {
+                "\n@@capkk begin configure-loadbalancer\nreloaded haproxy\n@@capkk changed\n\n@@capkk end configure-loadbalancer 0 5 0\n".to_owned()
+            } else {
+                // The repository service's package probe: nothing missing.
+                String::new()
+            };
+            Ok(capkk_executor::ExecOutput {
+                exit_code: Some(0),
+                stdout: out.into_bytes(),
+                ..Default::default()
+            })
+        }
+
+        async fn put(
+            &self,
+            _req: capkk_executor::PutRequest,
+        ) -> std::result::Result<u64, capkk_executor::ExecError> {
+            panic!("nothing is uploaded")
+        }
+
+        async fn get(
+            &self,
+            _path: &str,
+            _limit: usize,
+            _privileged: bool,
+        ) -> std::result::Result<Vec<u8>, capkk_executor::ExecError> {
+            panic!("nothing is read")
+        }
+
+        fn target(&self) -> String {
+            "198.18.5.11".into()
+        }
+    }
+
+    async fn ensure_on(probe: &'static str) -> (Result<EnsureOutcome>, Vec<(String, String)>) {
+        let host = Host {
+            probe,
+            calls: Default::default(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ArtifactCache::new(dir.path()).unwrap();
+        let facts = crate::facts::parse(
+            "@@os-release\nID=debian\nVERSION_ID=12\n@@end\nmachine=x86_64\npm=apt-get\n",
+        )
+        .unwrap();
+        let repo = RepositoryConfig::from_api(Some("none"), false, vec![], Default::default()).unwrap();
+        let out = ensure(
+            &host,
+            &config(),
+            &repo,
+            &facts,
+            &cache,
+            &crate::journal::NoProgress,
+            &Redactor::default(),
+        )
+        .await;
+        let calls = host.calls.lock().unwrap().clone();
+        (out, calls)
+    }
+
+    #[tokio::test]
+    async fn ensure_installs_through_the_repository_service_and_writes_the_files_on_the_interface_found() {
+        let (out, calls) = ensure_on("iface=eth0\nkeepalived=absent\nhaproxy=ours\nvip=free\n").await;
+        let out = out.expect("configured");
+        assert_eq!(out.interface, "eth0");
+        assert!(out.changed && out.installed.is_empty());
+        assert_eq!(calls.len(), 3, "probe, package probe, configuration: {calls:#?}");
+        assert!(
+            calls[1].0.contains("keepalived") && calls[1].0.contains("haproxy"),
+            "the packages are asked of the repository service: {}",
+            calls[1].0
+        );
+        let script = &calls[2].1;
+        assert!(
+            script.contains("INTERFACE='eth0'") || script.contains("INTERFACE=eth0"),
+            "{script}"
+        );
+        assert!(
+            script.contains(&format!("put_file {KEEPALIVED_CONF} 644")),
+            "{script}"
+        );
+        assert!(
+            script.contains(&format!("put_file {HAPROXY_CFG} 644")),
+            "{script}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_foreign_configuration_or_no_interface_is_refused_before_anything_is_installed() {
+        let (out, calls) = ensure_on("iface=eth0\nkeepalived=foreign\nhaproxy=absent\nvip=free\n").await;
+        let e = out.expect_err("someone else's keepalived");
+        assert!(e.to_string().contains(KEEPALIVED_CONF), "{e}");
+        assert_eq!(calls.len(), 1, "only the probe ran: {calls:#?}");
+        let (out, calls) = ensure_on("iface=\nkeepalived=absent\nhaproxy=absent\nvip=free\n").await;
+        let e = out.expect_err("no interface holds the address");
+        assert!(
+            e.to_string().contains("spec.controlPlaneLoadBalancer.interface"),
+            "{e}"
+        );
+        assert_eq!(calls.len(), 1, "only the probe ran: {calls:#?}");
     }
 }
