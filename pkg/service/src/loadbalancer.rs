@@ -891,4 +891,122 @@ mod tests {
         );
         assert_eq!(calls.len(), 1, "only the probe ran: {calls:#?}");
     }
+
+    /// Runs the rendered configuration script under `sh` with stand-ins for `systemctl`, `haproxy` and
+    /// `keepalived` on PATH (a unit is active once started) and the files at temporary paths under `dir`;
+    /// returns (success, output, the stand-ins' calls of this run).
+    fn configure_with_stand_ins(
+        dir: &std::path::Path,
+        cfg: &LoadBalancerConfig,
+    ) -> (bool, String, Vec<String>) {
+        let bin = dir.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let log = dir.join("calls");
+        let _ = std::fs::remove_file(&log);
+        let tools = [
+            (
+                "systemctl",
+                format!(
+                    "echo \"systemctl $*\" >> '{log}'\ncase \"$1\" in\n  is-active) [ -e '{d}/active-'\"$3\" ]; exit $? ;;\n  restart) touch '{d}/active-'\"$2\" ;;\nesac\n",
+                    log = log.display(),
+                    d = dir.display()
+                ),
+            ),
+            ("haproxy", format!("echo \"haproxy $*\" >> '{}'\n", log.display())),
+            (
+                "keepalived",
+                format!(
+                    "[ \"$1\" = --help ] && echo '  -t, --config-test'\necho \"keepalived $*\" >> '{}'\n",
+                    log.display()
+                ),
+            ),
+        ];
+        for (name, body) in tools {
+            let p = bin.join(name);
+            std::fs::write(&p, format!("#!/bin/sh\n{body}exit 0\n")).unwrap();
+            std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        }
+        let text = configure_script(cfg, "eth0", &["keepalived".into()])
+            .unwrap()
+            .render()
+            .replace(
+                KEEPALIVED_CONF,
+                &dir.join("keepalived.conf").display().to_string(),
+            )
+            .replace(HAPROXY_CFG, &dir.join("haproxy.cfg").display().to_string())
+            .replace(CHECK_SCRIPT, &dir.join("check.sh").display().to_string())
+            .replace(STATE_DIR, &dir.join("state").display().to_string());
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&text)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .output()
+            .unwrap();
+        let calls = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.starts_with("systemctl is-active") && !l.contains("--help"))
+            .map(str::to_owned)
+            .collect();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            calls,
+        )
+    }
+
+    #[test]
+    fn the_services_are_started_once_then_reloaded_only_when_the_membership_changed_their_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config();
+        let (ok, out, calls) = configure_with_stand_ins(dir.path(), &cfg);
+        assert!(ok, "{out}");
+        let acts: Vec<&String> = calls
+            .iter()
+            .filter(|c| c.starts_with("systemctl restart") || c.starts_with("systemctl reload"))
+            .collect();
+        assert_eq!(
+            acts,
+            ["systemctl restart haproxy", "systemctl restart keepalived"],
+            "{calls:?}"
+        );
+        assert!(
+            calls.iter().any(|c| c.starts_with("haproxy -c")),
+            "validated: {calls:?}"
+        );
+        assert!(
+            calls.iter().any(|c| c.starts_with("keepalived --config-test")),
+            "{calls:?}"
+        );
+        let owned = std::fs::read_to_string(dir.path().join("state/packages")).unwrap();
+        assert_eq!(
+            owned, "keepalived\n",
+            "what capkk installed is recorded for the reset"
+        );
+        // The same membership again: nothing is reloaded (the VIP and the connections stay).
+        let (ok, out, calls) = configure_with_stand_ins(dir.path(), &cfg);
+        assert!(ok, "{out}");
+        assert!(
+            !calls
+                .iter()
+                .any(|c| c.starts_with("systemctl restart") || c.starts_with("systemctl reload")),
+            "{calls:?}"
+        );
+        // A control plane leaves: both files change, both services are reloaded, not restarted.
+        let mut two = cfg.clone();
+        two.members.retain(|m| m.name != "cp-3");
+        let (ok, out, calls) = configure_with_stand_ins(dir.path(), &two);
+        assert!(ok, "{out}");
+        let acts: Vec<&String> = calls
+            .iter()
+            .filter(|c| c.starts_with("systemctl restart") || c.starts_with("systemctl reload"))
+            .collect();
+        assert_eq!(
+            acts,
+            ["systemctl reload haproxy", "systemctl reload keepalived"],
+            "{calls:?}"
+        );
+        let haproxy = std::fs::read_to_string(dir.path().join("haproxy.cfg")).unwrap();
+        assert!(!haproxy.contains("cp-3"), "{haproxy}");
+    }
 }
