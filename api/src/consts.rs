@@ -56,6 +56,12 @@ pub const UNREACHABLE_SINCE_ANNOTATION: &str = "kkinstance.infrastructure.cluste
 /// watch sets it when a Secret the KKInstance reads changes.
 pub const FAILED_ANNOTATION: &str = "kkinstance.infrastructure.cluster.x-k8s.io/failed";
 
+/// On a KKCluster whose endpoint the provider serves (`controlPlaneLoadBalancer.type: Keepalived`): the
+/// control-plane hosts (`name=address`, sorted, comma-separated) every member's keepalived and haproxy were last
+/// configured with. A membership that differs from it is synced to every member.
+pub const LOADBALANCER_MEMBERS_ANNOTATION: &str =
+    "kkcluster.infrastructure.cluster.x-k8s.io/loadbalancer-members";
+
 // Field managers and the event reporter.
 
 /// The field manager of reconciler status writes (server-side apply).
@@ -118,6 +124,9 @@ pub mod conditions {
     pub const SERVICES_RESTARTED: &str = "ServicesRestarted";
     /// KKRemediation: the second tier (reboot, host back with a new boot ID) ran.
     pub const HOST_REBOOTED: &str = "HostRebooted";
+    /// KKCluster and control-plane KKInstances: the control-plane endpoint the provider serves (keepalived and
+    /// haproxy, `controlPlaneLoadBalancer.type: Keepalived`) is configured on every control-plane host.
+    pub const LOAD_BALANCER_READY: &str = "LoadBalancerReady";
     /// KKRemediation: remediation gave up and handed the Machine to its owner for replacement.
     pub const OWNER_REMEDIATION_REQUESTED: &str = "OwnerRemediationRequested";
     /// CAPI Machine (v1beta2): set False (`WaitingForRemediation`) by a KKRemediation that gives up, so that the
@@ -199,6 +208,9 @@ pub mod reasons {
     pub const ADDRESS_REFUSED: &str = "AddressRefused";
     /// KKRemediation: the kubelet (and containerd, when capkk installed it) was restarted and is active.
     pub const SERVICES_RESTARTED: &str = "ServicesRestarted";
+    /// More than one control plane and no load balancer (`spec.controlPlaneLoadBalancer`): the endpoint would be
+    /// one control-plane host, and losing it would lose the cluster.
+    pub const NO_LOAD_BALANCER: &str = "NoLoadBalancer";
     /// KKRemediation: the host rebooted and answered with a new boot ID.
     pub const HOST_REBOOTED: &str = "HostRebooted";
     /// KKRemediation: a rebooted host did not answer within the strategy's timeout; the next attempt follows,
