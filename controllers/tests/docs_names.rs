@@ -35,7 +35,7 @@ use clap::CommandFactory;
 const FOREIGN_TOOLS: &[&str] = &[
     "apt-get", "awk", "bash", "capkk-bench", "capkk-mirror", "cargo", "clusterctl", "containerd", "crictl", "ctr",
     "curl", "cyclonedx-sbom", "diff", "docker", "du", "etcd", "find", "flanneld", "flux", "git", "go", "grep",
-    "helm", "hosts.py", "ip", "journalctl", "kube-apiserver", "kube-controller-manager", "kube-proxy", "kubeadm",
+    "haproxy", "helm", "hosts.py", "ip", "journalctl", "keepalived", "kube-apiserver", "kube-controller-manager", "kube-proxy", "kubeadm",
     "kubectl", "kubelet", "longest-gap", "mgmt.sh", "mgmtctl", "mmdebstrap", "nft", "openssl", "parallel-tests",
     "podman", "python3", "qemu-img", "qemu-system-x86_64", "real.sh", "rsync", "runc", "sandbox", "scp", "sed",
     "sh", "ssh", "ssh-keygen", "sysctl", "systemctl", "tar", "tcg-knobs.py", "tee", "vm", "xargs",
