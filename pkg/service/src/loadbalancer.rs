@@ -3,7 +3,7 @@
 //!
 //! Every control-plane host runs haproxy, a TCP frontend on [`LoadBalancerConfig::port`] balanced over every
 //! control plane's API server (health-checked on `/readyz`), and keepalived, which holds the VIP on one of
-//! them: VRRP with unicast peers (it works where multicast does not), the same base priority everywhere and a
+//! them: VRRP with unicast peers (it works where multicast does not), a priority of its own for each host and a
 //! check of the local API server that lowers the priority of a host whose API server does not answer (never a
 //! fault state: a lone first control plane must hold the VIP before its API server runs, as `kubeadm init`
 //! reaches the endpoint through it).
@@ -43,10 +43,21 @@ pub const HAPROXY_CFG: &str = "/etc/haproxy/haproxy.cfg";
 pub const CHECK_SCRIPT: &str = "/etc/keepalived/capkk-check-apiserver.sh";
 /// What capkk keeps about the load balancer on the host: the packages it installed, the VIP it configured.
 pub const STATE_DIR: &str = "/var/lib/capkk/loadbalancer";
-/// Every host's VRRP base priority.
-pub const PRIORITY: u8 = 100;
-/// What a host whose API server does not answer loses of [`PRIORITY`].
-pub const CHECK_WEIGHT: u8 = 50;
+/// The VRRP priority of the first control-plane host by name; each next one has [`PRIORITY_STEP`] less
+/// ([`LoadBalancerConfig::priority`]).
+pub const PRIORITY: u8 = 200;
+/// The priority between two control-plane hosts next to each other by name. Distinct priorities matter: with
+/// equal ones, every backup's master-down timer ends at the same instant when the holder dies, two of them take
+/// the VIP at once and the one that loses the tie (the lower address) goes back to backup after its gratuitous
+/// ARP — the machines of the segment then send to a host without the VIP until their ARP entry expires (5 s
+/// more of the API's outage in the first 3-control-plane run, 2026-12-07). 20 apart, the next host's timer ends
+/// 78 ms sooner (VRRP's skew time is (256 - priority)/256 s).
+pub const PRIORITY_STEP: u8 = 20;
+/// The lowest priority a healthy host gets (the 8th and later by name).
+pub const PRIORITY_FLOOR: u8 = 60;
+/// What a host whose API server does not answer loses of its priority: more than the spread of the healthy
+/// ones ([`PRIORITY`] - [`PRIORITY_FLOOR`]), so any host whose API server answers wins over one whose does not.
+pub const CHECK_WEIGHT: u8 = 150;
 /// The phase name the service's steps are journaled under.
 pub const PHASE: &str = "loadbalancer";
 
@@ -221,6 +232,20 @@ impl LoadBalancerConfig {
     }
 
     /// The other control-plane hosts (keepalived's unicast peers), in a stable order.
+    /// This host's VRRP priority: [`PRIORITY`] less [`PRIORITY_STEP`] for each member before it by name, at
+    /// least [`PRIORITY_FLOOR`]. Every host computes it from the same membership, so no two get the same one
+    /// (up to 8 control planes).
+    pub fn priority(&self) -> u8 {
+        let mut members: Vec<&Member> = self.members.iter().collect();
+        members.sort();
+        members.dedup();
+        let rank = members.iter().position(|m| **m == self.this).unwrap_or(0);
+        let step = u32::from(PRIORITY_STEP) * rank as u32;
+        u32::from(PRIORITY)
+            .saturating_sub(step)
+            .max(u32::from(PRIORITY_FLOOR)) as u8
+    }
+
     fn peers(&self) -> Vec<&Member> {
         let mut p: Vec<&Member> = self.members.iter().filter(|m| **m != self.this).collect();
         p.sort();
@@ -274,7 +299,7 @@ pub fn keepalived_conf(cfg: &LoadBalancerConfig, interface: &str) -> Result<Stri
             ("CHECK", CHECK_SCRIPT),
             ("INTERFACE", interface),
             ("VRID", &cfg.virtual_router_id.to_string()),
-            ("PRIORITY", &PRIORITY.to_string()),
+            ("PRIORITY", &cfg.priority().to_string()),
             ("UNICAST", &unicast),
             ("VIP_CIDR", &format!("{}/32", cfg.vip)),
         ],
@@ -583,7 +608,8 @@ mod tests {
         assert!(c.contains("198.18.5.200/32 dev eth0"), "{c}");
         assert!(c.contains("virtual_router_id 51\n"), "{c}");
         assert!(c.contains("advert_int 1\n"), "{c}");
-        assert!(c.contains("weight -50\n"), "the check lowers the priority: {c}");
+        assert!(c.contains("weight -150\n"), "the check lowers the priority: {c}");
+        assert!(c.contains("priority 200\n"), "cp-1 is the first by name: {c}");
         assert!(!c.contains("{{"), "every placeholder filled: {c}");
         // A lone first control plane: no peers block at all.
         let mut lone = config();
@@ -593,6 +619,41 @@ mod tests {
             !c.contains("unicast_"),
             "keepalived refuses unicast without peers: {c}"
         );
+    }
+
+    #[test]
+    fn each_control_plane_gets_its_own_priority_by_name_and_a_failing_check_puts_it_below_every_healthy_one()
+    {
+        let mut c = config();
+        let mut seen = Vec::new();
+        for this in c.members.clone() {
+            c.this = this;
+            seen.push((c.this.name.clone(), c.priority()));
+        }
+        seen.sort();
+        assert_eq!(
+            seen,
+            [("cp-1".into(), 200), ("cp-2".into(), 180), ("cp-3".into(), 160)]
+        );
+        // Nine members: the 8th and 9th share the floor, and a failing check still ends below it.
+        c.members = (1..=9)
+            .map(|i| Member {
+                name: format!("cp-{i}"),
+                address: format!("198.18.5.{}", 10 + i),
+            })
+            .collect();
+        c.this = c.members[8].clone();
+        assert_eq!(c.priority(), PRIORITY_FLOOR);
+        c.this = c.members[0].clone();
+        assert!(u32::from(c.priority()) < u32::from(PRIORITY_FLOOR) + u32::from(CHECK_WEIGHT));
+        assert!(
+            i32::from(PRIORITY) - i32::from(CHECK_WEIGHT) < i32::from(PRIORITY_FLOOR),
+            "a failing first host must end below the lowest healthy one"
+        );
+        // The same membership in any order gives the same priorities.
+        let mut r = config();
+        r.members.reverse();
+        assert_eq!(r.priority(), config().priority());
     }
 
     #[test]
