@@ -7,7 +7,8 @@
 #   make help         every target with a one-line description
 #
 # Checks and tests:
-#   make verify       fmt check, clippy -D warnings, CRD drift, shellcheck (hack/, test/, .ci/), deps.list coverage
+#   make verify       fmt check, clippy -D warnings, CRD and API-docs drift, shellcheck (hack/, test/, .ci/),
+#                     deps.list coverage, the docs name only make targets and manager flags that exist
 #   make test         every tier of TEST_TIERS, each a make target, in this order:
 #                       test-build        one cargo build of every test and binary (one feature set)
 #                       mgmt-bin          the management plane's Go binaries (etcd, kube-apiserver, CAPI, clusterctl)
@@ -80,7 +81,7 @@ include test/clusterctl/clusterctl.mk
 include test/capi-e2e/capi-e2e.mk
 
 .PHONY: help deps build test test-build test-unit test-integration verify fmt clippy crds verify-crds shellcheck \
-        verify-deps deny docs-diagrams image image-test docker-build release-manifests release release-test clean
+        api-docs verify-api-docs verify-docs verify-deps deny docs-diagrams image image-test docker-build release-manifests release release-test clean
 
 help: ## show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort | column -t -s $$'\t'
@@ -101,6 +102,26 @@ verify-crds: ## fail when config/crd/bases differs from the API types
 	if diff -ru config/crd/bases $$tmp; then echo "CRDs up to date"; rm -rf $$tmp; \
 	else echo "config/crd/bases is out of date (or hand-edited): run 'make crds'"; rm -rf $$tmp; exit 1; fi
 
+# The generated references: docs/api.md (every kind and field, from the CRD schemas) and docs/conditions.md
+# (condition types, reasons, event reasons, from api/src/consts.rs), written by api/src/bin/apidocs.rs.
+API_DOCS := docs/api.md docs/conditions.md
+api-docs: ## regenerate docs/api.md and docs/conditions.md from the API types and api/src/consts.rs
+	$(CARGO_TEST_BUILD) -q
+	$(TARGET_DIR)/debug/apidocs docs
+
+verify-api-docs: ## fail when docs/api.md or docs/conditions.md differs from the API types
+	$(CARGO_TEST_BUILD) -q
+	@tmp=$$(mktemp -d); $(TARGET_DIR)/debug/apidocs $$tmp >/dev/null && \
+	if diff -u docs/api.md $$tmp/api.md && diff -u docs/conditions.md $$tmp/conditions.md; then \
+	  echo "API docs up to date"; rm -rf $$tmp; \
+	else echo "$(API_DOCS) out of date (or hand-edited): run 'make api-docs'"; rm -rf $$tmp; exit 1; fi
+
+# Every `make TARGET` README.md, CONTRIBUTING.md and the docs name is a target of the Makefile or its fragments,
+# and every manager flag they name is one of the manager's (controllers/tests/docs_names.rs); every condition
+# type and reason the controllers set is a constant that docs/conditions.md documents (reason_constants.rs).
+verify-docs: ## fail when the docs name a make target or manager flag that does not exist, or a reason is a literal
+	$(CARGO) test --workspace --test docs_names --test reason_constants
+
 fmt: ## format the code
 	$(CARGO) fmt --all
 
@@ -119,10 +140,11 @@ shellcheck: ## shellcheck over every shell script of hack/, test/ and .ci/ (sour
 verify-deps: ## fail when a command the tests or scripts run is missing from hack/deps.list
 	$(CARGO) test --workspace --test deps_list
 
-verify: verify-crds shellcheck ## fmt check, clippy, CRD drift, shellcheck, hack/deps.list covers every command run
+verify: verify-crds verify-api-docs shellcheck ## fmt check, clippy, CRD and API-docs drift, shellcheck, deps.list, docs' names
 	$(CARGO) fmt --all -- --check
 	$(MAKE) clippy
 	$(MAKE) verify-deps
+	$(MAKE) verify-docs
 
 # cargo-deny (deny.toml): licenses, bans and sources need no network; advisories need the RustSec database, so
 # they run only with DENY_CHECKS="advisories bans licenses sources" where it is reachable. Not in `verify`:

@@ -199,12 +199,25 @@ impl InstanceInfo {
     }
 }
 
-/// Control-plane load balancer / VIP.
+/// Control-plane load balancer / VIP. Unset `type` (or `External`): someone else serves `host` (a hardware or
+/// cloud load balancer, kube-vip); `Keepalived`: the provider serves it on the control-plane hosts, a VIP held
+/// by keepalived (VRRP, unicast peers) in front of haproxy on every control-plane host (docs/ha.md).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.type) || self.type != 'Keepalived' || (has(self.host) && self.host.matches('^(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\\\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}$'))",
+        "message": "controlPlaneLoadBalancer.host must be an IPv4 address (the VIP) when type is Keepalived"
+    },
+    {
+        "rule": "(has(self.type) && self.type == 'Keepalived') || (!has(self.port) && !has(self.interface) && !has(self.virtualRouterID))",
+        "message": "controlPlaneLoadBalancer.port, interface and virtualRouterID apply only to type Keepalived"
+    }
+]))]
 pub struct LoadBalancer {
     /// VIP address or DNS name (an IP address or a DNS name not ending in a number: no port, path or space; it
-    /// becomes the control-plane endpoint, the kubeconfig's URL and kubeadm's `controlPlaneEndpoint`).
+    /// becomes the control-plane endpoint, the kubeconfig's URL and kubeadm's `controlPlaneEndpoint`). With
+    /// `type: Keepalived`, the VIP: an IPv4 address on the control-plane hosts' segment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     #[schemars(extend("x-kubernetes-validations" = [{
@@ -212,6 +225,60 @@ pub struct LoadBalancer {
         "message": "controlPlaneLoadBalancer.host must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number, without port or path"
     }]))]
     pub host: Option<String>,
+    /// Who serves `host`: `External` (the default: a load balancer the provider does not manage) or
+    /// `Keepalived` (keepalived and haproxy on every control-plane host, installed and configured over SSH).
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["External", "Keepalived"]))]
+    pub type_: Option<String>,
+    /// `Keepalived` only: haproxy's frontend port on every control-plane host and the published endpoint's port
+    /// (default 8443). Must differ from the API server's bind port (the Cluster's
+    /// `spec.clusterNetwork.apiServerPort`, default 6443): both listen on the same hosts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: Option<i32>,
+    /// `Keepalived` only: the network interface keepalived puts the VIP on (a Linux interface name). Default:
+    /// the interface holding the host's internal address, found on each host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 15), extend("pattern" = crate::patterns::INTERFACE))]
+    pub interface: Option<String>,
+    /// `Keepalived` only: the VRRP virtual router id (1-255). It must be unique among the VRRP routers of the
+    /// layer-2 segment. Default: derived from the KKCluster's namespace and name.
+    #[serde(default, rename = "virtualRouterID", skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 255))]
+    pub virtual_router_id: Option<i32>,
+}
+
+/// Who serves the control-plane load balancer's address (`spec.controlPlaneLoadBalancer.type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoadBalancerType {
+    /// Someone else serves `host` (the default).
+    External,
+    /// keepalived and haproxy on the control-plane hosts, managed by the provider.
+    Keepalived,
+}
+
+/// haproxy's default frontend port of a `Keepalived` load balancer.
+pub const DEFAULT_LOADBALANCER_PORT: u16 = 8443;
+
+impl LoadBalancer {
+    /// The type; the error is the value that names none.
+    pub fn kind(&self) -> Result<LoadBalancerType, String> {
+        match self.type_.as_deref().unwrap_or("External") {
+            "" | "External" => Ok(LoadBalancerType::External),
+            "Keepalived" => Ok(LoadBalancerType::Keepalived),
+            other => Err(other.to_owned()),
+        }
+    }
+
+    /// True when the provider serves the address (`type: Keepalived`).
+    pub fn is_keepalived(&self) -> bool {
+        self.kind() == Ok(LoadBalancerType::Keepalived)
+    }
+
+    /// `host` when set and non-empty.
+    pub fn host(&self) -> Option<&str> {
+        self.host.as_deref().filter(|h| !h.is_empty())
+    }
 }
 
 /// Download sources for binaries.

@@ -82,6 +82,9 @@ pub const HOST_KEY_FINGERPRINT: &str = "^SHA256:[A-Za-z0-9+/]{43}=?$";
 /// An SSH connect timeout written as text: a number of seconds or a Go-style duration of `h`, `m`, `s`,
 /// `ms` parts, each at most 9 digits (so the sum never overflows).
 pub const SSH_TIMEOUT: &str = "^[0-9]{1,9}$|^([0-9]{1,9}(h|m|s|ms)){1,4}$";
+/// A Linux network interface name (`IFNAMSIZ` - 1 = 15 bytes; no `/`, white space or `:`, never `.` or `..`):
+/// keepalived's `interface` and the VIP's `dev`.
+pub const INTERFACE: &str = "^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}$";
 /// A download zone (`cn`; empty: the default mirrors).
 pub const ZONE: &str = "^[A-Za-z0-9-]{0,16}$";
 

@@ -35,6 +35,9 @@ pub(crate) struct ClusterSpec {
     /// The InfraCluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub infrastructure_ref: Option<ContractRef>,
+    /// The control plane (a KubeadmControlPlane): its replica count is read untyped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_ref: Option<ContractRef>,
 }
 
 /// `Cluster.spec.clusterNetwork` (subset).
@@ -216,4 +219,57 @@ pub(crate) async fn cluster(
         name,
     )
     .await
+}
+
+/// The control-plane replicas the Cluster asks for: its control plane's `spec.replicas` (the object its
+/// `controlPlaneRef` names, read untyped at `v1beta2`), and at least as many as it has control-plane Machines.
+/// `None` when neither tells (no reference, a control plane that cannot be read, no Machine yet).
+pub(crate) async fn control_plane_replicas(
+    ctx: &crate::context::Context,
+    ns: &str,
+    cluster: &Cluster,
+) -> Option<i64> {
+    use kube::{
+        Api, ResourceExt as _,
+        core::{ApiResource, DynamicObject, GroupVersionKind},
+    };
+    let name = cluster.name_any();
+    let machines = {
+        let store = &ctx.stores.capi_machines;
+        store
+            .state()
+            .iter()
+            .filter(|m| {
+                m.namespace().as_deref() == Some(ns)
+                    && m.spec.cluster_name == name
+                    && m.labels().contains_key(capkk_api::consts::CONTROL_PLANE_LABEL)
+                    && m.metadata.deletion_timestamp.is_none()
+            })
+            .count() as i64
+    };
+    let declared = async {
+        let r = cluster.spec.control_plane_ref.as_ref()?;
+        let group = if r.api_group.is_empty() {
+            "controlplane.cluster.x-k8s.io"
+        } else {
+            r.api_group.as_str()
+        };
+        let obj_name = ObjectName::checked("Cluster spec.controlPlaneRef.name", &r.name).ok()?;
+        let gvk = GroupVersionKind::gvk(group, "v1beta2", &r.kind);
+        let ar = ApiResource::from_gvk_with_plural(&gvk, &format!("{}s", r.kind.to_ascii_lowercase()));
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ar);
+        let obj = match api.get_opt(obj_name.as_str()).await {
+            Ok(o) => o?,
+            Err(e) => {
+                tracing::debug!(error = %e, kind = %r.kind, "Reading the control plane's replicas failed");
+                return None;
+            }
+        };
+        obj.data.get("spec")?.get("replicas")?.as_i64()
+    }
+    .await;
+    match (declared, machines) {
+        (None, 0) => None,
+        (d, m) => Some(d.unwrap_or(0).max(m)),
+    }
 }

@@ -448,6 +448,7 @@ pub(crate) struct FakeServices {
     prepull_fails: Mutex<bool>,
     prepulls_running: Arc<Mutex<usize>>,
     taking: Mutex<BTreeMap<&'static str, Duration>>,
+    load_balancer_plans: Mutex<Vec<crate::services::LoadBalancerPlan>>,
 }
 
 /// Counts a running fake pre-pull for as long as it lives (finished or dropped).
@@ -471,6 +472,14 @@ impl Drop for Running {
 }
 
 impl FakeServices {
+    /// What each load-balancer phase was asked to do, in order.
+    pub(crate) fn load_balancer_plans(&self) -> Vec<crate::services::LoadBalancerPlan> {
+        self.load_balancer_plans
+            .lock()
+            .map(|p| p.clone())
+            .unwrap_or_default()
+    }
+
     /// The phases run so far, in order.
     pub(crate) fn ran(&self) -> Vec<Phase> {
         self.ran.lock().map(|r| r.clone()).unwrap_or_default()
@@ -574,9 +583,14 @@ impl FakeServices {
 
 #[async_trait]
 impl HostServices for FakeServices {
-    async fn run(&self, phase: Phase, _host: HostCall<'_>) -> ServiceResult<()> {
+    async fn run(&self, phase: Phase, host: HostCall<'_>) -> ServiceResult<()> {
         if let Ok(mut r) = self.ran.lock() {
             r.push(phase);
+        }
+        if phase == Phase::LoadBalancer
+            && let Ok(mut p) = self.load_balancer_plans.lock()
+        {
+            p.push(host.input.load_balancer.clone());
         }
         if self.hanging.lock().is_ok_and(|h| *h == Some(phase)) {
             return futures::future::pending().await;

@@ -469,6 +469,162 @@ pub(crate) async fn instance_target(
     .await
 }
 
+/// The KKCluster named `kkc` is the one `inst` comes from (its spec's `clusterName`, else CAPKK's label).
+pub(crate) fn of_kkcluster(inst: &KKInstance, kkc: &str) -> bool {
+    use kube::ResourceExt as _;
+    inst.spec.cluster_name.as_deref() == Some(kkc)
+        || inst
+            .labels()
+            .get(capkk_api::consts::KKCLUSTER_NAME_LABEL)
+            .map(String::as_str)
+            == Some(kkc)
+}
+
+/// True while `inst` is a control-plane host of its cluster: claimed for a control-plane Machine (CAPI's
+/// control-plane label, copied onto the KKInstance), neither quarantined nor released nor being deleted.
+pub(crate) fn is_control_plane_member(inst: &KKInstance) -> bool {
+    use capkk_api::consts::{CONTROL_PLANE_LABEL, RELEASE_ANNOTATION};
+    use kube::ResourceExt as _;
+    inst.labels().contains_key(CONTROL_PLANE_LABEL)
+        && inst.spec.quarantine.is_none()
+        && !inst.annotations().contains_key(RELEASE_ANNOTATION)
+        && inst.metadata.deletion_timestamp.is_none()
+}
+
+/// `inst` as a member of the control-plane endpoint: its host name and internal address (else its address).
+pub(crate) fn member_of(inst: &KKInstance) -> capkk_service::loadbalancer::Member {
+    capkk_service::loadbalancer::Member {
+        name: inst.spec.name.clone(),
+        address: inst
+            .spec
+            .internal_address
+            .clone()
+            .filter(|a| !a.is_empty())
+            .unwrap_or_else(|| inst.spec.address.clone()),
+    }
+}
+
+/// The control-plane hosts of KKCluster `kkc` among `instances` (one namespace's KKInstances), sorted by name.
+pub(crate) fn control_plane_members(
+    instances: &[Arc<KKInstance>],
+    kkc: &str,
+) -> Vec<capkk_service::loadbalancer::Member> {
+    let mut m: Vec<_> = instances
+        .iter()
+        .filter(|i| of_kkcluster(i, kkc) && is_control_plane_member(i))
+        .map(|i| member_of(i))
+        .collect();
+    m.sort();
+    m.dedup_by(|a, b| a.name == b.name);
+    m
+}
+
+/// The membership as [`capkk_api::consts::LOADBALANCER_MEMBERS_ANNOTATION`] records it.
+pub(crate) fn members_text(members: &[capkk_service::loadbalancer::Member]) -> String {
+    members
+        .iter()
+        .map(|m| format!("{}={}", m.name, m.address))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// True when the control-plane endpoint is (or would be) one of the inventory's hosts: no load balancer
+/// address, and the endpoint unset (the controller publishes the first control-plane host) or a host's
+/// address. With more than one control plane, losing that host loses the cluster.
+pub(crate) fn endpoint_is_a_host(kkc: &KKCluster) -> bool {
+    if kkc
+        .spec
+        .control_plane_load_balancer
+        .as_ref()
+        .and_then(|l| l.host())
+        .is_some()
+    {
+        return false;
+    }
+    match kkc
+        .spec
+        .control_plane_endpoint
+        .as_ref()
+        .and_then(|e| e.host.as_deref())
+        .filter(|h| !h.is_empty())
+    {
+        None => true,
+        Some(h) => kkc
+            .spec
+            .nodes
+            .instances
+            .iter()
+            .any(|i| i.address == h || i.internal_address() == h),
+    }
+}
+
+/// The API servers' bind port: the Cluster's `spec.clusterNetwork.apiServerPort`, default 6443.
+pub(crate) fn api_server_port(cluster: Option<&crate::capi::Cluster>) -> u16 {
+    cluster
+        .and_then(|c| c.spec.cluster_network.as_ref())
+        .and_then(|n| n.api_server_port)
+        .and_then(|p| u16::try_from(p).ok())
+        .filter(|p| *p > 0)
+        .unwrap_or(6443)
+}
+
+/// What the load-balancer phase does on `inst`, given its KKCluster, the namespace's KKInstances and the API
+/// servers' port: serve the endpoint (a control plane of a `Keepalived` cluster; the members are the cluster's
+/// control-plane hosts now, `inst` included), refuse the host (a second control plane when the endpoint is one
+/// control-plane host), or nothing.
+pub(crate) fn load_balancer_plan(
+    kkc: &KKCluster,
+    inst: &KKInstance,
+    instances: &[Arc<KKInstance>],
+    api_server_port: u16,
+) -> crate::services::LoadBalancerPlan {
+    use crate::services::LoadBalancerPlan;
+    use kube::ResourceExt as _;
+    if !is_control_plane_member(inst) {
+        return LoadBalancerPlan::Nothing;
+    }
+    let name = kkc.name_any();
+    let this = member_of(inst);
+    let mut members = control_plane_members(instances, &name);
+    if !members.iter().any(|m| m.name == this.name) {
+        members.push(this.clone());
+        members.sort();
+    }
+    match kkc.spec.control_plane_load_balancer.as_ref() {
+        Some(lb) if lb.is_keepalived() => {
+            let ns = kkc.namespace().unwrap_or_default();
+            LoadBalancerPlan::Serve(capkk_service::loadbalancer::LoadBalancerConfig {
+                cluster: format!("{ns}/{name}"),
+                vip: lb.host().unwrap_or_default().to_owned(),
+                port: lb
+                    .port
+                    .and_then(|p| u16::try_from(p).ok())
+                    .unwrap_or(capkk_api::DEFAULT_LOADBALANCER_PORT),
+                api_server_port,
+                interface: lb.interface.clone().filter(|i| !i.is_empty()),
+                virtual_router_id: lb
+                    .virtual_router_id
+                    .and_then(|v| u8::try_from(v).ok())
+                    .unwrap_or_else(|| capkk_service::loadbalancer::default_virtual_router_id(&ns, &name)),
+                this,
+                members,
+            })
+        }
+        _ if endpoint_is_a_host(kkc) && members.iter().any(|m| m.name != this.name) => {
+            let others: Vec<&str> = members
+                .iter()
+                .filter(|m| m.name != this.name)
+                .map(|m| m.name.as_str())
+                .collect();
+            LoadBalancerPlan::Refuse(format!(
+                "a second control plane (besides {}) with no load balancer: the control-plane endpoint is one control-plane host, and losing it would lose the cluster; set spec.controlPlaneLoadBalancer (type Keepalived, or the address of an external load balancer) when creating the cluster",
+                others.join(", ")
+            ))
+        }
+        _ => LoadBalancerPlan::Nothing,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -788,5 +944,45 @@ mod tests {
             Err(e) => panic!("unexpected error {e}"),
             Ok(_) => panic!("an unparsable timeout was accepted"),
         }
+    }
+
+    #[test]
+    fn the_endpoint_is_a_host_without_a_load_balancer_and_when_it_names_an_inventory_address() {
+        use capkk_api::{ApiEndpoint, InstanceInfo, LoadBalancer};
+        let mut k = KKCluster::new("c", Default::default());
+        k.spec.nodes.instances = vec![InstanceInfo {
+            name: Some("cp-1".into()),
+            address: "198.18.0.11".into(),
+            internal_address: Some("10.0.0.11".into()),
+            ..Default::default()
+        }];
+        assert!(
+            endpoint_is_a_host(&k),
+            "unset: the first control-plane host is published"
+        );
+        k.spec.control_plane_endpoint = Some(ApiEndpoint {
+            host: Some("10.0.0.11".into()),
+            port: Some(6443),
+        });
+        assert!(
+            endpoint_is_a_host(&k),
+            "as published by the controller: a host's address"
+        );
+        k.spec.control_plane_endpoint = Some(ApiEndpoint {
+            host: Some("api.example".into()),
+            port: Some(6443),
+        });
+        assert!(!endpoint_is_a_host(&k), "the user's own endpoint");
+        k.spec.control_plane_endpoint = None;
+        k.spec.control_plane_load_balancer = Some(LoadBalancer {
+            host: Some("198.18.0.100".into()),
+            ..Default::default()
+        });
+        assert!(!endpoint_is_a_host(&k), "an external load balancer");
+        k.spec.control_plane_load_balancer = Some(LoadBalancer {
+            host: Some(String::new()),
+            ..Default::default()
+        });
+        assert!(endpoint_is_a_host(&k), "CAPKK's empty host is unset");
     }
 }

@@ -33,6 +33,10 @@ pub(crate) enum Phase {
     ContainerManager,
     /// Run the bootstrap data; success is the sentinel file.
     Provisioning,
+    /// The control-plane endpoint the provider serves (keepalived and haproxy), on a control-plane host of a
+    /// cluster with `controlPlaneLoadBalancer.type: Keepalived`; skipped on every other host. Before
+    /// provisioning: `kubeadm init` and `kubeadm join` reach the API server through the endpoint.
+    LoadBalancer,
 }
 
 impl Phase {
@@ -42,11 +46,15 @@ impl Phase {
     /// starts once kubeadm is installed and containerd runs ([`PREPULL_NEEDS`]); containerd starts in
     /// containermanager's last step, so the pre-pull cannot pull sooner than after that phase; starting it
     /// during the phase would have its pulls cut by a restart the phase's configuration step asks for.
-    pub(crate) const ALL: [Phase; 5] = [
+    ///
+    /// The load balancer comes after the OS packages (its packages come through the same package manager,
+    /// whose lock they would otherwise wait for) and before provisioning.
+    pub(crate) const ALL: [Phase; 6] = [
         Phase::Bootstrap,
         Phase::Binary,
         Phase::ContainerManager,
         Phase::Repository,
+        Phase::LoadBalancer,
         Phase::Provisioning,
     ];
 
@@ -73,6 +81,7 @@ impl Phase {
             Phase::Binary => "binary",
             Phase::ContainerManager => "containermanager",
             Phase::Provisioning => "provisioning",
+            Phase::LoadBalancer => capkk_service::loadbalancer::PHASE,
         }
     }
 
@@ -84,6 +93,7 @@ impl Phase {
             Phase::Binary => cond::BINARIES_READY,
             Phase::ContainerManager => cond::CRI_READY,
             Phase::Provisioning => cond::PROVISIONED,
+            Phase::LoadBalancer => cond::LOAD_BALANCER_READY,
         }
     }
 }
@@ -125,6 +135,19 @@ impl std::fmt::Debug for BootstrapData {
     }
 }
 
+/// What the load-balancer phase does on this host.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) enum LoadBalancerPlan {
+    /// Nothing: a worker, or a cluster whose endpoint someone else serves.
+    #[default]
+    Nothing,
+    /// Install and configure keepalived and haproxy.
+    Serve(capkk_service::loadbalancer::LoadBalancerConfig),
+    /// Refuse the host: a second control plane of a cluster whose endpoint is one control-plane host (no load
+    /// balancer). The message names the field.
+    Refuse(String),
+}
+
 /// What a phase gets to work with.
 #[derive(Debug, Default)]
 pub(crate) struct PhaseInput {
@@ -154,6 +177,8 @@ pub(crate) struct PhaseInput {
     /// The node's kubeadm patches directory (`joinConfiguration.patches.directory`): an in-place upgrade's
     /// `kubeadm upgrade node` applies its kubelet configuration patches again.
     pub patches_dir: Option<String>,
+    /// The load-balancer phase's work (the membership as it was when the inputs were read).
+    pub load_balancer: LoadBalancerPlan,
 }
 
 /// What every call on a host travels with: the connection, the inputs, where the steps are reported.
@@ -192,6 +217,14 @@ pub(crate) trait HostServices: Send + Sync {
     /// pulls; what happened is in the journal (step `image-prepull`, under [`PREPULL_AFTER`]'s name). Host
     /// work that ends first drops it ([`crate::kkinstance::task`]).
     async fn prepull(&self, host: HostCall<'_>);
+
+    /// Whether the host holds the VIP of the control-plane endpoint the provider serves (`host.input`'s
+    /// [`LoadBalancerPlan::Serve`]); `None` when there is nothing to ask (no such plan, or the services cannot
+    /// tell).
+    async fn holds_vip(&self, host: HostCall<'_>) -> ServiceResult<Option<bool>> {
+        let _ = host;
+        Ok(None)
+    }
 
     /// Upgrade a provisioned worker in place to `host.input.instance.kubernetes_version` (that version's
     /// binaries, `kubeadm upgrade node`, a kubelet restart). Returns what happened, for the event.
@@ -468,6 +501,53 @@ impl HostServices for ServiceLayer {
                 capkk_service::containermanager::ensure(exec, &cfg, &f, &self.cache, progress, r).await?;
                 Ok(())
             }
+            Phase::LoadBalancer => {
+                let cfg = match &input.load_balancer {
+                    LoadBalancerPlan::Nothing => {
+                        skip(
+                            progress,
+                            phase,
+                            "not a control plane of a cluster whose endpoint the provider serves",
+                        );
+                        return Ok(());
+                    }
+                    LoadBalancerPlan::Refuse(message) => {
+                        return Err(ServiceError::InvalidInput {
+                            field: "spec.controlPlaneLoadBalancer".into(),
+                            message: message.clone(),
+                        });
+                    }
+                    LoadBalancerPlan::Serve(cfg) => cfg,
+                };
+                let f = facts(exec, input, progress).await?;
+                // The packages come from where the host's other packages come from (its sources, or the ISO).
+                let repo = spec.repository.clone().unwrap_or_default();
+                let repo = RepositoryConfig::from_api(
+                    Some(
+                        repo.iso
+                            .as_deref()
+                            .filter(|i| !i.trim().is_empty())
+                            .unwrap_or("none"),
+                    ),
+                    repo.update.unwrap_or(false),
+                    Vec::new(),
+                    component_source(component)?,
+                )
+                .ok_or_else(|| ServiceError::InvalidInput {
+                    field: "spec.repository.iso".into(),
+                    message: "no package source".into(),
+                })?;
+                let out = capkk_service::loadbalancer::ensure(exec, cfg, &repo, &f, &self.cache, progress, r)
+                    .await?;
+                info!(
+                    members = cfg.members.len(),
+                    interface = %out.interface,
+                    changed = out.changed,
+                    installed = ?out.installed,
+                    "Load balancer configured"
+                );
+                Ok(())
+            }
             Phase::Provisioning => {
                 let plan = bootstrap_plan(input)?;
                 let opts = capkk_service::provisioning::RunOptions {
@@ -511,6 +591,9 @@ impl HostServices for ServiceLayer {
                 .and_then(|c| c.cri_socket.clone()),
         };
         capkk_service::bootstrap::reset(exec, &opts, progress, &input.redactor).await?;
+        // keepalived and haproxy capkk configured (a control plane of a cluster whose endpoint it served): the
+        // host must not hold or answer for the VIP any more. Does nothing on any other host.
+        capkk_service::loadbalancer::remove(exec, progress, &input.redactor).await?;
         Ok(())
     }
 
@@ -586,6 +669,14 @@ impl HostServices for ServiceLayer {
                 note(format!("not finished ({e}); kubeadm pulls what is missing"));
             }
         }
+    }
+
+    async fn holds_vip(&self, host: HostCall<'_>) -> ServiceResult<Option<bool>> {
+        let LoadBalancerPlan::Serve(cfg) = &host.input.load_balancer else {
+            return Ok(None);
+        };
+        let s = capkk_service::loadbalancer::status(host.exec, cfg).await?;
+        Ok(Some(s.vip_held))
     }
 
     async fn upgrade(&self, host: HostCall<'_>) -> ServiceResult<String> {

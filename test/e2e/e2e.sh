@@ -115,6 +115,9 @@ release() {
   check "the kube-vip flavor asks for KUBEKEY_CONTROL_PLANE_VIP" grep -q -- "- KUBEKEY_CONTROL_PLANE_VIP" \
     "$WORK/variables-kube-vip.txt"
   clusterctl generate cluster "$CLUSTER" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" \
+    --flavor ha --list-variables >"$WORK/variables-ha.txt"
+  check "the ha flavor asks for CONTROL_PLANE_VIP" grep -q -- "- CONTROL_PLANE_VIP$" "$WORK/variables-ha.txt"
+  clusterctl generate cluster "$CLUSTER" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" \
     --flavor capkk --list-variables >"$WORK/variables-capkk.txt"
   local got want="CONTROL_PLANE_ENDPOINT_IP INSTANCES KKZONE PASSWORD USER_NAME VIP_NETWORK_INTERFACE"
   got=$(grep -oE '^ *- [A-Z_0-9]+' "$WORK/variables-capkk.txt" | awk '{print $2}' |
@@ -272,8 +275,8 @@ render_apply() {
   check "clusterctl generate cluster renders a cluster the apiserver accepts (server dry-run)" \
     kubectl apply --dry-run=server -f "$WORK/cluster.yaml"
   local flavor
-  for flavor in kube-vip topology; do
-    KUBEKEY_INSTANCES="$INSTANCES" KUBEKEY_CONTROL_PLANE_VIP=198.18.0.100 \
+  for flavor in kube-vip ha topology; do
+    KUBEKEY_INSTANCES="$INSTANCES" KUBEKEY_CONTROL_PLANE_VIP=198.18.0.100 CONTROL_PLANE_VIP=198.18.0.100 \
       clusterctl generate cluster "$CLUSTER-$flavor" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" \
       --kubernetes-version "$KUBE_VERSION" --flavor "$flavor" >"$WORK/cluster-$flavor.yaml"
     check "the $flavor flavor renders and passes a server dry-run" \

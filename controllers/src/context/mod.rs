@@ -6,8 +6,10 @@
 //! - [`stores`]: the reflector caches the reconcilers read.
 //! - [`reservations`]: hosts this manager is claiming.
 //! - [`backoff`]: consecutive reconcile failures per object.
+//! - [`jobs`]: other background jobs by key, and their last outcome.
 
 pub(crate) mod backoff;
+pub(crate) mod jobs;
 pub(crate) mod permits;
 pub(crate) mod probes;
 pub(crate) mod reservations;
@@ -152,6 +154,8 @@ pub(crate) struct Context {
     pub upgrades: crate::inplace::update::Updates,
     /// The status each reconciler last wrote, until the cache shows it.
     pub written: written::Written,
+    /// Background jobs by key (a KKCluster's load-balancer membership sync).
+    pub jobs: jobs::Jobs,
 }
 
 impl Context {
@@ -192,6 +196,7 @@ impl Context {
             remediations: Default::default(),
             upgrades: Default::default(),
             written: Default::default(),
+            jobs: Default::default(),
         }
     }
 
@@ -239,6 +244,7 @@ impl Context {
         self.probes.abort_all();
         self.remediations.abort_all();
         self.upgrades.abort_all();
+        self.jobs.abort_all();
     }
 
     /// True when the object passes the watch filter.

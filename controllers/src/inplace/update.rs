@@ -63,9 +63,7 @@ use crate::{
 pub(crate) const RETRY_AFTER: i32 = 15;
 
 /// Event reasons on the KKInstance.
-pub(crate) const UPGRADED_IN_PLACE: &str = "UpgradedInPlace";
-/// Event reason of a failed attempt.
-pub(crate) const IN_PLACE_UPGRADE_FAILED: &str = "InPlaceUpgradeFailed";
+pub(crate) use capkk_api::consts::events::{IN_PLACE_UPGRADE_FAILED, UPGRADED_IN_PLACE};
 
 /// The answer to every request that does not match a Machine pending an in-place update: the same whether the
 /// Machine is absent, unreadable, another one or not pending (no oracle of what exists in other namespaces).

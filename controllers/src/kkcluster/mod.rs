@@ -4,6 +4,8 @@
 //!
 //! - [`validate`]: the inventory checks; a refusal names the field and its condition reason.
 //! - [`endpoint`]: the control-plane endpoint to publish.
+//! - [`loadbalancer`]: the endpoint the provider serves (keepalived and haproxy) kept in step with the
+//!   control plane's membership; more than one control plane with no load balancer refused.
 //! - [`addresses`]: addresses another KKCluster of the namespace also lists.
 //! - [`probes`]: background SSH probes of every host and their report.
 //! - [`pool`]: the `capkk_hosts` gauge of free, claimed and quarantined hosts.
@@ -11,6 +13,7 @@
 
 pub(crate) mod addresses;
 pub(crate) mod endpoint;
+pub(crate) mod loadbalancer;
 pub(crate) mod pool;
 pub(crate) mod probes;
 pub(crate) mod validate;
@@ -109,7 +112,10 @@ async fn apply(
     let api: Api<KKCluster> = Api::namespaced(ctx.client.clone(), &ns);
     let gen_ = kkc.metadata.generation;
 
-    if let Err(refusal) = validate(&kkc) {
+    let api_server_port = crate::hosts::api_server_port(Some(cluster));
+    if let Err(refusal) =
+        validate(&kkc).and_then(|()| validate::check_load_balancer_port(&kkc, api_server_port))
+    {
         let reason = refusal.reason();
         warn!(error = %refusal, "Refusing an invalid inventory");
         conditions::set(
@@ -147,16 +153,56 @@ async fn apply(
             )))?;
         info!(host = ?endpoint.host, port = ?endpoint.port, "Setting the control-plane endpoint");
     }
-    conditions::set_ready(
-        &mut status.conditions,
-        cond::ENDPOINT_READY,
-        format!(
-            "{}:{}",
-            endpoint.host.clone().unwrap_or_default(),
-            endpoint.port.unwrap_or(6443)
-        ),
-        gen_,
+    let endpoint_text = format!(
+        "{}:{}",
+        endpoint.host.clone().unwrap_or_default(),
+        endpoint.port.unwrap_or(6443)
     );
+    // More than one control plane with the endpoint on one of them: losing that host would lose the cluster.
+    // Said loudly (conditions, event); the first control plane still comes up, no further one is provisioned
+    // (their KKInstances are refused in their load-balancer phase).
+    let no_load_balancer = if crate::hosts::endpoint_is_a_host(&kkc) {
+        match crate::capi::control_plane_replicas(ctx, &ns, cluster).await {
+            Some(n) if n > 1 => Some(format!(
+                "the Cluster asks for {n} control planes but the control-plane endpoint {endpoint_text} is one control-plane host (no load balancer): losing it would lose the cluster; set spec.controlPlaneLoadBalancer (type: Keepalived with a VIP, or an external load balancer's address) when creating the cluster. No control-plane host beyond the first is provisioned"
+            )),
+            _ => None,
+        }
+    } else {
+        None
+    };
+    match &no_load_balancer {
+        Some(msg) => {
+            let said = conditions::get(&status.conditions, cond::ENDPOINT_READY)
+                .is_some_and(|c| c.reason == reasons::NO_LOAD_BALANCER);
+            conditions::set(
+                &mut status.conditions,
+                cond::ENDPOINT_READY,
+                false,
+                reasons::NO_LOAD_BALANCER,
+                msg.clone(),
+                gen_,
+            );
+            if !said {
+                warn!("{msg}");
+                ctx.event(&*kkc, true, reasons::NO_LOAD_BALANCER, "Validate", msg.clone())
+                    .await;
+            }
+        }
+        None => conditions::set_ready(&mut status.conditions, cond::ENDPOINT_READY, endpoint_text, gen_),
+    }
+
+    // The endpoint the provider serves: every control-plane host configured for the current membership.
+    let lb_poll = if kkc
+        .spec
+        .control_plane_load_balancer
+        .as_ref()
+        .is_some_and(|l| l.is_keepalived())
+    {
+        loadbalancer::sync_and_report(&kkc, api_server_port, ctx, status).await
+    } else {
+        None
+    };
 
     // Addresses another KKCluster also lists: whichever claims such a host first holds it, the other's
     // claim is refused (KKMachine). Both KKClusters say so.
@@ -169,9 +215,23 @@ async fn apply(
     status.initialization = Some(capkk_api::Initialization {
         provisioned: Some(true),
     });
-    conditions::set_ready(&mut status.conditions, cond::READY, "", gen_);
+    match &no_load_balancer {
+        Some(msg) => conditions::set(
+            &mut status.conditions,
+            cond::READY,
+            false,
+            reasons::NO_LOAD_BALANCER,
+            msg.clone(),
+            gen_,
+        ),
+        None => conditions::set_ready(&mut status.conditions, cond::READY, "", gen_),
+    }
     status.observed_generation = gen_;
-    Ok(Action::requeue(ctx.settings.probe_interval))
+    Ok(Action::requeue(
+        lb_poll.map_or(ctx.settings.probe_interval, |p| {
+            p.min(ctx.settings.probe_interval)
+        }),
+    ))
 }
 
 async fn cleanup(kkc: Arc<KKCluster>, ctx: &Context, status: &mut KKClusterStatus) -> Result<Action> {
@@ -205,6 +265,8 @@ async fn cleanup(kkc: Arc<KKCluster>, ctx: &Context, status: &mut KKClusterStatu
     if ms.is_empty() && is.is_empty() {
         info!("No KKMachine or claimed KKInstance left; removing the finalizer");
         ctx.probes.forget(&kkc.uid().unwrap_or_default());
+        ctx.jobs
+            .forget(&format!("loadbalancer/{}", kkc.uid().unwrap_or_default()));
         // The workload cluster's cached client and Node watch go with it.
         if let Some(cluster) = cluster_name(&kkc.metadata) {
             ctx.workloads.forget(&ns, &cluster);

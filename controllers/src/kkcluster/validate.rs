@@ -91,6 +91,9 @@ pub(crate) fn validate(kkc: &KKCluster) -> Result<(), Refusal> {
             return invalid(field.into(), not_a_host_address(h));
         }
     }
+    if let Some(lb) = kkc.spec.control_plane_load_balancer.as_ref() {
+        validate_load_balancer(lb)?;
+    }
     let mut names = HashSet::new();
     let mut addrs = HashSet::new();
     if kkc.spec.nodes.instances.is_empty() {
@@ -155,6 +158,84 @@ pub(crate) fn validate(kkc: &KKCluster) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// The load balancer's own fields, checked as the CRD does (objects written before the rules existed, clients
+/// that skip validation): a `Keepalived` VIP is an IPv4 address, the interface a Linux interface name, the port
+/// and the router id in range. That the port differs from the API servers' is checked with the Cluster
+/// ([`check_load_balancer_port`]).
+fn validate_load_balancer(lb: &capkk_api::LoadBalancer) -> Result<(), Refusal> {
+    let f = "spec.controlPlaneLoadBalancer";
+    let kind = lb.kind().map_err(|t| {
+        Refusal::invalid(
+            format!("{f}.type"),
+            format!("{t:?} is not External or Keepalived"),
+        )
+    })?;
+    if kind == capkk_api::LoadBalancerType::External {
+        return Ok(());
+    }
+    match lb.host() {
+        Some(h) if h.parse::<std::net::Ipv4Addr>().is_ok() => {}
+        Some(h) => {
+            return Err(Refusal::invalid(
+                format!("{f}.host"),
+                format!("{h:?} is not an IPv4 address: with type Keepalived it is the VIP"),
+            ));
+        }
+        None => {
+            return Err(Refusal::invalid(
+                format!("{f}.host"),
+                "type Keepalived needs the VIP (an IPv4 address) in host",
+            ));
+        }
+    }
+    if let Some(p) = lb.port.filter(|p| !(1..=65535).contains(p)) {
+        return Err(Refusal::invalid(
+            format!("{f}.port"),
+            format!("{p} is not 1-65535"),
+        ));
+    }
+    if let Some(i) = lb
+        .interface
+        .as_deref()
+        .filter(|i| !capkk_service::loadbalancer::is_interface_name(i))
+    {
+        return Err(Refusal::invalid(
+            format!("{f}.interface"),
+            format!("{i:?} is not a network interface name (1-15 letters, digits, '_', '.', '-')"),
+        ));
+    }
+    if let Some(v) = lb.virtual_router_id.filter(|v| !(1..=255).contains(v)) {
+        return Err(Refusal::invalid(
+            format!("{f}.virtualRouterID"),
+            format!("{v} is not 1-255"),
+        ));
+    }
+    Ok(())
+}
+
+/// A `Keepalived` load balancer's port must differ from the API servers' (`api_server_port`, the Cluster's
+/// `spec.clusterNetwork.apiServerPort`): haproxy and the API server listen on the same hosts.
+pub(crate) fn check_load_balancer_port(kkc: &KKCluster, api_server_port: u16) -> Result<(), Refusal> {
+    let Some(lb) = kkc
+        .spec
+        .control_plane_load_balancer
+        .as_ref()
+        .filter(|l| l.is_keepalived())
+    else {
+        return Ok(());
+    };
+    let port = lb.port.unwrap_or(i32::from(capkk_api::DEFAULT_LOADBALANCER_PORT));
+    if port == i32::from(api_server_port) {
+        return Err(Refusal::invalid(
+            "spec.controlPlaneLoadBalancer.port",
+            format!(
+                "{port} is the API servers' port too (the Cluster's spec.clusterNetwork.apiServerPort): haproxy listens beside the API server on every control-plane host; choose another port"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,6 +268,7 @@ mod tests {
             ("spec.controlPlaneLoadBalancer.host", |k| {
                 k.spec.control_plane_load_balancer = Some(LoadBalancer {
                     host: Some("vip example".into()),
+                    ..Default::default()
                 })
             }),
             ("spec.nodes.bastion.address", |k| {
@@ -216,6 +298,72 @@ mod tests {
             port: Some(0),
         });
         assert!(validate(&zero).is_ok());
+    }
+
+    #[test]
+    fn a_keepalived_load_balancer_is_refused_naming_the_field_unless_its_values_are_safe() {
+        use capkk_api::LoadBalancer;
+        let keepalived = |edit: fn(&mut LoadBalancer)| {
+            let mut lb = LoadBalancer {
+                host: Some("198.18.5.200".into()),
+                type_: Some("Keepalived".into()),
+                ..Default::default()
+            };
+            edit(&mut lb);
+            let mut k = kkc(vec![host("a", "198.18.5.11")]);
+            k.spec.control_plane_load_balancer = Some(lb);
+            k
+        };
+        assert!(validate(&keepalived(|_| {})).is_ok());
+        assert!(validate(&keepalived(|l| l.interface = Some("enp0s1.100".into()))).is_ok());
+        type Edit = fn(&mut LoadBalancer);
+        let cases: Vec<(&str, Edit)> = vec![
+            ("spec.controlPlaneLoadBalancer.host", |l| {
+                l.host = Some("vip.example".into())
+            }),
+            ("spec.controlPlaneLoadBalancer.host", |l| l.host = None),
+            ("spec.controlPlaneLoadBalancer.host", |l| {
+                l.host = Some("fd00::1".into())
+            }),
+            ("spec.controlPlaneLoadBalancer.type", |l| {
+                l.type_ = Some("kube-vip".into())
+            }),
+            ("spec.controlPlaneLoadBalancer.port", |l| l.port = Some(70000)),
+            ("spec.controlPlaneLoadBalancer.interface", |l| {
+                l.interface = Some("eth0\n}\nvrrp_script x {".into())
+            }),
+            ("spec.controlPlaneLoadBalancer.interface", |l| {
+                l.interface = Some("sixteen-chars-xx".into())
+            }),
+            ("spec.controlPlaneLoadBalancer.virtualRouterID", |l| {
+                l.virtual_router_id = Some(0)
+            }),
+            ("spec.controlPlaneLoadBalancer.virtualRouterID", |l| {
+                l.virtual_router_id = Some(256)
+            }),
+        ];
+        for (field, edit) in cases {
+            let e = validate(&keepalived(edit)).expect_err(field);
+            assert_eq!(e.reason(), reasons::INVALID_SPEC);
+            assert!(e.to_string().contains(field), "{field}: {e}");
+        }
+        // An external load balancer may be a DNS name, as before.
+        let mut ext = kkc(vec![host("a", "198.18.5.11")]);
+        ext.spec.control_plane_load_balancer = Some(LoadBalancer {
+            host: Some("lb.example".into()),
+            ..Default::default()
+        });
+        assert!(validate(&ext).is_ok());
+        // The port is the API servers' too.
+        let k = keepalived(|l| l.port = Some(6443));
+        let e = check_load_balancer_port(&k, 6443).expect_err("same port");
+        assert!(
+            e.to_string().contains("spec.controlPlaneLoadBalancer.port"),
+            "{e}"
+        );
+        assert!(check_load_balancer_port(&keepalived(|_| {}), 6443).is_ok());
+        let e = check_load_balancer_port(&keepalived(|_| {}), 8443).expect_err("8443 is the default");
+        assert!(e.to_string().contains("8443"), "{e}");
     }
 
     #[test]

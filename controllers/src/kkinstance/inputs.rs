@@ -241,6 +241,24 @@ pub(crate) async fn phase_input(
                 .collect()
         })
         .unwrap_or_default();
+    let load_balancer = match kkc {
+        Some(k) if hosts::is_control_plane_member(inst) => {
+            let cluster = match crate::capi::cluster_name(&k.metadata) {
+                Some(name) => {
+                    let name =
+                        ObjectName::checked("KKCluster metadata.ownerReferences[kind=Cluster].name", &name)
+                            .map_err(invalid_name)?;
+                    crate::capi::cluster(ctx, &ns, name)
+                        .await
+                        .map_err(|e| Failure::Transient(e.to_string()))?
+                }
+                None => None,
+            };
+            let instances = ctx.stores.instances_in(&ns).await;
+            hosts::load_balancer_plan(k, inst, &instances, hosts::api_server_port(cluster.as_ref()))
+        }
+        _ => Default::default(),
+    };
     Ok(PhaseInput {
         instance: inst.spec.clone(),
         cluster: kkc.map(|k| k.spec.clone()),
@@ -254,6 +272,7 @@ pub(crate) async fn phase_input(
         // Host phases run no `kubeadm upgrade`: only the in-place update sets it.
         ignore_preflight_errors: Vec::new(),
         patches_dir: None,
+        load_balancer,
     })
 }
 

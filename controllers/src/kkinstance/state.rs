@@ -224,12 +224,12 @@ mod tests {
         let reset = (RESET_DONE_ANNOTATION, "now");
         let done = (
             COMPLETED_PHASES_ANNOTATION,
-            "bootstrap,repository,binary,containermanager,provisioning",
+            "bootstrap,repository,binary,containermanager,loadbalancer,provisioning",
         );
         let partial = (COMPLETED_PHASES_ANNOTATION, "bootstrap,repository");
         let prepared = (
             COMPLETED_PHASES_ANNOTATION,
-            "bootstrap,binary,containermanager,repository",
+            "bootstrap,binary,containermanager,repository,loadbalancer",
         );
         let failed = (FAILED_ANNOTATION, "CommandFailed");
         let retry = (RETRY_ANNOTATION, "1");

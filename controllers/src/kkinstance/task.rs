@@ -62,7 +62,7 @@ use super::{
 use crate::{
     conditions,
     context::Context,
-    services::{HostCall, PREPULL_AFTER, PREPULL_NEEDS, Phase},
+    services::{HostCall, LoadBalancerPlan, PREPULL_AFTER, PREPULL_NEEDS, Phase},
 };
 
 /// Journal records kept in status.
@@ -75,6 +75,7 @@ pub(crate) const HOSTWORK_CONDITIONS: &[&str] = &[
     cond::BINARIES_READY,
     cond::CRI_READY,
     cond::PROVISIONED,
+    cond::LOAD_BALANCER_READY,
     cond::DELETING,
 ];
 
@@ -563,6 +564,14 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
                 if stop.load(Ordering::SeqCst) {
                     return Ok(Ended::Stopped);
                 }
+                if let (Phase::LoadBalancer, LoadBalancerPlan::Refuse(message)) = (phase, &input.load_balancer) {
+                    // A second control plane whose endpoint would be one control-plane host: kubeadm must not
+                    // join it (the condition and the event name spec.controlPlaneLoadBalancer).
+                    return Err(Failure::Terminal {
+                        reason: reasons::NO_LOAD_BALANCER,
+                        message: message.clone(),
+                    });
+                }
                 if prepull_started.is_none() && PREPULL_NEEDS.iter().all(|p| done.contains(p.name())) {
                     prepull_started = Some(tokio::time::Instant::now());
                     // The images depend on what the bootstrap data runs. Unreadable, it is read again (and
@@ -587,7 +596,7 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
                     info!(kkinstance = %t.name, "Host prepared; waiting for the bootstrap data");
                     t.event(
                         false,
-                        "HostPrepared",
+                        capkk_api::consts::events::HOST_PREPARED,
                         "host prepared (bootstrap, binaries, container runtime, packages) before its bootstrap data; provisioning runs once the data is written".into(),
                     )
                     .await;
@@ -685,6 +694,14 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
                 }
                 res.map_err(|e| service_failure(phase, e))?;
                 t.phase_completed(&mut done, phase);
+                if phase == Phase::LoadBalancer
+                    && matches!(input.load_balancer, LoadBalancerPlan::Serve(_))
+                    && let Some(kkc) = inst.spec.cluster_name.as_deref()
+                {
+                    // The other members learn of this one from the KKCluster's sync: now, not at its next
+                    // poll (until then their keepalived does not send it adverts, and it may take the VIP too).
+                    ctx.trigger_cluster(kkc, &t.ns);
+                }
             }
             Ok(Ended::Provisioned)
         }
@@ -736,7 +753,7 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
             }
             t.event(
                 false,
-                "Provisioned",
+                capkk_api::consts::events::PROVISIONED,
                 "bootstrap data ran; sentinel present".into(),
             )
             .await;
@@ -850,8 +867,12 @@ pub(crate) async fn reset_task(ctx: Arc<Context>, inst: KKInstance, releasing: b
                 (BLOCK_MOVE_ANNOTATION, None),
             ]);
             info!(kkinstance = %t.name, "Host reset");
-            t.event(false, "HostReset", "host reset; it is free again".into())
-                .await;
+            t.event(
+                false,
+                capkk_api::consts::events::HOST_RESET,
+                "host reset; it is free again".into(),
+            )
+            .await;
         }
         Err(Failure::Transient(msg)) => {
             let delay = ctx.tasks.transient_failure(&t.uid, &msg);

@@ -232,7 +232,7 @@ impl Claimant<'_> {
                     ctx.event(
                         km,
                         false,
-                        "HostClaimed",
+                        capkk_api::consts::events::HOST_CLAIMED,
                         "Claim",
                         format!("claimed host {host_name} ({})", host.address),
                     )

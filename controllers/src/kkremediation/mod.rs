@@ -256,11 +256,11 @@ async fn apply(
             let wait = Duration::from_secs(strategy.timeout_seconds());
             let (reason, doing) = match tier {
                 RemediationTier::RestartServices => (
-                    "RestartingServices",
+                    capkk_api::consts::events::RESTARTING_SERVICES,
                     "restarting the kubelet, and containerd when capkk installed it".to_owned(),
                 ),
                 RemediationTier::Reboot => (
-                    "Rebooting",
+                    capkk_api::consts::events::REBOOTING,
                     format!("rebooting the host and waiting up to {} s for it", wait.as_secs()),
                 ),
             };

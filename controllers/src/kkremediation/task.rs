@@ -126,8 +126,8 @@ pub(crate) fn tier_event(tier: RemediationTier, ok: bool) -> &'static str {
     match (tier, ok) {
         (RemediationTier::RestartServices, true) => reasons::SERVICES_RESTARTED,
         (RemediationTier::Reboot, true) => reasons::HOST_REBOOTED,
-        (RemediationTier::RestartServices, false) => "ServicesRestartFailed",
-        (RemediationTier::Reboot, false) => "RebootFailed",
+        (RemediationTier::RestartServices, false) => capkk_api::consts::events::SERVICES_RESTART_FAILED,
+        (RemediationTier::Reboot, false) => capkk_api::consts::events::REBOOT_FAILED,
     }
 }
 

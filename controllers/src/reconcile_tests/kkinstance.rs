@@ -247,7 +247,7 @@ async fn a_recorded_claim_runs_every_phase_once_on_its_host_and_records_them_as_
     assert!(
         annotated(
             COMPLETED_PHASES_ANNOTATION,
-            "bootstrap,binary,containermanager,repository,provisioning"
+            "bootstrap,binary,containermanager,repository,loadbalancer,provisioning"
         ),
         "every phase is recorded as completed: {requests:#?}"
     );
@@ -780,11 +780,12 @@ async fn deleting_a_clean_kkinstance_gives_its_host_claims_back() {
 }
 
 /// The phases that need no bootstrap data, in the order they run.
-const PREPARATION: [Phase; 4] = [
+const PREPARATION: [Phase; 5] = [
     Phase::Bootstrap,
     Phase::Binary,
     Phase::ContainerManager,
     Phase::Repository,
+    Phase::LoadBalancer,
 ];
 
 /// A claim made before the bootstrap data existed (the spec names none), with `annotations`.
@@ -818,7 +819,7 @@ async fn a_claim_without_bootstrap_data_prepares_its_host_and_stops_before_provi
         requests.iter().any(|(m, p, b)| m == "PATCH"
             && p == &path("kkinstances", "c.node1")
             && b["metadata"]["annotations"][COMPLETED_PHASES_ANNOTATION]
-                == "bootstrap,binary,containermanager,repository"),
+                == "bootstrap,binary,containermanager,repository,loadbalancer"),
         "the preparation is recorded in the host journal's annotation: {requests:#?}"
     );
     assert!(evented(&requests, "HostPrepared"), "{requests:#?}");
@@ -860,7 +861,7 @@ async fn a_prepared_host_waits_for_its_bootstrap_data_without_running_anything_a
             (TOUCHED_ANNOTATION, "true"),
             (
                 COMPLETED_PHASES_ANNOTATION,
-                "bootstrap,binary,containermanager,repository",
+                "bootstrap,binary,containermanager,repository,loadbalancer",
             ),
         ],
     );
@@ -896,7 +897,7 @@ async fn a_prepared_host_given_its_bootstrap_data_runs_provisioning_alone() {
             (TOUCHED_ANNOTATION, "true"),
             (
                 COMPLETED_PHASES_ANNOTATION,
-                "bootstrap,binary,containermanager,repository",
+                "bootstrap,binary,containermanager,repository,loadbalancer",
             ),
         ],
     );
@@ -974,7 +975,7 @@ async fn deleting_a_prepared_host_that_never_got_its_bootstrap_data_resets_it() 
             (TOUCHED_ANNOTATION, "true"),
             (
                 COMPLETED_PHASES_ANNOTATION,
-                "bootstrap,binary,containermanager,repository",
+                "bootstrap,binary,containermanager,repository,loadbalancer",
             ),
         ],
     ));
@@ -1166,4 +1167,164 @@ async fn a_host_whose_address_the_ssh_policy_refuses_fails_terminally_naming_the
         .map(|(_, _, b)| b["note"].as_str().unwrap_or_default().to_owned())
         .unwrap_or_else(|| panic!("no AddressRefused event: {requests:#?}"));
     assert_eq!(event, want);
+}
+
+/// `inst` claimed for a control-plane Machine (CAPI's control-plane label, copied onto the KKInstance).
+fn control_plane(mut inst: KKInstance) -> KKInstance {
+    inst.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(capkk_api::consts::CONTROL_PLANE_LABEL.to_owned(), String::new());
+    inst
+}
+
+/// A test context whose caches hold Cluster `c`, KKCluster `c` (hosts node1, node2; `lb` its load balancer),
+/// KKMachine `km` and control plane node2, claimed earlier.
+fn two_control_planes(km: &KKMachine, lb: Option<capkk_api::LoadBalancer>) -> TestContext {
+    let mut t = TestContext::new();
+    t.caches.capi_cluster(capi_cluster());
+    let mut kkc = kkcluster(&[("node1", "10.0.0.1"), ("node2", "10.0.0.2")]);
+    kkc.spec.control_plane_load_balancer = lb;
+    t.caches.cluster(kkc);
+    t.caches.machine(km.clone());
+    t.caches
+        .instance(control_plane(claim(km, "node2", "10.0.0.2", &[])));
+    t
+}
+
+#[tokio::test]
+async fn a_control_plane_of_a_keepalived_cluster_serves_the_endpoint_with_every_claimed_control_plane_before_kubeadm()
+ {
+    use crate::services::LoadBalancerPlan;
+    let km = recorded_kkmachine();
+    let mut t = two_control_planes(
+        &km,
+        Some(capkk_api::LoadBalancer {
+            host: Some("10.0.0.100".into()),
+            type_: Some("Keepalived".into()),
+            ..Default::default()
+        }),
+    );
+    let inst = control_plane(claim(&km, "node1", "10.0.0.1", &[]));
+    let served = serve_host_work(t.api, &inst);
+    reconcile(Arc::new(inst), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    assert_eq!(task_end(&mut t.instance_triggers).await, Some("c.node1".into()));
+    served.finish();
+    assert_eq!(
+        t.services.ran(),
+        Phase::ALL,
+        "the load balancer's phase runs, before provisioning"
+    );
+    let plans = t.services.load_balancer_plans();
+    let [LoadBalancerPlan::Serve(cfg)] = plans.as_slice() else {
+        panic!("one phase serving the endpoint: {plans:?}");
+    };
+    let members: Vec<(&str, &str)> = cfg
+        .members
+        .iter()
+        .map(|m| (m.name.as_str(), m.address.as_str()))
+        .collect();
+    assert_eq!(
+        members,
+        [("node1", "10.0.0.1"), ("node2", "10.0.0.2")],
+        "itself and the control plane claimed before it"
+    );
+    assert_eq!(
+        (
+            cfg.this.name.as_str(),
+            cfg.vip.as_str(),
+            cfg.port,
+            cfg.api_server_port
+        ),
+        ("node1", "10.0.0.100", 8443, 6443)
+    );
+    assert_eq!(cfg.cluster, "ns/c");
+}
+
+#[tokio::test]
+async fn a_second_control_plane_without_a_load_balancer_is_refused_before_kubeadm_naming_the_field() {
+    let km = recorded_kkmachine();
+    let mut t = two_control_planes(&km, None);
+    let inst = control_plane(claim(&km, "node1", "10.0.0.1", &[]));
+    let served = serve_host_work(t.api, &inst);
+    reconcile(Arc::new(inst), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    assert!(
+        task_end(&mut t.instance_triggers).await.is_some(),
+        "the task ended"
+    );
+    let requests = served.finish();
+    assert_eq!(
+        t.services.ran(),
+        [
+            Phase::Bootstrap,
+            Phase::Binary,
+            Phase::ContainerManager,
+            Phase::Repository
+        ],
+        "neither the load balancer's phase nor provisioning (kubeadm) ran"
+    );
+    assert!(
+        requests.iter().any(|(m, p, b)| m == "PATCH"
+            && p == &path("kkinstances", "c.node1")
+            && b["metadata"]["annotations"][FAILED_ANNOTATION] == reasons::NO_LOAD_BALANCER),
+        "a terminal failure: {requests:#?}"
+    );
+    let condition = requests
+        .iter()
+        .rev()
+        .filter(|(m, p, _)| m == "PATCH" && p == &path("kkinstances", "c.node1/status"))
+        .filter_map(|(_, _, b)| {
+            b["status"]["conditions"].as_array().and_then(|cs| {
+                cs.iter()
+                    .find(|c| c["type"] == capkk_api::consts::conditions::LOAD_BALANCER_READY)
+                    .cloned()
+            })
+        })
+        .next()
+        .expect("the LoadBalancerReady condition is written");
+    assert_eq!(condition["status"], "False");
+    assert_eq!(condition["reason"], reasons::NO_LOAD_BALANCER);
+    let message = condition["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("spec.controlPlaneLoadBalancer") && message.contains("node2"),
+        "{message}"
+    );
+    assert!(
+        requests
+            .iter()
+            .any(|(m, p, b)| m == "POST" && p == EVENTS && b["reason"] == reasons::NO_LOAD_BALANCER),
+        "an event says so: {requests:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_worker_and_a_first_control_plane_without_a_load_balancer_run_no_load_balancer() {
+    use crate::services::LoadBalancerPlan;
+    let km = recorded_kkmachine();
+    // The only control plane of its cluster: the endpoint is its own address, as before.
+    let mut t = world(&km);
+    let inst = control_plane(claim(&km, "node1", "10.0.0.1", &[]));
+    let served = serve_host_work(t.api, &inst);
+    reconcile(Arc::new(inst), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    assert!(task_end(&mut t.instance_triggers).await.is_some());
+    served.finish();
+    assert_eq!(t.services.ran(), Phase::ALL);
+    assert_eq!(t.services.load_balancer_plans(), [LoadBalancerPlan::Nothing]);
+    // A worker beside two control planes of a cluster without a load balancer.
+    let mut t = two_control_planes(&km, None);
+    let inst = claim(&km, "node1", "10.0.0.1", &[]);
+    let served = serve_host_work(t.api, &inst);
+    reconcile(Arc::new(inst), t.ctx.clone())
+        .await
+        .expect("reconciled");
+    assert!(task_end(&mut t.instance_triggers).await.is_some());
+    served.finish();
+    assert_eq!(t.services.ran(), Phase::ALL);
+    assert_eq!(t.services.load_balancer_plans(), [LoadBalancerPlan::Nothing]);
 }

@@ -80,6 +80,12 @@ pub(crate) mod tpl {
         UPGRADE_NODE => "upgrade/kubeadm-upgrade-node.sh",
         UPGRADE_RESTART_KUBELET => "upgrade/restart-kubelet.sh",
         IMAGE_PREPULL => "images/prepull.sh",
+        LB_PROBE => "loadbalancer/probe.sh",
+        LB_CONFIGURE => "loadbalancer/configure.sh",
+        LB_REMOVE => "loadbalancer/remove.sh",
+        LB_KEEPALIVED_CONF => "loadbalancer/keepalived.conf",
+        LB_HAPROXY_CFG => "loadbalancer/haproxy.cfg",
+        LB_CHECK => "loadbalancer/check-apiserver.sh",
     }
 }
 

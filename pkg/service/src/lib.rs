@@ -2,7 +2,8 @@
 //!
 //! Order on create: [`bootstrap`] → [`binary`] → [`containermanager`] → [`repository`] (alongside it, the
 //! [`images`] pre-pull) → [`provisioning`];
-//! on delete: [`bootstrap::reset`](bootstrap); on an unhealthy Node: [`remediation`]; on a version change done in
+//! on a control-plane host of a cluster whose endpoint the provider serves, before provisioning:
+//! [`loadbalancer`]; on delete: [`bootstrap::reset`](bootstrap) and [`loadbalancer::remove`]; on an unhealthy Node: [`remediation`]; on a version change done in
 //! place: [`upgrade`]. Each service reports
 //! every step to a [`journal::Progress`] sink (name, exit code, duration, redacted output tail). This crate
 //! never talks to Kubernetes.
@@ -17,6 +18,7 @@ mod golden;
 pub mod host;
 pub mod images;
 pub mod journal;
+pub mod loadbalancer;
 #[cfg(test)]
 mod prop_render;
 pub mod provisioning;

@@ -42,6 +42,10 @@ pub const DEFAULT_RPM_PACKAGES: &[&str] = &[
     "ipvsadm",
     "chrony",
 ];
+/// The packages of a control-plane endpoint served by the provider (`controlPlaneLoadBalancer.type:
+/// Keepalived`) on dnf/yum hosts ([`LOADBALANCER_APT_PACKAGES`] on apt hosts): installed on control-plane hosts
+/// by [`crate::loadbalancer`] through [`ensure`].
+pub const LOADBALANCER_RPM_PACKAGES: &[&str] = &["keepalived", "haproxy"];
 /// Where an ISO is kept on the host.
 pub const ISO_DIR: &str = "/var/lib/capkk/repository";
 /// Where an ISO is mounted.

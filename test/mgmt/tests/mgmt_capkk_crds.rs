@@ -336,6 +336,41 @@ fn cluster_rules() -> Vec<(&'static str, When, Edit)> {
             When::Create,
             |s| s["controlPlaneLoadBalancer"]["host"] = json!("0x7f.1"),
         ),
+        // Issue 41: the VIP the provider serves is an IPv4 literal (keepalived's virtual_ipaddress, haproxy's
+        // bind), never a name or an IPv6 address; the Keepalived-only fields are refused on an external one.
+        (
+            "controlPlaneLoadBalancer.host must be an IPv4 address (the VIP) when type is Keepalived",
+            When::Create,
+            |s| s["controlPlaneLoadBalancer"] = json!({"host": "vip.example", "type": "Keepalived"}),
+        ),
+        (
+            "controlPlaneLoadBalancer.host must be an IPv4 address (the VIP) when type is Keepalived",
+            When::Create,
+            |s| s["controlPlaneLoadBalancer"] = json!({"host": "fd00::100", "type": "Keepalived"}),
+        ),
+        (
+            "controlPlaneLoadBalancer.host must be an IPv4 address (the VIP) when type is Keepalived",
+            When::Create,
+            |s| s["controlPlaneLoadBalancer"] = json!({"type": "Keepalived"}),
+        ),
+        (
+            "controlPlaneLoadBalancer.port, interface and virtualRouterID apply only to type Keepalived",
+            When::Create,
+            |s| s["controlPlaneLoadBalancer"] = json!({"host": "198.18.0.100", "port": 8443}),
+        ),
+        (
+            "controlPlaneLoadBalancer.port, interface and virtualRouterID apply only to type Keepalived",
+            When::Create,
+            |s| {
+                s["controlPlaneLoadBalancer"] =
+                    json!({"host": "198.18.0.100", "type": "External", "interface": "eth0"})
+            },
+        ),
+        (
+            "spec.controlPlaneLoadBalancer is immutable once set",
+            When::Update(|_| {}),
+            |s| s["controlPlaneLoadBalancer"]["type"] = json!("Keepalived"),
+        ),
         (
             "controlPlaneEndpoint.host must be an IP address (IPv4 in dotted decimal) or a DNS name not ending in a number, without port or path",
             When::Create,
@@ -548,6 +583,11 @@ fn pattern_rules() -> Vec<(&'static str, &'static str, Edit)> {
         }),
         ("cluster", "component.host", |s| {
             s["component"]["host"] = json!("file:///etc")
+        }),
+        // Issue 41: the VIP's interface reaches keepalived's configuration.
+        ("cluster", "controlPlaneLoadBalancer.interface", |s| {
+            s["controlPlaneLoadBalancer"] =
+                json!({"host": "198.18.0.100", "type": "Keepalived", "interface": "eth0\n}\nx {"})
         }),
         ("cluster", "component.overrides[0].id", |s| {
             s["component"]["overrides"] = json!([{"id": "../kubeadm"}])
@@ -943,7 +983,7 @@ async fn host_and_name_fields_accept_ip_literals_dns_names_and_a_moved_claim() -
     let client = common::client().await?;
     common::install_capkk_crds(&client).await?;
     let ns = common::namespace(&client, "hosts-ok").await?;
-    let clusters: [(&str, Value, Value, Value); 4] = [
+    let clusters: [(&str, Value, Value, Value); 5] = [
         (
             "v4",
             json!("198.18.0.11"),
@@ -967,6 +1007,13 @@ async fn host_and_name_fields_accept_ip_literals_dns_names_and_a_moved_claim() -
             json!("node1x"),
             json!({"host": ""}),
             json!({"host": "", "port": 0}),
+        ),
+        // Issue 41: the endpoint the provider serves, every field set (the ha flavor's shape).
+        (
+            "keepalived",
+            json!("198.18.0.11"),
+            json!({"host": "198.18.0.100", "type": "Keepalived", "port": 8443, "interface": "enp0s1.100", "virtualRouterID": 255}),
+            json!({"host": "198.18.0.100", "port": 8443}),
         ),
     ];
     for (name, address, lb, ep) in clusters {
@@ -1042,6 +1089,17 @@ const CAPI_BOOK_ENV: &[(&str, &str)] = &[
 
 /// Renders `template` with the real clusterctl (`generate cluster --from`) and the CAPI book's environment.
 async fn clusterctl_render(template: &std::path::Path, cluster: &str, ns: &str) -> anyhow::Result<String> {
+    clusterctl_render_with(template, cluster, ns, CAPI_BOOK_ENV, 1).await
+}
+
+/// Renders `template` with the real clusterctl, `env` and `control_planes` control-plane replicas.
+async fn clusterctl_render_with(
+    template: &std::path::Path,
+    cluster: &str,
+    ns: &str,
+    env: &[(&str, &str)],
+    control_planes: u32,
+) -> anyhow::Result<String> {
     let plane = capkk_mgmt::ManagementPlane::shared().await?;
     let clusterctl = capkk_mgmt::bin_dir().await?.join("clusterctl");
     anyhow::ensure!(
@@ -1055,19 +1113,16 @@ async fn clusterctl_render(template: &std::path::Path, cluster: &str, ns: &str) 
     cmd.args(["generate", "cluster", cluster, "--from"])
         .arg(template)
         .args(["--target-namespace", ns, "--kubernetes-version", "v1.32.0"])
-        .args([
-            "--control-plane-machine-count",
-            "1",
-            "--worker-machine-count",
-            "1",
-        ])
+        .arg("--control-plane-machine-count")
+        .arg(control_planes.to_string())
+        .args(["--worker-machine-count", "1"])
         .arg("--kubeconfig")
         .arg(plane.kubeconfig_path())
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", home.path())
         .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true")
-        .envs(CAPI_BOOK_ENV.iter().copied())
+        .envs(env.iter().copied())
         .kill_on_drop(true);
     let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
         .await
@@ -1238,6 +1293,52 @@ async fn a_capkk_exported_kkcluster_with_empty_host_auth_round_trips_and_keeps_t
     assert_eq!(
         stored.data["spec"]["template"]["spec"]["containerManager"],
         kkmt["spec"]["template"]["spec"]["containerManager"]
+    );
+    Ok(())
+}
+
+/// Issue 41: `--flavor ha` (templates/cluster-template-ha.yaml) rendered by the real clusterctl with only the VIP
+/// given is accepted by the apiserver: the KKCluster asks the provider to serve the endpoint (Keepalived, haproxy
+/// on 8443) and the optional variables' `null` defaults leave their fields unset for the controller.
+#[tokio::test]
+async fn the_ha_flavor_renders_a_keepalived_endpoint_the_apiserver_accepts() -> anyhow::Result<()> {
+    let client = common::client().await?;
+    common::install_capkk_crds(&client).await?;
+    let ns = common::namespace(&client, "ha-flavor").await?;
+    let template = capkk_mgmt::repo_root().join("templates/cluster-template-ha.yaml");
+    let env = [
+        (
+            "KUBEKEY_INSTANCES",
+            "[{name: cp-1, address: 198.18.5.11, roles: [control-plane]}, {name: cp-2, address: 198.18.5.12, roles: [control-plane]}, {name: cp-3, address: 198.18.5.13, roles: [control-plane]}, {name: w-1, address: 198.18.5.21, roles: [worker]}]",
+        ),
+        ("CONTROL_PLANE_VIP", "198.18.5.200"),
+    ];
+    let rendered = clusterctl_render_with(&template, "ha", &ns, &env, 3).await?;
+    let docs = capkk_mgmt::parse_yaml_docs(&rendered, "clusterctl generate cluster --flavor ha")?;
+    for mut doc in docs {
+        let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
+        if kind == "KubeadmControlPlane" {
+            assert_eq!(doc["spec"]["replicas"], 3, "--control-plane-machine-count");
+        }
+        doc["metadata"]["namespace"] = json!(ns);
+        common::create(&client, &ns, doc)
+            .await
+            .with_context(|| format!("the apiserver rejected the ha flavor's {kind}"))?;
+    }
+    let stored = api_for(&client, &ns, "KKCluster").await.get("ha").await?;
+    let kkc: capkk_api::KKCluster = serde_json::from_value(serde_json::to_value(&stored)?)?;
+    // The optional variables' `null` is stored as null (the fields are nullable) and read as unset.
+    assert_eq!(
+        kkc.spec.control_plane_load_balancer,
+        Some(capkk_api::LoadBalancer {
+            host: Some("198.18.5.200".into()),
+            type_: Some("Keepalived".into()),
+            port: Some(8443),
+            interface: None,
+            virtual_router_id: None,
+        }),
+        "as stored: {}",
+        stored.data["spec"]["controlPlaneLoadBalancer"]
     );
     Ok(())
 }
