@@ -400,6 +400,7 @@ pub fn configure_script(cfg: &LoadBalancerConfig, interface: &str, installed: &[
             .var("STATE_DIR", STATE_DIR)
             .var("VIP_CIDR", format!("{}/32", cfg.vip))
             .var("INTERFACE", interface)
+            .var("PORT", cfg.port.to_string())
             .var("INSTALLED", installed.join(" "))
             .raw(&format!(
                 "HAPROXY_FILES() {{\n{}}}\nKEEPALIVED_FILES() {{\n{}{}}}\n",
@@ -960,6 +961,22 @@ mod tests {
         dir: &std::path::Path,
         cfg: &LoadBalancerConfig,
     ) -> (bool, String, Vec<String>) {
+        // haproxy's frontend listening, as /proc/net/tcp shows it (8443 = 0x20FB, state 0A).
+        let tcp = format!(
+            "  sl  local_address rem_address   st\n   0: 00000000:{:04X} 00000000:0000 0A\n",
+            cfg.port
+        );
+        configure_with_stand_ins_and_sockets(dir, cfg, &tcp)
+    }
+
+    /// [`configure_with_stand_ins`] with `tcp` as the host's `/proc/net/tcp`.
+    fn configure_with_stand_ins_and_sockets(
+        dir: &std::path::Path,
+        cfg: &LoadBalancerConfig,
+        tcp: &str,
+    ) -> (bool, String, Vec<String>) {
+        let sockets = dir.join("tcp");
+        std::fs::write(&sockets, tcp).unwrap();
         let bin = dir.join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         let log = dir.join("calls");
@@ -996,7 +1013,9 @@ mod tests {
             )
             .replace(HAPROXY_CFG, &dir.join("haproxy.cfg").display().to_string())
             .replace(CHECK_SCRIPT, &dir.join("check.sh").display().to_string())
-            .replace(STATE_DIR, &dir.join("state").display().to_string());
+            .replace(STATE_DIR, &dir.join("state").display().to_string())
+            .replace("/proc/net/tcp /proc/net/tcp6", &sockets.display().to_string())
+            .replace("sleep 0.5", "sleep 0.01");
         let out = std::process::Command::new("sh")
             .arg("-c")
             .arg(&text)
@@ -1014,6 +1033,28 @@ mod tests {
             String::from_utf8_lossy(&out.stdout).into_owned(),
             calls,
         )
+    }
+
+    #[test]
+    fn an_active_haproxy_with_nothing_listening_on_the_endpoint_port_fails_the_configuration_naming_the_port()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = config();
+        // Something else listens (the API server on 6443 = 0x192B); haproxy loaded nothing.
+        let tcp = "  sl  local_address rem_address   st\n   0: 00000000:192B 00000000:0000 0A\n";
+        let (ok, out, _) = configure_with_stand_ins_and_sockets(dir.path(), &cfg, tcp);
+        assert!(!ok, "a frontend that does not listen is no endpoint: {out}");
+        assert!(
+            out.contains("haproxy is active but nothing listens on port 8443"),
+            "{out}"
+        );
+        // A connection to 8443 (not a listener: state 01) is not the frontend either.
+        let tcp = "  sl  local_address rem_address   st\n   0: 0A000001:20FB 0A000002:9C40 01\n";
+        let (ok, out, _) = configure_with_stand_ins_and_sockets(dir.path(), &cfg, tcp);
+        assert!(!ok, "{out}");
+        let (ok, out, _) = configure_with_stand_ins(dir.path(), &cfg);
+        assert!(ok, "{out}");
+        assert!(out.contains("haproxy listens on port 8443"), "{out}");
     }
 
     #[test]

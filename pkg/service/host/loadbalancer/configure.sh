@@ -1,4 +1,4 @@
-# Variables: STATE_DIR, VIP_CIDR, INTERFACE, INSTALLED (the packages capkk installed in this run, space
+# Variables: STATE_DIR, VIP_CIDR, INTERFACE, PORT (haproxy's frontend), INSTALLED (the packages capkk installed in this run, space
 # separated); KEEPALIVED_FILES and HAPROXY_FILES (functions writing each service's files with put_file).
 # Each service is validated, enabled and (re)loaded only when one of its files changed or it does not run:
 # an unchanged membership leaves the VIP and the connections through haproxy alone.
@@ -41,4 +41,22 @@ for _n in haproxy keepalived; do
     sleep 0.5
   done
 done
-echo "keepalived and haproxy are active"
+# An active haproxy is not yet a frontend: a configuration haproxy cannot load (e.g. a maxconn past the host's
+# open-files limit) leaves a master process that systemd reports active with nothing listening. Listening on
+# PORT (/proc/net/tcp{,6}, state 0A) is what the endpoint needs.
+listening() {
+  _hex=$(printf '%04X' "$1")
+  cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
+    awk -v p=":$_hex" '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }'
+}
+_i=0
+until listening "$PORT"; do
+  _i=$((_i + 1))
+  if [ "$_i" -ge 20 ]; then
+    echo "haproxy is active but nothing listens on port $PORT:"
+    journalctl -u haproxy --no-pager -n 20 2>/dev/null || systemctl status --no-pager -n 20 haproxy || true
+    exit 1
+  fi
+  sleep 0.5
+done
+echo "keepalived and haproxy are active; haproxy listens on port $PORT"
