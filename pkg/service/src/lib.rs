@@ -24,6 +24,8 @@ mod prop_render;
 pub mod provisioning;
 pub mod remediation;
 pub mod repository;
+#[cfg(test)]
+mod stand_ins;
 pub mod upgrade;
 
 pub use error::{Error, Result};

@@ -759,17 +759,12 @@ mod tests {
     /// at temporary paths; returns (success, output, the stand-ins' calls, the paths left).
     fn remove_with_stand_ins(ours: bool) -> (bool, String, Vec<String>, Vec<bool>) {
         let dir = tempfile::tempdir().unwrap();
-        let bin = dir.path().join("bin");
-        std::fs::create_dir_all(&bin).unwrap();
-        let log = dir.path().join("calls");
+        let tools = crate::stand_ins::StandIns::new(dir.path());
         for tool in ["systemctl", "ip"] {
-            let p = bin.join(tool);
-            std::fs::write(
-                &p,
-                format!("#!/bin/sh\necho \"{tool} $*\" >> '{}'\nexit 0\n", log.display()),
-            )
-            .unwrap();
-            std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+            tools.tool(
+                tool,
+                &format!("echo \"{tool} $*\" >> '{}'\n", tools.log().display()),
+            );
         }
         let ka = dir.path().join("keepalived.conf");
         let ha = dir.path().join("haproxy.cfg");
@@ -787,23 +782,9 @@ mod tests {
             .replace(HAPROXY_CFG, &ha.display().to_string())
             .replace(CHECK_SCRIPT, &check.display().to_string())
             .replace(STATE_DIR, &state.display().to_string());
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(&text)
-            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
-            .output()
-            .unwrap();
-        let calls = std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_owned)
-            .collect();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            calls,
-            [&ka, &ha, &check, &state].iter().map(|p| p.exists()).collect(),
-        )
+        let (ok, out, calls) = tools.run(&text);
+        let left = [&ka, &ha, &check, &state].iter().map(|p| p.exists()).collect();
+        (ok, out, calls, left)
     }
 
     #[test]
@@ -977,33 +958,21 @@ mod tests {
     ) -> (bool, String, Vec<String>) {
         let sockets = dir.join("tcp");
         std::fs::write(&sockets, tcp).unwrap();
-        let bin = dir.join("bin");
-        std::fs::create_dir_all(&bin).unwrap();
-        let log = dir.join("calls");
-        let _ = std::fs::remove_file(&log);
-        let tools = [
-            (
+        let tools = crate::stand_ins::StandIns::new(dir);
+        let log = tools.log().display().to_string();
+        let d = dir.display();
+        tools
+            .tool(
                 "systemctl",
-                format!(
-                    "echo \"systemctl $*\" >> '{log}'\ncase \"$1\" in\n  is-active) [ -e '{d}/active-'\"$3\" ]; exit $? ;;\n  restart) touch '{d}/active-'\"$2\" ;;\nesac\n",
-                    log = log.display(),
-                    d = dir.display()
+                &format!(
+                    "echo \"systemctl $*\" >> '{log}'\ncase \"$1\" in\n  is-active) [ -e '{d}/active-'\"$3\" ]; exit $? ;;\n  restart) touch '{d}/active-'\"$2\" ;;\nesac\n"
                 ),
-            ),
-            ("haproxy", format!("echo \"haproxy $*\" >> '{}'\n", log.display())),
-            (
+            )
+            .tool("haproxy", &format!("echo \"haproxy $*\" >> '{log}'\n"))
+            .tool(
                 "keepalived",
-                format!(
-                    "[ \"$1\" = --help ] && echo '  -t, --config-test'\necho \"keepalived $*\" >> '{}'\n",
-                    log.display()
-                ),
-            ),
-        ];
-        for (name, body) in tools {
-            let p = bin.join(name);
-            std::fs::write(&p, format!("#!/bin/sh\n{body}exit 0\n")).unwrap();
-            std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        }
+                &format!("[ \"$1\" = --help ] && echo '  -t, --config-test'\necho \"keepalived $*\" >> '{log}'\n"),
+            );
         let text = configure_script(cfg, "eth0", &["keepalived".into()])
             .unwrap()
             .render()
@@ -1016,23 +985,12 @@ mod tests {
             .replace(STATE_DIR, &dir.join("state").display().to_string())
             .replace("/proc/net/tcp /proc/net/tcp6", &sockets.display().to_string())
             .replace("sleep 0.5", "sleep 0.01");
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(&text)
-            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
-            .output()
-            .unwrap();
-        let calls = std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .lines()
+        let (ok, out, calls) = tools.run(&text);
+        let calls = calls
+            .into_iter()
             .filter(|l| !l.starts_with("systemctl is-active") && !l.contains("--help"))
-            .map(str::to_owned)
             .collect();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            calls,
-        )
+        (ok, out, calls)
     }
 
     #[test]

@@ -460,41 +460,21 @@ mod tests {
     /// stamp at a temporary path, present when `ours`; returns (success, output, the stand-in's calls).
     fn restart_with_stand_ins(ours: bool) -> (bool, String, Vec<String>) {
         let dir = tempfile::tempdir().unwrap();
-        let bin = dir.path().join("bin");
-        std::fs::create_dir_all(&bin).unwrap();
-        let log = dir.path().join("calls");
+        let tools = crate::stand_ins::StandIns::new(dir.path());
         let stamp = dir.path().join("containerd-stamp");
         if ours {
             std::fs::write(&stamp, "x").unwrap();
         }
-        let systemctl = bin.join("systemctl");
-        std::fs::write(
-            &systemctl,
-            format!("#!/bin/sh\necho \"$*\" >> '{}'\nexit 0\n", log.display()),
-        )
-        .unwrap();
-        std::fs::set_permissions(&systemctl, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        tools.tool(
+            "systemctl",
+            &format!("echo \"$*\" >> '{}'\n", tools.log().display()),
+        );
         let text = restart_script(&RestartOptions {
             wait: Duration::from_secs(5),
         })
         .render()
         .replace(CONTAINERD_STAMP, &stamp.display().to_string());
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(&text)
-            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
-            .output()
-            .unwrap();
-        let calls = std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_owned)
-            .collect();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            calls,
-        )
+        tools.run(&text)
     }
 
     /// Issue 43 finding 8: the restart tier restarts the kubelet always, containerd only when capkk installed
