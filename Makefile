@@ -21,6 +21,8 @@
 #                       release-test      make release (clusterctl repository, image archive, SBOM, SHA256SUMS), checked
 #                       test-vm           VM test hosts under QEMU (test/vm/vm.mk)
 #                       test-real-smoke   one real node: kubeadm init on a VM through the controllers
+#                       test-real-e2e     3 node containers: control plane + 2 workers, flannel, scale 2->1->2
+#                       test-real-ha      3 control planes behind the provider's VIP, its holder powered off, KCP remediation
 #   make e2e-real     two real nodes end to end (long; not in make test)
 #   make deny         cargo-deny: licenses, bans, sources (deny.toml; installs cargo-deny on first use)
 #   make release      clusterctl repository, image archive, CycloneDX SBOM, SHA256SUMS in $(OUT) (make release-test)
