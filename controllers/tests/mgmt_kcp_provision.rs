@@ -207,7 +207,7 @@ async fn kcp_machine_is_provisioned_on_a_sandbox_host() -> anyhow::Result<()> {
         inst["status"]["step"]
             .as_str()
             .unwrap_or("")
-            .starts_with("step 5/5"),
+            .starts_with("step 6/6"),
         "step: {}",
         inst["status"]["step"]
     );

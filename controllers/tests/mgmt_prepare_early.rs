@@ -15,7 +15,7 @@ use common::{day2::*, sandbox::inside, *};
 use serde_json::{Value, json};
 
 const CLUSTER: &str = "pe";
-const PREPARED: &str = "bootstrap,binary,containermanager,repository";
+const PREPARED: &str = "bootstrap,binary,containermanager,repository,loadbalancer";
 const COMPLETED: &str = "kkinstance.infrastructure.cluster.x-k8s.io/completed-phases";
 const SENTINEL: &str = "/run/cluster-api/bootstrap-success.complete";
 
@@ -225,9 +225,9 @@ async fn a_workers_host_is_prepared_before_the_control_plane_exists_and_provisio
     // The phases of the preparation ran once: provisioning alone followed.
     let logs = mgr.logs();
     for step in [
-        "step 1/5: bootstrap",
-        "step 2/5: binary",
-        "step 5/5: provisioning",
+        "step 1/6: bootstrap",
+        "step 2/6: binary",
+        "step 6/6: provisioning",
     ] {
         let runs = logs
             .lines()

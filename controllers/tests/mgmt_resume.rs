@@ -94,7 +94,7 @@ async fn sigkilled_leader_is_replaced_and_work_resumes_without_repeats() -> anyh
             .unwrap_or("")
             .to_owned();
     ensure!(
-        done_before == "bootstrap,binary,containermanager,repository",
+        done_before == "bootstrap,binary,containermanager,repository,loadbalancer",
         "phases before provisioning recorded: {done_before:?}"
     );
     ensure!(
@@ -136,15 +136,15 @@ async fn sigkilled_leader_is_replaced_and_work_resumes_without_repeats() -> anyh
     );
     let standby_logs = standby.logs();
     ensure!(
-        !standby_logs.contains("step 1/5: bootstrap"),
+        !standby_logs.contains("step 1/6: bootstrap"),
         "the new leader skipped the completed phases"
     );
     ensure!(
-        standby_logs.contains("step 5/5: provisioning"),
+        standby_logs.contains("step 6/6: provisioning"),
         "the new leader resumed provisioning"
     );
     ensure!(
-        killed_logs.contains("step 1/5: bootstrap"),
+        killed_logs.contains("step 1/6: bootstrap"),
         "the killed leader had done the early phases"
     );
     standby.terminate();
