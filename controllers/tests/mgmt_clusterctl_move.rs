@@ -312,7 +312,10 @@ async fn a_provisioned_cluster_moves_to_another_plane_and_nothing_runs_again_on_
     let (source_logs, dest_logs) = (source.logs(), dest.logs());
     // The source manager ran them (6 phases: bootstrap .. loadbalancer, provisioning); the target none.
     for step in ["step 1/6", "step 6/6"] {
-        ensure!(source_logs.contains(step), "the source manager logged {step}: the check below could not fail");
+        ensure!(
+            source_logs.contains(step),
+            "the source manager logged {step}: the check below could not fail"
+        );
         ensure!(!dest_logs.contains(step), "the target manager ran {step}");
     }
     for line in ["Resetting the host", "Freeing the host", "Quarantining the host"] {
