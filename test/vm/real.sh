@@ -45,7 +45,16 @@
 #                                keeps answering (`capkk-bench failover` samples both every 100 ms and prints the
 #                                failover table's row); a control-plane MachineHealthCheck has KCP replace the dead
 #                                Machine on the spare host; etcd back at 3 voting members (listed before/after)
-#   test/vm/real.sh down | e2e-down | quickstart-down | clusterctl-down | day2-down | remediation-down | ha-down
+#   test/vm/real.sh roll         make e2e-real-roll: REAL_CPS (3, or 1) control planes behind the provider's VIP (the ha
+#                                flavor), a worker and a spare host, all at the node artifacts' previous Kubernetes;
+#                                a 2-replica workload probed through its NodePort and the API through the VIP all
+#                                along; the KubeadmControlPlane's version raised (KCP rolls one Machine at a time
+#                                onto a free host, an old one's host reset for the next), then the
+#                                MachineDeployment's (the worker onto the host an old control plane left): every
+#                                reused host runs the new binaries and images, etcd at CPS voting members, the
+#                                longest gaps and `kubectl get nodes -o wide` before and after
+#   test/vm/real.sh down | e2e-down | quickstart-down | clusterctl-down | day2-down | remediation-down | ha-down |
+#                   roll-down
 #                                tear down what that mode left (VMs, mirror, registry, manager, namespace)
 #
 # HOSTS=containers (the default) runs every mode's hosts as node containers (test/vm/src/containers.rs:
@@ -101,7 +110,8 @@ case $MODE in
   day2 | day2-down) NAME=${REAL_NAME:-real-day2} ;;
   remediation | remediation-down) NAME=${REAL_NAME:-real-remediation} ;;
   ha | ha-down) NAME=${REAL_NAME:-real-ha} ;;
-  *) echo "usage: $0 smoke|e2e|quickstart|clusterctl|day2|remediation|ha|down|e2e-down|quickstart-down|clusterctl-down|day2-down|remediation-down|ha-down" >&2; exit 2 ;;
+  roll | roll-down) NAME=${REAL_NAME:-real-roll} ;;
+  *) echo "usage: $0 smoke|e2e|quickstart|clusterctl|day2|remediation|ha|roll|down|e2e-down|quickstart-down|clusterctl-down|day2-down|remediation-down|ha-down|roll-down" >&2; exit 2 ;;
 esac
 # The host source (see above); the remediation mode's reboot tier needs VMs.
 HOSTS=${HOSTS:-$([ "${MODE%-down}" = remediation ] && echo vms || echo containers)}
@@ -119,6 +129,8 @@ VIP='' VIP_PORT=${REAL_VIP_PORT:-8443}
 # The ha mode: the control plane holding the VIP; the host whose power was cut and when (epoch seconds, kept in
 # $WORK/failover.env for a REAL_FROM run).
 VIP_HOLDER='' DEAD_HOST='' FAILOVER_T0=''
+# The roll mode: the host the control-plane roll freed (where the worker goes next).
+ROLL_FREED=''
 # The failover's longest API and workload gap that still passes (seconds; the issue's target is 5).
 HA_MAX_GAP=${REAL_HA_MAX_GAP:-15}
 case $CNI in static | flannel) ;; *) echo "REAL_CNI=$CNI: static or flannel" >&2; exit 2 ;; esac
@@ -127,7 +139,7 @@ FROM=${REAL_FROM:-}
 TO=${REAL_TO:-}
 EXTRA_VMS=${REAL_EXTRA_VMS:-0}
 SERVE_PREV=${REAL_PREV:-0}
-[ "$MODE" != day2 ] || SERVE_PREV=1
+[ "$MODE" != day2 ] && [ "$MODE" != roll ] || SERVE_PREV=1
 CLUSTER=$NAME
 NS=capkk-$NAME
 WORK=${REAL_WORK:-$ROOT/target/real/$NAME}
@@ -356,7 +368,7 @@ vms_up() {
   # the control plane's page cache thrashed (load 20 in the guest) once every provider ran on it.
   [ "$MODE" != clusterctl ] || cp_size=2x4096 worker_size=1x3072
   # ha: every host but the worker may become a control plane (the spare replaces a lost one).
-  [ "$MODE" != ha ] || worker_size=$cp_size
+  [ "$MODE" != ha ] && [ "$MODE" != roll ] || worker_size=$cp_size
   specs=(--vm "$cp_size")
   for i in $(seq 2 "$VMS"); do specs+=(--vm "$worker_size"); done
   # The day-2 spare becomes the control plane (kubeadm's preflight wants 2 CPUs there).
@@ -386,7 +398,7 @@ fleet_up_done() { # fleet_up_done WHAT: the fleet's bridge and inner network; ea
 }
 
 # The ha mode's VIP: an address of the fleet's bridge subnet outside the hosts' (.11 and up) and the machine's (.1).
-ha_vip() { [ "$MODE" != ha ] || VIP=${BRIDGE%.*}.250; }
+ha_vip() { [ "$MODE" != ha ] && [ "$MODE" != roll ] || VIP=${BRIDGE%.*}.250; }
 
 # The same fleet as node containers: systemd and sshd on the machine's kernel, nothing of Kubernetes (the
 # provider installs it over SSH as on VMs). Sizes are the VMs' (recorded; a container is not limited).
@@ -493,6 +505,8 @@ render_apply() {
   # Day 2: the worker's VM first (a host is claimed in inventory order), then the control plane's and the spare's,
   # which may serve either role (the control plane moves to the spare, a worker to the freed VM).
   [ "$MODE/$VMS" != day2/3 ] || order="2 1 3"
+  # The roll: the worker's host first (worker only), then the control planes' and the spare's (either role).
+  [ "$MODE" != roll ] || order="$W1 $(seq -s ' ' "$CPS") $VMS"
   for i in $order; do
     fp=$(fleet_json "d['vms'][$i-1]['host_key_fingerprint']")
     role=worker
@@ -500,6 +514,7 @@ render_apply() {
     # The ha mode's spare (the last host): where KCP puts the Machine that replaces a lost control plane.
     [ "$MODE/$i" != "ha/$VMS" ] || role=control-plane
     [ "$MODE/$VMS" != day2/3 ] || [ "$i" = 2 ] || role="control-plane, worker"
+    [ "$MODE" != roll ] || [ "$i" = "$W1" ] || role="control-plane, worker"
     instances+="${instances:+, }{name: $(vm_name "$i"), address: $(vm_addr "$i"), roles: [$role], hostKeys: [\"$fp\"]}"
   done
   if [ "$MODE/$VMS" = day2/3 ]; then
@@ -507,6 +522,9 @@ render_apply() {
     day2=(--control-plane-lb "$BRIDGE" --etcd-image-tag "$PREV_ETCD_IMAGE_TAG" --dns-image-tag "$PREV_DNS_IMAGE_TAG")
   elif [ "$MODE" = day2 ]; then
     day2=(--worker-version "$OLD_VERSION")
+  elif [ "$MODE" = roll ]; then
+    kv=$OLD_VERSION
+    day2=(--etcd-image-tag "$PREV_ETCD_IMAGE_TAG" --dns-image-tag "$PREV_DNS_IMAGE_TAG")
   fi
   local component
   component=$(<"$WORK/serve/component.yaml")
@@ -537,7 +555,7 @@ render_apply() {
   # The ha flavor (the endpoint the provider serves: CONTROL_PLANE_VIP, on node containers their eth0) carries
   # no pod network: with flannel, the flannel flavor's ClusterResourceSet joins the rendering (tcg-knobs.py
   # --cni-from), as a user combines two flavors' YAML.
-  if [ "$MODE" = ha ]; then
+  if [ "$MODE" = ha ] || [ "$MODE" = roll ]; then
     if [ "$CNI" = flannel ]; then
       generate_cluster "${flavor[@]}" >"$WORK/cluster-flannel.yaml"
       cni_from=(--cni-from "$WORK/cluster-flannel.yaml")
@@ -1353,8 +1371,10 @@ workload_probe() {
   gap_probe_start "$port"
   wait_for "the probe gets answers through node port $port" 120 grep -q ' ok$' "$WORK/gap.log"
 }
-gap_report() { # gap_report SINCE LABEL: the longest time between two answered probes since SINCE (epoch seconds)
-  python3 - "$WORK/gap.log" "$1" "$2" <<'PY' | tee -a "$WORK/gaps.txt" | sed 's/^/    /'
+# gap_report SINCE LABEL: the longest time between two answered probes since SINCE (epoch seconds), in
+# $GAP_LOG (default: the workload probe's log)
+gap_report() {
+  python3 - "${GAP_LOG:-$WORK/gap.log}" "$1" "$2" <<'PY' | tee -a "$WORK/gaps.txt" | sed 's/^/    /'
 import sys
 path, since, label = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 rows = []
@@ -1820,6 +1840,169 @@ ha_remediation() {
 }
 since_failover() { python3 -c "import sys, time; print(round(time.time() - float(sys.argv[1])))" "$FAILOVER_T0"; }
 
+# ---------------------------------------------------------------------------------------------------------
+# roll (make e2e-real-roll): the whole cluster at OLD_VERSION behind the endpoint the provider serves (the ha
+# flavor: a keepalived VIP, haproxy on every control plane; also with one control plane, so that its Machine can
+# move to another host), then upgraded to KUBE_VERSION the way a CAPI user does it: the KubeadmControlPlane's
+# version (KCP rolls its Machines one at a time, maxSurge 1: a new control plane on a free host, then an old one
+# removed, its host reset and free for the next), then the MachineDeployment's (its worker onto a host an old
+# control plane left). A 2-replica workload is probed through its NodePort all along, the API through the VIP.
+# Hosts: the worker first in the inventory (hosts are claimed in its order; worker role only), then the control
+# planes and the spare, which may serve either role.
+
+host_index() { # host_index NAME: the fleet's number of the host NAME
+  local i
+  for i in $(seq "$VMS"); do [ "$(vm_name "$i")" != "$1" ] || { echo "$i"; return 0; }; done
+  return 1
+}
+cp_nodes() { # the control-plane Machines' Nodes, sorted, one line
+  kubectl get machines -n "$NS" -l "$CP_SEL" -o jsonpath='{range .items[*]}{.status.nodeRef.name}{"\n"}{end}' |
+    grep . | sort | tr '\n' ' ' | sed 's/ $//'
+}
+machines_at() { # machines_at SELECTOR COUNT VERSION: exactly COUNT Machines, every one at VERSION, Running, a nodeRef
+  local out
+  out=$(kubectl get machines -n "$NS" -l "$1" -o jsonpath='{range .items[*]}{.spec.version} {.status.phase} {.status.nodeRef.name}{"\n"}{end}')
+  [ "$(grep -c . <<<"$out")" = "$2" ] && [ "$(grep -c "^$3 Running [^ ]" <<<"$out")" = "$2" ]
+}
+host_images_at() { # host_images_at I VERSION: the control plane's static Pods on host I run VERSION's images
+  local out
+  out=$(vmsh "$1" 'crictl ps -o json' | python3 -c 'import json, sys
+for c in json.load(sys.stdin)["containers"]:
+    n = c["metadata"]["name"]
+    if n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+        print(n, c["image"]["image"].rsplit(":", 1)[-1])' | sort)
+  [ "$(grep -c " $2\$" <<<"$out")" = 3 ] || { log "    host $1 runs: $(tr '\n' ' ' <<<"$out")(want $2)"; return 1; }
+}
+lb_gone() { # lb_gone I: host I runs neither keepalived nor haproxy and holds no configuration capkk wrote
+  vmsh "$1" '! systemctl is-active -q keepalived && ! systemctl is-active -q haproxy &&
+    ! grep -qs capkk /etc/keepalived/keepalived.conf /etc/haproxy/haproxy.cfg'
+}
+vip_held_by_one_of() { # vip_held_by_one_of "I...": exactly one host holds the VIP, one of these
+  local i held=()
+  for i in $(seq "$VMS"); do
+    timeout 20 "$VMCTL" ssh --name "$NAME" --vm "$i" -- "ip -o -4 addr show | grep -q ' $VIP/'" 2>/dev/null && held+=("$i")
+  done
+  [ "${#held[@]}" = 1 ] && [[ " $1 " == *" ${held[0]} "* ]] && VIP_HOLDER=${held[0]}
+}
+api_probe_start() { # the API through the VIP (/readyz, a fresh connection) every 0.5 s into $WORK/api-gap.log
+  api_probe_stop
+  (
+    while :; do
+      r=fail
+      curl -ksSf --max-time 1 -o /dev/null "https://$VIP:$VIP_PORT/readyz" && r=ok
+      echo "$(date +%s.%N) $r"
+      sleep 0.5
+    done
+  ) >>"$WORK/api-gap.log" 2>/dev/null &
+  echo $! >"$WORK/api-gap.pid"
+}
+api_probe_stop() {
+  local pid
+  pid=$(cat "$WORK/api-gap.pid" 2>/dev/null || true)
+  [ -z "$pid" ] || kill "$pid" 2>/dev/null || true
+  rm -f "$WORK/api-gap.pid"
+}
+roll_probes() {
+  stage "probes: the workload through its NodePort and the API through the VIP, every 0.5 s"
+  workload_probe
+  rm -f "$WORK/api-gap.log"
+  api_probe_start
+  wait_for "the API answers through the VIP $VIP:$VIP_PORT" 120 grep -q ' ok$' "$WORK/api-gap.log"
+}
+roll_gaps() { # roll_gaps SINCE LABEL: the workload's and the API's longest gaps since SINCE, into $WORK/roll-gaps.txt
+  gap_report "$1" "$2: workload" | tee -a "$WORK/roll-gaps.txt"
+  GAP_LOG=$WORK/api-gap.log gap_report "$1" "$2: API through the VIP" | tee -a "$WORK/roll-gaps.txt"
+}
+
+cp_roll() {
+  local before after t0 i n reused=0 freed=() patch
+  before=$(cp_nodes)
+  stage "control-plane roll: KubeadmControlPlane $OLD_VERSION -> $KUBE_VERSION ($CPS control plane(s) + a spare host)"
+  check "every Node runs $OLD_VERSION before" bash -c "[ -z \"\$(kubectl --kubeconfig '$WORK/workload.kubeconfig' get nodes -o jsonpath='{range .items[*]}{.status.nodeInfo.kubeletVersion}{\"\\n\"}{end}' | grep -v '^$OLD_VERSION\$')\" ]"
+  nodes_wide_to nodes-before-roll.txt
+  etcd_members 1 etcd-before-roll.txt
+  cp_health_check_apply
+  KCP_REMEDIATES=1
+  # The version, and the etcd and CoreDNS tags the rendering pinned for OLD_VERSION: what kubeadm takes for
+  # KUBE_VERSION (a user who pinned them changes them with the version).
+  patch="{\"spec\":{\"version\":\"$KUBE_VERSION\",\"kubeadmConfigSpec\":{\"clusterConfiguration\":{\"etcd\":{\"local\":{\"imageTag\":\"$ETCD_IMAGE_TAG\"}},\"dns\":{\"imageTag\":\"$COREDNS_VERSION\"}}}}}"
+  t0=$(date +%s.%N)
+  kubectl patch kubeadmcontrolplane -n "$NS" "$CLUSTER-control-plane" --type merge -p "$patch" >/dev/null
+  wait_for "$CPS control-plane Machines, every one at $KUBE_VERSION, Running" "$CP_TIMEOUT" machines_at "$CP_SEL" "$CPS" "$KUBE_VERSION"
+  wait_for "KCP reports $CPS ready replicas" 900 kcp_ready "$CPS"
+  KCP_REMEDIATES=
+  log "   .. control-plane joins that failed and KCP replaced during the roll: ${KCP_REMEDIATED:- none}"
+  kubectl delete machinehealthcheck -n "$NS" "$CLUSTER-control-plane" >/dev/null
+  after=$(cp_nodes)
+  log "    control planes before: $before; after: $after"
+  for n in $after; do
+    i=$(host_index "$n")
+    node_joined "$n"
+    check "$n's Node reports $KUBE_VERSION" node_at "$n" "$KUBE_VERSION"
+    check "kubeadm, kubelet and kubectl on $n are $KUBE_VERSION" host_binaries_at "$i" "$KUBE_VERSION"
+    check "$n's API server, controller manager and scheduler run $KUBE_VERSION's images" host_images_at "$i" "$KUBE_VERSION"
+    wait_for "keepalived and haproxy active on $n" 300 lb_active "$i"
+    [[ " $before " != *" $n "* ]] || reused=$((reused + 1))
+  done
+  # KCP's surge takes the spare first; every later new control plane takes the host an old one left.
+  check "$((CPS - 1)) host(s) of the old control planes carry a new one (reused across versions)" test "$reused" = "$((CPS - 1))"
+  for n in $before; do [[ " $after " == *" $n "* ]] || freed+=("$n"); done
+  check "one host left the control plane: ${freed[*]}" test "${#freed[@]}" = 1
+  wait_for "${freed[0]}'s Node is gone from the workload cluster" 600 node_absent "${freed[0]}"
+  i=$(host_index "${freed[0]}")
+  wait_for "${freed[0]} was reset for real and is free again" 600 host_reset "$i"
+  check "${freed[0]} lost keepalived and haproxy with its reset" lb_gone "$i"
+  local cps=()
+  for n in $after; do cps+=("$(host_index "$n")"); done
+  wait_for "exactly one control plane holds the VIP" 120 vip_held_by_one_of "${cps[*]}"
+  wait_for "etcd has $CPS voting members: $after" 600 etcd_voting_are "${cps[0]}" etcd-after-roll.txt "$after"
+  log "    etcd members before:"
+  sed 's/^/      /' "$WORK/etcd-before-roll.txt"
+  log "    etcd members after:"
+  sed 's/^/      /' "$WORK/etcd-after-roll.txt"
+  wait_for "the workload back on two nodes" 900 spread_ready
+  roll_gaps "$t0" "control plane roll ($CPS)"
+  nodes_wide_to nodes-after-cp-roll.txt
+  ROLL_FREED=$i
+  echo "$i" >"$WORK/roll-freed"
+}
+
+worker_roll() {
+  local m0 m t0 n w_old
+  m0=$(worker_machine)
+  w_old=$(machine_field "$m0" .status.nodeRef.name)
+  [ -n "$ROLL_FREED" ] || ROLL_FREED=$(cat "$WORK/roll-freed" 2>/dev/null || true)
+  stage "worker roll: MachineDeployment $OLD_VERSION -> $KUBE_VERSION, onto $(vm_name "$ROLL_FREED") (an old control plane's host)"
+  t0=$(date +%s.%N)
+  kubectl patch machinedeployment -n "$NS" "$MD" --type merge -p "{\"spec\":{\"template\":{\"spec\":{\"version\":\"$KUBE_VERSION\"}}}}" >/dev/null
+  wait_for "the old worker Machine $m0 is gone" "$WORKER_TIMEOUT" machine_gone "$m0"
+  wait_for "$WORKERS worker Machine(s), at $KUBE_VERSION, Running" "$WORKER_TIMEOUT" machines_at "$MD_SEL" "$WORKERS" "$KUBE_VERSION"
+  m=$(worker_machine)
+  n=$(machine_field "$m" .status.nodeRef.name)
+  check "the new worker ($m) is on $(vm_name "$ROLL_FREED"), the host the old control plane left" test "$n" = "$(vm_name "$ROLL_FREED")"
+  node_joined "$n"
+  check "$n's Node reports $KUBE_VERSION" node_at "$n" "$KUBE_VERSION"
+  check "kubeadm, kubelet and kubectl on $n are $KUBE_VERSION" host_binaries_at "$ROLL_FREED" "$KUBE_VERSION"
+  check "$n, a worker now, runs neither keepalived nor haproxy" lb_gone "$ROLL_FREED"
+  wait_for "$w_old's Node is gone from the workload cluster" 600 node_absent "$w_old"
+  wait_for "$w_old was reset for real and is free again" 600 host_reset "$(host_index "$w_old")"
+  wait_for "the workload back on two nodes" 900 spread_ready
+  roll_gaps "$t0" "worker roll"
+  check "every Node runs $KUBE_VERSION" bash -c "[ -z \"\$(kubectl --kubeconfig '$WORK/workload.kubeconfig' get nodes -o jsonpath='{range .items[*]}{.status.nodeInfo.kubeletVersion}{\"\\n\"}{end}' | grep -v '^$KUBE_VERSION\$')\" ]"
+  gap_probe_stop
+  api_probe_stop
+  nodes_wide_to nodes-after-roll.txt
+  {
+    echo
+    echo "roll $OLD_VERSION -> $KUBE_VERSION, $CPS control plane(s) ($HOSTS; load now $(cut -d' ' -f1-3 /proc/loadavg)):"
+    echo "nodes before:"
+    cat "$WORK/nodes-before-roll.txt"
+    echo "nodes after:"
+    cat "$WORK/nodes-after-roll.txt"
+    cat "$WORK/roll-gaps.txt"
+  } | tee "$WORK/roll-table.md"
+}
+
 # A change the hooks cannot do in place (the bootstrap template: kubeadm's join configuration is only read at
 # join) is answered "no", and CAPI rolls the MachineDeployment: the new Machine claims the first free worker host,
 # the VM the old control plane left (it ran OLD_VERSION before its reset), the old worker's VM is reset.
@@ -1879,6 +2062,7 @@ teardown() {
   stop_manager
   serve_down
   gap_probe_stop
+  api_probe_stop
   failover_probe_stop
   tcp_lb_down "$WORK"
   # The provider inventory move_back copied onto the shared local plane: left there, every later `clusterctl move`
@@ -1916,6 +2100,10 @@ attach() {
   if [ "$MODE" = day2 ]; then
     [ "$VMS" != 3 ] || lb_up
     [ ! -s "$WORK/gap.port" ] || gap_probe_start "$(cat "$WORK/gap.port")"
+  fi
+  if [ "$MODE" = roll ] && [ -s "$WORK/gap.port" ]; then
+    gap_probe_start "$(cat "$WORK/gap.port")"
+    api_probe_start
   fi
   [ -s "$WORK/workload.kubeconfig" ] || workload_kubeconfig
   # After the pivot the cluster's objects live in the VM cluster: the progress lines list them there.
@@ -2033,6 +2221,14 @@ main() {
       export CAPKK_QUARANTINE_AFTER=${CAPKK_QUARANTINE_AFTER:-1m}
       steps=(build mgmt_up release vms_up serve_up render_apply control_plane workers addons pod_network ha_endpoint
         ha_failover ha_remediation delete_cluster)
+      ;;
+    roll)
+      # REAL_CPS control planes (hosts 1..CPS), the worker (CPS+1), the spare (CPS+2): at OLD_VERSION.
+      CPS=${REAL_CPS:-3}
+      case $CPS in 1 | 3) ;; *) die "REAL_CPS=$CPS: 1 or 3" ;; esac
+      W1=$((CPS + 1)) VMS=$((CPS + 2)) SPARE=1
+      steps=(build mgmt_up release vms_up serve_up render_apply control_plane workers addons ha_endpoint roll_probes
+        cp_roll worker_roll delete_cluster)
       ;;
     *-down | down)
       mgmt_env

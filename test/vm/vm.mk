@@ -23,6 +23,9 @@
 #                             a worker, a spare; the VIP's holder powered off: VIP move time, API and workload gaps
 #                             (capkk-bench failover), KCP replaces the lost Machine on the spare, etcd back at 3
 #                             voting members (issue 41); `make test-real-ha` runs it as a tier of TEST_TIERS
+#   make e2e-real-roll        REAL_CPS=3 (or 1) control planes behind the provider's VIP, a worker and a spare, all one
+#                             Kubernetes minor behind; KCP's roll then the MachineDeployment's, workload and API
+#                             probed throughout, reused hosts checked at the new binaries and images (issue 41)
 #   make e2e-clusterctl       VMs become a management cluster through the real `clusterctl init --infrastructure
 #                             kubekey` (test/clusterctl's artifacts); the pivot and upgrade stages are still to come
 # VMs run under QEMU TCG unless CAPKK_VM_ACCEL=kvm (a machine with real KVM; test/vm/README.md). They need root and qemu-system-x86, qemu-utils, mmdebstrap
@@ -91,7 +94,7 @@ e2e-real-remediation: ## 3 VMs: the worker cut off, KKRemediation exhausted, Mac
 e2e-real-remediation-down: ## tear down what an interrupted (or REAL_KEEP=1) e2e-real-remediation left
 	test/vm/real.sh remediation-down
 
-.PHONY: e2e-real-ha e2e-real-ha-down test-real-ha
+.PHONY: e2e-real-ha e2e-real-ha-down test-real-ha e2e-real-roll e2e-real-roll-down
 
 # An HA control plane in every landing (issue 41): 3 control planes behind the VIP the provider serves
 # (keepalived + haproxy over SSH), a worker and a spare on node containers; the VIP's holder powered off (the
@@ -107,6 +110,12 @@ e2e-real-ha: ## HA control plane: 3 node containers behind the provider's VIP (k
 
 e2e-real-ha-down: ## tear down what an interrupted (or REAL_KEEP=1) e2e-real-ha left
 	test/vm/real.sh ha-down
+
+e2e-real-roll: ## the control plane's roll: REAL_CPS=3 (or 1) control planes behind the provider's VIP, a worker and a spare at the previous Kubernetes, KCP then the MachineDeployment rolled to the current one, workload and API probed throughout (HOSTS=vms: VMs)
+	test/vm/real.sh roll
+
+e2e-real-roll-down: ## tear down what an interrupted (or REAL_KEEP=1) e2e-real-roll left
+	test/vm/real.sh roll-down
 
 .PHONY: e2e-real e2e-real-down quickstart quickstart-down quickstart-real quickstart-real-down quickstart-vm \
         quickstart-vm-down
