@@ -37,6 +37,7 @@ pub(crate) mod kkcluster;
 pub(crate) mod kkinstance;
 pub(crate) mod kkmachine;
 pub(crate) mod kkremediation;
+pub(crate) mod machine_host;
 pub mod manager;
 pub(crate) mod metrics;
 pub(crate) mod object_name;

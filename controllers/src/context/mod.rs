@@ -8,6 +8,7 @@
 //! - [`backoff`]: consecutive reconcile failures per object.
 //! - [`jobs`]: other background jobs by key, and their last outcome.
 
+pub(crate) mod attempts;
 pub(crate) mod backoff;
 pub(crate) mod jobs;
 pub(crate) mod permits;
@@ -15,6 +16,7 @@ pub(crate) mod probes;
 pub(crate) mod reservations;
 pub(crate) mod stores;
 pub(crate) mod tasks;
+pub(crate) mod updates;
 pub(crate) mod written;
 
 use std::{sync::Arc, time::Duration};
@@ -149,9 +151,9 @@ pub(crate) struct Context {
     /// Hosts being claimed by this manager's KKMachine reconciles.
     pub reservations: Reservations,
     /// Remediation attempts and their outcomes.
-    pub remediations: crate::kkremediation::task::Attempts,
+    pub remediations: attempts::Attempts,
     /// In-place upgrades (CAPI's `UpdateMachine`) and their outcomes.
-    pub upgrades: crate::inplace::update::Updates,
+    pub upgrades: updates::Updates,
     /// The status each reconciler last wrote, until the cache shows it.
     pub written: written::Written,
     /// Background jobs by key (a KKCluster's load-balancer membership sync).

@@ -19,24 +19,20 @@
 //! The task connects to the KKMachine's host, runs [`HostServices::upgrade`](crate::services::HostServices)
 //! (the version's binaries, `kubeadm upgrade node`, a kubelet restart), then records the new version in the
 //! KKInstance's `spec.kubernetesVersion` and publishes an event on it. Outcomes are kept by Machine UID (a
-//! re-created Machine of the same name is another Machine), for [`OUTCOME_TTL`] at most, at most
-//! [`MAX_TRACKED`] of them, and forgotten once their Machine is gone. A restarted manager has no tasks: the
+//! re-created Machine of the same name is another Machine) in
+//! [`Updates`](crate::context::updates::Updates), for
+//! [`OUTCOME_TTL`](crate::context::updates::OUTCOME_TTL) at most, at most [`MAX_TRACKED`] of them, and forgotten
+//! once their Machine is gone. A restarted manager has no tasks: the
 //! next call finds the version recorded on the KKInstance (done), or runs the upgrade again, which finds
 //! everything in place.
 //!
 //! The task holds a slot of the hosts worked on at once, and its work on the host is bounded by
 //! `--max-host-phase-duration` like a KKInstance's phases (past it the attempt fails, and CAPI's next call
 //! starts a new one). A manager that loses its leadership (or stops) aborts the running tasks with its other
-//! host work ([`Updates::abort_all`], [`Context::abort_host_work`]): only the leader works on hosts.
+//! host work ([`Updates::abort_all`](crate::context::updates::Updates::abort_all),
+//! [`Context::abort_host_work`]): only the leader works on hosts.
 
-use std::{
-    collections::HashMap,
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
-    },
-    time::{Duration, Instant},
-};
+use std::sync::Arc;
 
 use capkk_api::{
     KKInstance,
@@ -48,13 +44,15 @@ use kube::{
     runtime::reflector::ObjectRef,
 };
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use super::decide::{self, HOOKS_API_VERSION, Refusal, Step};
 use crate::{
     capi::Machine,
-    context::Context,
+    context::{
+        Context,
+        updates::{MAX_TRACKED, Seen, Start, Target},
+    },
     kkinstance::{failure::Failure, inputs::connect, task::overran},
     services::{HostCall, PhaseInput},
 };
@@ -69,211 +67,6 @@ pub(crate) use capkk_api::consts::events::{IN_PLACE_UPGRADE_FAILED, UPGRADED_IN_
 /// Machine is absent, unreadable, another one or not pending (no oracle of what exists in other namespaces).
 pub(crate) const REFUSED: &str =
     "refused: the request does not match a Machine that Cluster API marked for an in-place update";
-
-/// How long a finished upgrade's outcome is kept (CAPI reads it within a retry or two).
-pub(crate) const OUTCOME_TTL: Duration = Duration::from_secs(15 * 60);
-/// At most this many upgrades are tracked (running or finished); more are refused until some finish.
-pub(crate) const MAX_TRACKED: usize = 1024;
-
-#[derive(Debug)]
-enum State {
-    Running,
-    Done(String),
-    Failed(String),
-}
-
-/// One Machine's upgrade.
-#[derive(Debug)]
-struct Entry {
-    /// The Machine's namespace and name (to forget the entry once that Machine is gone).
-    ns: String,
-    name: String,
-    /// The host's KKInstance (`namespace/name`): one task per host.
-    host: String,
-    version: String,
-    state: State,
-    /// When the state last changed.
-    since: Instant,
-}
-
-/// The upgrade tasks, by Machine UID, with the version each one is for.
-#[derive(Debug)]
-pub(crate) struct Updates {
-    tasks: Mutex<HashMap<String, Entry>>,
-    /// The running tasks' handles, by Machine UID (aborted with the manager's other host work).
-    handles: Mutex<HashMap<String, JoinHandle<()>>>,
-    /// Set once the tasks were aborted: the manager stops, nothing starts any more.
-    stopped: AtomicBool,
-    ttl: Duration,
-    max: usize,
-}
-
-impl Default for Updates {
-    fn default() -> Self {
-        Self::with_limits(OUTCOME_TTL, MAX_TRACKED)
-    }
-}
-
-/// What a call finds.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Seen {
-    /// Nothing for this version: start one.
-    None,
-    /// Running for this long (seconds).
-    Running(u64),
-    /// Done, with what happened.
-    Done(String),
-    /// Failed (forgotten now: the next call starts a new attempt).
-    Failed(String),
-}
-
-/// Whether a task could be started.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Start {
-    /// Started: the caller runs it.
-    Started,
-    /// A task of this Machine, or of its host, runs already.
-    Busy,
-    /// [`MAX_TRACKED`] upgrades are tracked already.
-    Full,
-    /// The manager stops (lost its leadership, or was told to): its successor answers.
-    Stopping,
-}
-
-/// A Machine whose upgrade is tracked: (UID, namespace, name, host).
-pub(crate) struct Target<'a> {
-    /// The stored Machine's UID.
-    pub uid: &'a str,
-    /// Its namespace.
-    pub ns: &'a str,
-    /// Its name.
-    pub name: &'a str,
-    /// Its host's KKInstance, `namespace/name`.
-    pub host: &'a str,
-}
-
-impl Updates {
-    /// Outcomes kept for `ttl`, at most `max` entries.
-    pub(crate) fn with_limits(ttl: Duration, max: usize) -> Self {
-        Self {
-            tasks: Mutex::default(),
-            handles: Mutex::default(),
-            stopped: AtomicBool::new(false),
-            ttl,
-            max,
-        }
-    }
-
-    /// The state of Machine `uid`'s upgrade to `version`; a failure is reported once and forgotten.
-    pub(crate) fn seen(&self, uid: &str, version: &str) -> Seen {
-        let Ok(mut t) = self.tasks.lock() else {
-            return Seen::None;
-        };
-        match t.get(uid) {
-            Some(e) if e.version == version => match &e.state {
-                State::Running => Seen::Running(e.since.elapsed().as_secs()),
-                State::Done(m) => Seen::Done(m.clone()),
-                State::Failed(m) => {
-                    let m = m.clone();
-                    t.remove(uid);
-                    Seen::Failed(m)
-                }
-            },
-            _ => Seen::None,
-        }
-    }
-
-    /// Mark `target` running for `version`, unless a task of that Machine or of its host runs (for any
-    /// version), or [`MAX_TRACKED`] entries are kept.
-    pub(crate) fn start(&self, target: &Target<'_>, version: &str) -> Start {
-        let Ok(mut t) = self.tasks.lock() else {
-            return Start::Busy;
-        };
-        if self.stopped.load(Ordering::SeqCst) {
-            return Start::Stopping;
-        }
-        let running = |e: &Entry| matches!(e.state, State::Running);
-        if t.get(target.uid).is_some_and(running) || t.values().any(|e| running(e) && e.host == target.host) {
-            return Start::Busy;
-        }
-        if !t.contains_key(target.uid) && t.len() >= self.max {
-            return Start::Full;
-        }
-        t.insert(
-            target.uid.to_owned(),
-            Entry {
-                ns: target.ns.to_owned(),
-                name: target.name.to_owned(),
-                host: target.host.to_owned(),
-                version: version.to_owned(),
-                state: State::Running,
-                since: Instant::now(),
-            },
-        );
-        Start::Started
-    }
-
-    /// Run `task`, the upgrade of Machine `uid` that [`Updates::start`] started, in the background, where
-    /// [`Updates::abort_all`] reaches it.
-    fn spawn<F>(&self, uid: &str, task: F)
-    where
-        F: std::future::Future<Output = ()> + Send + 'static,
-    {
-        let Ok(mut h) = self.handles.lock() else {
-            return;
-        };
-        h.retain(|_, t| !t.is_finished());
-        if self.stopped.load(Ordering::SeqCst) {
-            return;
-        }
-        h.insert(uid.to_owned(), tokio::spawn(task));
-    }
-
-    /// Abort every running upgrade and start none any more (the manager stops: it lost its leadership, or was
-    /// told to). An upgrade cut on the host is run again by the next leader when CAPI asks again; it finds
-    /// in place what was done.
-    pub(crate) fn abort_all(&self) {
-        self.stopped.store(true, Ordering::SeqCst);
-        if let Ok(mut h) = self.handles.lock() {
-            for (_, t) in h.drain() {
-                t.abort();
-            }
-        }
-        if let Ok(mut t) = self.tasks.lock() {
-            t.retain(|_, e| !matches!(e.state, State::Running));
-        }
-    }
-
-    fn finish(&self, uid: &str, version: &str, outcome: Result<String, String>) {
-        if let Ok(mut t) = self.tasks.lock()
-            && let Some(e) = t.get_mut(uid)
-            && e.version == version
-        {
-            e.state = match outcome {
-                Ok(m) => State::Done(m),
-                Err(m) => State::Failed(m),
-            };
-            e.since = Instant::now();
-        }
-    }
-
-    /// Forget finished outcomes older than the TTL and those of Machines that are gone: `alive(ns, name, uid)`
-    /// says whether that Machine still exists. Running tasks stay until they finish.
-    pub(crate) fn sweep(&self, alive: impl Fn(&str, &str, &str) -> bool) {
-        if let Ok(mut t) = self.tasks.lock() {
-            t.retain(|uid, e| {
-                matches!(e.state, State::Running)
-                    || (e.since.elapsed() < self.ttl && alive(&e.ns, &e.name, uid))
-            });
-        }
-    }
-
-    /// How many upgrades are tracked.
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.tasks.lock().map(|t| t.len()).unwrap_or_default()
-    }
-}
 
 fn answer(status: &str, message: &str, retry: i32) -> Value {
     json!({
@@ -339,7 +132,7 @@ pub(crate) async fn update_machine(ctx: Arc<Context>, req: &Value) -> Value {
         Ok(v) => v,
         Err(e) => return answer("Failure", &e, 0),
     };
-    let (inst, kkc) = match crate::kkremediation::host_of(&ctx, ns, &stored).await {
+    let (inst, kkc) = match crate::machine_host::host_of(&ctx, ns, &stored).await {
         Ok(Ok(h)) => h,
         Ok(Err(why)) => return answer("Failure", &why, 0),
         Err(e) => return answer("Failure", &format!("reading the Machine's host: {e}"), 0),
@@ -551,101 +344,6 @@ async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn target<'a>(uid: &'a str, host: &'a str) -> Target<'a> {
-        Target {
-            uid,
-            ns: "ns",
-            name: "m",
-            host,
-        }
-    }
-
-    #[test]
-    fn a_running_upgrade_is_not_started_twice_a_failure_is_reported_once_and_done_stays_done() {
-        let u = Updates::default();
-        let m = target("uid-1", "ns/c.h1");
-        assert_eq!(u.seen("uid-1", "v1.36.3"), Seen::None);
-        assert_eq!(u.start(&m, "v1.36.3"), Start::Started);
-        assert_eq!(u.start(&m, "v1.36.3"), Start::Busy, "one task per Machine");
-        assert!(matches!(u.seen("uid-1", "v1.36.3"), Seen::Running(_)));
-        assert_eq!(
-            u.seen("uid-1", "v1.37.0"),
-            Seen::None,
-            "another version is another upgrade"
-        );
-        u.finish("uid-1", "v1.36.3", Err("kubeadm upgrade node exited 1".into()));
-        assert_eq!(
-            u.seen("uid-1", "v1.36.3"),
-            Seen::Failed("kubeadm upgrade node exited 1".into())
-        );
-        assert_eq!(
-            u.seen("uid-1", "v1.36.3"),
-            Seen::None,
-            "the next call starts a new attempt"
-        );
-        assert_eq!(u.start(&m, "v1.36.3"), Start::Started);
-        u.finish("uid-1", "v1.36.3", Ok("done".into()));
-        assert_eq!(u.seen("uid-1", "v1.36.3"), Seen::Done("done".into()));
-        assert_eq!(u.seen("uid-1", "v1.36.3"), Seen::Done("done".into()));
-    }
-
-    #[test]
-    fn a_recreated_machine_of_the_same_name_is_another_machine_and_is_not_answered_done() {
-        let u = Updates::default();
-        assert_eq!(u.start(&target("uid-old", "ns/c.h1"), "v1.36.3"), Start::Started);
-        u.finish("uid-old", "v1.36.3", Ok("done".into()));
-        // Same namespace, name and version; another UID.
-        assert_eq!(u.seen("uid-new", "v1.36.3"), Seen::None);
-        assert_eq!(u.start(&target("uid-new", "ns/c.h1"), "v1.36.3"), Start::Started);
-    }
-
-    #[test]
-    fn one_upgrade_runs_on_a_host_whatever_machine_asks() {
-        let u = Updates::default();
-        assert_eq!(u.start(&target("uid-1", "ns/c.h1"), "v1.36.3"), Start::Started);
-        assert_eq!(
-            u.start(&target("uid-2", "ns/c.h1"), "v1.36.3"),
-            Start::Busy,
-            "a second Machine naming the same host waits"
-        );
-        assert_eq!(u.start(&target("uid-3", "ns/c.h2"), "v1.36.3"), Start::Started);
-        u.finish("uid-1", "v1.36.3", Ok("done".into()));
-        assert_eq!(u.start(&target("uid-2", "ns/c.h1"), "v1.36.3"), Start::Started);
-    }
-
-    #[test]
-    fn finished_outcomes_expire_are_forgotten_with_their_machine_and_the_tracked_upgrades_are_bounded() {
-        // Expiry: a zero TTL forgets every finished outcome at the next sweep; a running task stays.
-        let u = Updates::with_limits(Duration::ZERO, 8);
-        u.start(&target("uid-1", "ns/c.h1"), "v1.36.3");
-        u.start(&target("uid-2", "ns/c.h2"), "v1.36.3");
-        u.finish("uid-1", "v1.36.3", Ok("done".into()));
-        u.sweep(|_, _, _| true);
-        assert_eq!(u.seen("uid-1", "v1.36.3"), Seen::None, "expired");
-        assert!(matches!(u.seen("uid-2", "v1.36.3"), Seen::Running(_)));
-        assert_eq!(u.len(), 1);
-
-        // Gone: a finished outcome of a Machine that no longer exists (or exists with another UID) is dropped.
-        let u = Updates::with_limits(OUTCOME_TTL, 8);
-        u.start(&target("uid-1", "ns/c.h1"), "v1.36.3");
-        u.start(&target("uid-2", "ns/c.h2"), "v1.36.3");
-        u.finish("uid-1", "v1.36.3", Ok("done".into()));
-        u.finish("uid-2", "v1.36.3", Ok("done".into()));
-        u.sweep(|ns, name, uid| ns == "ns" && name == "m" && uid == "uid-2");
-        assert_eq!(u.seen("uid-1", "v1.36.3"), Seen::None, "gone");
-        assert_eq!(u.seen("uid-2", "v1.36.3"), Seen::Done("done".into()));
-
-        // Bounded: no more than `max` upgrades are tracked.
-        let u = Updates::with_limits(OUTCOME_TTL, 2);
-        assert_eq!(u.start(&target("a", "ns/h-a"), "v1.36.3"), Start::Started);
-        assert_eq!(u.start(&target("b", "ns/h-b"), "v1.36.3"), Start::Started);
-        assert_eq!(u.start(&target("c", "ns/h-c"), "v1.36.3"), Start::Full);
-        u.finish("a", "v1.36.3", Ok("done".into()));
-        u.sweep(|_, _, _| false);
-        assert_eq!(u.start(&target("c", "ns/h-c"), "v1.36.3"), Start::Started);
-        assert_eq!(u.len(), 2);
-    }
 
     #[test]
     fn the_upgrade_ignores_the_preflight_checks_the_nodes_kubeadm_config_ignored_and_refuses_other_spellings()

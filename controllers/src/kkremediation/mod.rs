@@ -18,11 +18,8 @@ use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use capkk_api::{
-    KKCluster, KKInstance, KKRemediation, KKRemediationStatus, RemediationPhase, RemediationTier,
-    consts::{
-        KKREMEDIATION_FINALIZER, QUARANTINED_LABEL, RELEASE_ANNOTATION, REMEDIATION_FIELD_MANAGER,
-        conditions as cond, reasons,
-    },
+    KKRemediation, KKRemediationStatus, RemediationPhase, RemediationTier,
+    consts::{KKREMEDIATION_FINALIZER, REMEDIATION_FIELD_MANAGER, conditions as cond, reasons},
 };
 use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use kube::{
@@ -40,9 +37,9 @@ use self::{
 use crate::{
     capi::{Cluster, Machine},
     conditions,
-    context::{Context, cached_or_get},
+    context::Context,
     error::{Error, Result},
-    kkinstance::get_kkcluster,
+    machine_host::host_of,
     object_name::ObjectName,
     reconcile::{Owner, Reconciler, requeue},
 };
@@ -117,66 +114,6 @@ impl Reconciler for KKRemediation {
         ctx.remediations.forget(&obj.uid().unwrap_or_default());
         Ok(Action::await_change())
     }
-}
-
-/// The host behind `machine`: its KKMachine's claimed KKInstance and that host's KKCluster, or why there is
-/// none to work on. The KKInstance must be controlled by that KKMachine (its controller reference carries the
-/// KKMachine's UID): `spec.instanceID` is written by the KKMachine's creator too (`clusterctl move` re-creates
-/// it with its claim), so it alone does not make a host the Machine's. Names read from the Machine and the
-/// KKMachine are checked before they are requested ([`ObjectName`]).
-pub(crate) async fn host_of(
-    ctx: &Context,
-    ns: &str,
-    machine: &Machine,
-) -> Result<std::result::Result<(KKInstance, Option<KKCluster>), String>> {
-    let Some(r) = machine
-        .spec
-        .infrastructure_ref
-        .as_ref()
-        .filter(|r| r.is("KKMachine"))
-    else {
-        return Ok(Err(format!(
-            "Machine {} has no KKMachine as its infrastructure",
-            machine.name_any()
-        )));
-    };
-    let km_name = ObjectName::checked("Machine.spec.infrastructureRef.name", &r.name)?;
-    let Some(km) = cached_or_get(ctx.stores.machine(ns, &r.name).await, &ctx.client, ns, km_name).await?
-    else {
-        return Ok(Err(format!("KKMachine {} not found", r.name)));
-    };
-    let Some(id) = km.spec.instance_id.clone() else {
-        return Ok(Err(format!("KKMachine {} holds no host", r.name)));
-    };
-    let checked_id = ObjectName::checked("KKMachine.spec.instanceID", &id)?;
-    let cached = ctx
-        .stores
-        .instances_in(ns)
-        .await
-        .into_iter()
-        .find(|i| i.name_any() == id);
-    let Some(inst) = cached_or_get(cached, &ctx.client, ns, checked_id).await? else {
-        return Ok(Err(format!("KKInstance {id} of KKMachine {} not found", r.name)));
-    };
-    let km_uid = km.uid().unwrap_or_default();
-    if km_uid.is_empty() || !crate::kkmachine::claim::controlled_by(&inst, &km_uid) {
-        return Ok(Err(format!(
-            "KKInstance {id} named by KKMachine {} spec.instanceID is not controlled by that KKMachine",
-            r.name
-        )));
-    }
-    if inst.spec.quarantine.is_some()
-        || inst.labels().contains_key(QUARANTINED_LABEL)
-        || inst.annotations().contains_key(RELEASE_ANNOTATION)
-        || inst.metadata.deletion_timestamp.is_some()
-    {
-        return Ok(Err(format!(
-            "host {} is being released or is quarantined",
-            inst.spec.name
-        )));
-    }
-    let kkc = get_kkcluster(ctx, &inst).await?;
-    Ok(Ok((inst, kkc)))
 }
 
 /// How long ago `t` was (zero for a time in the future: another clock).

@@ -11,20 +11,7 @@ use std::time::Duration;
 
 use capkk_api::{RemediationPhase, RemediationStrategy, RemediationTier, consts::reasons};
 
-/// How an attempt ended on the host (kept in memory until the next attempt; a restarted manager does not know
-/// it and waits out the attempt's timeout).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum AttemptOutcome {
-    /// The tier did what it does (services active, or the host back with a new boot ID).
-    Succeeded(String),
-    /// The tier failed; `reason` is the condition reason.
-    Failed {
-        /// Condition reason.
-        reason: &'static str,
-        /// What failed.
-        message: String,
-    },
-}
+pub(crate) use crate::context::attempts::AttemptOutcome;
 
 /// What the reconcile knows.
 #[derive(Clone, Debug)]
