@@ -1708,7 +1708,8 @@ ha_endpoint() {
   wait_for "etcd has $CPS voting members: $(cp_hosts)" 300 etcd_voting_are 1 etcd-before.txt "$(cp_hosts)"
   log "    etcd members before (from $(vm_name 1)):"
   sed 's/^/      /' "$WORK/etcd-before.txt"
-  check "KCP reports $CPS ready replicas" kcp_ready "$CPS"
+  # KCP writes its status on its own resync: a control plane joined seconds ago may not be counted yet.
+  wait_for "KCP reports $CPS ready replicas" 300 kcp_ready "$CPS"
 }
 
 FAILOVER_PROBE_PID=''
