@@ -26,8 +26,9 @@
 #   --dest DIR                 where --from puts the repository (default ${XDG_DATA_HOME:-~/.local/share}/capkk-rs/clusterctl)
 #   --image-repository REPO    also write clusterctl's image override: the manager image becomes
 #                              REPO/capkk-manager:<tag> (push the release's image archive there)
-#   --check                    write nothing: exit 0 only if clusterctl resolves "kubekey" to this release's
-#                              repository (run before `clusterctl init`: `clusterctl-kubekey.sh --check && clusterctl init ...`)
+#   --check                    write nothing: exit 0 only if clusterctl resolves "kubekey" to a local repository
+#                              holding this release's files (wherever it was put); otherwise say what "kubekey"
+#                              is (run before `clusterctl init`: `clusterctl-kubekey.sh --check && clusterctl init ...`)
 #
 # After writing, the script asks clusterctl (when it is on PATH) which URL "kubekey" resolves to, and fails,
 # restoring the previous file, unless it is ours. Needs: bash, coreutils, awk; curl for --from.
@@ -104,9 +105,18 @@ resolved() { # the URL clusterctl resolves "kubekey" (infrastructure) to, read f
 }
 
 if [ "$check_only" = 1 ]; then
+  # Ours wherever it was put: a local repository whose files are this release's.
   command -v clusterctl >/dev/null || die "clusterctl is not on PATH"
   got=$(resolved)
-  [ "$got" = "$shown" ] || die "clusterctl resolves \"kubekey\" to '${got:-nothing}', not to this release ($shown): run $0 without --check first${explicit_config:+ (with --config $config)}"
+  case $got in
+    file://*/$LABEL/latest/|file://*/$LABEL/"$VERSION"/)
+      dir=${got#file://}
+      dir=${dir%/}
+      if ! (verify "${dir%/*}/$VERSION") 2>/dev/null; then
+        die "clusterctl resolves \"kubekey\" to $got, which does not hold this release ($VERSION)"
+      fi ;;
+    *) die "clusterctl resolves \"kubekey\" to '${got:-nothing}', not to capkk-rs: run $0 without --check first${explicit_config:+ (with --config $config)}" ;;
+  esac
   say "kubekey -> $got (capkk-rs $VERSION)"
   exit 0
 fi
