@@ -646,6 +646,109 @@ fn no_file_of_the_release_names_the_build_box_and_the_archive_holds_the_image_th
     );
 }
 
+/// The registration edits whatever clusterctl configuration the user has, keeping it: the shapes of `providers:`
+/// YAML allows (indented or not, empty, `[]`), the legacy `~/.cluster-api/` location, and a rerun. A `kubekey`
+/// entry of the user's own, or a flow-style list, is refused with the file untouched. clusterctl reads every result.
+#[test]
+fn the_registration_merges_into_the_configuration_the_user_has() {
+    let r = release();
+    let script = r.out.join("clusterctl-kubekey.sh");
+    let script = script.to_str().unwrap();
+    let ours = format!("file://{}/infrastructure-kubekey/latest/", r.out.display());
+    let other = "  url: file:///opt/x/infrastructure-other/v1.0.0/infrastructure-components.yaml\n  type: InfrastructureProvider\n";
+    let accepted = [
+        (
+            "indented",
+            format!(
+                "providers:\n  - name: other\n  {}",
+                other.replace("\n  ", "\n    ")
+            ),
+        ),
+        (
+            "unindented",
+            format!(
+                "# mine\nproviders:\n- name: other\n{other}images:\n  all:\n    repository: mirror.example.test\n"
+            ),
+        ),
+        ("empty-list", "providers: []\nimages: {}\n".to_owned()),
+        (
+            "null-key",
+            "providers:\nimages:\n  all:\n    repository: mirror.example.test\n".to_owned(),
+        ),
+        (
+            "no-providers",
+            "images:\n  all:\n    repository: mirror.example.test\n".to_owned(),
+        ),
+    ];
+    for (name, text) in accepted {
+        let m = Machine::new(&format!("merge-{name}"), &r);
+        std::fs::create_dir_all(m.config().parent().unwrap()).unwrap();
+        std::fs::write(m.config(), &text).unwrap();
+        m.ok("bash", &[script]);
+        m.ok("bash", &[script]);
+        assert_eq!(m.kubekey_url(), ours, "{name}");
+        let after = std::fs::read_to_string(m.config()).unwrap();
+        assert_eq!(
+            after.matches("name: kubekey").count(),
+            1,
+            "{name}: one entry after two runs:\n{after}"
+        );
+        if text.contains("name: other") {
+            let table = String::from_utf8_lossy(&m.run("clusterctl", &["config", "repositories"]).stdout)
+                .into_owned();
+            assert!(
+                table.lines().any(|l| l.starts_with("other ")),
+                "{name}: the user's provider is gone:\n{after}"
+            );
+        }
+        let backup = std::fs::read_to_string(m.config().with_extension("yaml.capkk-rs.bak")).unwrap();
+        assert_eq!(backup, text, "{name}: the backup is the user's file");
+    }
+
+    // The legacy location is the one clusterctl reads when it is the only one: written there.
+    let m = Machine::new("merge-legacy", &r);
+    let legacy = m.home.join(".cluster-api/clusterctl.yaml");
+    std::fs::create_dir_all(legacy.parent().unwrap()).unwrap();
+    std::fs::write(&legacy, "images:\n  all:\n    repository: mirror.example.test\n").unwrap();
+    m.ok("bash", &[script]);
+    assert!(
+        !m.config().exists(),
+        "a second configuration would hide the user's ~/.cluster-api one"
+    );
+    assert!(
+        std::fs::read_to_string(&legacy)
+            .unwrap()
+            .contains(&ours[..ours.len() - 1])
+    );
+    assert_eq!(m.kubekey_url(), ours, "legacy");
+
+    let refused = [
+        (
+            "hand-written",
+            "providers:\n  - name: kubekey\n    type: InfrastructureProvider\n    url: https://github.com/kubesphere/kubekey/releases/latest/infrastructure-components.yaml\n",
+            "already names a provider",
+        ),
+        (
+            "flow",
+            "providers: [{name: other, type: InfrastructureProvider, url: \"file:///opt/x/infrastructure-other/v1.0.0/infrastructure-components.yaml\"}]\n",
+            "flow style",
+        ),
+    ];
+    for (name, text, why) in refused {
+        let m = Machine::new(&format!("merge-{name}"), &r);
+        std::fs::create_dir_all(m.config().parent().unwrap()).unwrap();
+        std::fs::write(m.config(), text).unwrap();
+        let out = m.run("bash", &[script]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(why), "{name}: {err}");
+        assert_eq!(
+            std::fs::read_to_string(m.config()).unwrap(),
+            text,
+            "{name}: the file was changed"
+        );
+    }
+}
+
 /// Every file under `dir`, recursively.
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
