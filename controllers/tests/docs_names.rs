@@ -62,6 +62,7 @@ const FOREIGN_FLAGS: &[(&str, &str)] = &[
     ("--cri-socket", "kubeadm"),
     ("--data-order", "capkk-bench"),
     ("--describe", "clusterctl generate provider"),
+    ("--dest", "clusterctl-kubekey.sh"),
     ("--disable-admission-plugins", "kube-apiserver"),
     ("--flavor", "clusterctl generate cluster"),
     ("--from", "clusterctl-kubekey.sh"),
