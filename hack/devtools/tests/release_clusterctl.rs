@@ -124,10 +124,10 @@ fn serve_release(root: PathBuf, tamper: Option<(&'static str, &'static [u8])>) -
     })
 }
 
-/// What `clusterctl init list-images` asks of a cluster, answered as an empty cluster (no provider inventory, so
-/// clusterctl adds the core provider) that already runs cert-manager (so it lists no cert-manager images and
-/// fetches no cert-manager manifest): discovery of core/v1 and apiextensions, the cert-manager Namespace; every
-/// other object is NotFound.
+/// What `clusterctl init list-images` asks of a cluster, answered as an empty cluster (an empty provider inventory,
+/// so clusterctl adds the core provider) that already runs cert-manager (so it lists no cert-manager images and
+/// fetches no cert-manager manifest): discovery of core/v1, apiextensions and clusterctl's inventory group, the
+/// empty list of Providers, the cert-manager Namespace; every other object is NotFound.
 fn serve_api_stand_in() -> SocketAddr {
     serve(|path| {
         let body = match path {
@@ -136,7 +136,20 @@ fn serve_api_stand_in() -> SocketAddr {
             "/apis" => serde_json::json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [{
                 "name": "apiextensions.k8s.io",
                 "versions": [{"groupVersion": "apiextensions.k8s.io/v1", "version": "v1"}],
-                "preferredVersion": {"groupVersion": "apiextensions.k8s.io/v1", "version": "v1"}}]}),
+                "preferredVersion": {"groupVersion": "apiextensions.k8s.io/v1", "version": "v1"}}, {
+                "name": "clusterctl.cluster.x-k8s.io",
+                "versions": [{"groupVersion": "clusterctl.cluster.x-k8s.io/v1alpha3", "version": "v1alpha3"}],
+                "preferredVersion": {"groupVersion": "clusterctl.cluster.x-k8s.io/v1alpha3", "version": "v1alpha3"}}]}),
+            "/apis/clusterctl.cluster.x-k8s.io/v1alpha3" => serde_json::json!({"kind": "APIResourceList",
+                "apiVersion": "v1", "groupVersion": "clusterctl.cluster.x-k8s.io/v1alpha3", "resources": [
+                {"name": "providers", "singularName": "provider", "namespaced": true, "kind": "Provider",
+                 "verbs": ["get", "list"]}]}),
+            // The inventory: no provider installed (clusterctl retries for seconds when it cannot list it).
+            "/apis/clusterctl.cluster.x-k8s.io/v1alpha3/providers" => {
+                serde_json::json!({"kind": "ProviderList",
+                "apiVersion": "clusterctl.cluster.x-k8s.io/v1alpha3", "metadata": {"resourceVersion": "1"},
+                "items": []})
+            }
             "/api/v1" => serde_json::json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
                 {"name": "namespaces", "singularName": "namespace", "namespaced": false, "kind": "Namespace",
                  "verbs": ["get", "list"]}]}),
