@@ -29,6 +29,8 @@ if [ -z "${KUBECTL:-}" ]; then
   # shellcheck source=../mgmt/scripts/common.sh
   source "$root/test/mgmt/scripts/common.sh"
   KUBECTL=$(asset_bin kubectl)
+  # A test that runs with a HOME of its own (so another CAPKK_CACHE) puts the plane's bin directory on PATH.
+  [ -x "$KUBECTL" ] || KUBECTL=$(command -v kubectl || echo "$KUBECTL")
 fi
 [ -x "$KUBECTL" ] || { echo "kubectl (kustomize) not found at $KUBECTL: run 'make mgmt-bin' (or set KUBECTL)" >&2; exit 1; }
 
