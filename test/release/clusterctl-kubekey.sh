@@ -19,7 +19,8 @@
 #                                                below, into --dest
 # Options:
 #   --config FILE              the clusterctl configuration to write (default: the one clusterctl reads,
-#                              $XDG_CONFIG_HOME/cluster-api/clusterctl.yaml, else ~/.cluster-api/clusterctl.yaml;
+#                              $XDG_CONFIG_HOME/cluster-api/clusterctl.yaml (~/.config, on macOS ~/Library/Application
+#                              Support), else ~/.cluster-api/clusterctl.yaml;
 #                              created when there is none). An existing file is kept: our entries are inserted
 #                              between marker comments (replaced on a rerun), the rest is left as it was, the
 #                              previous version is saved as FILE.capkk-rs.bak
@@ -31,7 +32,7 @@
 #                              is (run before `clusterctl init`: `clusterctl-kubekey.sh --check && clusterctl init ...`)
 #
 # After writing, the script asks clusterctl (when it is on PATH) which URL "kubekey" resolves to, and fails,
-# restoring the previous file, unless it is ours. Needs: bash, coreutils, awk; curl for --from.
+# restoring the previous file, unless it is ours. Needs: bash, coreutils (or macOS's shasum), awk; curl for --from.
 set -euo pipefail
 
 # Filled in by test/release/release-manifests.sh when it copies this script into a release.
@@ -60,12 +61,15 @@ case $image_repo in
   *[[:space:]@]*|*/) die "--image-repository is a registry and path without tag or digest, e.g. registry.example.com/capkk (got '$image_repo')" ;;
 esac
 
+sha256() { # FILE: its SHA-256 (coreutils, or macOS's shasum)
+  if command -v sha256sum >/dev/null; then sha256sum <"$1"; else shasum -a 256 <"$1"; fi | cut -d' ' -f1
+}
 verify() { # DIR: every file of this release is in DIR with its checksum
   local sum name
   while read -r sum name; do
     [ -n "$name" ] || continue
     [ -f "$1/$name" ] || die "$1/$name is missing"
-    [ "$(sha256sum <"$1/$name" | cut -d' ' -f1)" = "$sum" ] || die "$1/$name does not match this release's checksum"
+    [ "$(sha256 "$1/$name")" = "$sum" ] || die "$1/$name does not match this release's checksum"
   done <<<"$FILES"
 }
 
@@ -81,10 +85,13 @@ case $base in *[[:space:]]*) die "the repository path '$base' has white space, w
 url=file://$base/$LABEL/latest/infrastructure-components.yaml
 shown=file://$base/$LABEL/latest/
 
-# The configuration clusterctl reads when given no --config (its own search order), or the one given.
+# The configuration clusterctl reads when given no --config (its own search order: the XDG configuration
+# directory, which on macOS defaults to ~/Library/Application Support, then ~/.cluster-api), or the one given.
+xdg_config=${XDG_CONFIG_HOME:-$HOME/.config}
+[ -n "${XDG_CONFIG_HOME:-}" ] || [ "$(uname -s)" != Darwin ] || xdg_config="$HOME/Library/Application Support"
 default_config() {
   local d f found=''
-  for d in "${XDG_CONFIG_HOME:-$HOME/.config}/cluster-api" "$HOME/.cluster-api"; do
+  for d in "$xdg_config/cluster-api" "$HOME/.cluster-api"; do
     for f in "$d"/clusterctl.*; do
       [ -e "$f" ] || continue
       case $f in
@@ -93,7 +100,7 @@ default_config() {
       esac
     done
   done
-  echo "${found:-${XDG_CONFIG_HOME:-$HOME/.config}/cluster-api/clusterctl.yaml}"
+  echo "${found:-$xdg_config/cluster-api/clusterctl.yaml}"
 }
 explicit_config=$config
 [ -n "$config" ] || config=$(default_config)
