@@ -659,6 +659,63 @@ fn no_file_of_the_release_names_the_build_box_and_the_archive_holds_the_image_th
     );
 }
 
+/// README's provider upgrade: a later version built into the same release directory (`make release-manifests
+/// VERSION=<next>`) sits beside the first; the registered `latest` URL makes clusterctl take it by default and
+/// still find the first by name, which is what `clusterctl upgrade plan` compares.
+#[test]
+fn a_later_version_beside_the_first_is_the_one_clusterctl_takes() {
+    let r = release();
+    let m = Machine::new("next", &r);
+    let out = m.base.join("release");
+    let repo = Path::new("infrastructure-kubekey");
+    std::fs::create_dir_all(out.join(repo)).unwrap();
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(r.out.join(repo).join(&r.version))
+        .arg(out.join(repo))
+        .status()
+        .unwrap();
+    assert!(status.success(), "copying the release");
+    let (base, patch) = r.version.rsplit_once('.').expect("vX.Y.Z");
+    let next = format!("{base}.{}", patch.parse::<u32>().expect("a patch number") + 1);
+    let image = components_image(&r);
+    let next_image = format!("{}:{next}", image.rsplit_once(':').unwrap().0);
+    let script = repo_root().join("test/release/release-manifests.sh");
+    let kubectl = r.clusterctl.with_file_name("kubectl");
+    let built = Command::new(&script)
+        .args([out.to_str().unwrap(), &next, &next_image])
+        .env("KUBECTL", &kubectl)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "release-manifests.sh {next}: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    m.ok("bash", &[out.join("clusterctl-kubekey.sh").to_str().unwrap()]);
+    let describe = m.ok(
+        "clusterctl",
+        &[
+            "generate",
+            "provider",
+            "--infrastructure",
+            "kubekey",
+            "--describe",
+        ],
+    );
+    assert!(
+        describe.contains(&format!("Version:            {next}\n")),
+        "{describe}"
+    );
+    assert_eq!(described_images(&describe), vec![next_image]);
+    let first = format!("kubekey:{}", r.version);
+    let describe = m.ok(
+        "clusterctl",
+        &["generate", "provider", "--infrastructure", &first, "--describe"],
+    );
+    assert_eq!(described_images(&describe), vec![image], "{describe}");
+}
+
 /// The registration edits whatever clusterctl configuration the user has, keeping it: the shapes of `providers:`
 /// YAML allows (indented or not, empty, `[]`), the legacy `~/.cluster-api/` location, and a rerun. A `kubekey`
 /// entry of the user's own, or a flow-style list, is refused with the file untouched. clusterctl reads every result.
