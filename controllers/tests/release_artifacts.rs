@@ -60,8 +60,7 @@ fn locked_version(name: &str) -> String {
 }
 
 #[test]
-fn sha256sums_lists_the_repository_the_registration_script_the_image_archive_and_the_sbom_with_their_digests()
-{
+fn sha256sums_lists_the_repository_the_script_the_image_archive_and_the_sbom_with_their_digests() {
     let r = release();
     let sums = sums(&r);
     let repo = format!("infrastructure-kubekey/{}", r.version);
