@@ -80,9 +80,13 @@ chmod 0755 "$out/clusterctl-kubekey.sh"
 echo "clusterctl repository: $dir"
 (cd "$dir" && printf '  %s\n' *)
 echo "register it:           $out/clusterctl-kubekey.sh [--image-repository REGISTRY/PATH]"
-# OUT/clusterctl.yaml names OUT's absolute path: only with --local-config (an earlier run's is removed otherwise).
-rm -f "$out/clusterctl.yaml"
+# OUT/clusterctl.yaml names OUT's absolute path: only with --local-config. One an earlier run wrote (this script's
+# marker, or the header of the versions before it) is removed otherwise; a file of anyone else's is left alone.
+if grep -qE "capkk-rs: kubekey provider|built by 'make release-manifests'" "$out/clusterctl.yaml" 2>/dev/null; then
+  rm -f "$out/clusterctl.yaml"
+fi
 if [ "$local_config" = 1 ]; then
+  rm -f "$out/clusterctl.yaml"
   PATH=$(dirname "$KUBECTL"):$PATH "$out/clusterctl-kubekey.sh" --config "$out/clusterctl.yaml" 2>"$out/.register.log" ||
     { cat "$out/.register.log" >&2; exit 1; }
   rm -f "$out/.register.log"
