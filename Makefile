@@ -18,14 +18,15 @@
 #                       e2e               whole lifecycle on real CAPI controllers + sandbox hosts
 #                       e2e-gitops        a real Flux applies, scales, holds, reverts and prunes a cluster from git
 #                       image-test        the manager image (podman) against the plane
-#                       release-test      make release (clusterctl repository, image archive, SBOM, SHA256SUMS), checked
+#                       release-test      make release, checked; served over HTTP on 127.0.0.1, registered and read by clusterctl
 #                       test-vm           VM test hosts under QEMU (test/vm/vm.mk)
 #                       test-real-smoke   one real node: kubeadm init on a VM through the controllers
 #                       test-real-e2e     3 node containers: control plane + 2 workers, flannel, scale 2->1->2
 #                       test-real-ha      3 control planes behind the provider's VIP, its holder powered off, KCP remediation
 #   make e2e-real     two real nodes end to end (long; not in make test)
 #   make deny         cargo-deny: licenses, bans, sources (deny.toml; installs cargo-deny on first use)
-#   make release      clusterctl repository, image archive, CycloneDX SBOM, SHA256SUMS in $(OUT) (make release-test)
+#   make release      clusterctl repository, clusterctl-kubekey.sh, image archive, CycloneDX SBOM, SHA256SUMS in $(OUT)
+#   make clusterctl-register   register $(OUT) as clusterctl's "kubekey" in your clusterctl.yaml (else: KubeSphere's)
 #   make docs-diagrams  render docs/*.dot (Graphviz) into the committed .svg/.png
 #
 # Management plane (test/mgmt): make mgmt-up | mgmt-status | mgmt-down.  Fragments: test/*/*.mk,
@@ -83,7 +84,7 @@ include test/clusterctl/clusterctl.mk
 include test/capi-e2e/capi-e2e.mk
 
 .PHONY: help deps build test test-build test-unit test-integration verify fmt clippy crds verify-crds shellcheck \
-        api-docs verify-api-docs verify-docs verify-deps deny docs-diagrams image image-test docker-build release-manifests release release-test clean
+        api-docs verify-api-docs verify-docs verify-deps deny docs-diagrams image image-test docker-build release-manifests release release-test clusterctl-register clean
 
 help: ## show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort | column -t -s $$'\t'
@@ -190,11 +191,17 @@ image-test: image mgmt-up ## run the image (podman, runc, low ulimits): --help, 
 docker-build: ## the same image with Docker and public base images (build args BUILD_IMAGE, RUNTIME_IMAGE)
 	docker build -t $(IMG) .
 
-release-manifests: image ## clusterctl repository under $(OUT)/infrastructure-kubekey/$(VERSION) + the image as an OCI archive
+# The release's image: the tag its components name by default (config/default), so what ships is what is built.
+# `make release IMG=...` builds and ships another reference; users usually keep it and set their registry with
+# clusterctl's image override (clusterctl-kubekey.sh --image-repository, docs/clusterctl.md).
+RELEASE_IMG ?= ghcr.io/capkk-rs/capkk-manager:$(VERSION)
+release-manifests release: IMG = $(RELEASE_IMG)
+# kubectl (kustomize) is the pinned one of mgmt-bin: the same rendering on every machine.
+release-manifests: image mgmt-bin ## clusterctl repository under $(OUT)/infrastructure-kubekey/$(VERSION), clusterctl-kubekey.sh, the image as an OCI archive
 	test/release/release-manifests.sh $(OUT) $(VERSION) $(IMG)
 	rm -f $(OUT)/capkk-manager-$(VERSION).oci.tar
 	$(PODMAN) save --format oci-archive -o $(OUT)/capkk-manager-$(VERSION).oci.tar $(IMG)
-	@echo "image archive: $(OUT)/capkk-manager-$(VERSION).oci.tar ($$(du -m $(OUT)/capkk-manager-$(VERSION).oci.tar | cut -f1) MB)"
+	@echo "image archive: $(OUT)/capkk-manager-$(VERSION).oci.tar ($$(du -m $(OUT)/capkk-manager-$(VERSION).oci.tar | cut -f1) MB, $(IMG))"
 
 # The release's SBOM is written by cyclonedx-sbom (hack/devtools) from `cargo metadata` and Cargo.lock. It comes
 # from the one test build, so a release compiles nothing of its own (installing cargo-cyclonedx took 20 min
@@ -203,14 +210,26 @@ release: release-manifests ## release-manifests + a CycloneDX SBOM of the manage
 	$(CARGO_TEST_BUILD) -q
 	CYCLONEDX_SBOM=$(TARGET_DIR)/debug/cyclonedx-sbom CARGO=$(CARGO) test/release/release.sh $(OUT) $(VERSION)
 
-# `make release` into a scratch directory, then the release_* tests read it (SHA256SUMS, the SBOM's contents). A
-# tier of `make test` after image-test: the image, the manager's image-profile build and the test build are done
-# by then, so the tier is the image rebuilt from cache, its archive, the SBOM and the test.
+# Registers $(OUT)'s repository as clusterctl's "kubekey" in YOUR clusterctl configuration (the one clusterctl
+# reads: ~/.config/cluster-api/clusterctl.yaml, kept and merged into). Without it, `kubekey` is clusterctl's
+# built-in entry: KubeSphere's CAPKK. IMAGE_REPOSITORY=registry.example.com/capkk adds the image override.
+IMAGE_REPOSITORY ?=
+clusterctl-register: ## register $(OUT)'s release as clusterctl's "kubekey" in your clusterctl.yaml (IMAGE_REPOSITORY=... for your registry)
+	@test -x $(OUT)/clusterctl-kubekey.sh || { echo "no $(OUT)/clusterctl-kubekey.sh: run make release-manifests (or make release) first"; exit 1; }
+	$(OUT)/clusterctl-kubekey.sh $(if $(IMAGE_REPOSITORY),--image-repository $(IMAGE_REPOSITORY))
+
+# `make release` into a scratch directory, then the release_* tests read it: SHA256SUMS, the SBOM's contents
+# (release_artifacts), and the release as a user installs it (release_clusterctl: served over HTTP on 127.0.0.1,
+# registered from another directory, `clusterctl generate provider --describe` and `init list-images`, no path
+# of this machine in any file). A tier of `make test` after image-test: the image, the manager's image-profile
+# build and the test build are done by then, so the tier is the image rebuilt from cache, its archive, the SBOM
+# and the tests.
 RELEASE_TEST_OUT ?= $(TARGET_DIR)/release-test
-release-test: ## make release into $(RELEASE_TEST_OUT), then check it (controllers/tests/release_artifacts.rs)
+release-test: ## make release into $(RELEASE_TEST_OUT), then check it (release_artifacts.rs, release_clusterctl.rs)
 	$(MAKE) --no-print-directory release OUT=$(RELEASE_TEST_OUT)
-	@sel=$$(hack/test-targets.sh release) && set -x && \
-	  CAPKK_RELEASE_OUT=$(RELEASE_TEST_OUT) CAPKK_RELEASE_VERSION=$(VERSION) $(CARGO) test --workspace --no-fail-fast $$sel
+	@sel=$$(hack/test-targets.sh release) && clusterctl=$$(source test/mgmt/scripts/common.sh && echo "$$BIN_DIR/clusterctl") && \
+	  set -x && CAPKK_RELEASE_OUT=$(RELEASE_TEST_OUT) CAPKK_RELEASE_VERSION=$(VERSION) CAPKK_CLUSTERCTL=$$clusterctl \
+	  $(CARGO) test --workspace --no-fail-fast $$sel
 
 clean: ## remove build outputs
 	$(CARGO) clean

@@ -329,7 +329,12 @@ async fn a_cluster_in_git_is_applied_scaled_held_and_pruned_by_flux() -> anyhow:
     let repo_s = repo_dir.to_str().context("path")?;
     run(
         &release,
-        &[repo_s, "v0.1.0", "ghcr.io/capkk-rs/capkk-manager:v0.1.0"],
+        &[
+            "--local-config",
+            repo_s,
+            "v0.1.0",
+            "ghcr.io/capkk-rs/capkk-manager:v0.1.0",
+        ],
         &[],
         &bin,
         &env.dir,

@@ -60,7 +60,7 @@ fn locked_version(name: &str) -> String {
 }
 
 #[test]
-fn sha256sums_lists_the_repository_the_image_archive_and_the_sbom_with_their_digests() {
+fn sha256sums_lists_the_repository_the_script_the_image_archive_and_the_sbom_with_their_digests() {
     let r = release();
     let sums = sums(&r);
     let repo = format!("infrastructure-kubekey/{}", r.version);
@@ -68,6 +68,7 @@ fn sha256sums_lists_the_repository_the_image_archive_and_the_sbom_with_their_dig
         .expect("the clusterctl repository is there")
         .map(|e| format!("{repo}/{}", e.unwrap().file_name().to_string_lossy()))
         .collect();
+    want.push("clusterctl-kubekey.sh".to_owned());
     want.push(format!("capkk-manager-{}.oci.tar", r.version));
     want.push(format!("capkk-manager-{}.cdx.json", r.version));
     want.sort();

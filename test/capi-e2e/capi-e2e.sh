@@ -232,7 +232,7 @@ from_sandbox() {
 # Our provider's repository under OUT (the one test/e2e/e2e.sh made, from this tree) with the specs' flavors
 # made from the default template: kcp-md-taints and md-remediation by flavors.py, upgrades the default itself.
 sandbox_repository() {
-  "$ROOT/test/release/release-manifests.sh" "$OUT/clusterctl" "$VERSION" "ghcr.io/capkk-rs/capkk-manager:$VERSION" >/dev/null
+  "$ROOT/test/release/release-manifests.sh" --local-config "$OUT/clusterctl" "$VERSION" "ghcr.io/capkk-rs/capkk-manager:$VERSION" >/dev/null
   CCONF=$OUT/clusterctl/clusterctl.yaml
   sandbox_flavors "$OUT/clusterctl/infrastructure-kubekey/$VERSION"
 }
@@ -487,7 +487,7 @@ run() {
 flavors() {
   [ -n "${1:-}" ] || die "usage: $0 flavors OUT"
   mkdir -p "$1"
-  "$ROOT/test/release/release-manifests.sh" "$1" "$VERSION" "ghcr.io/capkk-rs/capkk-manager:$VERSION" >/dev/null
+  "$ROOT/test/release/release-manifests.sh" --local-config "$1" "$VERSION" "ghcr.io/capkk-rs/capkk-manager:$VERSION" >/dev/null
   tcg_flavors "$1/infrastructure-kubekey/$VERSION"
   sandbox_flavors "$1/infrastructure-kubekey/$VERSION"
   (cd "$1/infrastructure-kubekey/$VERSION" && ls cluster-template-*.yaml) >&2

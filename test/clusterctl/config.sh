@@ -25,8 +25,7 @@ registry=$1 out=$2 version=${3:-v0.1.0}
 # shellcheck disable=SC1090
 source "$ENV_FILE"
 [ -f "$CLUSTERCTL_ARTIFACTS_DIR/.complete" ] || die "the artifacts in $ENV_FILE are incomplete"
-# release-manifests.sh runs kubectl (kustomize): the management plane's when none is installed.
-command -v kubectl >/dev/null || PATH=$(dirname "$CLUSTERCTL_BIN"):$PATH
+# release-manifests.sh runs the management plane's kubectl (kustomize) itself.
 
 mkdir -p "$out"
 out=$(cd "$out" && pwd)

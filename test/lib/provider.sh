@@ -14,7 +14,7 @@ MANAGER_SA_NS=capkk-system
 MANAGER_SA=capkk-controller-manager
 
 provider_release() { # the local clusterctl repository ($CCONF its config) and $WORK/components.yaml
-  "$ROOT/test/release/release-manifests.sh" "$WORK/repo" "$VERSION" "ghcr.io/capkk-rs/capkk-manager:$VERSION" >/dev/null
+  "$ROOT/test/release/release-manifests.sh" --local-config "$WORK/repo" "$VERSION" "ghcr.io/capkk-rs/capkk-manager:$VERSION" >/dev/null
   CCONF=$WORK/repo/clusterctl.yaml
   clusterctl generate provider --infrastructure "kubekey:$VERSION" --config "$CCONF" >"$WORK/components.yaml"
 }

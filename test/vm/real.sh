@@ -677,7 +677,7 @@ push_manager_image() { # push_manager_image REF: the image `make image` built, p
 
 # What `clusterctl init --infrastructure kubekey` installs of ours, on the node the smoke just made: the
 # components `clusterctl generate provider` renders (CRDs, RBAC, the namespace, the Deployment) with the image
-# variable pointing at the bridge registry. The Deployment runs unchanged: in-cluster config through the kubernetes
+# overridden to the bridge registry. The Deployment runs unchanged: in-cluster config through the kubernetes
 # Service (kube-proxy), the downward API, a read-only root with its cache volume, probes, the Lease.
 manager_pod() {
   local cp img pod renewed
@@ -685,7 +685,10 @@ manager_pod() {
   img=$NODE_REGISTRY/capkk-manager:$VERSION
   stage "manager Deployment as a Pod on $cp: Ready, Lease, handover"
   push_manager_image "$img"
-  CAPKK_IMAGE=$img clusterctl generate provider --infrastructure "kubekey:$VERSION" --config "$CCONF" \
+  # The image as a user sets it: clusterctl's image override, written by the release's registration script.
+  cp "$CCONF" "$WORK/clusterctl-pod.yaml"
+  "$WORK/repo/clusterctl-kubekey.sh" --config "$WORK/clusterctl-pod.yaml" --image-repository "$NODE_REGISTRY" 2>/dev/null
+  clusterctl generate provider --infrastructure "kubekey:$VERSION" --config "$WORK/clusterctl-pod.yaml" \
     >"$WORK/components-pod.yaml"
   check "clusterctl renders the Deployment with image $img" grep -q "image: $img\$" "$WORK/components-pod.yaml"
   wl apply --server-side -f "$WORK/components-pod.yaml" >/dev/null

@@ -101,6 +101,10 @@ const NOT_LISTED: &[(&str, &str)] = &[
         "dot",
         "Graphviz, only `make docs-diagrams` (the diagrams are committed rendered); it names the package",
     ),
+    (
+        "shasum",
+        "macOS's SHA-256 tool: the release's clusterctl-kubekey.sh runs it only where coreutils' sha256sum is missing (a user's Mac)",
+    ),
 ];
 
 /// Shell scripts whose commands run on a VM guest or a node, never on this machine, each with the reason: the
