@@ -1870,12 +1870,17 @@ machines_at() { # machines_at SELECTOR COUNT VERSION: exactly COUNT Machines, ev
 }
 host_images_at() { # host_images_at I VERSION: the control plane's static Pods on host I run VERSION's images
   local out
-  out=$(vmsh "$1" 'crictl ps -o json' | python3 -c 'import json, sys
-for c in json.load(sys.stdin)["containers"]:
+  # A running container names its image by ID: the image list gives that ID's tags.
+  out=$(vmsh "$1" 'crictl ps -o json; echo "#images"; crictl images -o json' | python3 -c 'import json, sys
+ps, images = sys.stdin.read().split("#images")
+tags = {i["id"]: i.get("repoTags") or [] for i in json.loads(images)["images"]}
+for c in json.loads(ps)["containers"]:
     n = c["metadata"]["name"]
     if n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
-        print(n, c["image"]["image"].rsplit(":", 1)[-1])' | sort)
-  [ "$(grep -c " $2\$" <<<"$out")" = 3 ] || { log "    host $1 runs: $(tr '\n' ' ' <<<"$out")(want $2)"; return 1; }
+        ids = [c.get("imageRef"), c["image"]["image"], "sha256:" + c["image"]["image"]]
+        found = next((tags[i] for i in ids if i in tags), [])
+        print(n, " ".join(t.rsplit(":", 1)[-1] for t in found) or c["image"]["image"])' | sort)
+  [ "$(grep -c " $2\( \|\$\)" <<<"$out")" = 3 ] || { log "    host $1 runs: $(tr '\n' ' ' <<<"$out")(want $2)"; return 1; }
 }
 lb_gone() { # lb_gone I: host I runs neither keepalived nor haproxy and holds no configuration capkk wrote
   vmsh "$1" '! systemctl is-active -q keepalived && ! systemctl is-active -q haproxy &&
