@@ -190,6 +190,64 @@ fn space_verdict(path: &str, free_bytes: u64, needed_gb: u64) -> Result<()> {
     Ok(())
 }
 
+/// inotify instances one node container takes at most: its systemd, containerd, the kubelet and its pods'
+/// processes (kube-proxy, flannel, CoreDNS) each hold some, measured 7 on an idle node and 17 on a busy one. They
+/// all count against root's `fs.inotify.max_user_instances` of the machine's kernel (128 by default), which every
+/// node container shares: a second fleet beside a five-node one ran out, and kube-proxy on the newest node crashed
+/// in a loop with "too many open files" while the run waited on it.
+pub const INOTIFY_PER_NODE: u64 = 16;
+
+/// Refuses to start `nodes` node containers when root's free inotify instances (the machine's
+/// `fs.inotify.max_user_instances` less those root's processes hold now) are fewer than [`INOTIFY_PER_NODE`]
+/// a node. The setting is the machine owner's: this names it, and never changes it.
+pub fn check_inotify(nodes: usize) -> Result<()> {
+    let path = "/proc/sys/fs/inotify/max_user_instances";
+    let max = fs::read_to_string(path)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| VmError::RunCommand {
+            command: format!("read {path}"),
+            message: "no number there".into(),
+        })?;
+    inotify_verdict(max, root_inotify_instances(), nodes)
+}
+
+/// The inotify instances root's processes hold: their descriptors that name an inotify instance.
+fn root_inotify_instances() -> u64 {
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut n = 0;
+    for p in procs.flatten() {
+        let dir = p.path();
+        let root = fs::read_to_string(dir.join("status")).is_ok_and(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|ids| ids.split_whitespace().next())
+                == Some("0")
+        });
+        if !root {
+            continue;
+        }
+        let Ok(fds) = fs::read_dir(dir.join("fd")) else {
+            continue;
+        };
+        n += fds
+            .flatten()
+            .filter(|fd| fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == "anon_inode:inotify"))
+            .count() as u64;
+    }
+    n
+}
+
+fn inotify_verdict(max: u64, used: u64, nodes: usize) -> Result<()> {
+    let needed = INOTIFY_PER_NODE * nodes as u64;
+    if max.saturating_sub(used) < needed {
+        return Err(VmError::NoInotify { max, used, needed });
+    }
+    Ok(())
+}
+
 /// Names of the volumes of host `name`: containerd's and the kubelet's state, which need a file system that
 /// overlayfs can stack on (the container's root is an overlay itself).
 pub fn volumes(name: &str) -> [(String, &'static str); 2] {
@@ -478,6 +536,20 @@ mod tests {
             "{err}"
         );
         assert!(space_verdict("/var/lib/containers", 12_000_000_000, need).is_ok());
+    }
+
+    #[test]
+    fn a_fleet_short_of_inotify_instances_is_refused_naming_the_setting_and_the_numbers() {
+        // 5 nodes need 80; root holds 60 of 128: 68 left.
+        let err = inotify_verdict(128, 60, 5).unwrap_err().to_string();
+        assert!(
+            err.contains("fs.inotify.max_user_instances = 128")
+                && err.contains("60 in use")
+                && err.contains("need 80"),
+            "{err}"
+        );
+        assert!(inotify_verdict(128, 48, 5).is_ok(), "80 left for 80");
+        assert!(inotify_verdict(100, 200, 1).is_err(), "more in use than allowed");
     }
 
     #[test]

@@ -97,6 +97,21 @@ pub enum VmError {
         /// Gigabytes the fleet needs.
         needed_gb: u64,
     },
+    /// Too few inotify instances left for node containers (they share the machine's kernel and its limit).
+    #[error(
+        "node containers need {needed} inotify instances ({per} a node); root holds {used} in use of the machine's \
+         fs.inotify.max_user_instances = {max}: stop other node containers (podman ps) or, as the machine's owner, \
+         raise fs.inotify.max_user_instances",
+        per = crate::containers::INOTIFY_PER_NODE
+    )]
+    NoInotify {
+        /// The machine's `fs.inotify.max_user_instances`.
+        max: u64,
+        /// Instances root's processes hold now.
+        used: u64,
+        /// Instances the fleet needs.
+        needed: u64,
+    },
     /// The sandbox slot claim failed.
     #[error(transparent)]
     Slot(#[from] capkk_sandbox::SandboxError),
@@ -994,6 +1009,7 @@ fn boot_containers(config: &FleetConfig) -> Result<FleetState> {
         ("ssh-keyscan", "openssh-client"),
     ])?;
     containers::check_free_space(config.vms.len())?;
+    containers::check_inotify(config.vms.len())?;
     let image = containers::ensure_node_image()?;
     let mut state = plan(
         config,
