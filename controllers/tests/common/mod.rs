@@ -41,13 +41,33 @@ pub async fn client() -> anyhow::Result<Client> {
 pub use capkk_mgmt::unique;
 
 /// A directory for a test's files (kubeconfig, manager logs) kept after the test for inspection:
-/// `/tmp/capkk-controllers-tests/<unique>`.
+/// `/tmp/capkk-controllers-tests/<unique>`. Those of runs more than a day old are removed first: kept forever,
+/// a machine's runs had piled up 1.7 GB of them.
 pub fn test_dir(prefix: &str) -> anyhow::Result<PathBuf> {
-    let d = std::env::temp_dir()
-        .join("capkk-controllers-tests")
-        .join(unique(prefix));
+    let root = std::env::temp_dir().join("capkk-controllers-tests");
+    prune_older_than(&root, std::time::Duration::from_secs(24 * 3600));
+    let d = root.join(unique(prefix));
     std::fs::create_dir_all(&d)?;
     Ok(d)
+}
+
+/// Remove the directories under `root` last modified longer than `age` ago (best effort: a directory another
+/// test removes at the same time, or cannot be read, is left to that test).
+fn prune_older_than(root: &std::path::Path, age: std::time::Duration) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|elapsed| elapsed > age);
+        if old && e.path().is_dir() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// A fresh namespace.
