@@ -341,6 +341,28 @@ fn bootstrap_plan(input: &PhaseInput) -> ServiceResult<&capkk_cloudinit::Plan> {
     Ok(data.plan.get_or_init(|| plan))
 }
 
+/// The container runtime's components for the host of `spec`: the spec's `containerManager` values, and for
+/// each it leaves unset the component default of its Kubernetes minor, the sandbox image from the cluster's
+/// private registry (`capkk_service::components`). The containermanager phase installs exactly these, the
+/// pre-pull pulls that sandbox image, and the KKMachine's `status.components` reports them: one resolution
+/// for all three. An unknown version with unset fields is `InvalidInput` naming the first such field.
+pub(crate) fn resolve_components(
+    spec: &KKInstanceSpec,
+    cluster: Option<&KKClusterSpec>,
+) -> ServiceResult<capkk_service::components::ResolvedComponents> {
+    let cm = spec.container_manager.as_ref();
+    capkk_service::components::resolve(&capkk_service::components::ComponentSpec {
+        kubernetes_version: spec.kubernetes_version.as_deref(),
+        containerd: cm.and_then(|c| c.version.as_deref()),
+        runc: cm.and_then(|c| c.runc_version.as_deref()),
+        crictl: cm.and_then(|c| c.crictl_version.as_deref()),
+        sandbox_image: cm.and_then(|c| c.sandbox_image.as_deref()),
+        private_registry: cluster
+            .and_then(|c| c.registry.as_ref())
+            .and_then(|r| r.private_registry.as_deref()),
+    })
+}
+
 /// Bound on pulling one image on the host.
 const PULL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
 /// Bound on the whole pre-pull (its SSH channel): nothing waits for it, but the channel is not kept forever.
@@ -389,11 +411,11 @@ pub(crate) fn prepull_config(input: &PhaseInput) -> Result<PrepullConfig, &'stat
         } else {
             ImageSet::Worker
         },
-        sandbox_image: input
-            .instance
-            .container_manager
-            .as_ref()
-            .and_then(|c| c.sandbox_image.clone())
+        // The image containerd was configured with: resolved as the containermanager phase resolved it (a
+        // version with no defaults failed that phase, so the pre-pull never ran).
+        sandbox_image: resolve_components(&input.instance, input.cluster.as_ref())
+            .ok()
+            .map(|c| c.sandbox_image)
             .filter(|s| !s.is_empty()),
         pull_timeout: PULL_TIMEOUT,
         timeout: PREPULL_TIMEOUT,
@@ -475,8 +497,10 @@ impl HostServices for ServiceLayer {
                 Ok(())
             }
             Phase::ContainerManager => {
-                let f = facts(exec, input, progress).await?;
                 let cm = spec.container_manager.clone().unwrap_or_default();
+                // Checked before the host's facts: a version with no defaults fails without touching it.
+                let components = resolve_components(spec, input.cluster.as_ref())?;
+                let f = facts(exec, input, progress).await?;
                 let reg = input
                     .cluster
                     .as_ref()
@@ -484,11 +508,11 @@ impl HostServices for ServiceLayer {
                     .unwrap_or_default();
                 let cfg = ContainerdConfig {
                     runtime_type: cm.type_.clone(),
-                    version: cm.version.clone(),
-                    crictl_version: cm.crictl_version.clone(),
-                    runc_version: cm.runc_version.clone(),
+                    version: Some(components.containerd),
+                    crictl_version: Some(components.crictl),
+                    runc_version: Some(components.runc),
                     cri_socket: cm.cri_socket.clone(),
-                    sandbox_image: cm.sandbox_image.clone(),
+                    sandbox_image: Some(components.sandbox_image),
                     registry_mirrors: reg.registry_mirrors.clone(),
                     insecure_registries: reg.insecure_registries.clone(),
                     private_registry: reg.private_registry.clone().filter(|s| !s.is_empty()),
