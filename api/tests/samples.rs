@@ -171,7 +171,7 @@ fn crds_are_structural_labelled_and_named_like_capi_expects() {
 }
 
 #[test]
-fn printer_columns_show_progress() {
+fn printer_columns_show_progress_and_with_wide_output_the_resolved_runtime() {
     let by_kind = |k: &str| crds().into_iter().find(|c| c.spec.names.kind == k).unwrap();
     let cols = |k: &str| -> Vec<String> {
         by_kind(k).spec.versions[0]
@@ -184,7 +184,16 @@ fn printer_columns_show_progress() {
     };
     assert_eq!(
         cols("KKMachine"),
-        ["Cluster", "Instance", "Provisioned", "Phase", "Step", "Age"]
+        [
+            "Cluster",
+            "Instance",
+            "Provisioned",
+            "Phase",
+            "Step",
+            "Containerd",
+            "Sandbox",
+            "Age"
+        ]
     );
     assert_eq!(cols("KKInstance"), ["Host", "Address", "State", "Step", "Age"]);
     let short = |k: &str| by_kind(k).spec.names.short_names.unwrap_or_default();

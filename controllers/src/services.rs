@@ -863,6 +863,92 @@ mod tests {
     }
 
     #[test]
+    fn a_host_naming_no_sandbox_image_pre_pulls_the_default_pause_of_its_version_from_the_private_registry() {
+        let mut i = input(JOIN, Some("198.18.0.1:5000"));
+        i.instance.container_manager = None;
+        let cfg = prepull_config(&i).expect("a pre-pull");
+        assert_eq!(cfg.sandbox_image.as_deref(), Some("198.18.0.1:5000/pause:3.10.2"));
+    }
+
+    #[test]
+    fn the_container_runtime_components_are_the_specs_values_over_the_defaults_of_the_kubernetes_version() {
+        let mut i = input(JOIN, None);
+        let c = resolve_components(&i.instance, i.cluster.as_ref()).expect("resolved");
+        assert_eq!(
+            (c.containerd.as_str(), c.runc.as_str(), c.crictl.as_str()),
+            ("2.2.1", "v1.3.4", "v1.36.0")
+        );
+        assert_eq!(
+            c.sandbox_image, "198.18.0.1:5000/pause:3.10.1",
+            "the spec's own sandbox image"
+        );
+        i.instance.kubernetes_version = Some("v1.29.0".into());
+        let e = resolve_components(&i.instance, i.cluster.as_ref()).expect_err("no defaults for v1.29");
+        assert!(
+            matches!(&e, ServiceError::InvalidInput { field, .. } if field == "spec.containerManager.version"),
+            "{e:?}"
+        );
+    }
+
+    /// A host that must not be touched: every call panics.
+    struct Untouchable;
+
+    #[async_trait]
+    impl Executor for Untouchable {
+        async fn exec(
+            &self,
+            req: capkk_executor::ExecRequest,
+        ) -> Result<capkk_executor::ExecOutput, capkk_executor::ExecError> {
+            panic!("the host was asked to run {:?}", req.command)
+        }
+
+        async fn put(&self, req: capkk_executor::PutRequest) -> Result<u64, capkk_executor::ExecError> {
+            panic!("the host was sent {}", req.path)
+        }
+
+        async fn get(
+            &self,
+            path: &str,
+            _limit: usize,
+            _privileged: bool,
+        ) -> Result<Vec<u8>, capkk_executor::ExecError> {
+            panic!("the host was read: {path}")
+        }
+
+        fn target(&self) -> String {
+            "198.18.0.12".into()
+        }
+    }
+
+    #[tokio::test]
+    async fn the_container_runtime_step_refuses_a_version_without_defaults_before_touching_the_host() {
+        let dir = std::env::temp_dir().join(format!("capkk-services-defaults-{}", std::process::id()));
+        let services = ServiceLayer::new(&dir).expect("a cache dir");
+        let mut input = input(JOIN, None);
+        input.instance.kubernetes_version = Some("v1.99.0".into());
+        input.instance.container_manager = None;
+        let progress = capkk_service::journal::RecordingProgress::default();
+        let host = HostCall {
+            exec: &Untouchable,
+            input: &input,
+            progress: &progress,
+        };
+        let e = services
+            .run(Phase::ContainerManager, host)
+            .await
+            .expect_err("no defaults for v1.99");
+        let ServiceError::InvalidInput { field, message } = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(field, "spec.containerManager.version");
+        assert!(
+            message.contains("v1.99.0") && message.contains("spec.containerManager.sandboxImage"),
+            "{message}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn a_worker_join_pre_pulls_kube_proxy_from_the_private_registry_or_kubeadms_default() {
         let cfg = prepull_config(&input(JOIN, Some("198.18.0.1:5000"))).expect("a pre-pull");
         assert_eq!(cfg.images, ImageSet::Worker);
