@@ -1176,10 +1176,22 @@ default_components() {
   defaults=$("$ROOT/test/vm/artifacts/defaults.sh" "$KUBE_VERSION") || die "no component defaults for $KUBE_VERSION"
   eval "$defaults"
   log "  component defaults of $KUBE_VERSION: containerd $DEFAULT_CONTAINERD, runc $DEFAULT_RUNC, crictl $DEFAULT_CRICTL, pause $DEFAULT_PAUSE"
-  check "the applied YAML names no containerManager version, runcVersion, crictlVersion or sandboxImage" \
-    bash -c "! grep -nE '^ *(runcVersion|crictlVersion|sandboxImage|containerManager):|^ *version: \"?[0-9]' '$WORK/cluster.yaml'"
-  check "the KKCluster's component is the mirror's address alone (no override names a version)" \
-    bash -c "! grep -n 'overrides' '$WORK/cluster.yaml'"
+  check "the applied YAML names no component version (KKMachineTemplates without containerManager values, KKCluster component without overrides)" \
+    python3 -c '
+import sys, yaml
+bad = []
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if not d:
+        continue
+    spec = d.get("spec") or {}
+    if d["kind"] == "KKMachineTemplate":
+        cm = spec["template"]["spec"].get("containerManager") or {}
+        name = d["metadata"]["name"]
+        bad += [name + ": containerManager." + k for k in ("version", "runcVersion", "crictlVersion", "sandboxImage") if k in cm]
+    if d["kind"] == "KKCluster" and (spec.get("component") or {}).get("overrides"):
+        bad.append("KKCluster: component.overrides")
+print("\n".join(bad))
+sys.exit(1 if bad else 0)' "$WORK/cluster.yaml"
   log "  nodes:"
   nodes_wide
   log "  KKMachines' resolved components (status.components):"
