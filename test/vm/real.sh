@@ -47,8 +47,8 @@
 #                                Machine on the spare host; etcd back at 3 voting members (listed before/after)
 #   test/vm/real.sh defaults     make e2e-real-defaults: e2e's cluster (control plane + 1 worker, flannel) from
 #                                `clusterctl generate cluster` with no component versions anywhere (no
-#                                containerManager values, no component overrides: spec.component is the mirror's
-#                                address alone): both Nodes Ready, the workload answering, every KKMachine's
+#                                containerManager values; spec.component is the mirror's address, its one override
+#                                CNI's checksum file): both Nodes Ready, the workload answering, every KKMachine's
 #                                status.components the component defaults of the Kubernetes version
 #                                (pkg/service/src/components.rs, via test/vm/artifacts/defaults.sh) and each host
 #                                running exactly those; prints `kubectl get nodes -o wide` and the KKMachines'
@@ -428,10 +428,12 @@ machine_unchanged() {
 # The Kubernetes binaries' overrides are per version: the day-2 run serves two.
 component_yaml() {
   local m=$NODE_MIRROR_URL kv b kube=""
-  # The defaults mode: the mirror's address alone, as a user's mirror (every checksum comes from the published
-  # file next to its artifact there; no override names a version).
+  # The defaults mode: the mirror's address and no override naming a version or a container-runtime component;
+  # every checksum comes from the published file next to its artifact there, but CNI's: the catalogue pins
+  # upstream's digest of CNI v1.3.0 (KNOWN_SHA256), and the node artifacts rebuild it from source, so its
+  # checksum file on the mirror must be named (a user mirroring upstream's file would not need this line).
   if [ "$MODE" = defaults ]; then
-    echo "{host: \"$m\", downloadOn: host}"
+    echo "{host: \"$m\", downloadOn: host, overrides: [{id: cni, checksum: {path: /containernetworking/plugins/releases/download/$CNI_VERSION/cni-plugins-linux-amd64-$CNI_VERSION.tgz.sha256}}]}"
     return
   fi
   for kv in $KUBE_VERSION ${OLD_VERSION:-}; do
@@ -1176,7 +1178,7 @@ default_components() {
   defaults=$("$ROOT/test/vm/artifacts/defaults.sh" "$KUBE_VERSION") || die "no component defaults for $KUBE_VERSION"
   eval "$defaults"
   log "  component defaults of $KUBE_VERSION: containerd $DEFAULT_CONTAINERD, runc $DEFAULT_RUNC, crictl $DEFAULT_CRICTL, pause $DEFAULT_PAUSE"
-  check "the applied YAML names no component version (KKMachineTemplates without containerManager values, KKCluster component without overrides)" \
+  check "the applied YAML names no component version (KKMachineTemplates without containerManager values; the KKCluster's only override: CNI's checksum file)" \
     python3 -c '
 import sys, yaml
 bad = []
@@ -1188,8 +1190,10 @@ for d in yaml.safe_load_all(open(sys.argv[1])):
         cm = spec["template"]["spec"].get("containerManager") or {}
         name = d["metadata"]["name"]
         bad += [name + ": containerManager." + k for k in ("version", "runcVersion", "crictlVersion", "sandboxImage") if k in cm]
-    if d["kind"] == "KKCluster" and (spec.get("component") or {}).get("overrides"):
-        bad.append("KKCluster: component.overrides")
+    if d["kind"] == "KKCluster":
+        for o in (spec.get("component") or {}).get("overrides") or []:
+            if o.get("id") != "cni" or "version" in o or "url" in o or "path" in o:
+                bad.append("KKCluster: component.overrides " + str(o))
 print("\n".join(bad))
 sys.exit(1 if bad else 0)' "$WORK/cluster.yaml"
   log "  nodes:"
