@@ -372,18 +372,14 @@ impl ApiEndpoint {
 fn default_cm_type() -> Option<String> {
     Some("containerd".into())
 }
-fn default_cm_version() -> Option<String> {
-    Some("1.7.13".into())
-}
 fn default_cri_socket() -> Option<String> {
     Some("unix:///var/run/containerd/containerd.sock".into())
 }
-fn default_crictl_version() -> Option<String> {
-    Some("v1.29.0".into())
-}
 
-/// Container runtime to install. Defaults describe containerd (the only runtime implemented;
-/// `type: docker` is accepted for CAPKK compatibility and reported as unsupported).
+/// Container runtime to install (containerd: the only runtime implemented; `type: docker` is accepted for
+/// CAPKK compatibility and reported as unsupported). The versions and the sandbox image have no schema default:
+/// what a field leaves unset follows the Machine's Kubernetes version (the component defaults table,
+/// `capkk_service::components`), and `KKMachine.status.components` shows what was resolved.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerManager {
@@ -395,27 +391,30 @@ pub struct ContainerManager {
     )]
     #[schemars(extend("enum" = ["containerd", "docker"]))]
     pub type_: Option<String>,
-    /// Runtime version, with or without a leading `v` (default `1.7.13`).
-    #[serde(default = "default_cm_version", skip_serializing_if = "Option::is_none")]
+    /// containerd version, with or without a leading `v`. Unset: the component default for the Machine's
+    /// Kubernetes minor (containerd 2.2.1 for v1.31-v1.36).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("pattern" = crate::patterns::VERSION))]
     pub version: Option<String>,
     /// CRI socket (default `unix:///var/run/containerd/containerd.sock`).
     #[serde(default = "default_cri_socket", skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 207), extend("pattern" = crate::patterns::CRI_SOCKET))]
     pub cri_socket: Option<String>,
-    /// crictl version (default `v1.29.0`).
-    #[serde(default = "default_crictl_version", skip_serializing_if = "Option::is_none")]
+    /// crictl version. Unset: the cri-tools release of the Machine's Kubernetes minor (`v1.36.0` for v1.36).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("pattern" = crate::patterns::VERSION))]
     pub crictl_version: Option<String>,
     /// cri-dockerd version (docker only; CAPKK compatibility).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("pattern" = crate::patterns::VERSION))]
     pub cri_dockerd_version: Option<String>,
-    /// runc version (default: the catalogue's).
+    /// runc version. Unset: the component default for the Machine's Kubernetes minor (v1.3.4 for v1.31-v1.36).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("pattern" = crate::patterns::VERSION))]
     pub runc_version: Option<String>,
-    /// Pod sandbox (pause) image for containerd's CRI plugin.
+    /// Pod sandbox (pause) image for containerd's CRI plugin. Unset: `pause` at the tag kubeadm of the
+    /// Machine's Kubernetes minor names (`3.10.2` for v1.36), from the KKCluster's
+    /// `registry.privateRegistry` when set, else from `registry.k8s.io`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("pattern" = crate::patterns::IMAGE))]
     pub sandbox_image: Option<String>,
@@ -425,9 +424,9 @@ impl Default for ContainerManager {
     fn default() -> Self {
         Self {
             type_: default_cm_type(),
-            version: default_cm_version(),
+            version: None,
             cri_socket: default_cri_socket(),
-            crictl_version: default_crictl_version(),
+            crictl_version: None,
             cri_dockerd_version: None,
             runc_version: None,
             sandbox_image: None,

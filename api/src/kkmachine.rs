@@ -23,6 +23,8 @@ use crate::common::{Conditions, ContainerManager, Initialization, MachineAddress
     printcolumn = r#"{"name":"Provisioned","type":"boolean","jsonPath":".status.initialization.provisioned"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Step","type":"string","jsonPath":".status.step","priority":1}"#,
+    printcolumn = r#"{"name":"Containerd","type":"string","jsonPath":".status.components.containerd","priority":1}"#,
+    printcolumn = r#"{"name":"Sandbox","type":"string","jsonPath":".status.components.sandboxImage","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -81,6 +83,36 @@ pub struct KKMachineStatus {
     /// Generation last reconciled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The component versions the claimed host gets: `spec.containerManager`'s values, and for each it
+    /// leaves unset the component default of the Machine's Kubernetes minor. Absent until a host is claimed,
+    /// or while the defaults cannot be resolved (the KKInstance's `InvalidSpec` reason names the field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub components: Option<ResolvedComponents>,
+}
+
+/// `KKMachine.status.components`: what the host's container runtime step installs.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedComponents {
+    /// The Machine's Kubernetes version the defaults were chosen for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
+    /// containerd version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub containerd: Option<String>,
+    /// runc version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runc: Option<String>,
+    /// crictl version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crictl: Option<String>,
+    /// Pod sandbox (pause) image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_image: Option<String>,
+    /// The `spec.containerManager` fields that were unset and so taken from the component defaults
+    /// (`version`, `runcVersion`, `crictlVersion`, `sandboxImage`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub defaulted: Vec<String>,
 }
 
 /// `KKMachine.status.phase`: a coarse summary for `kubectl get` (conditions carry the details).

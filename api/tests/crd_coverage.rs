@@ -39,6 +39,14 @@ const FREE_TEXT: &[&str] = &[
     "status.nodeRef.resourceVersion",
     "status.nodeRef.uid",
     "status.step",
+    // The resolved component versions (KKMachine): each is a spec value the CRD already validated or a value
+    // of the defaults table; a bound here could only make the controller's own status write fail.
+    "status.components.containerd",
+    "status.components.crictl",
+    "status.components.defaulted[]",
+    "status.components.kubernetesVersion",
+    "status.components.runc",
+    "status.components.sandboxImage",
     // Written by the controller when a reset fails (an error text); shown to people, never rendered.
     "spec.quarantine.reason",
     // Autoscale-from-zero hints (Quantities) read by the autoscaler, not by capkk-rs.

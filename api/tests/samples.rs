@@ -49,12 +49,16 @@ fn capkk_kkcluster_sample_deserializes_with_defaults_and_round_trips() {
 }
 
 #[test]
-fn capkk_kkmachinetemplate_sample_deserializes_with_containerd_defaults() {
+fn capkk_kkmachinetemplate_sample_deserializes_with_containerd_and_no_version_so_the_kubernetes_version_decides()
+ {
     let kkmt: KKMachineTemplate = serde_saphyr::from_str(&sample("capkk-kkmachinetemplate.yaml")).unwrap();
     let spec = &kkmt.spec.template.spec;
     assert_eq!(spec.roles, vec![Role::ControlPlane]);
     assert_eq!(spec.container_manager.type_.as_deref(), Some("containerd"));
-    assert_eq!(spec.container_manager.version.as_deref(), Some("1.7.13"));
+    // No version of its own: the component defaults of the Machine's Kubernetes version apply (resolved when
+    // the host is prepared), so none is filled in here.
+    assert_eq!(spec.container_manager.version, None);
+    assert_eq!(spec.container_manager.crictl_version, None);
     assert_eq!(
         spec.container_manager.cri_socket.as_deref(),
         Some("unix:///var/run/containerd/containerd.sock")
@@ -167,7 +171,7 @@ fn crds_are_structural_labelled_and_named_like_capi_expects() {
 }
 
 #[test]
-fn printer_columns_show_progress() {
+fn printer_columns_show_progress_and_with_wide_output_the_resolved_runtime() {
     let by_kind = |k: &str| crds().into_iter().find(|c| c.spec.names.kind == k).unwrap();
     let cols = |k: &str| -> Vec<String> {
         by_kind(k).spec.versions[0]
@@ -180,7 +184,16 @@ fn printer_columns_show_progress() {
     };
     assert_eq!(
         cols("KKMachine"),
-        ["Cluster", "Instance", "Provisioned", "Phase", "Step", "Age"]
+        [
+            "Cluster",
+            "Instance",
+            "Provisioned",
+            "Phase",
+            "Step",
+            "Containerd",
+            "Sandbox",
+            "Age"
+        ]
     );
     assert_eq!(cols("KKInstance"), ["Host", "Address", "State", "Step", "Age"]);
     let short = |k: &str| by_kind(k).spec.names.short_names.unwrap_or_default();

@@ -341,6 +341,28 @@ fn bootstrap_plan(input: &PhaseInput) -> ServiceResult<&capkk_cloudinit::Plan> {
     Ok(data.plan.get_or_init(|| plan))
 }
 
+/// The container runtime's components for the host of `spec`: the spec's `containerManager` values, and for
+/// each it leaves unset the component default of its Kubernetes minor, the sandbox image from the cluster's
+/// private registry (`capkk_service::components`). The containermanager phase installs exactly these, the
+/// pre-pull pulls that sandbox image, and the KKMachine's `status.components` reports them: one resolution
+/// for all three. An unknown version with unset fields is `InvalidInput` naming the first such field.
+pub(crate) fn resolve_components(
+    spec: &KKInstanceSpec,
+    cluster: Option<&KKClusterSpec>,
+) -> ServiceResult<capkk_service::components::ResolvedComponents> {
+    let cm = spec.container_manager.as_ref();
+    capkk_service::components::resolve(&capkk_service::components::ComponentSpec {
+        kubernetes_version: spec.kubernetes_version.as_deref(),
+        containerd: cm.and_then(|c| c.version.as_deref()),
+        runc: cm.and_then(|c| c.runc_version.as_deref()),
+        crictl: cm.and_then(|c| c.crictl_version.as_deref()),
+        sandbox_image: cm.and_then(|c| c.sandbox_image.as_deref()),
+        private_registry: cluster
+            .and_then(|c| c.registry.as_ref())
+            .and_then(|r| r.private_registry.as_deref()),
+    })
+}
+
 /// Bound on pulling one image on the host.
 const PULL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
 /// Bound on the whole pre-pull (its SSH channel): nothing waits for it, but the channel is not kept forever.
@@ -389,11 +411,11 @@ pub(crate) fn prepull_config(input: &PhaseInput) -> Result<PrepullConfig, &'stat
         } else {
             ImageSet::Worker
         },
-        sandbox_image: input
-            .instance
-            .container_manager
-            .as_ref()
-            .and_then(|c| c.sandbox_image.clone())
+        // The image containerd was configured with: resolved as the containermanager phase resolved it (a
+        // version with no defaults failed that phase, so the pre-pull never ran).
+        sandbox_image: resolve_components(&input.instance, input.cluster.as_ref())
+            .ok()
+            .map(|c| c.sandbox_image)
             .filter(|s| !s.is_empty()),
         pull_timeout: PULL_TIMEOUT,
         timeout: PREPULL_TIMEOUT,
@@ -475,8 +497,10 @@ impl HostServices for ServiceLayer {
                 Ok(())
             }
             Phase::ContainerManager => {
-                let f = facts(exec, input, progress).await?;
                 let cm = spec.container_manager.clone().unwrap_or_default();
+                // Checked before the host's facts: a version with no defaults fails without touching it.
+                let components = resolve_components(spec, input.cluster.as_ref())?;
+                let f = facts(exec, input, progress).await?;
                 let reg = input
                     .cluster
                     .as_ref()
@@ -484,11 +508,11 @@ impl HostServices for ServiceLayer {
                     .unwrap_or_default();
                 let cfg = ContainerdConfig {
                     runtime_type: cm.type_.clone(),
-                    version: cm.version.clone(),
-                    crictl_version: cm.crictl_version.clone(),
-                    runc_version: cm.runc_version.clone(),
+                    version: Some(components.containerd),
+                    crictl_version: Some(components.crictl),
+                    runc_version: Some(components.runc),
                     cri_socket: cm.cri_socket.clone(),
-                    sandbox_image: cm.sandbox_image.clone(),
+                    sandbox_image: Some(components.sandbox_image),
                     registry_mirrors: reg.registry_mirrors.clone(),
                     insecure_registries: reg.insecure_registries.clone(),
                     private_registry: reg.private_registry.clone().filter(|s| !s.is_empty()),
@@ -836,6 +860,92 @@ mod tests {
         assert_eq!(cfg.image_repository.as_deref(), Some("198.18.0.1:5000"));
         assert_eq!(cfg.kubernetes_version, "v1.36.3");
         assert_eq!(cfg.sandbox_image.as_deref(), Some("198.18.0.1:5000/pause:3.10.1"));
+    }
+
+    #[test]
+    fn a_host_naming_no_sandbox_image_pre_pulls_the_default_pause_of_its_version_from_the_private_registry() {
+        let mut i = input(JOIN, Some("198.18.0.1:5000"));
+        i.instance.container_manager = None;
+        let cfg = prepull_config(&i).expect("a pre-pull");
+        assert_eq!(cfg.sandbox_image.as_deref(), Some("198.18.0.1:5000/pause:3.10.2"));
+    }
+
+    #[test]
+    fn the_container_runtime_components_are_the_specs_values_over_the_defaults_of_the_kubernetes_version() {
+        let mut i = input(JOIN, None);
+        let c = resolve_components(&i.instance, i.cluster.as_ref()).expect("resolved");
+        assert_eq!(
+            (c.containerd.as_str(), c.runc.as_str(), c.crictl.as_str()),
+            ("2.2.1", "v1.3.4", "v1.36.0")
+        );
+        assert_eq!(
+            c.sandbox_image, "198.18.0.1:5000/pause:3.10.1",
+            "the spec's own sandbox image"
+        );
+        i.instance.kubernetes_version = Some("v1.29.0".into());
+        let e = resolve_components(&i.instance, i.cluster.as_ref()).expect_err("no defaults for v1.29");
+        assert!(
+            matches!(&e, ServiceError::InvalidInput { field, .. } if field == "spec.containerManager.version"),
+            "{e:?}"
+        );
+    }
+
+    /// A host that must not be touched: every call panics.
+    struct Untouchable;
+
+    #[async_trait]
+    impl Executor for Untouchable {
+        async fn exec(
+            &self,
+            req: capkk_executor::ExecRequest,
+        ) -> Result<capkk_executor::ExecOutput, capkk_executor::ExecError> {
+            panic!("the host was asked to run {:?}", req.command)
+        }
+
+        async fn put(&self, req: capkk_executor::PutRequest) -> Result<u64, capkk_executor::ExecError> {
+            panic!("the host was sent {}", req.path)
+        }
+
+        async fn get(
+            &self,
+            path: &str,
+            _limit: usize,
+            _privileged: bool,
+        ) -> Result<Vec<u8>, capkk_executor::ExecError> {
+            panic!("the host was read: {path}")
+        }
+
+        fn target(&self) -> String {
+            "198.18.0.12".into()
+        }
+    }
+
+    #[tokio::test]
+    async fn the_container_runtime_step_refuses_a_version_without_defaults_before_touching_the_host() {
+        let dir = std::env::temp_dir().join(format!("capkk-services-defaults-{}", std::process::id()));
+        let services = ServiceLayer::new(&dir).expect("a cache dir");
+        let mut input = input(JOIN, None);
+        input.instance.kubernetes_version = Some("v1.99.0".into());
+        input.instance.container_manager = None;
+        let progress = capkk_service::journal::RecordingProgress::default();
+        let host = HostCall {
+            exec: &Untouchable,
+            input: &input,
+            progress: &progress,
+        };
+        let e = services
+            .run(Phase::ContainerManager, host)
+            .await
+            .expect_err("no defaults for v1.99");
+        let ServiceError::InvalidInput { field, message } = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(field, "spec.containerManager.version");
+        assert!(
+            message.contains("v1.99.0") && message.contains("spec.containerManager.sandboxImage"),
+            "{message}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -87,6 +87,7 @@ const FOREIGN_FLAGS: &[(&str, &str)] = &[
     ("--methods", "capkk-bench"),
     ("--network", "podman run"),
     ("--no-fail-fast", "cargo test"),
+    ("--no-component-overrides", "test/vm/tcg-knobs.py"),
     ("--no-hosts", "podman run"),
     ("--node-ip", "kubelet"),
     ("--node-labels", "kubelet"),

@@ -158,8 +158,18 @@ hosts_up() {
   start_mirror
 }
 
+# The component defaults of KUBE_VERSION (the one table, pkg/service/src/components.rs): the clusters here name
+# no containerd, runc or crictl version, so the stand-ins are published at the versions the hosts resolve.
+component_defaults() {
+  local d
+  d=$("$ROOT/test/vm/artifacts/defaults.sh" "$KUBE_VERSION") || die "no component defaults for $KUBE_VERSION"
+  eval "$d"
+}
+
 make_mirror() {
   local m=$WORK/mirror arch=amd64 kv=$KUBE_VERSION t
+  component_defaults
+  local crictl=$DEFAULT_CRICTL containerd=$DEFAULT_CONTAINERD runc=$DEFAULT_RUNC
   rm -rf "$m"
   local k8s=$m/kubernetes-release/release/$kv/bin/linux/$arch
   mkdir -p "$k8s"
@@ -173,21 +183,21 @@ make_mirror() {
   mkdir -p "$m/containernetworking/plugins/releases/download/v1.3.0"
   tar -C "$t" -czf "$m/containernetworking/plugins/releases/download/v1.3.0/cni-plugins-linux-$arch-v1.3.0.tgz" .
   rm -rf "$t" && t=$(mktemp -d)
-  standin crictl 'echo "crictl version v1.29.0"' >"$t/crictl" && chmod 755 "$t/crictl"
-  mkdir -p "$m/cri-tools/releases/download/v1.29.0"
-  tar -C "$t" -czf "$m/cri-tools/releases/download/v1.29.0/crictl-v1.29.0-linux-$arch.tar.gz" crictl
+  standin crictl "echo \"crictl version $crictl\"" >"$t/crictl" && chmod 755 "$t/crictl"
+  mkdir -p "$m/cri-tools/releases/download/$crictl"
+  tar -C "$t" -czf "$m/cri-tools/releases/download/$crictl/crictl-$crictl-linux-$arch.tar.gz" crictl
   rm -rf "$t" && t=$(mktemp -d) && mkdir "$t/bin"
-  standin containerd 'if [ "$1" = --version ]; then echo "containerd github.com/containerd/containerd v1.7.13 standin"; exit 0; fi
-mkdir -p /run/containerd; exec sleep 2147483647' >"$t/bin/containerd"
+  standin containerd "if [ \"\$1\" = --version ]; then echo \"containerd github.com/containerd/containerd v$containerd standin\"; exit 0; fi
+mkdir -p /run/containerd; exec sleep 2147483647" >"$t/bin/containerd"
   standin ctr 'exit 0' >"$t/bin/ctr"
   standin containerd-shim-runc-v2 'exit 0' >"$t/bin/containerd-shim-runc-v2"
   chmod 755 "$t"/bin/*
-  mkdir -p "$m/containerd/containerd/releases/download/v1.7.13"
-  tar -C "$t" -czf "$m/containerd/containerd/releases/download/v1.7.13/containerd-1.7.13-linux-$arch.tar.gz" bin
+  mkdir -p "$m/containerd/containerd/releases/download/v$containerd"
+  tar -C "$t" -czf "$m/containerd/containerd/releases/download/v$containerd/containerd-$containerd-linux-$arch.tar.gz" bin
   rm -rf "$t"
-  mkdir -p "$m/opencontainers/runc/releases/download/v1.1.12"
-  standin runc 'echo "runc version 1.1.12"' >"$m/opencontainers/runc/releases/download/v1.1.12/runc.$arch"
-  chmod 755 "$k8s"/* "$m/opencontainers/runc/releases/download/v1.1.12/runc.$arch"
+  mkdir -p "$m/opencontainers/runc/releases/download/$runc"
+  standin runc "echo \"runc version ${runc#v}\"" >"$m/opencontainers/runc/releases/download/$runc/runc.$arch"
+  chmod 755 "$k8s"/* "$m/opencontainers/runc/releases/download/$runc/runc.$arch"
   publish_checksums "$m"
 }
 
@@ -226,14 +236,16 @@ start_mirror() {
   MIRROR=http://$(cat "$WORK/mirror.addr")
   local m=$WORK/mirror kv=$KUBE_VERSION arch=amd64
   local k8s=$m/kubernetes-release/release/$kv/bin/linux/$arch
+  component_defaults
+  local crictl=$DEFAULT_CRICTL containerd=$DEFAULT_CONTAINERD runc=$DEFAULT_RUNC
   COMPONENT="{host: \"$MIRROR\", overrides: [
  {id: kubeadm, checksum: {value: $(sha "$k8s/kubeadm")}},
  {id: kubelet, checksum: {value: $(sha "$k8s/kubelet")}},
  {id: kubectl, checksum: {value: $(sha "$k8s/kubectl")}},
  {id: cni, checksum: {value: $(sha "$m/containernetworking/plugins/releases/download/v1.3.0/cni-plugins-linux-$arch-v1.3.0.tgz")}},
- {id: crictl, checksum: {value: $(sha "$m/cri-tools/releases/download/v1.29.0/crictl-v1.29.0-linux-$arch.tar.gz")}},
- {id: containerd, checksum: {value: $(sha "$m/containerd/containerd/releases/download/v1.7.13/containerd-1.7.13-linux-$arch.tar.gz")}},
- {id: runc, checksum: {value: $(sha "$m/opencontainers/runc/releases/download/v1.1.12/runc.$arch")}}]}"
+ {id: crictl, checksum: {value: $(sha "$m/cri-tools/releases/download/$crictl/crictl-$crictl-linux-$arch.tar.gz")}},
+ {id: containerd, checksum: {value: $(sha "$m/containerd/containerd/releases/download/v$containerd/containerd-$containerd-linux-$arch.tar.gz")}},
+ {id: runc, checksum: {value: $(sha "$m/opencontainers/runc/releases/download/$runc/runc.$arch")}}]}"
   COMPONENT=$(echo "$COMPONENT" | tr -d '\n')
   check "test mirror serves the simulator as kubeadm ($MIRROR)" \
     http_ok "$MIRROR/kubernetes-release/release/$kv/bin/linux/$arch/kubeadm"

@@ -53,8 +53,16 @@
 #                                MachineDeployment's (the worker onto the host an old control plane left): every
 #                                reused host runs the new binaries and images, etcd at CPS voting members, the
 #                                longest gaps and `kubectl get nodes -o wide` before and after
-#   test/vm/real.sh down | e2e-down | quickstart-down | clusterctl-down | day2-down | remediation-down | ha-down |
-#                   roll-down
+#   test/vm/real.sh defaults     make e2e-real-defaults: e2e's cluster (control plane + 1 worker, flannel) from
+#                                `clusterctl generate cluster` with no component versions anywhere (no
+#                                containerManager values; spec.component is the mirror's address, its one override
+#                                CNI's checksum file): both Nodes Ready, the workload answering, every KKMachine's
+#                                status.components the component defaults of the Kubernetes version
+#                                (pkg/service/src/components.rs, via test/vm/artifacts/defaults.sh) and each host
+#                                running exactly those; prints `kubectl get nodes -o wide` and the KKMachines'
+#                                resolved versions; delete
+#   test/vm/real.sh down | e2e-down | defaults-down | quickstart-down | clusterctl-down | day2-down | remediation-down |
+#                   ha-down | roll-down
 #                                tear down what that mode left (VMs, mirror, registry, manager, namespace)
 #
 # HOSTS=containers (the default) runs every mode's hosts as node containers (test/vm/src/containers.rs:
@@ -105,13 +113,14 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 case $MODE in
   smoke | down) NAME=${REAL_NAME:-real-smoke} ;;
   e2e | e2e-down) NAME=${REAL_NAME:-real-e2e} ;;
+  defaults | defaults-down) NAME=${REAL_NAME:-real-defaults} ;;
   quickstart | quickstart-down) NAME=${REAL_NAME:-real-quickstart} ;;
   clusterctl | clusterctl-down) NAME=${REAL_NAME:-real-clusterctl} ;;
   day2 | day2-down) NAME=${REAL_NAME:-real-day2} ;;
   remediation | remediation-down) NAME=${REAL_NAME:-real-remediation} ;;
   ha | ha-down) NAME=${REAL_NAME:-real-ha} ;;
   roll | roll-down) NAME=${REAL_NAME:-real-roll} ;;
-  *) echo "usage: $0 smoke|e2e|quickstart|clusterctl|day2|remediation|ha|roll|down|e2e-down|quickstart-down|clusterctl-down|day2-down|remediation-down|ha-down|roll-down" >&2; exit 2 ;;
+  *) echo "usage: $0 smoke|e2e|defaults|quickstart|clusterctl|day2|remediation|ha|roll|down|e2e-down|defaults-down|quickstart-down|clusterctl-down|day2-down|remediation-down|ha-down|roll-down" >&2; exit 2 ;;
 esac
 # The host source (see above); the remediation mode's reboot tier needs VMs.
 HOSTS=${HOSTS:-$([ "${MODE%-down}" = remediation ] && echo vms || echo containers)}
@@ -431,6 +440,14 @@ machine_unchanged() {
 # The Kubernetes binaries' overrides are per version: the day-2 run serves two.
 component_yaml() {
   local m=$NODE_MIRROR_URL kv b kube=""
+  # The defaults mode: the mirror's address and no override naming a version or a container-runtime component;
+  # every checksum comes from the published file next to its artifact there, but CNI's: the catalogue pins
+  # upstream's digest of CNI v1.3.0 (KNOWN_SHA256), and the node artifacts rebuild it from source, so its
+  # checksum file on the mirror must be named (a user mirroring upstream's file would not need this line).
+  if [ "$MODE" = defaults ]; then
+    echo "{host: \"$m\", downloadOn: host, overrides: [{id: cni, checksum: {path: /containernetworking/plugins/releases/download/$CNI_VERSION/cni-plugins-linux-amd64-$CNI_VERSION.tgz.sha256}}]}"
+    return
+  fi
   for kv in $KUBE_VERSION ${OLD_VERSION:-}; do
     for b in kubeadm kubelet kubectl; do
       kube+=" {id: $b, version: $kv, checksum: {path: /kubernetes-release/release/$kv/bin/linux/amd64/$b.sha256}},
@@ -576,10 +593,13 @@ render_apply() {
     hostknobs=(--container-hosts)
     [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ] || hostknobs+=(--cgroup-v1)
   fi
+  # The component versions the mirror carries, as every other run sets them; the defaults mode sets none.
+  local components=(--containerd "$CONTAINERD_VERSION" --runc "$RUNC_VERSION" --crictl "$CRICTL_VERSION"
+    --pause "$NODE_REGISTRY/pause:$PAUSE_VERSION")
+  [ "$MODE" != defaults ] || components=(--no-component-overrides)
   python3 "$ROOT/test/vm/tcg-knobs.py" "$WORK/cluster-generated.yaml" "$WORK/cluster.yaml" "${hostknobs[@]}" \
     --registry "$NODE_REGISTRY" --registry-secret "$CLUSTER-registry" \
-    --containerd "$CONTAINERD_VERSION" --runc "$RUNC_VERSION" --crictl "$CRICTL_VERSION" \
-    --pause "$NODE_REGISTRY/pause:$PAUSE_VERSION" "${net[@]}" "${day2[@]}" "${cni_from[@]}"
+    "${components[@]}" "${net[@]}" "${day2[@]}" "${cni_from[@]}"
   check "the rendered cluster passes a server dry-run" bash -c "kubectl apply --dry-run=server -f '$WORK/cluster.yaml' >/dev/null"
   # Both Secrets carry clusterctl's move label, as docs/clusterctl.md tells users: `clusterctl move` takes along
   # only the Secrets the cluster's objects own or that carry it.
@@ -1167,6 +1187,53 @@ pod_network() {
   hello_apply
   wait_for "a $WORKLOAD_IMAGE pod Running and Ready on $(vm_name "$W1")" 900 hello_ready
   hello_answers
+}
+
+# The defaults mode's check: nothing in the applied YAML names a component version, and every KKMachine's
+# status.components and every host's binaries are the component defaults of the cluster's Kubernetes version
+# (the one table, pkg/service/src/components.rs, read by test/vm/artifacts/defaults.sh), the sandbox image from
+# the KKCluster's private registry (the node artifacts' registry).
+default_components() {
+  stage "no component versions in the YAML: the hosts got the component defaults of $KUBE_VERSION"
+  local defaults i want got
+  defaults=$("$ROOT/test/vm/artifacts/defaults.sh" "$KUBE_VERSION") || die "no component defaults for $KUBE_VERSION"
+  eval "$defaults"
+  log "  component defaults of $KUBE_VERSION: containerd $DEFAULT_CONTAINERD, runc $DEFAULT_RUNC, crictl $DEFAULT_CRICTL, pause $DEFAULT_PAUSE"
+  check "the applied YAML names no component version (KKMachineTemplates without containerManager values; the KKCluster's only override: CNI's checksum file)" \
+    python3 -c '
+import sys, yaml
+bad = []
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if not d:
+        continue
+    spec = d.get("spec") or {}
+    if d["kind"] == "KKMachineTemplate":
+        cm = spec["template"]["spec"].get("containerManager") or {}
+        name = d["metadata"]["name"]
+        bad += [name + ": containerManager." + k for k in ("version", "runcVersion", "crictlVersion", "sandboxImage") if k in cm]
+    if d["kind"] == "KKCluster":
+        for o in (spec.get("component") or {}).get("overrides") or []:
+            if o.get("id") != "cni" or "version" in o or "url" in o or "path" in o:
+                bad.append("KKCluster: component.overrides " + str(o))
+print("\n".join(bad))
+sys.exit(1 if bad else 0)' "$WORK/cluster.yaml"
+  log "  nodes:"
+  nodes_wide
+  log "  KKMachines' resolved components (status.components):"
+  kubectl get kkmachines -n "$NS" -o custom-columns='KKMACHINE:.metadata.name,KUBERNETES:.status.components.kubernetesVersion,CONTAINERD:.status.components.containerd,RUNC:.status.components.runc,CRICTL:.status.components.crictl,SANDBOX:.status.components.sandboxImage,DEFAULTED:.status.components.defaulted' |
+    tee "$WORK/components.txt" | sed 's/^/    /'
+  want="$KUBE_VERSION $DEFAULT_CONTAINERD $DEFAULT_RUNC $DEFAULT_CRICTL $NODE_REGISTRY/pause:$DEFAULT_PAUSE version,runcVersion,crictlVersion,sandboxImage"
+  got=$(kubectl get kkmachines -n "$NS" -o jsonpath='{range .items[*]}{.status.components.kubernetesVersion} {.status.components.containerd} {.status.components.runc} {.status.components.crictl} {.status.components.sandboxImage} {.status.components.defaulted}{"\n"}{end}' |
+    sed -E 's/\["?//; s/"?\]$//; s/","/,/g' | sort -u)
+  check "every KKMachine resolved exactly: $want" test "$got" = "$want"
+  for i in $(seq "$VMS"); do
+    log "  $(vm_name "$i"): $(vmsh "$i" 'containerd --version | cut -d" " -f3; runc --version | head -1; crictl --version; grep sandbox_image /etc/containerd/config.toml' | tr '\n' ';' | sed 's/  */ /g')"
+    check "$(vm_name "$i") runs containerd v$DEFAULT_CONTAINERD" vmsh "$i" "containerd --version | grep -q ' v$DEFAULT_CONTAINERD '"
+    check "$(vm_name "$i") runs runc ${DEFAULT_RUNC#v}" vmsh "$i" "runc --version | grep -qx 'runc version ${DEFAULT_RUNC#v}'"
+    check "$(vm_name "$i") runs crictl $DEFAULT_CRICTL" vmsh "$i" "crictl --version | grep -qx 'crictl version $DEFAULT_CRICTL'"
+    check "$(vm_name "$i")'s containerd sandbox image is $NODE_REGISTRY/pause:$DEFAULT_PAUSE" \
+      vmsh "$i" "grep -qF 'sandbox_image = \"$NODE_REGISTRY/pause:$DEFAULT_PAUSE\"' /etc/containerd/config.toml"
+  done
 }
 
 # A worker power-cycled (node containers: `vm restart`; its disk survives, its network namespace, routes and
@@ -2175,6 +2242,13 @@ main() {
     smoke)
       VMS=1
       steps=(build mgmt_up release vms_up serve_up render_apply control_plane manager_pod delete_cluster)
+      ;;
+    defaults)
+      # e2e's cluster with no component versions, checked against the component defaults; no scale stages.
+      [ "$CNI" = flannel ] || die "REAL_CNI=$CNI: the defaults mode runs flannel"
+      WORKERS=1 VMS=2
+      steps=(build mgmt_up release vms_up serve_up render_apply control_plane workers addons pod_network
+        default_components delete_cluster)
       ;;
     e2e | quickstart)
       WORKERS=${REAL_WORKERS:-1}

@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """Add what a real-node test cluster on TCG VMs needs to a `clusterctl generate cluster` rendering.
 
-    tcg-knobs.py IN OUT --registry IP:PORT --registry-secret NAME --containerd V --runc V --crictl V
-                 --pause IMAGE --pod-cidr CIDR [--worker-pod-cidr CIDR] [--cp-routes CIDR=VIA,...]
+    tcg-knobs.py IN OUT --registry IP:PORT --registry-secret NAME
+                 (--containerd V --runc V --crictl V --pause IMAGE | --no-component-overrides) --pod-cidr CIDR [--worker-pod-cidr CIDR] [--cp-routes CIDR=VIA,...]
                  [--worker-routes CIDR=VIA,...] [--addons-after-init] [--untainted-control-plane]
                  [--control-plane-lb HOST] [--etcd-image-tag TAG] [--dns-image-tag TAG] [--worker-version V]
                  [--k8s-io-mirror-secret NAME] [--container-hosts] [--cgroup-v1] [--cni-from RENDERING]
 
 Everything here is a setting a user would make in their own cluster YAML; nothing reaches into the product:
 - KKCluster spec.registry: the local OCI registry as privateRegistry (plain HTTP, Basic auth from a Secret);
-- KKMachineTemplates: the containerd/runc/crictl versions the mirror carries and the pause image; OS packages
-  with real apt from the host's configured sources;
+- KKMachineTemplates: the containerd/runc/crictl versions the mirror carries and the pause image (with
+  --no-component-overrides none: the rendering's containerManager stays as clusterctl wrote it, and the
+  hosts get the component defaults of the Kubernetes version); OS packages with real apt from the host's
+  configured sources;
 - KubeadmControlPlane: imageRepository = the registry; ECDSA-P256 keys (RSA keygen takes a minute under TCG);
   leader-election leases long enough for a slow apiserver (else kube-controller-manager and kube-scheduler
   crash-loop on renew timeouts and the bootstrap signer never runs); node CIDR mask for the small pod network;
@@ -59,10 +61,12 @@ p.add_argument("src")
 p.add_argument("dst")
 p.add_argument("--registry", required=True)
 p.add_argument("--registry-secret", required=True)
-p.add_argument("--containerd", required=True)
-p.add_argument("--runc", required=True)
-p.add_argument("--crictl", required=True)
-p.add_argument("--pause", required=True)
+p.add_argument("--containerd")
+p.add_argument("--runc")
+p.add_argument("--crictl")
+p.add_argument("--pause")
+p.add_argument("--no-component-overrides", action="store_true",
+               help="set no containerManager versions or sandbox image: the component defaults apply")
 p.add_argument("--pod-cidr", required=True, help="the control-plane node's pod subnet")
 p.add_argument("--worker-pod-cidr", help="the worker node's pod subnet")
 p.add_argument("--cp-routes", default="", help="CIDR=VIA,... on the control-plane node: other nodes' pod subnets")
@@ -80,6 +84,13 @@ p.add_argument("--container-hosts", action="store_true", help="kube-proxy leaves
 p.add_argument("--cgroup-v1", action="store_true", help="kubelet and kubeadm accept a cgroup v1 host")
 p.add_argument("--cni-from", help="a rendering whose ClusterResourceSets (and their ConfigMaps) join this one")
 a = p.parse_args()
+# Either every component version (what the mirror carries) or none: a half-set containerManager would be a
+# combination no run means to test.
+versions = [a.containerd, a.runc, a.crictl, a.pause]
+if a.no_component_overrides and any(versions):
+    p.error("--no-component-overrides with --containerd/--runc/--crictl/--pause: choose one")
+if not a.no_component_overrides and not all(versions):
+    p.error("--containerd, --runc, --crictl and --pause are required (or --no-component-overrides)")
 if a.container_hosts and not a.addons_after_init:
     sys.exit("tcg-knobs.py: --container-hosts needs --addons-after-init (kube-proxy's configuration goes there)")
 
@@ -281,13 +292,14 @@ for d in docs:
             spec["controlPlaneLoadBalancer"] = {"host": a.control_plane_lb}
         seen.add(kind)
     elif kind == "KKMachineTemplate":
-        spec["template"]["spec"]["containerManager"] = {
-            "type": "containerd",
-            "version": a.containerd,
-            "runcVersion": a.runc,
-            "crictlVersion": a.crictl,
-            "sandboxImage": a.pause,
-        }
+        if not a.no_component_overrides:
+            spec["template"]["spec"]["containerManager"] = {
+                "type": "containerd",
+                "version": a.containerd,
+                "runcVersion": a.runc,
+                "crictlVersion": a.crictl,
+                "sandboxImage": a.pause,
+            }
         # Real apt from the host's configured sources (the local Debian package mirror), indexes refreshed.
         # chrony is left out of the default set: its postinst alone takes minutes under TCG and time sync is
         # not what this test proves (the VMs take their clock from the machine's kvmclock/RTC).

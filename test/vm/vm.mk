@@ -26,6 +26,10 @@
 #   make e2e-real-roll        REAL_CPS=3 (or 1) control planes behind the provider's VIP, a worker and a spare, all one
 #                             Kubernetes minor behind; KCP's roll then the MachineDeployment's, workload and API
 #                             probed throughout, reused hosts checked at the new binaries and images (issue 41)
+#   make e2e-real-defaults    e2e-real's 2 node containers from `clusterctl generate cluster` with no component
+#                             versions at all: Ready nodes, and every KKMachine's status.components and every host's
+#                             containerd/runc/crictl/pause are the component defaults of the Kubernetes version
+#                             (issue 44; not in TEST_TIERS)
 #   make e2e-clusterctl       VMs become a management cluster through the real `clusterctl init --infrastructure
 #                             kubekey` (test/clusterctl's artifacts); the pivot and upgrade stages are still to come
 # VMs run under QEMU TCG unless CAPKK_VM_ACCEL=kvm (a machine with real KVM; test/vm/README.md). They need root and qemu-system-x86, qemu-utils, mmdebstrap
@@ -116,6 +120,14 @@ e2e-real-roll: ## the control plane's roll: REAL_CPS=3 (or 1) control planes beh
 
 e2e-real-roll-down: ## tear down what an interrupted (or REAL_KEEP=1) e2e-real-roll left
 	test/vm/real.sh roll-down
+
+.PHONY: e2e-real-defaults e2e-real-defaults-down
+
+e2e-real-defaults: ## real nodes with no component versions in the YAML: 2 node containers Ready on the component defaults of their Kubernetes version (status.components and the hosts' binaries checked), delete
+	test/vm/real.sh defaults
+
+e2e-real-defaults-down: ## tear down what an interrupted (or REAL_KEEP=1) e2e-real-defaults left
+	test/vm/real.sh defaults-down
 
 .PHONY: e2e-real e2e-real-down quickstart quickstart-down quickstart-real quickstart-real-down quickstart-vm \
         quickstart-vm-down

@@ -267,6 +267,7 @@ async fn apply(
         ctx.tasks.forget_provisioned(&uid);
     }
     mirror(status, &inst, reported, gen_);
+    status.components = components(&inst, &kkc);
     let done = status.initialization.as_ref().and_then(|i| i.provisioned) == Some(true);
     if newly_provisioned(km.status.as_ref(), status) {
         // Report it before going to the workload cluster (connecting to it, a Node watch, a GET and a LIST
@@ -307,6 +308,21 @@ async fn apply(
     } else {
         Ok(Action::requeue(requeue::MACHINE_WORK))
     }
+}
+
+/// `status.components`: what the containermanager phase installs on the claimed host (the same resolution),
+/// or nothing while it cannot be resolved; the phase then fails with `InvalidSpec` naming the field, and that
+/// reason reaches this KKMachine through the mirrored `InstanceReady`.
+fn components(inst: &KKInstance, kkc: &capkk_api::KKCluster) -> Option<capkk_api::ResolvedComponents> {
+    let c = crate::services::resolve_components(&inst.spec, Some(&kkc.spec)).ok()?;
+    Some(capkk_api::ResolvedComponents {
+        kubernetes_version: inst.spec.kubernetes_version.clone().filter(|v| !v.is_empty()),
+        containerd: Some(c.containerd),
+        runc: Some(c.runc),
+        crictl: Some(c.crictl),
+        sandbox_image: Some(c.sandbox_image),
+        defaulted: c.defaulted.into_iter().map(String::from).collect(),
+    })
 }
 
 /// Name the bootstrap data Secret in the spec of `inst`, a KKInstance claimed before it existed, and wake it:

@@ -207,6 +207,76 @@ async fn a_claimed_kkmachine_mirrors_its_provisioned_host_and_writes_nothing_but
     assert_eq!(res.expect("reconciled"), Action::requeue(requeue::NODE_POLL));
 }
 
+/// The status write of one reconcile of `km`, claimed host `inst` in the KKCluster `kkc`.
+async fn status_of(kkc: KKCluster, km: KKMachine, inst: KKInstance) -> Value {
+    let mut t = world(vec![kkc]);
+    t.caches.instance(inst);
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let _ = scripted(t.ctx, t.api, km, |mut api: ApiServer| async move {
+        let c = api.expect("PATCH", &path("kkmachines", "m/status")).await;
+        let _ = tx.send(c.body["status"].clone());
+        c.reply(&kkmachine());
+        api
+    })
+    .await;
+    rx.await.expect("one status write")
+}
+
+fn claimed_at(version: Option<&str>) -> (KKMachine, KKInstance) {
+    let mut km = kkmachine();
+    km.spec.instance_id = Some("c.node1".into());
+    let mut inst = claim(&km, "node1", "10.0.0.1", &[]);
+    inst.spec.kubernetes_version = version.map(String::from);
+    (km, inst)
+}
+
+#[tokio::test]
+async fn a_claimed_kkmachine_naming_no_components_reports_the_defaults_of_its_kubernetes_version() {
+    let mut kkc = kkcluster(&[("node1", "10.0.0.1")]);
+    kkc.spec.registry = Some(capkk_api::Registry {
+        private_registry: Some("198.18.0.1:5000".into()),
+        ..Default::default()
+    });
+    let (km, inst) = claimed_at(Some("v1.36.3"));
+    let s = status_of(kkc, km, inst).await;
+    assert_eq!(
+        s["components"],
+        json!({
+            "kubernetesVersion": "v1.36.3",
+            "containerd": "2.2.1",
+            "runc": "v1.3.4",
+            "crictl": "v1.36.0",
+            "sandboxImage": "198.18.0.1:5000/pause:3.10.2",
+            "defaulted": ["version", "runcVersion", "crictlVersion", "sandboxImage"],
+        }),
+        "{s}"
+    );
+}
+
+#[tokio::test]
+async fn a_claimed_kkmachine_reports_its_own_component_values_over_the_defaults() {
+    let (km, mut inst) = claimed_at(Some("v1.35.4"));
+    inst.spec.container_manager = Some(capkk_api::ContainerManager {
+        version: Some("1.7.13".into()),
+        crictl_version: Some("v1.29.0".into()),
+        ..Default::default()
+    });
+    let s = status_of(kkcluster(&[("node1", "10.0.0.1")]), km, inst).await;
+    let c = &s["components"];
+    assert_eq!(c["containerd"], "1.7.13", "{s}");
+    assert_eq!(c["crictl"], "v1.29.0", "{s}");
+    assert_eq!(c["runc"], "v1.3.4", "{s}");
+    assert_eq!(c["sandboxImage"], "registry.k8s.io/pause:3.10.1", "{s}");
+    assert_eq!(c["defaulted"], json!(["runcVersion", "sandboxImage"]), "{s}");
+}
+
+#[tokio::test]
+async fn a_kkmachine_whose_kubernetes_version_has_no_defaults_reports_no_components_rather_than_a_guess() {
+    let (km, inst) = claimed_at(Some("v1.99.0"));
+    let s = status_of(kkcluster(&[("node1", "10.0.0.1")]), km, inst).await;
+    assert!(s["components"].is_null(), "{s}");
+}
+
 #[tokio::test]
 async fn a_deleted_kkmachine_asks_its_host_to_be_released_and_keeps_its_finalizer_until_it_is_free() {
     let mut t = world(vec![kkcluster(&[("node1", "10.0.0.1")])]);

@@ -12,9 +12,6 @@ use sha2::{Digest, Sha256};
 /// Kubernetes version the stand-ins are published for.
 pub const K8S: &str = "v1.32.0";
 const CNI: &str = "v1.3.0";
-const CRICTL: &str = "v1.29.0";
-const CONTAINERD: &str = "1.7.13";
-const RUNC: &str = "v1.1.12";
 
 /// Where the kubeadm stand-in records its arguments (one line per call).
 pub const KUBEADM_ARGS_LOG: &str = "/var/log/capkk-kubeadm.args";
@@ -78,11 +75,54 @@ pub fn publish_standins_for(
             body,
         ));
     }
-    files.push((
-        "runc",
-        format!("/opencontainers/runc/releases/download/{RUNC}/runc.{arch}"),
-        script("runc", "exit 0\n"),
-    ));
+    // containerd, runc and crictl at every version of the component defaults table: the clusters here name
+    // none, so each host resolves the row of its own Machine's version (the day-2 tests run several). Each
+    // version's override carries its own checksum.
+    let mut versioned: Vec<(&str, &str, String, Vec<u8>)> = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for d in capkk_service::components::COMPONENT_DEFAULTS {
+        if seen.insert(("runc", d.runc)) {
+            versioned.push((
+                "runc",
+                d.runc,
+                format!("/opencontainers/runc/releases/download/{}/runc.{arch}", d.runc),
+                script("runc", "exit 0\n"),
+            ));
+        }
+        if seen.insert(("crictl", d.crictl)) {
+            let crictl = d.crictl;
+            versioned.push((
+                "crictl",
+                crictl,
+                format!("/cri-tools/releases/download/{crictl}/crictl-{crictl}-linux-{arch}.tar.gz"),
+                tarball(
+                    &dir,
+                    &format!("crictl-{crictl}"),
+                    &[("crictl", script("crictl", "exit 0\n"))],
+                )?,
+            ));
+        }
+        if seen.insert(("containerd", d.containerd)) {
+            let v = d.containerd;
+            let containerd = format!(
+                "if [ \"$1\" = --version ]; then echo 'containerd github.com/containerd/containerd v{v} standin'; exit 0; fi\nmkdir -p /run/containerd\nexec sleep 86400\n"
+            );
+            versioned.push((
+                "containerd",
+                v,
+                format!("/containerd/containerd/releases/download/v{v}/containerd-{v}-linux-{arch}.tar.gz"),
+                tarball(
+                    &dir,
+                    &format!("containerd-{v}"),
+                    &[
+                        ("bin/containerd", script("containerd", &containerd)),
+                        ("bin/ctr", script("ctr", "exit 0\n")),
+                        ("bin/containerd-shim-runc-v2", script("shim", "exit 0\n")),
+                    ],
+                )?,
+            ));
+        }
+    }
     files.push((
         "cni",
         format!("/containernetworking/plugins/releases/download/{CNI}/cni-plugins-linux-{arch}-{CNI}.tgz"),
@@ -95,30 +135,13 @@ pub fn publish_standins_for(
             ],
         )?,
     ));
-    files.push((
-        "crictl",
-        format!("/cri-tools/releases/download/{CRICTL}/crictl-{CRICTL}-linux-{arch}.tar.gz"),
-        tarball(&dir, "crictl", &[("crictl", script("crictl", "exit 0\n"))])?,
-    ));
-    let containerd = format!(
-        "if [ \"$1\" = --version ]; then echo 'containerd github.com/containerd/containerd v{CONTAINERD} standin'; exit 0; fi\nmkdir -p /run/containerd\nexec sleep 86400\n"
-    );
-    files.push((
-        "containerd",
-        format!("/containerd/containerd/releases/download/v{CONTAINERD}/containerd-{CONTAINERD}-linux-{arch}.tar.gz"),
-        tarball(
-            &dir,
-            "containerd",
-            &[
-                ("bin/containerd", script("containerd", &containerd)),
-                ("bin/ctr", script("ctr", "exit 0\n")),
-                ("bin/containerd-shim-runc-v2", script("shim", "exit 0\n")),
-            ],
-        )?,
-    ));
     let mut overrides = Vec::new();
     for (id, path, body) in files {
         overrides.push(json!({"id": id, "checksum": {"value": sha(&body)}}));
+        mirror.put(&path, body);
+    }
+    for (id, version, path, body) in versioned {
+        overrides.push(json!({"id": id, "version": version, "checksum": {"value": sha(&body)}}));
         mirror.put(&path, body);
     }
     Ok(json!({"host": mirror.base, "overrides": overrides}))

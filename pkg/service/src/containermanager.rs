@@ -39,8 +39,6 @@ pub const CERTS_D: &str = "/etc/containerd/certs.d";
 pub const CRICTL_YAML: &str = "/etc/crictl.yaml";
 /// containerd unit path.
 pub const CONTAINERD_UNIT: &str = "/etc/systemd/system/containerd.service";
-/// Default pod sandbox image.
-pub const DEFAULT_SANDBOX_IMAGE: &str = "registry.k8s.io/pause:3.9";
 /// Marker: containerd must be restarted once it runs (config or binaries changed).
 pub const RESTART_MARKER: &str = "/var/lib/capkk/containerd-restart-pending";
 /// The stamp of the containerd capkk installed: a running containerd without it is not capkk's, and neither
@@ -101,7 +99,8 @@ impl std::fmt::Debug for RegistryAuth {
 pub struct ContainerdConfig {
     /// `containerd` (default) or `docker` (refused).
     pub runtime_type: Option<String>,
-    /// containerd version (default [`catalogue::DEFAULT_CONTAINERD_VERSION`]).
+    /// containerd version (default [`catalogue::DEFAULT_CONTAINERD_VERSION`]; the controllers always resolve one
+    /// for the host's Kubernetes version, [`crate::components::resolve`]).
     pub version: Option<String>,
     /// crictl version (default [`catalogue::DEFAULT_CRICTL_VERSION`]).
     pub crictl_version: Option<String>,
@@ -109,7 +108,8 @@ pub struct ContainerdConfig {
     pub runc_version: Option<String>,
     /// CRI socket (default [`DEFAULT_CRI_SOCKET`]).
     pub cri_socket: Option<String>,
-    /// Pod sandbox image (default [`DEFAULT_SANDBOX_IMAGE`]).
+    /// Pod sandbox image (default: the newest row of [`crate::components::COMPONENT_DEFAULTS`] from
+    /// `registry.k8s.io`; the controllers always resolve one for the host's Kubernetes version).
     pub sandbox_image: Option<String>,
     /// docker.io mirrors (`https://mirror.example`).
     pub registry_mirrors: Vec<String>,
@@ -206,9 +206,9 @@ pub fn config_toml(cfg: &ContainerdConfig) -> String {
     let sock = socket_path(cfg.cri_socket.as_deref().unwrap_or(DEFAULT_CRI_SOCKET));
     let sandbox = cfg
         .sandbox_image
-        .as_deref()
+        .clone()
         .filter(|s| !s.is_empty())
-        .unwrap_or(DEFAULT_SANDBOX_IMAGE);
+        .unwrap_or_else(|| crate::components::sandbox_image(None, crate::components::NEWEST.pause));
     format!(
         "# Managed by capkk.\nversion = 2\nroot = \"/var/lib/containerd\"\nstate = \"/run/containerd\"\n\n\
          [grpc]\n  address = {sock}\n\n\
@@ -219,7 +219,7 @@ pub fn config_toml(cfg: &ContainerdConfig) -> String {
          \x20 [plugins.\"io.containerd.grpc.v1.cri\".cni]\n    bin_dir = \"/opt/cni/bin\"\n    conf_dir = \"/etc/cni/net.d\"\n\
          \x20 [plugins.\"io.containerd.grpc.v1.cri\".registry]\n    config_path = {certs}\n",
         sock = toml_str(sock),
-        sandbox = toml_str(sandbox),
+        sandbox = toml_str(&sandbox),
         oom = if cfg.restrict_oom_score_adj {
             "  restrict_oom_score_adj = true\n"
         } else {

@@ -10,6 +10,7 @@
 
 pub mod binary;
 pub mod bootstrap;
+pub mod components;
 pub mod containermanager;
 pub mod error;
 pub mod facts;

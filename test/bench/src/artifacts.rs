@@ -160,10 +160,14 @@ pub fn build(dir: &Path, total_mib: f64) -> anyhow::Result<Vec<Artifact>> {
             ("/opt/cni/bin/bridge".into(), cni_bridge),
         ],
     });
+    // It reports the version it is published as (the product compares the two).
     let containerd = padded(
-        "#!/bin/sh\n# capkk-bench stand-in containerd: stays up under the sandbox's systemctl shim\n\
-         if [ \"$1\" = --version ]; then echo 'containerd github.com/containerd/containerd v1.7.13 capkk-bench'; exit 0; fi\n\
-         mkdir -p /run/containerd\nexec sleep 86400\n",
+        &format!(
+            "#!/bin/sh\n# capkk-bench stand-in containerd: stays up under the sandbox's systemctl shim\n\
+             if [ \"$1\" = --version ]; then echo 'containerd github.com/containerd/containerd v{} capkk-bench'; exit 0; fi\n\
+             mkdir -p /run/containerd\nexec sleep 86400\n",
+            capkk_service::binary::catalogue::DEFAULT_CONTAINERD_VERSION
+        ),
         6,
         pad("containerd"),
     );

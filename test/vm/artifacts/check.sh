@@ -102,6 +102,32 @@ if [ "$PREV" = 1 ]; then
   fi
 fi
 
+echo "== the component defaults of the set's Kubernetes version (pkg/service/src/components.rs)"
+# A cluster that names no component versions gets the table's row for its Kubernetes minor: the set must serve
+# exactly that. (The Go pins are checked by the unit test node_artifacts_build_the_defaults_of_their_kubernetes_minor;
+# here the built set itself, pause included, whose tag comes from kubeadm's image list.)
+if defaults=$("$HERE/defaults.sh" "$KUBE_VERSION"); then
+  eval "$defaults"
+  expect_eq "containerd served = default for $KUBE_VERSION" "$CONTAINERD_VERSION" "$DEFAULT_CONTAINERD"
+  expect_eq "runc served = default for $KUBE_VERSION" "$RUNC_VERSION" "$DEFAULT_RUNC"
+  expect_eq "crictl served = default for $KUBE_VERSION" "$CRICTL_VERSION" "$DEFAULT_CRICTL"
+  expect_eq "pause served = default for $KUBE_VERSION (kubeadm's tag)" "$PAUSE_VERSION" "$DEFAULT_PAUSE"
+else
+  bad "Kubernetes $KUBE_VERSION of the node artifacts has no component defaults"
+fi
+if [ "$PREV" = 1 ]; then
+  if defaults=$("$HERE/defaults.sh" "$PREV_KUBE_VERSION"); then
+    eval "$defaults"
+    expect_eq "previous minor: containerd served = default for $PREV_KUBE_VERSION" "$CONTAINERD_VERSION" "$DEFAULT_CONTAINERD"
+    expect_eq "previous minor: runc served = default for $PREV_KUBE_VERSION" "$RUNC_VERSION" "$DEFAULT_RUNC"
+    expect_eq "previous minor: pause served = default for $PREV_KUBE_VERSION" "$PREV_PAUSE_VERSION" "$DEFAULT_PAUSE"
+    # The one known gap (components.rs PREV_SET_GAPS): cri-tools v1.35.0 is not served by the Go module proxy.
+    echo "note previous minor: crictl served is the main set's $CRICTL_VERSION, the default for $PREV_KUBE_VERSION is $DEFAULT_CRICTL"
+  else
+    bad "Kubernetes $PREV_KUBE_VERSION of the previous set has no component defaults"
+  fi
+fi
+
 echo "== component.host tree ($M)"
 a=amd64
 k=kubernetes-release/release/$KUBE_VERSION/bin/linux/$a

@@ -24,8 +24,8 @@
 //!
 //! 1. override `checksum.value`;
 //! 2. override `checksum.path` (a `sha256sum`-style file, absolute URL or path on `component.host`);
-//! 3. the embedded pin [`KNOWN_SHA256`] (the defaults of this release, and the Kubernetes versions the
-//!    project tests; a pinned digest protects even against a mirror that serves a consistent pair of
+//! 3. the embedded pin [`KNOWN_SHA256`] (the earlier releases' defaults, and the Kubernetes versions the
+//!    project tested first; a pinned digest protects even against a mirror that serves a consistent pair of
 //!    tampered artifact and checksum file);
 //! 4. the checksum file upstream publishes next to every artifact, fetched from the same place as the
 //!    artifact (so from `component.host` when a mirror is set, which must mirror these files too):
@@ -42,8 +42,11 @@
 //! mirror, which may be plain HTTP); an artifact from any other plain-HTTP URL needs an explicit
 //! `checksum.value` or `checksum.path`. The file is streamed with a size limit and must name the artifact's
 //! file (or hold a single digest). So any released version works without a hand-kept table; what a
-//! published checksum cannot guard against is a compromised origin serving both files, which is why
-//! defaults stay pinned.
+//! published checksum cannot guard against is a compromised origin serving both files. The component
+//! defaults by Kubernetes version ([`crate::components`]) have no pins yet: upstream's digests of their
+//! release files could not be read at the source where the table was written, and a digest copied from
+//! anywhere else would be no pin; they resolve through the published files over `https://` (or the user's
+//! mirror).
 //!
 //! # Install paths
 //!
@@ -62,12 +65,13 @@ use crate::{Error, Result};
 
 /// Default CNI plugins version.
 pub const DEFAULT_CNI_VERSION: &str = "v1.3.0";
-/// Default crictl version.
-pub const DEFAULT_CRICTL_VERSION: &str = "v1.29.0";
-/// Default containerd version.
-pub const DEFAULT_CONTAINERD_VERSION: &str = "1.7.13";
-/// Default runc version.
-pub const DEFAULT_RUNC_VERSION: &str = "v1.1.12";
+/// crictl where no Kubernetes version decides it (the newest row of [`crate::components::COMPONENT_DEFAULTS`]:
+/// a host's is resolved from its Machine's version by [`crate::components::resolve`]).
+pub const DEFAULT_CRICTL_VERSION: &str = crate::components::NEWEST.crictl;
+/// containerd where no Kubernetes version decides it (the newest row of the component defaults).
+pub const DEFAULT_CONTAINERD_VERSION: &str = crate::components::NEWEST.containerd;
+/// runc where no Kubernetes version decides it (the newest row of the component defaults).
+pub const DEFAULT_RUNC_VERSION: &str = crate::components::NEWEST.runc;
 
 /// Directory of archive stamps on the host.
 pub const STAMP_DIR: &str = "/var/lib/capkk/artifacts";
@@ -75,8 +79,8 @@ pub const STAMP_DIR: &str = "/var/lib/capkk/artifacts";
 pub const STAGING_DIR: &str = "/var/lib/capkk/staging";
 
 /// `(id, arch, version, sha256)` of upstream release files (digests as KubeKey's `version/components.json` and
-/// upstream's checksum files publish them): the pin for this release's defaults and the Kubernetes versions
-/// the project tests. Not a list of supported versions: every other release resolves through its published
+/// upstream's checksum files publish them): the pin for the earlier releases' defaults (containerd 1.7.13,
+/// runc v1.1.12, crictl v1.29.0) and the Kubernetes versions the project tested first. Not a list of supported versions: every other release resolves through its published
 /// checksum file. Keep it small.
 pub const KNOWN_SHA256: &[(&str, &str, &str, &str)] = &[
     (
