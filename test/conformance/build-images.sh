@@ -1,0 +1,232 @@
+#!/usr/bin/env bash
+# Builds the images the [Conformance] tests run (docs/conformance.md has the table) from this machine's builds
+# and Debian packages, into a registry storage that test/vm/artifacts/serve.sh serves beside the node images
+# (NODE_REGISTRY_EXTRA_STORAGE). The tags are the ones the suite itself asks for (`e2e.test --list-images`):
+# the build fails if an image the conformance tests need has no recipe here, and lists the ones it leaves out.
+#
+#   e2e-test-images/agnhost (both tags the suite names), kitten, nautilus   agnhost from tools/e2e on the
+#        conformance base, laid out as upstream's image: /agnhost (entrypoint, CMD pause), /agnhost-2, /uploads,
+#        porter's test certificate, /coredns (the node artifacts' CoreDNS), user 1000 in group 50000
+#   e2e-test-images/busybox          Debian's busybox-static, every applet linked in /bin (CMD sh)
+#   e2e-test-images/nginx (both)     the conformance base's nginx-light on port 80, logs to stdout/stderr
+#   e2e-test-images/nonroot          the conformance base as user 1234
+#   e2e-test-images/nonewprivs       nnp (tools/e2e) setuid root, CMD nnp
+#   e2e-test-images/glibc-dns-testing  the conformance base (glibc, dig/nslookup) and /coredns
+#   e2e-test-images/sample-apiserver k8s.io/sample-apiserver (tools/e2e), ENTRYPOINT /sample-apiserver
+#   etcd, pause                      not built here: the node artifacts' registry serves the very tags asked for
+#
+# The conformance base is Debian (mmdebstrap minbase, the suite CAPKK_IMAGE_SUITE, default bookworm) with the
+# tools upstream's agnhost image carries (dig, curl, nc, ip/ss, ipcs, iperf, bash) and nginx-light; each image
+# is a `podman import` of it plus its files (as hack/image-bases.sh makes the manager's runtime base), saved and
+# pushed with the node artifacts' imgtool into a real registry's storage.
+#
+# Output: $CAPKK_CACHE/conformance/images-<hash>/{registry,images,images.txt,not-built.txt} and
+# $CAPKK_CACHE/conformance/images.env (CONFORMANCE_REGISTRY_STORAGE, CONFORMANCE_IMAGES_DIR).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+# shellcheck source=../mgmt/scripts/common.sh
+source "$REPO/test/mgmt/scripts/common.sh" # CAPKK_CACHE
+# shellcheck source=../lib/heartbeat.sh
+source "$REPO/test/lib/heartbeat.sh"
+log() { echo "conformance-images: $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+NICE=${CONFORMANCE_NICE:-15}
+SUITE=${CAPKK_IMAGE_SUITE:-bookworm}
+MIRROR=${CAPKK_IMAGE_MIRROR:-http://deb.debian.org/debian}
+read -ra PODMAN_CMD <<<"${PODMAN:-podman}"
+IMAGES_RECIPE=1
+# The conformance base: what upstream's agnhost image installs (bind-tools, curl, netcat-openbsd, iproute2,
+# iperf, bash, util-linux-misc: their Debian names), glibc-dns-testing's dnsutils, nginx for the nginx images.
+BASE_PACKAGES="bind9-dnsutils curl netcat-openbsd iproute2 iperf procps ca-certificates nginx-light"
+
+ROOT=$CAPKK_CACHE/conformance
+[ -s "$ROOT/suite.env" ] || die "the suite is not built: run 'make conformance-bin' first"
+# shellcheck disable=SC1091
+source "$ROOT/suite.env"
+[ -e "$CONFORMANCE_SUITE_DIR/.complete" ] || die "$CONFORMANCE_SUITE_DIR is incomplete: run 'make conformance-bin'"
+[ -s "$CAPKK_CACHE/node-artifacts/current.env" ] || die "no node artifacts: run 'make node-artifacts' first"
+# shellcheck disable=SC1091
+source "$CAPKK_CACHE/node-artifacts/current.env"
+missing=()
+for tool in mmdebstrap "${PODMAN_CMD[0]}" apt-get dpkg-deb; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+[ ${#missing[@]} = 0 ] || die "missing: ${missing[*]} (make deps installs them)"
+[ "$(id -u)" = 0 ] || die "needs root (mmdebstrap, podman import of root-owned trees)"
+
+inputs_hash() {
+  {
+    cd "$HERE"
+    sha256sum build-images.sh
+    echo "suite=$CONFORMANCE_SUITE_DIR base=$BASE_PACKAGES $SUITE $MIRROR recipe=$IMAGES_RECIPE"
+  } | sha256sum | cut -c1-16
+}
+HASH=$(inputs_hash)
+OUT=$ROOT/images-$HASH
+mkdir -p "$OUT"
+exec 9>"$OUT/.build.lock"
+flock 9
+BIN=$CONFORMANCE_BIN_DIR
+MODDIR=$(cd "$HERE/tools/e2e" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+
+if [ ! -e "$OUT/.complete" ]; then
+  T0=$(date +%s)
+  log "output: $OUT; load $(cut -d' ' -f1-3 /proc/loadavg); free on /: $(df -h --output=avail / | tail -1 | tr -d ' ')"
+  # What the suite asks for: the e2e framework's image manifest, as the binary prints it.
+  "$BIN/e2e.test" --list-images 2>/dev/null | LC_ALL=C sort > "$OUT/list-images.txt"
+  [ -s "$OUT/list-images.txt" ] || die "e2e.test --list-images printed nothing"
+  want() { # <path in the manifest, e.g. e2e-test-images/agnhost>: every ref the suite names for it
+    grep -E "^registry\.k8s\.io/$1:[^:/]+$" "$OUT/list-images.txt" || true
+  }
+
+  # ---- the conformance base (mmdebstrap, nice'd: dpkg and initramfs-free, mostly waiting on the mirror) ----
+  base=$OUT/rootfs/base
+  if [ ! -e "$OUT/.base" ]; then
+    rm -rf "$base"; mkdir -p "$OUT/rootfs"
+    t0=$(date +%s)
+    heartbeat --log "$OUT/mmdebstrap.log" "conformance-images: base" nice -n "$NICE" \
+      mmdebstrap --quiet --variant=minbase --include="${BASE_PACKAGES// /,}" \
+      --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
+      --dpkgopt='path-exclude=/usr/share/locale/*' --format=directory "$SUITE" "$base" "$MIRROR" ||
+      { tail -n 20 "$OUT/mmdebstrap.log" >&2; die "mmdebstrap failed"; }
+    rm -rf "$base"/var/cache/apt/* "$base"/var/lib/apt/lists/*
+    # nginx as the e2e images run it: port 80 only (a pod may have no IPv6), a page at /, logs to the container's.
+    rm -f "$base/etc/nginx/sites-enabled/default"
+    cat > "$base/etc/nginx/conf.d/default.conf" <<'EOF'
+server {
+    listen 80 default_server;
+    root /usr/share/nginx/html;
+    index index.html;
+}
+EOF
+    mkdir -p "$base/usr/share/nginx/html"
+    echo '<html><body><h1>Welcome to nginx!</h1></body></html>' > "$base/usr/share/nginx/html/index.html"
+    ln -sf /dev/stdout "$base/var/log/nginx/access.log"
+    ln -sf /dev/stderr "$base/var/log/nginx/error.log"
+    echo "base $(( $(date +%s) - t0 ))s load=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' '/')" >> "$OUT/build-times.txt"
+    touch "$OUT/.base"
+  fi
+  # ---- busybox: the static busybox from Debian, every applet as a link ----
+  bb=$OUT/rootfs/busybox
+  rm -rf "$bb" "$bb.debs"; mkdir -p "$bb.debs" "$bb/bin" "$bb/etc" "$bb/tmp" "$bb/root"
+  (cd "$bb.debs" && apt-get download -q busybox-static >/dev/null 2>&1) ||
+    { apt-get update -qq && (cd "$bb.debs" && apt-get download -q busybox-static >/dev/null); }
+  dpkg-deb -x "$bb.debs"/busybox-static_*.deb "$bb.debs/x"
+  cp "$bb.debs/x/bin/busybox" "$bb/bin/busybox"
+  rm -rf "$bb.debs"
+  for a in $("$bb/bin/busybox" --list); do [ "$a" = busybox ] || ln -sf busybox "$bb/bin/$a"; done
+  chmod 1777 "$bb/tmp"
+  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n' > "$bb/etc/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\n' > "$bb/etc/group"
+
+  # ---- the images ----
+  rm -rf "$OUT/images" "$OUT/stage"; mkdir -p "$OUT/images"
+  : > "$OUT/images.txt"
+  stage() { # <name> <rootfs>: a stage tree sharing the rootfs' files (hard links; replaced files are unlinked first)
+    rm -rf "$OUT/stage/$1"; mkdir -p "$OUT/stage"
+    cp -al "$2" "$OUT/stage/$1"
+    echo "$OUT/stage/$1"
+  }
+  put() { # <stage> <src> <dst> [mode]: a file of this image (never writing through a shared link)
+    mkdir -p "$(dirname "$1$3")"; rm -f "$1$3"; cp "$2" "$1$3"; chmod "${4:-0755}" "$1$3"
+  }
+  image() { # <stage> <path> <podman import --change...>: imported once, saved under every tag the suite names
+    local dir=$1 path=$2 refs ref first tag
+    shift 2
+    refs=$(want "$path")
+    [ -n "$refs" ] || die "the suite names no $path image (e2e.test --list-images): recipe out of date"
+    first=localhost/capkk-conformance/${path//\//-}:build
+    tar -C "$dir" --numeric-owner -cf - . | "${PODMAN_CMD[@]}" import "$@" - "$first" >/dev/null
+    for ref in $refs; do
+      tag=${ref##*:}
+      "${PODMAN_CMD[@]}" tag "$first" "$ref"
+      "${PODMAN_CMD[@]}" save --format docker-archive -o "$OUT/images/${path//\//-}-$tag.tar" "$ref" >/dev/null
+      "${PODMAN_CMD[@]}" rmi "$ref" >/dev/null
+      echo "$ref" >> "$OUT/images.txt"
+      log "built $ref"
+    done
+    "${PODMAN_CMD[@]}" rmi "$first" >/dev/null
+    rm -rf "$dir"
+  }
+  agnhost_stage() { # <name>: the agnhost layout on the conformance base
+    local s
+    s=$(stage "$1" "$base")
+    put "$s" "$BIN/agnhost" /agnhost
+    ln -sf agnhost "$s/agnhost-2"
+    mkdir -p "$s/uploads"
+    put "$s" "$MODDIR/test/images/agnhost/porter/localhost.crt" /localhost.crt 0644
+    put "$s" "$MODDIR/test/images/agnhost/porter/localhost.key" /localhost.key 0600
+    put "$s" "$NODE_BIN_DIR/coredns" /coredns
+    # The SupplementalGroups test's user and group defined in the image (uid 1000 in gid 50000).
+    local f
+    for f in passwd group; do cp --remove-destination "$base/etc/$f" "$s/etc/$f"; done
+    echo 'user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh' >> "$s/etc/passwd"
+    printf 'user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n' >> "$s/etc/group"
+    echo "$s"
+  }
+  s=$(agnhost_stage agnhost)
+  image "$s" e2e-test-images/agnhost --change 'ENTRYPOINT ["/agnhost"]' --change 'CMD ["pause"]'
+  for pic in kitten nautilus; do
+    s=$(agnhost_stage "$pic")
+    put "$s" "$MODDIR/test/images/$pic/html/$pic.jpg" "/$pic.jpg" 0644
+    put "$s" "$MODDIR/test/images/$pic/html/data.json" /data.json 0644
+    image "$s" "e2e-test-images/$pic" --change 'ENTRYPOINT ["/agnhost"]' --change 'CMD ["test-webserver"]'
+  done
+  s=$(stage busybox "$bb")
+  image "$s" e2e-test-images/busybox --change 'CMD ["sh"]'
+  s=$(stage nginx "$base")
+  image "$s" e2e-test-images/nginx --change 'CMD ["nginx", "-g", "daemon off;"]' --change 'STOPSIGNAL SIGQUIT'
+  s=$(stage nonroot "$base")
+  image "$s" e2e-test-images/nonroot --change 'USER 1234' --change 'CMD ["/bin/sh"]'
+  s=$(stage nonewprivs "$base")
+  put "$s" "$BIN/nonewprivs" /usr/local/bin/nnp 4755
+  image "$s" e2e-test-images/nonewprivs --change 'CMD ["nnp"]'
+  s=$(stage glibc-dns-testing "$base")
+  put "$s" "$NODE_BIN_DIR/coredns" /coredns
+  image "$s" e2e-test-images/glibc-dns-testing --change 'CMD ["/bin/sh"]'
+  s=$(stage sample-apiserver "$base")
+  put "$s" "$BIN/sample-apiserver" /sample-apiserver
+  image "$s" e2e-test-images/sample-apiserver --change 'ENTRYPOINT ["/sample-apiserver"]'
+  rm -rf "$OUT/stage"
+  # etcd and pause: the node artifacts serve exactly the tags the suite asks for (checked, not rebuilt).
+  grep -E "^registry\.k8s\.io/(etcd|pause):" "$OUT/list-images.txt" | while read -r ref; do
+    grep -qx "$ref" "$NODE_IMAGES_DIR/kubeadm-images.txt" ||
+      die "the suite wants $ref, the node artifacts serve $(grep -E '/(etcd|pause):' "$NODE_IMAGES_DIR/kubeadm-images.txt" | tr '\n' ' ')"
+    echo "$ref (node artifacts)" >> "$OUT/images.txt"
+  done
+  # Everything else the manifest names is left out (docs/conformance.md: which tests need which, and why).
+  grep -vxFf <(sed 's/ (node artifacts)$//' "$OUT/images.txt") "$OUT/list-images.txt" > "$OUT/not-built.txt" || true
+
+  # ---- into a registry's storage (as the node artifacts' build_registry_storage) ----
+  st=$OUT/registry cfg=$OUT/.push-registry.yml
+  rm -rf "$st"; mkdir -p "$st"
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  printf 'version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%s\n' \
+    "$st" "$port" > "$cfg"
+  "$NODE_BIN_DIR/registry" serve "$cfg" > "$OUT/.push-registry.log" 2>&1 &
+  rpid=$!
+  for _ in $(seq 1 100); do
+    curl -fsS -o /dev/null "http://127.0.0.1:$port/v2/" 2>/dev/null && break
+    kill -0 "$rpid" 2>/dev/null || { cat "$OUT/.push-registry.log" >&2; die "registry exited"; }
+    sleep 0.2
+  done
+  if ! "$NODE_BIN_DIR/imgtool" push -registry "127.0.0.1:$port" "$OUT"/images/*.tar 2>> "$OUT/push.log"; then
+    kill "$rpid"; wait "$rpid" 2>/dev/null || true
+    tail -n 5 "$OUT/push.log" >&2
+    die "pushing the images failed (registry log: $OUT/.push-registry.log)"
+  fi
+  kill "$rpid"; wait "$rpid" 2>/dev/null || true
+  rm -f "$cfg"
+  echo "images $(( $(date +%s) - T0 ))s load=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' '/')" >> "$OUT/build-times.txt"
+  touch "$OUT/.complete"
+  log "$(grep -c . "$OUT/images.txt") images ready in $(( $(date +%s) - T0 ))s ($(du -sh "$st" | cut -f1) registry storage);" \
+    "$(grep -c . "$OUT/not-built.txt") of the manifest's images not built: $OUT/not-built.txt"
+fi
+q() { printf '%q' "$1"; }
+{
+  echo "# The conformance images (test/conformance/build-images.sh); source this file."
+  echo "CONFORMANCE_IMAGES_DIR=$(q "$OUT")"
+  echo "CONFORMANCE_REGISTRY_STORAGE=$(q "$OUT/registry")"
+} > "$ROOT/images.env.tmp.$$"
+mv -f "$ROOT/images.env.tmp.$$" "$ROOT/images.env"
+echo "$OUT"
