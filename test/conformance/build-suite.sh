@@ -92,7 +92,7 @@ if [ ! -e "$OUT/.complete" ]; then
   # ginkgo, agnhost, nonewprivs, sample-apiserver: the module's tools, one `go build`.
   (cd "$MOD" && timed tools go build -trimpath -ldflags "$ld" -o "$OUT/bin/" tool)
   # `go build` names them after their directories: nonewprivs' binary is nnp in its image.
-  (cd "$MOD" && timed e2e.test go test -c -trimpath -ldflags "$ld" -o "$OUT/bin/e2e.test" k8s.io/kubernetes/test/e2e)
+  (cd "$MOD" && timed e2e.test go test -c -vet=off -trimpath -ldflags "$ld" -o "$OUT/bin/e2e.test" k8s.io/kubernetes/test/e2e)
   "$OUT/bin/ginkgo" version | grep -q "Version ${GINKGO_VERSION#v}$" ||
     die "ginkgo reports $("$OUT/bin/ginkgo" version), expected $GINKGO_VERSION"
   "$OUT/bin/e2e.test" --version 2>/dev/null | grep -q "$KUBE_VERSION" ||
