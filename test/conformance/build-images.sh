@@ -38,10 +38,50 @@ MIRROR=${CAPKK_IMAGE_MIRROR:-http://deb.debian.org/debian}
 read -ra PODMAN_CMD <<<"${PODMAN:-podman}"
 IMAGES_RECIPE=1
 # The conformance base: what upstream's agnhost image installs (bind-tools, curl, netcat-openbsd, iproute2,
-# iperf, bash, util-linux-misc: their Debian names), glibc-dns-testing's dnsutils, nginx for the nginx images.
-BASE_PACKAGES="bind9-dnsutils curl netcat-openbsd iproute2 iperf procps ca-certificates nginx-light"
+# iperf, bash, util-linux-misc: their Debian names; wget and netstat, which alpine's busybox gave it),
+# glibc-dns-testing's dnsutils, nginx for the nginx images.
+BASE_PACKAGES="bind9-dnsutils curl wget netcat-openbsd iproute2 net-tools iperf procps ca-certificates nginx-light"
 
 ROOT=$CAPKK_CACHE/conformance
+missing=()
+for tool in mmdebstrap "${PODMAN_CMD[0]}" apt-get dpkg-deb; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+[ ${#missing[@]} = 0 ] || die "missing: ${missing[*]} (make deps installs them)"
+[ "$(id -u)" = 0 ] || die "needs root (mmdebstrap, podman import of root-owned trees)"
+
+# ---- the conformance base: a cache entry of its own (the hash of this function, the packages, suite, mirror) ----
+build_base() {
+  local t0
+  [ ! -e "$BASE/.complete" ] || return 0
+  rm -rf "$BASE"
+  t0=$(date +%s)
+  log "conformance base: mmdebstrap $SUITE minbase + $BASE_PACKAGES (nice $NICE) ..."
+  heartbeat --log "$BASE.log" "conformance-images: base" nice -n "$NICE" \
+    mmdebstrap --quiet --variant=minbase --include="${BASE_PACKAGES// /,}" \
+    --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' --format=directory "$SUITE" "$BASE" "$MIRROR" ||
+    { tail -n 20 "$BASE.log" >&2; die "mmdebstrap failed"; }
+  rm -rf "$BASE"/var/cache/apt/* "$BASE"/var/lib/apt/lists/*
+  # Device nodes are the runtime's business.
+  find "$BASE/dev" -mindepth 1 -delete
+  # nginx as the e2e images run it: port 80 only (a pod may have no IPv6), a page at /, logs to the container's.
+  rm -f "$BASE/etc/nginx/sites-enabled/default"
+  printf 'server {\n    listen 80 default_server;\n    root /usr/share/nginx/html;\n    index index.html;\n}\n' \
+    > "$BASE/etc/nginx/conf.d/default.conf"
+  mkdir -p "$BASE/usr/share/nginx/html"
+  echo '<html><body><h1>Welcome to nginx!</h1></body></html>' > "$BASE/usr/share/nginx/html/index.html"
+  ln -sf /dev/stdout "$BASE/var/log/nginx/access.log"
+  ln -sf /dev/stderr "$BASE/var/log/nginx/error.log"
+  touch "$BASE/.complete"
+  log "conformance base: $(du -sh "$BASE" | cut -f1) in $(( $(date +%s) - t0 ))s (load $(cut -d' ' -f1-3 /proc/loadavg))"
+}
+BASE=$ROOT/base-$({ declare -f build_base; echo "$BASE_PACKAGES $SUITE $MIRROR"; } | sha256sum | cut -c1-16)
+mkdir -p "$ROOT"
+(
+  flock 8
+  build_base
+) 8>"$BASE.lock"
+# `build-images.sh base` builds only the base (it needs no suite: it can run while the suite builds).
+[ "${1:-}" != base ] || { echo "$BASE"; exit 0; }
 [ -s "$ROOT/suite.env" ] || die "the suite is not built: run 'make conformance-bin' first"
 # shellcheck disable=SC1091
 source "$ROOT/suite.env"
@@ -49,16 +89,12 @@ source "$ROOT/suite.env"
 [ -s "$CAPKK_CACHE/node-artifacts/current.env" ] || die "no node artifacts: run 'make node-artifacts' first"
 # shellcheck disable=SC1091
 source "$CAPKK_CACHE/node-artifacts/current.env"
-missing=()
-for tool in mmdebstrap "${PODMAN_CMD[0]}" apt-get dpkg-deb; do command -v "$tool" >/dev/null || missing+=("$tool"); done
-[ ${#missing[@]} = 0 ] || die "missing: ${missing[*]} (make deps installs them)"
-[ "$(id -u)" = 0 ] || die "needs root (mmdebstrap, podman import of root-owned trees)"
 
 inputs_hash() {
   {
     cd "$HERE"
     sha256sum build-images.sh
-    echo "suite=$CONFORMANCE_SUITE_DIR base=$BASE_PACKAGES $SUITE $MIRROR recipe=$IMAGES_RECIPE"
+    echo "suite=$CONFORMANCE_SUITE_DIR base=$BASE recipe=$IMAGES_RECIPE"
   } | sha256sum | cut -c1-16
 }
 HASH=$(inputs_hash)
@@ -79,33 +115,7 @@ if [ ! -e "$OUT/.complete" ]; then
     grep -E "^registry\.k8s\.io/$1:[^:/]+$" "$OUT/list-images.txt" || true
   }
 
-  # ---- the conformance base (mmdebstrap, nice'd: dpkg and initramfs-free, mostly waiting on the mirror) ----
-  base=$OUT/rootfs/base
-  if [ ! -e "$OUT/.base" ]; then
-    rm -rf "$base"; mkdir -p "$OUT/rootfs"
-    t0=$(date +%s)
-    heartbeat --log "$OUT/mmdebstrap.log" "conformance-images: base" nice -n "$NICE" \
-      mmdebstrap --quiet --variant=minbase --include="${BASE_PACKAGES// /,}" \
-      --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
-      --dpkgopt='path-exclude=/usr/share/locale/*' --format=directory "$SUITE" "$base" "$MIRROR" ||
-      { tail -n 20 "$OUT/mmdebstrap.log" >&2; die "mmdebstrap failed"; }
-    rm -rf "$base"/var/cache/apt/* "$base"/var/lib/apt/lists/*
-    # nginx as the e2e images run it: port 80 only (a pod may have no IPv6), a page at /, logs to the container's.
-    rm -f "$base/etc/nginx/sites-enabled/default"
-    cat > "$base/etc/nginx/conf.d/default.conf" <<'EOF'
-server {
-    listen 80 default_server;
-    root /usr/share/nginx/html;
-    index index.html;
-}
-EOF
-    mkdir -p "$base/usr/share/nginx/html"
-    echo '<html><body><h1>Welcome to nginx!</h1></body></html>' > "$base/usr/share/nginx/html/index.html"
-    ln -sf /dev/stdout "$base/var/log/nginx/access.log"
-    ln -sf /dev/stderr "$base/var/log/nginx/error.log"
-    echo "base $(( $(date +%s) - t0 ))s load=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' '/')" >> "$OUT/build-times.txt"
-    touch "$OUT/.base"
-  fi
+  base=$BASE
   # ---- busybox: the static busybox from Debian, every applet as a link ----
   bb=$OUT/rootfs/busybox
   rm -rf "$bb" "$bb.debs"; mkdir -p "$bb.debs" "$bb/bin" "$bb/etc" "$bb/tmp" "$bb/root"
@@ -125,6 +135,7 @@ EOF
   stage() { # <name> <rootfs>: a stage tree sharing the rootfs' files (hard links; replaced files are unlinked first)
     rm -rf "$OUT/stage/$1"; mkdir -p "$OUT/stage"
     cp -al "$2" "$OUT/stage/$1"
+    rm -f "$OUT/stage/$1/.complete"
     echo "$OUT/stage/$1"
   }
   put() { # <stage> <src> <dst> [mode]: a file of this image (never writing through a shared link)
