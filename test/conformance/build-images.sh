@@ -141,6 +141,11 @@ if [ ! -e "$OUT/.complete" ]; then
   put() { # <stage> <src> <dst> [mode]: a file of this image (never writing through a shared link)
     mkdir -p "$(dirname "$1$3")"; rm -f "$1$3"; cp "$2" "$1$3"; chmod "${4:-0755}" "$1$3"
   }
+  runs() { # <stage> <what> <command...>: the image's tree runs it (chroot), or the build fails naming it
+    local dir=$1 what=$2
+    shift 2
+    chroot "$dir" "$@" > "$OUT/check.log" 2>&1 || { cat "$OUT/check.log" >&2; die "$what: '$*' fails in the image"; }
+  }
   image() { # <stage> <path> <podman import --change...>: imported once, saved under every tag the suite names
     local dir=$1 path=$2 refs ref first tag
     shift 2
@@ -176,27 +181,40 @@ if [ ! -e "$OUT/.complete" ]; then
     echo "$s"
   }
   s=$(agnhost_stage agnhost)
+  runs "$s" agnhost /agnhost --help
+  # shellcheck disable=SC2016 # expanded by the image's shell
+  runs "$s" agnhost /bin/sh -c 'set -e; for c in dig nslookup curl wget nc ip ss ipcs iperf bash netstat; do command -v $c; done'
+  runs "$s" agnhost /usr/bin/id user-defined-in-image
   image "$s" e2e-test-images/agnhost --change 'ENTRYPOINT ["/agnhost"]' --change 'CMD ["pause"]'
   for pic in kitten nautilus; do
     s=$(agnhost_stage "$pic")
     put "$s" "$MODDIR/test/images/$pic/html/$pic.jpg" "/$pic.jpg" 0644
     put "$s" "$MODDIR/test/images/$pic/html/data.json" /data.json 0644
+    runs "$s" "$pic" /bin/sh -c "test -s /$pic.jpg && /agnhost --help"
     image "$s" "e2e-test-images/$pic" --change 'ENTRYPOINT ["/agnhost"]' --change 'CMD ["test-webserver"]'
   done
   s=$(stage busybox "$bb")
+  # shellcheck disable=SC2016 # expanded by the image's shell
+  runs "$s" busybox /bin/sh -c 'set -e; for c in sh cat sleep wget nslookup hostname top ls id; do command -v $c; done'
   image "$s" e2e-test-images/busybox --change 'CMD ["sh"]'
   s=$(stage nginx "$base")
+  runs "$s" nginx nginx -t
   image "$s" e2e-test-images/nginx --change 'CMD ["nginx", "-g", "daemon off;"]' --change 'STOPSIGNAL SIGQUIT'
   s=$(stage nonroot "$base")
+  # shellcheck disable=SC2016 # expanded by the image's shell
+  runs "$s" nonroot chroot --userspec=1234:1234 / /bin/sh -c 'test "$(id -u)" = 1234'
   image "$s" e2e-test-images/nonroot --change 'USER 1234' --change 'CMD ["/bin/sh"]'
   s=$(stage nonewprivs "$base")
   put "$s" "$BIN/nonewprivs" /usr/local/bin/nnp 4755
+  runs "$s" nonewprivs test -u /usr/local/bin/nnp -a -x /usr/local/bin/nnp
   image "$s" e2e-test-images/nonewprivs --change 'CMD ["nnp"]'
   s=$(stage glibc-dns-testing "$base")
   put "$s" "$NODE_BIN_DIR/coredns" /coredns
+  runs "$s" glibc-dns-testing /bin/sh -c 'getent passwd root && /coredns -version && command -v dig'
   image "$s" e2e-test-images/glibc-dns-testing --change 'CMD ["/bin/sh"]'
   s=$(stage sample-apiserver "$base")
   put "$s" "$BIN/sample-apiserver" /sample-apiserver
+  runs "$s" sample-apiserver /sample-apiserver --help
   image "$s" e2e-test-images/sample-apiserver --change 'ENTRYPOINT ["/sample-apiserver"]'
   rm -rf "$OUT/stage"
   # etcd and pause: the node artifacts serve exactly the tags the suite asks for (checked, not rebuilt).
