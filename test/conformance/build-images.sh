@@ -17,10 +17,11 @@
 #
 # The conformance base is Debian (mmdebstrap minbase, the suite CAPKK_IMAGE_SUITE, default bookworm) with the
 # tools upstream's agnhost image carries (dig, curl, nc, ip/ss, ipcs, iperf, bash) and nginx-light; each image
-# is a `podman import` of it plus its files (as hack/image-bases.sh makes the manager's runtime base), saved and
-# pushed with the node artifacts' imgtool into a real registry's storage.
+# is that base, `podman import`ed once (as hack/image-bases.sh makes the manager's runtime base), plus a layer of
+# its own files and its entrypoint, command and user (buildah), saved and pushed with the node artifacts' imgtool
+# into a real registry's storage: the base layer is stored and pulled once.
 #
-# Output: $CAPKK_CACHE/conformance/images-<hash>/{registry,images,images.txt,not-built.txt} and
+# Output: $CAPKK_CACHE/conformance/images-<hash>/{registry,images.txt,config.txt,not-built.txt} and
 # $CAPKK_CACHE/conformance/images.env (CONFORMANCE_REGISTRY_STORAGE, CONFORMANCE_IMAGES_DIR).
 set -euo pipefail
 
@@ -129,94 +130,101 @@ if [ ! -e "$OUT/.complete" ]; then
   printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n' > "$bb/etc/passwd"
   printf 'root:x:0:\nnogroup:x:65534:\n' > "$bb/etc/group"
 
-  # ---- the images ----
-  rm -rf "$OUT/images" "$OUT/stage"; mkdir -p "$OUT/images"
-  : > "$OUT/images.txt"
-  stage() { # <name> <rootfs>: a stage tree sharing the rootfs' files (hard links; replaced files are unlinked first)
-    rm -rf "$OUT/stage/$1"; mkdir -p "$OUT/stage"
-    cp -al "$2" "$OUT/stage/$1"
-    rm -f "$OUT/stage/$1/.complete"
-    echo "$OUT/stage/$1"
+  # ---- the images: the conformance base is one layer every image but busybox shares; each image adds its own
+  # files as a second layer (buildah), so the registry and every node hold the base once ----
+  rm -rf "$OUT/images" "$OUT/files"; mkdir -p "$OUT/images" "$OUT/files"
+  : > "$OUT/images.txt"; : > "$OUT/config.txt"
+  BASE_IMAGE=localhost/capkk-conformance/base:$HASH
+  BB_IMAGE=localhost/capkk-conformance/busybox-base:$HASH
+  tar -C "$base" --numeric-owner --exclude=./.complete -cf - . | "${PODMAN_CMD[@]}" import -q - "$BASE_IMAGE" >/dev/null
+  tar -C "$bb" --numeric-owner -cf - . | "${PODMAN_CMD[@]}" import -q - "$BB_IMAGE" >/dev/null
+  files() { # <name>: an empty tree for the image's own files
+    rm -rf "$OUT/files/$1"; mkdir -p "$OUT/files/$1"; echo "$OUT/files/$1"
   }
-  put() { # <stage> <src> <dst> [mode]: a file of this image (never writing through a shared link)
-    mkdir -p "$(dirname "$1$3")"; rm -f "$1$3"; cp "$2" "$1$3"; chmod "${4:-0755}" "$1$3"
+  put() { # <tree> <src> <dst> [mode]: a file of this image
+    mkdir -p "$(dirname "$1$3")"; cp "$2" "$1$3"; chmod "${4:-0755}" "$1$3"
   }
-  runs() { # <stage> <what> <command...>: the image's tree runs it (chroot), or the build fails naming it
+  runs() { # <root> <what> <command...>: the image's tree runs it (chroot), or the build fails naming it
     local dir=$1 what=$2
     shift 2
     chroot "$dir" "$@" > "$OUT/check.log" 2>&1 || { cat "$OUT/check.log" >&2; die "$what: '$*' fails in the image"; }
   }
-  image() { # <stage> <path> <podman import --change...>: imported once, saved under every tag the suite names
-    local dir=$1 path=$2 refs ref first tag
-    shift 2
+  # image <from> <files tree> <path> <check...> -- <buildah config args...>: the files added onto <from>, the
+  # check run in the result (chroot into buildah's mount), configured, committed and saved under every tag the
+  # suite names.
+  image() {
+    local from=$1 tree=$2 path=$3 refs ref tag ctr mnt check=()
+    shift 3
+    while [ "$1" != -- ]; do check+=("$1"); shift; done
+    shift
     refs=$(want "$path")
     [ -n "$refs" ] || die "the suite names no $path image (e2e.test --list-images): recipe out of date"
-    first=localhost/capkk-conformance/${path//\//-}:build
-    tar -C "$dir" --numeric-owner -cf - . | "${PODMAN_CMD[@]}" import "$@" - "$first" >/dev/null
+    ctr=$(buildah from --pull-never --quiet "$from")
+    [ -z "$(ls -A "$tree")" ] || buildah add --quiet "$ctr" "$tree/" / >/dev/null
+    mnt=$(buildah mount "$ctr")
+    [ ${#check[@]} = 0 ] || runs "$mnt" "$path" "${check[@]}"
+    buildah umount "$ctr" >/dev/null
+    buildah config "$@" "$ctr"
     for ref in $refs; do
+      buildah commit --quiet --rm=false "$ctr" "$ref" >/dev/null
+      echo "$ref $("${PODMAN_CMD[@]}" image inspect --format \
+        'entrypoint={{json .Config.Entrypoint}} cmd={{json .Config.Cmd}} user={{.Config.User}}' "$ref")" >> "$OUT/config.txt"
       tag=${ref##*:}
-      "${PODMAN_CMD[@]}" tag "$first" "$ref"
-      "${PODMAN_CMD[@]}" save --format docker-archive -o "$OUT/images/${path//\//-}-$tag.tar" "$ref" >/dev/null
+      "${PODMAN_CMD[@]}" save -q --format docker-archive -o "$OUT/images/${path//\//-}-$tag.tar" "$ref"
       "${PODMAN_CMD[@]}" rmi "$ref" >/dev/null
       echo "$ref" >> "$OUT/images.txt"
       log "built $ref"
     done
-    "${PODMAN_CMD[@]}" rmi "$first" >/dev/null
-    rm -rf "$dir"
+    buildah rm "$ctr" >/dev/null
+    rm -rf "$tree"
   }
-  agnhost_stage() { # <name>: the agnhost layout on the conformance base
-    local s
-    s=$(stage "$1" "$base")
-    put "$s" "$BIN/agnhost" /agnhost
-    ln -sf agnhost "$s/agnhost-2"
-    mkdir -p "$s/uploads"
-    put "$s" "$MODDIR/test/images/agnhost/porter/localhost.crt" /localhost.crt 0644
-    put "$s" "$MODDIR/test/images/agnhost/porter/localhost.key" /localhost.key 0600
-    put "$s" "$NODE_BIN_DIR/coredns" /coredns
+  agnhost_files() { # <name>: the agnhost layout (upstream's image) on the conformance base
+    local t
+    t=$(files "$1")
+    put "$t" "$BIN/agnhost" /agnhost
+    ln -s agnhost "$t/agnhost-2"
+    mkdir -p "$t/uploads"
+    put "$t" "$MODDIR/test/images/agnhost/porter/localhost.crt" /localhost.crt 0644
+    put "$t" "$MODDIR/test/images/agnhost/porter/localhost.key" /localhost.key 0600
+    put "$t" "$NODE_BIN_DIR/coredns" /coredns
     # The SupplementalGroups test's user and group defined in the image (uid 1000 in gid 50000).
-    local f
-    for f in passwd group; do cp --remove-destination "$base/etc/$f" "$s/etc/$f"; done
-    echo 'user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh' >> "$s/etc/passwd"
-    printf 'user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n' >> "$s/etc/group"
-    echo "$s"
+    mkdir -p "$t/etc"
+    { cat "$base/etc/passwd"; echo 'user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh'; } > "$t/etc/passwd"
+    { cat "$base/etc/group"; printf 'user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n'; } > "$t/etc/group"
+    echo "$t"
   }
-  s=$(agnhost_stage agnhost)
-  runs "$s" agnhost /agnhost --help
   # shellcheck disable=SC2016 # expanded by the image's shell
-  runs "$s" agnhost /bin/sh -c 'set -e; for c in dig nslookup curl wget nc ip ss ipcs iperf bash netstat; do command -v $c; done'
-  runs "$s" agnhost /usr/bin/id user-defined-in-image
-  image "$s" e2e-test-images/agnhost --change 'ENTRYPOINT ["/agnhost"]' --change 'CMD ["pause"]'
+  image "$BASE_IMAGE" "$(agnhost_files agnhost)" e2e-test-images/agnhost \
+    /bin/sh -c '/agnhost --help >/dev/null && id user-defined-in-image && set -e && for c in dig nslookup curl wget nc ip ss ipcs iperf bash netstat; do command -v $c; done' \
+    -- --entrypoint '["/agnhost"]' --cmd '["pause"]'
   for pic in kitten nautilus; do
-    s=$(agnhost_stage "$pic")
-    put "$s" "$MODDIR/test/images/$pic/html/$pic.jpg" "/$pic.jpg" 0644
-    put "$s" "$MODDIR/test/images/$pic/html/data.json" /data.json 0644
-    runs "$s" "$pic" /bin/sh -c "test -s /$pic.jpg && /agnhost --help"
-    image "$s" "e2e-test-images/$pic" --change 'ENTRYPOINT ["/agnhost"]' --change 'CMD ["test-webserver"]'
+    t=$(agnhost_files "$pic")
+    put "$t" "$MODDIR/test/images/$pic/html/$pic.jpg" "/$pic.jpg" 0644
+    put "$t" "$MODDIR/test/images/$pic/html/data.json" /data.json 0644
+    image "$BASE_IMAGE" "$t" "e2e-test-images/$pic" /bin/sh -c "test -s /$pic.jpg && /agnhost --help >/dev/null" \
+      -- --entrypoint '["/agnhost"]' --cmd '["test-webserver"]'
   done
-  s=$(stage busybox "$bb")
   # shellcheck disable=SC2016 # expanded by the image's shell
-  runs "$s" busybox /bin/sh -c 'set -e; for c in sh cat sleep wget nslookup hostname top ls id; do command -v $c; done'
-  image "$s" e2e-test-images/busybox --change 'CMD ["sh"]'
-  s=$(stage nginx "$base")
-  runs "$s" nginx nginx -t
-  image "$s" e2e-test-images/nginx --change 'CMD ["nginx", "-g", "daemon off;"]' --change 'STOPSIGNAL SIGQUIT'
-  s=$(stage nonroot "$base")
+  image "$BB_IMAGE" "$(files busybox)" e2e-test-images/busybox \
+    /bin/sh -c 'set -e; for c in sh cat sleep wget nslookup hostname top ls id; do command -v $c; done' -- --cmd '["sh"]'
+  image "$BASE_IMAGE" "$(files nginx)" e2e-test-images/nginx nginx -t \
+    -- --cmd '["nginx", "-g", "daemon off;"]' --stop-signal SIGQUIT
   # shellcheck disable=SC2016 # expanded by the image's shell
-  runs "$s" nonroot chroot --userspec=1234:1234 / /bin/sh -c 'test "$(id -u)" = 1234'
-  image "$s" e2e-test-images/nonroot --change 'USER 1234' --change 'CMD ["/bin/sh"]'
-  s=$(stage nonewprivs "$base")
-  put "$s" "$BIN/nonewprivs" /usr/local/bin/nnp 4755
-  runs "$s" nonewprivs test -u /usr/local/bin/nnp -a -x /usr/local/bin/nnp
-  image "$s" e2e-test-images/nonewprivs --change 'CMD ["nnp"]'
-  s=$(stage glibc-dns-testing "$base")
-  put "$s" "$NODE_BIN_DIR/coredns" /coredns
-  runs "$s" glibc-dns-testing /bin/sh -c 'getent passwd root && /coredns -version && command -v dig'
-  image "$s" e2e-test-images/glibc-dns-testing --change 'CMD ["/bin/sh"]'
-  s=$(stage sample-apiserver "$base")
-  put "$s" "$BIN/sample-apiserver" /sample-apiserver
-  runs "$s" sample-apiserver /sample-apiserver --help
-  image "$s" e2e-test-images/sample-apiserver --change 'ENTRYPOINT ["/sample-apiserver"]'
-  rm -rf "$OUT/stage"
+  image "$BASE_IMAGE" "$(files nonroot)" e2e-test-images/nonroot \
+    chroot --userspec=1234:1234 / /bin/sh -c 'test "$(id -u)" = 1234' -- --user 1234 --cmd '["/bin/sh"]'
+  t=$(files nonewprivs)
+  put "$t" "$BIN/nonewprivs" /usr/local/bin/nnp 4755
+  image "$BASE_IMAGE" "$t" e2e-test-images/nonewprivs test -u /usr/local/bin/nnp -a -x /usr/local/bin/nnp -- --cmd '["nnp"]'
+  t=$(files glibc-dns-testing)
+  put "$t" "$NODE_BIN_DIR/coredns" /coredns
+  image "$BASE_IMAGE" "$t" e2e-test-images/glibc-dns-testing \
+    /bin/sh -c 'getent passwd root && /coredns -version && command -v dig' -- --cmd '["/bin/sh"]'
+  t=$(files sample-apiserver)
+  put "$t" "$BIN/sample-apiserver" /sample-apiserver
+  image "$BASE_IMAGE" "$t" e2e-test-images/sample-apiserver /sample-apiserver --help \
+    -- --entrypoint '["/sample-apiserver"]'
+  "${PODMAN_CMD[@]}" rmi "$BASE_IMAGE" "$BB_IMAGE" >/dev/null
+  rm -rf "$OUT/files"
   # etcd and pause: the node artifacts serve exactly the tags the suite asks for (checked, not rebuilt).
   grep -E "^registry\.k8s\.io/(etcd|pause):" "$OUT/list-images.txt" | while read -r ref; do
     grep -qx "$ref" "$NODE_IMAGES_DIR/kubeadm-images.txt" ||
@@ -246,6 +254,8 @@ if [ ! -e "$OUT/.complete" ]; then
   fi
   kill "$rpid"; wait "$rpid" 2>/dev/null || true
   rm -f "$cfg"
+  # The registry storage is what is served; the tarballs and the busybox tree are not needed any more.
+  rm -rf "$OUT/images" "$OUT/rootfs"
   echo "images $(( $(date +%s) - T0 ))s load=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' '/')" >> "$OUT/build-times.txt"
   touch "$OUT/.complete"
   log "$(grep -c . "$OUT/images.txt") images ready in $(( $(date +%s) - T0 ))s ($(du -sh "$st" | cut -f1) registry storage);" \
