@@ -11,6 +11,9 @@
 # On a shared machine run the last three under the machine's lock: flock /tmp/capkk-heavy.lock make ...
 
 CONFORMANCE_DIR := test/conformance
+# Every Go build of these targets yields to the rest of a shared machine.
+CONFORMANCE_NICE ?= 15
+export CONFORMANCE_NICE
 
 .PHONY: conformance-bin conformance-images conformance-smoke conformance conformance-down conformance-report-test
 
@@ -21,7 +24,7 @@ conformance-images: conformance-bin node-artifacts ## build the images the [Conf
 	$(CONFORMANCE_DIR)/build-images.sh >/dev/null
 
 conformance-report-test: ## unit tests of the conformance summary tool (Go)
-	cd $(CONFORMANCE_DIR)/tools/report && go vet . && go test .
+	cd $(CONFORMANCE_DIR)/tools/report && nice -n $(CONFORMANCE_NICE) go vet . && nice -n $(CONFORMANCE_NICE) go test .
 
 # real.sh's own build stage runs `make build`, mgmt-bin and node-artifacts.
 conformance-smoke: conformance-images conformance-report-test ## a capkk-rs cluster on node containers + a handful of [Conformance] specs

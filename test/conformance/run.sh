@@ -66,7 +66,7 @@ for b in e2e.test ginkgo; do [ -x "$CONFORMANCE_BIN_DIR/$b" ] || die "$CONFORMAN
 command -v go >/dev/null || die "go is required (the report tool)"
 mkdir -p "$OUT"
 REPORT=$OUT/report
-(cd "$HERE/tools/report" && go build -o "$REPORT" .) || die "building the report tool failed"
+(cd "$HERE/tools/report" && nice -n "${CONFORMANCE_NICE:-15}" go build -o "$REPORT" .) || die "building the report tool failed"
 
 # ---- what the suite will run: a dry run counts the specs the selection matches (before any host starts) ----
 LABEL=Conformance
