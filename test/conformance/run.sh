@@ -128,7 +128,7 @@ trap teardown EXIT
 while read -r ref _; do
   path=${ref#registry.k8s.io/}
   curl -fsS -o /dev/null -u "$REGISTRY_USER:$REGISTRY_PASSWORD" \
-    -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
+    -H 'Accept: application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json' \
     "http://$NODE_REGISTRY/v2/${path%:*}/manifests/${path##*:}" || die "the registry $NODE_REGISTRY does not serve $path"
 done < "$CONFORMANCE_IMAGES_DIR/images.txt"
 
