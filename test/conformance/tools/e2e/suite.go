@@ -6,8 +6,9 @@
 package e2e
 
 import (
-	_ "k8s.io/kubernetes/test/e2e"
+	_ "github.com/onsi/ginkgo/v2"
 	_ "k8s.io/kubernetes/test/conformance/testdata"
+	_ "k8s.io/kubernetes/test/e2e"
 	_ "k8s.io/kubernetes/test/e2e/apimachinery"
 	_ "k8s.io/kubernetes/test/e2e/apps"
 	_ "k8s.io/kubernetes/test/e2e/architecture"
@@ -39,5 +40,4 @@ import (
 	_ "k8s.io/kubernetes/test/e2e/windows"
 	_ "k8s.io/kubernetes/test/fixtures"
 	_ "k8s.io/kubernetes/test/utils/format"
-	_ "github.com/onsi/ginkgo/v2"
 )
