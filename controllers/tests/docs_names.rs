@@ -34,11 +34,12 @@ use clap::CommandFactory;
 #[rustfmt::skip]
 const FOREIGN_TOOLS: &[&str] = &[
     "apt-get", "awk", "bash", "capkk-bench", "capkk-mirror", "cargo", "clusterctl", "containerd", "crictl", "ctr",
-    "curl", "cyclonedx-sbom", "diff", "docker", "du", "e2e.test", "etcd", "find", "flanneld", "flux", "ginkgo", "git", "go", "grep",
+    "curl", "cyclonedx-sbom", "diff", "docker", "du", "etcd", "find", "flanneld", "flux", "git", "go", "grep",
     "haproxy", "helm", "hosts.py", "ip", "journalctl", "keepalived", "kube-apiserver", "kube-controller-manager", "kube-proxy", "kubeadm",
     "kubectl", "kubelet", "longest-gap", "mgmt.sh", "mgmtctl", "mmdebstrap", "nft", "openssl", "parallel-tests",
     "podman", "python3", "qemu-img", "qemu-system-x86_64", "real.sh", "rsync", "runc", "sandbox", "scp", "sed",
     "sh", "ssh", "ssh-keygen", "sysctl", "systemctl", "tar", "tcg-knobs.py", "tee", "vm", "xargs",
+    "e2e.test", "ginkgo", // the conformance suite (docs/conformance.md)
 ];
 
 /// Flags of other tools that the docs write alone (not after the tool's name), with the tool.
