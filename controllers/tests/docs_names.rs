@@ -40,6 +40,7 @@ const FOREIGN_TOOLS: &[&str] = &[
     "kubectl", "kubelet", "longest-gap", "mgmt.sh", "mgmtctl", "mmdebstrap", "nft", "openssl", "parallel-tests",
     "podman", "python3", "qemu-img", "qemu-system-x86_64", "real.sh", "rsync", "runc", "sandbox", "scp", "sed",
     "sh", "ssh", "ssh-keygen", "sysctl", "systemctl", "tar", "tcg-knobs.py", "tee", "vm", "xargs",
+    "e2e.test", "ginkgo", // the conformance suite (docs/conformance.md)
 ];
 
 /// Flags of other tools that the docs write alone (not after the tool's name), with the tool.

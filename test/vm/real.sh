@@ -84,6 +84,8 @@
 # (the VMs then have no watchdog: the matching down mode removes them). REAL_FROM=STAGE, with REAL_KEEP=1 runs
 # of the same REAL_NAME: start at that stage of e2e (after a kept run reached it; e.g. scale-down). REAL_TO=STAGE
 # ends the run after that stage (with REAL_KEEP=1: e.g. REAL_TO=clusterctl_init leaves a management cluster on VMs).
+# REAL_REGISTRY_EXTRA_STORAGE (space-separated registry storages) adds their images to the run's registry (make
+# conformance: the conformance images of test/conformance/build-images.sh).
 # REAL_EXTRA_VMS=N boots N more VMs (2 vCPU, 3 GiB) in the fleet, with the package mirror as their apt source and
 # in no cluster: free hosts for clusters made from the kept one (CAPI's test framework, test/capi-e2e).
 # REAL_MANAGER=PATH runs another manager binary (an older commit's: the before/after runs of issue 28);
@@ -470,12 +472,14 @@ serve_up() {
   # For REAL_FROM runs of a kept run (attach): the credentials of this run's registry, readable by root only.
   (umask 077 && printf 'REGISTRY_USER=%s\nREGISTRY_PASSWORD=%s\n' "$REGISTRY_USER" "$REGISTRY_PASSWORD" >"$WORK/serve/registry.cred")
   # The smoke pushes the manager image it runs as a Pod: its registry is writable (a copy of the cached storage).
-  local push=0 extra=""
+  # REAL_REGISTRY_EXTRA_STORAGE: more registry storages served by the same registry (e.g. the conformance
+  # images of test/conformance).
+  local push=0 extra=${REAL_REGISTRY_EXTRA_STORAGE:-}
   case $MODE in smoke | clusterctl) push=1 ;; esac
   if [ "$MODE" = clusterctl ]; then
     # shellcheck disable=SC1091
     source "$CAPKK_CACHE/clusterctl/current.env"
-    extra=$CLUSTERCTL_REGISTRY_STORAGE
+    extra="$extra $CLUSTERCTL_REGISTRY_STORAGE"
   fi
   NODE_REGISTRY_USER=$REGISTRY_USER NODE_REGISTRY_PASSWORD=$REGISTRY_PASSWORD NODE_REGISTRY_PUSH=$push \
     NODE_REGISTRY_EXTRA_STORAGE=$extra \
