@@ -12,11 +12,16 @@
 #                                        clusterctl init installed every provider, is the bootstrap cluster; the
 #                                        fleet's VMs in no cluster are the spec clusters' hosts; "tcg" flavors
 #                          plane:NAME    a kept `test/vm/real.sh clusterctl` run stopped before its own cluster
-#                                        (REAL_NAME=NAME REAL_KEEP=1 REAL_TO=serve_up REAL_VMS=2 [REAL_EXTRA_VMS=1]
+#                                        (REAL_NAME=NAME REAL_KEEP=1 REAL_TO=serve_up REAL_VMS=2 [REAL_EXTRA_VMS=N]
 #                                        MANAGER_ALL_NAMESPACES=1): the local plane, with CAPI's controllers and ours
-#                                        as processes, is the bootstrap cluster; the fleet's first VMs are the hosts;
-#                                        "tcg" flavors, SelfHostedSpec on one untainted control-plane node
-#                                        ("tcg-single")
+#                                        as processes, is the bootstrap cluster; the fleet's first hosts are the
+#                                        spec clusters' hosts
+#
+# HOSTS (real:NAME and plane:NAME): what the kept run's hosts are, as real.sh's HOSTS says. containers (the
+# default, as real.sh's): node containers at native speed, the "ctr" flavors (flannel as the pod network, every
+# host may take either role); vms: TCG VMs, the "tcg" flavors (static per-node routes; SelfHostedSpec on one
+# untainted control-plane node, "tcg-single", in the plane mode). The glue fails when the kept run's fleet
+# (its state.json) is of the other source.
 #
 # The specs are the Describes of the *_test.go files, read from there (spec_table): CAPI_E2E_FOCUS selects them by
 # their Describe text (the tag it ends with: QuickStart, SelfHosted, MDRollout, MDRemediation, K8sUpgrade), and
@@ -25,9 +30,9 @@
 # them before the build and fails naming the spec when the kept run has fewer. K8sUpgrade also needs the previous
 # Kubernetes set served by the kept run (REAL_PREV=1) and a control-plane load balancer (started here).
 #
-# Environment: CAPI_E2E_FOCUS (a Ginkgo focus regexp, default QuickStart|SelfHosted on VMs, QuickStart on sandbox
-# hosts; `.` runs every spec; set but empty fails), CAPI_E2E_OUT (default target/capi-e2e/NAME: artifacts, the
-# clusterctl configuration, the flavors), CAPI_E2E_ARGS (more arguments for the binary), VERSION.
+# Environment: CAPI_E2E_FOCUS (a Ginkgo focus regexp, default QuickStart|SelfHosted on real hosts, QuickStart on
+# sandbox hosts; `.` runs every spec; set but empty fails), CAPI_E2E_OUT (default target/capi-e2e/NAME: artifacts,
+# the clusterctl configuration, the flavors), CAPI_E2E_ARGS (more arguments for the binary), HOSTS, VERSION.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -129,11 +134,17 @@ spec_table() {
 # matched against the spec's text: focus by the tags, e.g. MDRollout|K8sUpgrade, or by any part of the text).
 focused() { [[ $1 =~ $FOCUS ]]; }
 
-# plan_specs: from FOCUS, NEED_HOSTS (the most any focused spec needs) and NEED_WHY; UPGRADE, SELF_HOSTED, ROLLOUT
-# (1 when focused). Fails when FOCUS is empty or selects none of the specs.
+# The specs whose clusters have 3 control planes (the ha flavor's endpoint the provider serves): node containers
+# only. On two TCG cores a control-plane join does not pass (docs/upgrades.md), and the tcg flavors' static
+# per-node routes know one control plane.
+CONTAINERS_ONLY="HA KCPRemediation"
+
+# plan_specs: from FOCUS, NEED_HOSTS (the most any focused spec needs) and NEED_WHY; UPGRADE, SELF_HOSTED, ROLLOUT,
+# KCP_REMEDIATION (1 when focused) and NAMES (the focused tags). Fails when FOCUS is empty or selects none of the
+# specs.
 plan_specs() {
   local table tag n why text tags=() names=()
-  NEED_HOSTS=0 NEED_WHY="" UPGRADE=0 SELF_HOSTED=0 ROLLOUT=0
+  NEED_HOSTS=0 NEED_WHY="" UPGRADE=0 SELF_HOSTED=0 ROLLOUT=0 KCP_REMEDIATION=0
   [ -n "$FOCUS" ] ||
     die "CAPI_E2E_FOCUS is set but empty: unset it for the default, or select specs by tag (e.g. QuickStart, MDRollout|K8sUpgrade; . for all)"
   table=$(spec_table) || die "cannot read the specs from $HERE/*_test.go (above)"
@@ -144,15 +155,27 @@ plan_specs() {
     [ "$tag" != K8sUpgrade ] || UPGRADE=1
     [ "$tag" != SelfHosted ] || SELF_HOSTED=1
     [ "$tag" != MDRollout ] || ROLLOUT=1
+    [ "$tag" != KCPRemediation ] || KCP_REMEDIATION=1
     if [ "$n" -gt "$NEED_HOSTS" ]; then NEED_HOSTS=$n NEED_WHY="$tag: $why"; fi
   done <<<"$table"
   # The setup here names these specs by tag: a tag renamed in its *_test.go must not skip that setup silently.
-  for tag in K8sUpgrade SelfHosted MDRollout; do
+  for tag in K8sUpgrade SelfHosted MDRollout KCPRemediation $CONTAINERS_ONLY; do
     [[ " ${tags[*]} " == *" $tag "* ]] ||
       die "capi-e2e.sh sets up the spec tagged [$tag], which no Describe of $HERE/*_test.go has (tags: ${tags[*]})"
   done
   [ "${#names[@]}" -gt 0 ] || die "CAPI_E2E_FOCUS='$FOCUS' selects none of the specs (tags: ${tags[*]})"
+  NAMES=" ${names[*]} "
   log "specs: ${names[*]}; hosts needed: $NEED_HOSTS ($NEED_WHY)"
+}
+
+# containers_only_check: the focused specs that need node containers, refused on VMs and sandbox hosts (naming
+# them and why).
+containers_only_check() {
+  local tag bad=()
+  [ "$HOSTS" != containers ] || return 0
+  for tag in $CONTAINERS_ONLY; do [[ $NAMES != *" $tag "* ]] || bad+=("$tag"); done
+  [ ${#bad[@]} = 0 ] ||
+    die "${bad[*]}: 3 control planes behind the ha flavor's endpoint, run on node containers only (HOSTS=containers; these hosts: $HOSTS): a control-plane join does not pass on two TCG cores (docs/upgrades.md), and the kubeadm simulator refuses one"
 }
 
 # MDRollout sets Machine taints, which CAPI's webhooks refuse unless its core and KubeadmControlPlane managers run
@@ -262,11 +285,25 @@ spec_env() {
   set -a
   eval "$hosts"
   set +a
+  # shellcheck disable=SC2153 # HOSTS_SOURCE: from hosts.py
+  [ "$HOSTS_SOURCE" = "$HOSTS" ] ||
+    die "the kept run's hosts are $HOSTS_SOURCE (its state.json), HOSTS=$HOSTS: run with HOSTS=$HOSTS_SOURCE, or keep a run with HOSTS=$HOSTS"
   export KUBERNETES_VERSION=$KUBE_VERSION NODE_REGISTRY CONTAINERD_VERSION RUNC_VERSION CRICTL_VERSION PAUSE_VERSION
   # The fleet's 198.19.N.0/24 belongs to the management cluster's Pods and Services; these exist only inside the
-  # spec cluster's VMs (the bridge CNI masquerades what leaves a node).
+  # spec cluster's hosts (the bridge CNI and flannel masquerade what leaves a node). On VMs each node's static
+  # bridge CNI takes a /26; on node containers flannel takes each Node's /27 (ctr flavors: up to 8 Nodes).
   export POD_CIDR=10.244.0.0/24 SERVICE_CIDR=10.96.0.0/24 CP_POD_CIDR=10.244.0.0/26 WORKER_POD_CIDR=10.244.0.64/26
   export CAPI_E2E_REGISTRY_USER=$REGISTRY_USER CAPI_E2E_REGISTRY_PASSWORD=$REGISTRY_PASSWORD
+  if [ "$HOSTS" = containers ]; then
+    # The ctr flavors: flannel's image from the node artifacts' registry; the ha flavor's endpoint (a VIP on the
+    # fleet's bridge outside the hosts' addresses, .11 and up, as real.sh's ha mode takes it) on the node
+    # containers' eth0.
+    [ -n "${FLANNEL_IMAGE_PATH:-}" ] || die "node artifacts: FLANNEL_IMAGE_PATH missing in current.env (make node-artifacts)"
+    export FLANNEL_IMAGE=$NODE_REGISTRY/$FLANNEL_IMAGE_PATH CONTROL_PLANE_VIP=${BRIDGE_ADDRESS%.*}.250 VIP_INTERFACE=eth0
+    # The e2e config's intervals are for TCG VMs (an hour for a control plane); node containers run at native
+    # speed (a control plane in minutes even at load 10), so a spec that cannot pass fails in minutes, not hours.
+    export CAPI_E2E_INTERVAL_MAX=${CAPI_E2E_INTERVAL_MAX:-20m}
+  fi
   [ "$UPGRADE" = 0 ] || upgrade_env
 }
 
@@ -301,6 +338,40 @@ lb_up() {
   log "control-plane load balancer $BRIDGE_ADDRESS:6443 -> $LB_BACKENDS (pid $TCP_LB_PID, log $OUT/lb.log)"
 }
 
+# KCPRemediationSpec holds each control plane's bootstrap until it signals through a ConfigMap of the bootstrap
+# cluster (the ctr-kcp-remediation flavor's pre-kubeadm command reads and acknowledges it), at the address the
+# spec reads from that cluster's kube-public/cluster-info, as kubeadm publishes it. A kubeadm-made bootstrap
+# cluster (real:NAME) has it, and its endpoint is on the fleet's bridge already. The local plane (plane:NAME) has
+# neither: its kube-apiserver listens on 127.0.0.1, which the hosts cannot reach. So the plane gets a TCP relay on
+# the fleet's bridge in front of it (test/lib/tcp-lb.sh; its log $OUT/mgmt-relay/lb.log) and a cluster-info
+# naming that relay; both are removed when the glue exits.
+kcp_remediation_env() {
+  local server port ca
+  if kubectl --kubeconfig "$CAPI_E2E_KUBECONFIG" get -n kube-public configmap cluster-info >/dev/null 2>&1; then
+    log "KCPRemediation: the bootstrap cluster publishes kube-public/cluster-info (the hold's address) already"
+    return 0
+  fi
+  server=$(kubectl --kubeconfig "$CAPI_E2E_KUBECONFIG" config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+  ca=$(kubectl --kubeconfig "$CAPI_E2E_KUBECONFIG" config view --minify --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
+  port=${server##*:}
+  [[ $server == https://127.0.0.1:* && -n $ca ]] ||
+    die "KCPRemediation: the bootstrap cluster has no kube-public/cluster-info and is not the local plane (server $server): publish one the hosts can reach"
+  on_exit "tcp_lb_down $(printf %q "$OUT/mgmt-relay")"
+  tcp_lb_up "$OUT/mgmt-relay" "$BRIDGE_ADDRESS:$port" "127.0.0.1:$port" ||
+    die "KCPRemediation: no relay to the plane's API server on $BRIDGE_ADDRESS:$port (above)"
+  on_exit "kubectl --kubeconfig $(printf %q "$CAPI_E2E_KUBECONFIG") delete -n kube-public configmap cluster-info --ignore-not-found >/dev/null 2>&1"
+  # kubeadm's layout: one cluster named "" (the spec reads Clusters[""]).
+  kubectl --kubeconfig "$CAPI_E2E_KUBECONFIG" create -n kube-public configmap cluster-info --from-literal=kubeconfig="apiVersion: v1
+kind: Config
+clusters:
+- name: \"\"
+  cluster:
+    server: https://$BRIDGE_ADDRESS:$port
+    certificate-authority-data: $ca
+" >/dev/null
+  log "KCPRemediation: the plane's API server relayed on $BRIDGE_ADDRESS:$port (pid $TCP_LB_PID), kube-public/cluster-info names it"
+}
+
 # real:NAME: a kept run of test/vm/real.sh (its work dir, fleet state, serve.env, registry credentials, rendered
 # cluster). The spec clusters get the fleet's VMs that are in none of that run's clusters, the same mirror component,
 # registry and node artifacts, and the "tcg" flavors: templates/cluster-template.yaml through test/vm/tcg-knobs.py,
@@ -308,31 +379,76 @@ lb_up() {
 from_real() {
   local name=$1 work=${REAL_WORK:-$ROOT/target/real/$1} state=/tmp/capkk-sandbox/$1/state.json f
   for f in "$state" "$work/serve/serve.env" "$work/serve/registry.cred" "$work/workload.kubeconfig" "$work/cluster.yaml"; do
-    [ -s "$f" ] || die "no $f: keep a run first (see test/capi-e2e/README.md: REAL_NAME=$name REAL_KEEP=1 REAL_TO=clusterctl_init REAL_EXTRA_VMS=$NEED_HOSTS make e2e-clusterctl)"
+    [ -s "$f" ] || die "no $f: keep a run first (see test/capi-e2e/README.md: HOSTS=$HOSTS REAL_NAME=$name REAL_KEEP=1 REAL_TO=clusterctl_init REAL_EXTRA_VMS=$NEED_HOSTS make e2e-clusterctl)"
   done
   spec_env "$work" "$state" "$work/cluster.yaml"
-  export CAPI_E2E_KUBECONFIG=$work/workload.kubeconfig CAPI_E2E_FLAVOR=tcg
+  export CAPI_E2E_KUBECONFIG=$work/workload.kubeconfig CAPI_E2E_FLAVOR=$BASE_FLAVOR
   export CAPI_E2E_SELF_HOSTED_INIT_WAIT=${CAPI_E2E_SELF_HOSTED_INIT_WAIT-30m}
   # The clusterctl configuration of `make e2e-clusterctl` (the same registry, so SelfHostedSpec's clusterctl init
-  # pulls what the management cluster's did), written afresh into OUT, plus the tcg flavors in our repository.
-  tcg_repository
-  log "real:$name: bootstrap cluster = its VM cluster ($CAPI_E2E_KUBECONFIG), hosts $KUBEKEY_INSTANCES, registry $NODE_REGISTRY, tcg flavors"
+  # pulls what the management cluster's did), written afresh into OUT, plus the tcg or ctr flavors in our
+  # repository.
+  node_repository
+  [ "$KCP_REMEDIATION" = 0 ] || kcp_remediation_env "$work"
+  log "real:$name: bootstrap cluster = the run's cluster ($CAPI_E2E_KUBECONFIG), hosts ($HOSTS) $KUBEKEY_INSTANCES, registry $NODE_REGISTRY, $BASE_FLAVOR flavors"
 }
 
-# The tcg flavors in our repository under OUT, with the values left as template variables; CAPI's providers from
-# TCG copies (tcg-providers.py):
+# The flavors of the kept run's hosts in our repository under OUT, with the values left as template variables:
+# tcg on VMs, ctr on node containers. CAPI's providers from TCG copies (tcg-providers.py) on VMs only.
+node_repository() {
+  "$ROOT/test/clusterctl/config.sh" "$NODE_REGISTRY" "$OUT/clusterctl" "$VERSION" >/dev/null
+  CCONF=$OUT/clusterctl/clusterctl.yaml
+  if [ "$HOSTS" = containers ]; then
+    ctr_flavors "$OUT/clusterctl/infrastructure-kubekey/$VERSION"
+  else
+    python3 "$HERE/tcg-providers.py" "$CCONF" "$OUT/clusterctl/capi-tcg"
+    tcg_flavors "$OUT/clusterctl/infrastructure-kubekey/$VERSION"
+  fi
+}
+
+# The ctr flavors (node containers) in the repository DIR, with the values left as template variables: real.sh's
+# settings for node containers (tcg-knobs.py: the registry, runtime versions, --container-hosts for kube-proxy's
+# conntrack and the kubelet's eviction thresholds, --cgroup-v1 on this machine's hybrid cgroups, kubeadm's addon
+# phase retried after init) on the flannel flavor (the pod network by ClusterResourceSet: routes follow the Nodes
+# wherever a rollout puts them, which the tcg flavors' static routes do not):
+#   ctr                  templates/cluster-template-flannel.yaml with those settings
+#   ctr-upgrades         ctr behind the control-plane load balancer, etcd and CoreDNS at the tags the registry
+#                        carries for the older version, registry.k8s.io mirrored by the registry
+#   ctr-ha               templates/cluster-template-ha.yaml (keepalived VIP + haproxy served by the provider) with
+#                        the flannel flavor's ClusterResourceSet (--cni-from) and the same settings
+#   ctr-kcp-md-taints, ctr-md-remediation   ctr + the spec's taints / MachineHealthCheck (flavors.py)
+#   ctr-kcp-remediation  ctr-ha + KCPRemediationSpec's hold of the control planes' bootstrap and its
+#                        MachineHealthCheck (flavors.py)
+ctr_flavors() {
+  local dir=$1 flavor src extra knobs=(--container-hosts)
+  [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ] || knobs+=(--cgroup-v1)
+  for flavor in ctr ctr-upgrades ctr-ha; do
+    src=$ROOT/templates/cluster-template-flannel.yaml extra=()
+    # shellcheck disable=SC2016 # the ${...} are template variables
+    case $flavor in
+      ctr-upgrades) extra=(--control-plane-lb '${CONTROL_PLANE_LB}' --etcd-image-tag '${UPGRADE_FROM_ETCD_IMAGE_TAG}'
+        --dns-image-tag '${UPGRADE_FROM_DNS_IMAGE_TAG}' --k8s-io-mirror-secret capi-e2e-k8s-io-mirror) ;;
+      ctr-ha) src=$ROOT/templates/cluster-template-ha.yaml extra=(--cni-from "$ROOT/templates/cluster-template-flannel.yaml") ;;
+    esac
+    # shellcheck disable=SC2016 # the ${...} are the flavor's template variables, for clusterctl to fill
+    python3 "$ROOT/test/vm/tcg-knobs.py" "$src" "$dir/cluster-template-$flavor.yaml" "${knobs[@]}" \
+      --registry '${NODE_REGISTRY}' --registry-secret capi-e2e-registry \
+      --containerd '${CONTAINERD_VERSION}' --runc '${RUNC_VERSION}' --crictl '${CRICTL_VERSION}' \
+      --pause '${NODE_REGISTRY}/pause:${PAUSE_VERSION}' --pod-cidr '${POD_CIDR}' --node-mask 27 --no-static-cni \
+      --addons-after-init "${extra[@]}"
+  done
+  for flavor in kcp-md-taints md-remediation; do
+    python3 "$HERE/flavors.py" "$dir/cluster-template-ctr.yaml" "$dir/cluster-template-ctr-$flavor.yaml" "$flavor"
+  done
+  python3 "$HERE/flavors.py" "$dir/cluster-template-ctr-ha.yaml" "$dir/cluster-template-ctr-kcp-remediation.yaml" kcp-remediation
+}
+
+# The tcg flavors (VMs), with the values left as template variables:
 #   tcg                  real.sh's knobs (tcg-knobs.py) on templates/cluster-template.yaml
 #   tcg-single           the same, the control-plane node untainted (SelfHostedSpec on one node)
 #   tcg-kcp-md-taints    tcg + the rollout spec's taints (flavors.py)
 #   tcg-md-remediation   tcg + the remediation spec's MachineHealthCheck (flavors.py)
 #   tcg-upgrades         tcg behind the control-plane load balancer, etcd and CoreDNS at the tags the registry
 #                        carries for the older version, registry.k8s.io mirrored by the registry (tcg-knobs.py)
-tcg_repository() {
-  "$ROOT/test/clusterctl/config.sh" "$NODE_REGISTRY" "$OUT/clusterctl" "$VERSION" >/dev/null
-  CCONF=$OUT/clusterctl/clusterctl.yaml
-  python3 "$HERE/tcg-providers.py" "$CCONF" "$OUT/clusterctl/capi-tcg"
-  tcg_flavors "$OUT/clusterctl/infrastructure-kubekey/$VERSION"
-}
 tcg_flavors() { # tcg_flavors DIR: the tcg flavors into the repository DIR
   local dir=$1 extra flavor
   for flavor in tcg tcg-single tcg-upgrades; do
@@ -361,23 +477,28 @@ tcg_flavors() { # tcg_flavors DIR: the tcg flavors into the repository DIR
 from_plane() {
   local name=$1 work=${REAL_WORK:-$ROOT/target/real/$1} state=/tmp/capkk-sandbox/$1/state.json f
   for f in "$state" "$work/serve/serve.env" "$work/serve/registry.cred" "$work/serve/component.yaml"; do
-    [ -s "$f" ] || die "no $f: keep a run first (see test/capi-e2e/README.md: REAL_NAME=$name REAL_KEEP=1 REAL_TO=serve_up REAL_VMS=2 MANAGER_ALL_NAMESPACES=1 make e2e-clusterctl)"
+    [ -s "$f" ] || die "no $f: keep a run first (see test/capi-e2e/README.md: HOSTS=$HOSTS REAL_NAME=$name REAL_KEEP=1 REAL_TO=serve_up REAL_VMS=2 REAL_EXTRA_VMS=$((NEED_HOSTS > 2 ? NEED_HOSTS - 2 : 0)) MANAGER_ALL_NAMESPACES=1 make e2e-clusterctl)"
   done
   KUBEKEY_COMPONENT=$(<"$work/serve/component.yaml")
   export KUBEKEY_COMPONENT
   spec_env "$work" "$state"
-  export CAPI_E2E_KUBECONFIG=${CAPKK_MGMT_DIR:-$CAPKK_CACHE/mgmt}/kubeconfig CAPI_E2E_FLAVOR=tcg
-  export CAPI_E2E_SELF_HOSTED_FLAVOR=${CAPI_E2E_SELF_HOSTED_FLAVOR-tcg-single}
-  export CAPI_E2E_SELF_HOSTED_WORKERS=${CAPI_E2E_SELF_HOSTED_WORKERS-0}
+  export CAPI_E2E_KUBECONFIG=${CAPKK_MGMT_DIR:-$CAPKK_CACHE/mgmt}/kubeconfig CAPI_E2E_FLAVOR=$BASE_FLAVOR
+  if [ "$HOSTS" = vms ]; then
+    # Two TCG cores carry the self-hosted management cluster as one untainted control-plane VM; node
+    # containers take CAPI's own shape (a control plane and a worker, the spec's defaults).
+    export CAPI_E2E_SELF_HOSTED_FLAVOR=${CAPI_E2E_SELF_HOSTED_FLAVOR-tcg-single}
+    export CAPI_E2E_SELF_HOSTED_WORKERS=${CAPI_E2E_SELF_HOSTED_WORKERS-0}
+  fi
   # The self-hosted cluster's clusterctl init with a provider wait a one-node TCG cluster meets (the
   # framework's own init waits 5 min per provider; see e2e_suite_test.go); empty: the framework's init.
   export CAPI_E2E_SELF_HOSTED_INIT_WAIT=${CAPI_E2E_SELF_HOSTED_INIT_WAIT-30m}
-  tcg_repository
+  node_repository
   plane_for_move
+  [ "$KCP_REMEDIATION" = 0 ] || kcp_remediation_env "$work"
   # Only SelfHostedSpec runs our manager as a Pod (and a run kept with REAL_PREV=1 for K8sUpgrade alone may
   # serve a read-only registry).
   [ "$SELF_HOSTED" = 0 ] || push_manager_image
-  log "plane:$name: bootstrap cluster = the local plane ($CAPI_E2E_KUBECONFIG), hosts $KUBEKEY_INSTANCES, registry $NODE_REGISTRY, tcg flavors; SelfHosted: flavor '$CAPI_E2E_SELF_HOSTED_FLAVOR', $CAPI_E2E_SELF_HOSTED_WORKERS worker(s)"
+  log "plane:$name: bootstrap cluster = the local plane ($CAPI_E2E_KUBECONFIG), hosts ($HOSTS) $KUBEKEY_INSTANCES, registry $NODE_REGISTRY, $BASE_FLAVOR flavors; SelfHosted: flavor '${CAPI_E2E_SELF_HOSTED_FLAVOR-$BASE_FLAVOR}', ${CAPI_E2E_SELF_HOSTED_WORKERS-1} worker(s)"
 }
 
 # SelfHostedSpec's init pulls our manager from the bridge registry, as the components' image override says; in the
@@ -456,6 +577,14 @@ run() {
     *) die "CAPI_E2E_FROM=$from: expected sandbox:NAME, real:NAME or plane:NAME" ;;
   esac
   plan_specs
+  HOSTS=${HOSTS:-containers}
+  case $HOSTS in
+    containers) BASE_FLAVOR=ctr ;;
+    vms) BASE_FLAVOR=tcg ;;
+    *) die "HOSTS=$HOSTS: containers or vms (what the kept run's hosts are)" ;;
+  esac
+  [[ $from != sandbox:* ]] || HOSTS=sandbox
+  containers_only_check
   OUT=${CAPI_E2E_OUT:-$ROOT/target/capi-e2e/$name}
   mkdir -p "$OUT"
   OUT=$(cd "$OUT" && pwd)
@@ -482,13 +611,14 @@ run() {
   return "$rc"
 }
 
-# flavors OUT: our provider's repository under OUT with every flavor the specs take (the tcg ones and the
-# sandbox ones), for `clusterctl generate cluster --config OUT/clusterctl.yaml --flavor F --list-variables`.
+# flavors OUT: our provider's repository under OUT with every flavor the specs take (the tcg, ctr and sandbox
+# ones), for `clusterctl generate cluster --config OUT/clusterctl.yaml --flavor F --list-variables`.
 flavors() {
   [ -n "${1:-}" ] || die "usage: $0 flavors OUT"
   mkdir -p "$1"
   "$ROOT/test/release/release-manifests.sh" --local-config "$1" "$VERSION" "ghcr.io/capkk-rs/capkk-manager:$VERSION" >/dev/null
   tcg_flavors "$1/infrastructure-kubekey/$VERSION"
+  ctr_flavors "$1/infrastructure-kubekey/$VERSION"
   sandbox_flavors "$1/infrastructure-kubekey/$VERSION"
   (cd "$1/infrastructure-kubekey/$VERSION" && ls cluster-template-*.yaml) >&2
   echo "$1/clusterctl.yaml"

@@ -262,6 +262,15 @@ pub struct ResetOptions {
 /// Build the [`reset`] script (pure; used by tests).
 pub fn reset_script(opts: &ResetOptions) -> Script {
     let mut s = Script::new();
+    // First: a bootstrap still running on the host (its Machine deleted mid-bootstrap; the provisioning script
+    // survives the dropped connection by design) would otherwise go on during the reset, or after it, and
+    // leave kubeadm's work on a host handed out as clean.
+    s.step(
+        "stop-provisioning",
+        Vars::new()
+            .var("D", crate::provisioning::STATE_DIR)
+            .render(tpl::STOP_PROVISIONING),
+    );
     // A socket that is not a plain absolute path is dropped (kubeadm detects the runtime): a reset must
     // not fail on a bad spec value, and the value never reaches the host.
     let sock = opts
@@ -295,7 +304,7 @@ pub fn reset_script(opts: &ResetOptions) -> Script {
     s
 }
 
-/// Undo the node (one exec): `kubeadm reset -f` when Kubernetes is present, stop kubelet and the containerd
+/// Undo the node (one exec): stop a bootstrap still running there, `kubeadm reset -f` when Kubernetes is present, stop kubelet and the containerd
 /// capkk installed (a pre-existing one keeps running), remove Kubernetes/CNI firewall rules, IPVS services and
 /// CNI links, then remove exactly [`OWNED_PATHS`].
 #[instrument(skip_all, fields(host = %exec.target()))]
@@ -387,6 +396,88 @@ mod tests {
         })
         .render();
         assert!(!bad.contains("reboot"));
+    }
+
+    /// A provisioning run as the launcher leaves it when the manager drops its connection: a script holding
+    /// `dir/lock` in a session of its own (sshd's exec), its step (lock closed) still waiting in a child.
+    fn orphaned_bootstrap(dir: &std::path::Path) -> std::process::Child {
+        std::process::Command::new("setsid")
+            .args([
+                "sh",
+                "-c",
+                r#"trap '' HUP; exec 9>>"$0/lock"; flock 9; sh -c 'sleep 300' 9>&- & echo $! > "$0/started"; wait"#,
+            ])
+            .arg(dir)
+            .spawn()
+            .expect("setsid sh")
+    }
+
+    #[test]
+    fn the_reset_first_stops_a_bootstrap_still_running_on_the_host() {
+        let text = reset_script(&ResetOptions::default()).render();
+        let first = text.split("STEP=").nth(1).expect("the reset has steps");
+        assert!(first.starts_with("stop-provisioning\n"), "{first}");
+        assert!(
+            first.contains(&format!("D={}\n", crate::provisioning::STATE_DIR)),
+            "{first}"
+        );
+
+        // The step itself, run for real under sh against a provisioning run that outlived its connection.
+        let dir = tempfile::tempdir().unwrap();
+        let mut run = orphaned_bootstrap(dir.path());
+        let started = dir.path().join("started");
+        for _ in 0..100 {
+            if started.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert!(started.exists(), "the stand-in provisioning run did not start");
+        let step = Vars::new()
+            .var("D", dir.path().display().to_string())
+            .render(tpl::STOP_PROVISIONING);
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("{step}\necho \"CHANGED=${{CHANGED:-0}}\"\n"))
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}");
+        assert!(stdout.contains("stopped the bootstrap still running"), "{stdout}");
+        assert!(stdout.contains("CHANGED=1"), "{stdout}");
+        // The run's script ended (waited for: no zombie to mistake for a live one), its step's child too, and
+        // the lock is free for the next bootstrap.
+        let status = run.wait().unwrap();
+        assert!(!status.success(), "the run was stopped, not finished: {status}");
+        let free = std::process::Command::new("flock")
+            .args(["-n"])
+            .arg(dir.path().join("lock"))
+            .arg("true")
+            .status()
+            .unwrap();
+        assert!(free.success(), "the provisioning lock is still held");
+        let step_pid = std::fs::read_to_string(&started).unwrap().trim().to_owned();
+        let alive = || {
+            // Gone, or a zombie its new parent has not reaped yet.
+            std::fs::read_to_string(format!("/proc/{step_pid}/stat"))
+                .map(|s| !s.rsplit(") ").next().unwrap_or("").starts_with('Z'))
+                .unwrap_or(false)
+        };
+        for _ in 0..40 {
+            if !alive() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert!(!alive(), "the stopped run's step {step_pid} survived");
+
+        // Nothing running: nothing stopped, nothing changed.
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("{step}\necho \"CHANGED=${{CHANGED:-0}}\"\n"))
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "CHANGED=0\n");
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub(crate) mod tpl {
         SELINUX => "bootstrap/selinux.sh",
         FIREWALL => "bootstrap/firewall.sh",
         DIRECTORIES => "bootstrap/directories.sh",
+        STOP_PROVISIONING => "reset/stop-provisioning.sh",
         KUBEADM_RESET => "reset/kubeadm-reset.sh",
         STOP_SERVICES => "reset/stop-services.sh",
         NETWORK_CLEANUP => "reset/network-cleanup.sh",
