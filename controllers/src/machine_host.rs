@@ -1,6 +1,7 @@
 //! Lookups shared by the reconcilers and hook handlers that act on a Machine's host (the KKRemediation's
 //! repairs, the in-place upgrade): from a CAPI Machine to the KKInstance its KKMachine holds and that host's
-//! KKCluster. Beside [`crate::hosts`], which reaches a host once it is found.
+//! KKCluster, and the two lookups every kind shares on the way (a host's controller, a host's KKCluster).
+//! Beside [`crate::hosts`], which reaches a host once it is found.
 
 use capkk_api::{
     KKCluster, KKInstance,
@@ -12,7 +13,6 @@ use crate::{
     capi::Machine,
     context::{Context, cached_or_get},
     error::Result,
-    kkinstance::get_kkcluster,
     object_name::ObjectName,
 };
 
@@ -56,7 +56,7 @@ pub(crate) async fn host_of(
         return Ok(Err(format!("KKInstance {id} of KKMachine {} not found", r.name)));
     };
     let km_uid = km.uid().unwrap_or_default();
-    if km_uid.is_empty() || !crate::kkmachine::claim::controlled_by(&inst, &km_uid) {
+    if km_uid.is_empty() || !controlled_by(&inst, &km_uid) {
         return Ok(Err(format!(
             "KKInstance {id} named by KKMachine {} spec.instanceID is not controlled by that KKMachine",
             r.name
@@ -74,4 +74,21 @@ pub(crate) async fn host_of(
     }
     let kkc = get_kkcluster(ctx, &inst).await?;
     Ok(Ok((inst, kkc)))
+}
+
+/// True when `i`'s controller reference carries `uid` (the KKMachine that claimed it).
+pub(crate) fn controlled_by(i: &KKInstance, uid: &str) -> bool {
+    i.owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && o.uid == uid)
+}
+
+/// The KKCluster the host comes from, if it still exists.
+pub(crate) async fn get_kkcluster(ctx: &Context, inst: &KKInstance) -> Result<Option<KKCluster>> {
+    let ns = inst.namespace().unwrap_or_default();
+    let Some(name) = inst.spec.cluster_name.as_deref() else {
+        return Ok(None);
+    };
+    let checked = ObjectName::checked("KKInstance.spec.clusterName", name)?;
+    cached_or_get(ctx.stores.cluster(&ns, name).await, &ctx.client, &ns, checked).await
 }

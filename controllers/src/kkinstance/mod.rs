@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use capkk_api::{
-    Distribution, KKCluster, KKInstance, KKInstanceStatus, KKMachine,
+    Distribution, KKInstance, KKInstanceStatus, KKMachine,
     consts::{
         BLOCK_MOVE_ANNOTATION, CLUSTER_NAME_LABEL, FAILED_ANNOTATION, HOST_CLAIMS_ANNOTATION,
         KKINSTANCE_FINALIZER, QUARANTINED_LABEL, RETRY_ANNOTATION, TOUCHED_ANNOTATION, conditions as cond,
@@ -375,7 +375,7 @@ async fn start_provisioning(
     retry: bool,
 ) -> Result<Action> {
     let generation = inst.metadata.generation;
-    let kkc = get_kkcluster(ctx, inst).await?;
+    let kkc = crate::machine_host::get_kkcluster(ctx, inst).await?;
     if let Some(d) = kkc.as_ref().and_then(|k| k.spec.distribution.clone())
         && Distribution::parse(Some(&d)) != Ok(Distribution::Kubernetes)
     {
@@ -443,16 +443,6 @@ fn quiet_retry(ctx: &Context, uid: &str, step: Option<&str>) -> Option<String> {
 fn retry_report(step: Option<&str>, retry: Option<&crate::context::Retry>) -> Option<String> {
     let connecting = step.is_none_or(|s| s == task::CONNECTING_STEP);
     retry.filter(|_| connecting).map(|r| r.ready_message())
-}
-
-/// The KKCluster the host comes from, if it still exists.
-pub(crate) async fn get_kkcluster(ctx: &Context, inst: &KKInstance) -> Result<Option<KKCluster>> {
-    let ns = inst.namespace().unwrap_or_default();
-    let Some(name) = inst.spec.cluster_name.as_deref() else {
-        return Ok(None);
-    };
-    let checked = ObjectName::checked("KKInstance.spec.clusterName", name)?;
-    crate::context::cached_or_get(ctx.stores.cluster(&ns, name).await, &ctx.client, &ns, checked).await
 }
 
 /// Mark `inst` touched (its release resets the host) and blocked for `clusterctl move` while host work runs,

@@ -472,7 +472,7 @@ pub(crate) async fn provision_task(ctx: Arc<Context>, inst: KKInstance, stop: Ar
     // Whether the host was reached and claimed: a refusal before that ran nothing on it.
     let mut reached = false;
     let result: Result<Ended, Failure> = async {
-        let kkc = super::get_kkcluster(&ctx, &inst)
+        let kkc = crate::machine_host::get_kkcluster(&ctx, &inst)
             .await
             .map_err(|e| Failure::Transient(e.to_string()))?;
         t.status.step = Some(CONNECTING_STEP.into());
@@ -820,7 +820,7 @@ pub(crate) async fn reset_task(ctx: Arc<Context>, inst: KKInstance, releasing: b
     t.set(cond::DELETING, false, reasons::IN_PROGRESS, "resetting the host");
     t.flush();
     let result: Result<(), Failure> = async {
-        let kkc = super::get_kkcluster(&ctx, &inst)
+        let kkc = crate::machine_host::get_kkcluster(&ctx, &inst)
             .await
             .map_err(|e| Failure::Transient(e.to_string()))?;
         let (exec, target) = match connect(&ctx, &inst, kkc.as_ref()).await {

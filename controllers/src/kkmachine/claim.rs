@@ -27,6 +27,7 @@ use crate::{
     context::Context,
     error::{Error, Result, is_conflict},
     hosts,
+    machine_host::controlled_by,
     object_name::ObjectName,
     reconcile::requeue,
 };
@@ -316,13 +317,6 @@ pub(crate) fn early_candidates<'a>(
         .into_iter()
         .filter(|h| !Role::ControlPlane.served_by(&h.roles()))
         .collect()
-}
-
-/// True when `i`'s controller reference carries `uid` (the KKMachine that claimed it).
-pub(crate) fn controlled_by(i: &KKInstance, uid: &str) -> bool {
-    i.owner_references()
-        .iter()
-        .any(|o| o.controller == Some(true) && o.uid == uid)
 }
 
 fn new_instance(

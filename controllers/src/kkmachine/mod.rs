@@ -33,7 +33,7 @@ use serde_json::json;
 use tracing::{debug, info};
 
 use self::{
-    claim::{Claim, claim, controlled_by},
+    claim::{Claim, claim},
     mirror::{instance_provisioned, mirror, newly_provisioned},
     node::{patch_node_provider_id, record_node_ref},
 };
@@ -42,6 +42,7 @@ use crate::{
     conditions,
     context::{Context, cached_or_get},
     error::{Error, Result},
+    machine_host::controlled_by,
     object_name::ObjectName,
     reconcile::{Owner, Reconciler, requeue},
 };
