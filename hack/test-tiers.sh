@@ -7,14 +7,15 @@
 # a second lane beside the others instead, one after another in TEST_TIERS order, starting when the tier
 # TEST_LANE_AFTER has ended (at the start when empty). For tiers that mostly wait (the real-node tiers: kubeadm,
 # kubelets, CAPI's timers) beside tiers that compute. The lane has a management plane of its own
-# (CAPKK_MGMT_DIR + "-lane", ports shifted by TEST_LANE_PORT_SHIFT, default 80), stopped when the lane ends, so
-# that the tests counting requests API-server-wide (test-integration's MUST_RUN_ALONE) see only their own. Each
-# lane tier's output goes to $TEST_LANE_LOG_DIR/<tier>.log, a line says when it starts and ends, and the logs are
-# printed whole once every tier has ended; the table lists every tier in TEST_TIERS order with its own time, and
-# a failed lane tier fails `make test` as any other.
+# (CAPKK_MGMT_DIR + "-lane", ports shifted by TEST_LANE_PORT_SHIFT, default 90: beside the offsets 0-80 other
+# checkouts of this machine use), stopped when the lane ends, so that the tests counting requests
+# API-server-wide (test-integration's MUST_RUN_ALONE) see only their own. Each lane tier's output goes to
+# $TEST_LANE_LOG_DIR/<tier>.log, a line says when it starts and ends, and the logs are printed whole once every
+# tier has ended; the table lists every tier in TEST_TIERS order with its own time, and a failed lane tier fails
+# `make test` as any other.
 set -uo pipefail
 : "${TEST_TIERS:?}" "${MAKE:=make}" "${HOSTS_TIERS:=}" "${HOSTS_LOCK:=}" "${CAPKK_SKIP_LOG:=}"
-: "${TEST_LANE_TIERS:=}" "${TEST_LANE_AFTER:=}" "${TEST_LANE_PORT_SHIFT:=80}"
+: "${TEST_LANE_TIERS:=}" "${TEST_LANE_AFTER:=}" "${TEST_LANE_PORT_SHIFT:=90}"
 : "${TEST_LANE_LOG_DIR:=${CAPKK_SKIP_LOG:+$(dirname "$CAPKK_SKIP_LOG")/}test-lane}"
 mkdir -p "$(dirname "${CAPKK_SKIP_LOG:-/tmp/x}")"
 [ -z "$CAPKK_SKIP_LOG" ] || : >"$CAPKK_SKIP_LOG"
