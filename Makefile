@@ -62,6 +62,12 @@ TEST_TIERS += image-test release-test
 # starts, e.g. the management plane, must not inherit the locked descriptor, or the lock outlives the tier).
 HOSTS_TIERS := test-unit test-integration e2e e2e-gitops
 HOSTS_LOCK ?=
+# TEST_LANE_TIERS: tiers that run in a second lane beside the others (one after another, from the end of
+# TEST_LANE_AFTER; a management plane of their own), e.g. the real-node tiers, which mostly wait:
+#   make test TEST_LANE_TIERS="test-real-e2e test-real-ha test-conformance-smoke"
+# Empty (the default): every tier in one line. hack/test-tiers.sh; measured in docs/testing.md.
+TEST_LANE_TIERS ?=
+TEST_LANE_AFTER ?= flux-bin
 # Tests that cannot run fail, naming what is missing; CAPKK_ALLOW_SKIP=1 makes them skip instead, and each
 # skip is appended here (make test counts them by reason at the end).
 export CAPKK_SKIP_LOG ?= $(CURDIR)/target/capkk-skips.log
@@ -144,8 +150,13 @@ shellcheck: ## shellcheck over every shell script of hack/, test/ and .ci/ (sour
 verify-deps: ## fail when a command the tests or scripts run is missing from hack/deps.list
 	$(CARGO) test --workspace --test deps_list
 
-verify: verify-crds verify-api-docs shellcheck ## fmt check, clippy, CRD and API-docs drift, shellcheck, deps.list, docs' names
-	$(CARGO) fmt --all -- --check
+# shellcheck and the format check (~25 s of one core, no cargo build) run beside the test build of the drift checks
+# (minutes of compiling): their output is printed when both are done; any failure fails verify.
+verify: ## fmt check, clippy, CRD and API-docs drift, shellcheck, deps.list, docs' names
+	@side=$$(mktemp); { $(MAKE) --no-print-directory shellcheck && echo "$(CARGO) fmt --all -- --check" && \
+	  $(CARGO) fmt --all -- --check; } >"$$side" 2>&1 </dev/null & pid=$$!; \
+	  $(MAKE) --no-print-directory verify-crds verify-api-docs; rc=$$?; wait $$pid; side_rc=$$?; \
+	  cat "$$side"; rm -f "$$side"; [ $$rc = 0 ] && [ $$side_rc = 0 ]
 	$(MAKE) clippy
 	$(MAKE) verify-deps
 	$(MAKE) verify-docs
@@ -180,7 +191,8 @@ test-integration: mgmt-up ## tests against the local management plane (real kube
 	  $(TARGET_DIR)/debug/parallel-tests --jobs $(INTEGRATION_JOBS) --log-dir $(TARGET_DIR)/test-logs/integration -- $$sel; fi
 
 test: deps ## every tier (TEST_TIERS): all run, then a table of results and times and a count of skips
-	@TEST_TIERS="$(TEST_TIERS)" HOSTS_TIERS="$(HOSTS_TIERS)" HOSTS_LOCK="$(HOSTS_LOCK)" MAKE="$(MAKE)" hack/test-tiers.sh
+	@TEST_TIERS="$(TEST_TIERS)" HOSTS_TIERS="$(HOSTS_TIERS)" HOSTS_LOCK="$(HOSTS_LOCK)" MAKE="$(MAKE)" \
+	  TEST_LANE_TIERS="$(TEST_LANE_TIERS)" TEST_LANE_AFTER="$(TEST_LANE_AFTER)" hack/test-tiers.sh
 
 image: ## build the manager image $(IMG) with podman: manager compiled on the host, base made from Debian packages
 	PODMAN="$(PODMAN)" CARGO="$(CARGO)" IMAGE_BUILD="$(IMAGE_BUILD)" IMAGE_TARGET_DIR="$(IMAGE_TARGET_DIR)" \

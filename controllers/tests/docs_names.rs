@@ -88,6 +88,7 @@ const FOREIGN_FLAGS: &[(&str, &str)] = &[
     ("--manager-log", "capkk-bench"),
     ("--manager-v", "test/mgmt's mgmtctl"),
     ("--methods", "capkk-bench"),
+    ("--native-speed", "test/vm/tcg-knobs.py"),
     ("--network", "podman run"),
     ("--no-fail-fast", "cargo test"),
     ("--no-component-overrides", "test/vm/tcg-knobs.py"),

@@ -5,7 +5,8 @@
                  (--containerd V --runc V --crictl V --pause IMAGE | --no-component-overrides) --pod-cidr CIDR [--worker-pod-cidr CIDR] [--cp-routes CIDR=VIA,...]
                  [--worker-routes CIDR=VIA,...] [--addons-after-init] [--untainted-control-plane]
                  [--control-plane-lb HOST] [--etcd-image-tag TAG] [--dns-image-tag TAG] [--worker-version V]
-                 [--k8s-io-mirror-secret NAME] [--container-hosts] [--cgroup-v1] [--cni-from RENDERING]
+                 [--k8s-io-mirror-secret NAME] [--container-hosts] [--native-speed] [--cgroup-v1]
+                 [--cni-from RENDERING]
 
 Everything here is a setting a user would make in their own cluster YAML; nothing reaches into the product:
 - KKCluster spec.registry: the local OCI registry as privateRegistry (plain HTTP, Basic auth from a Secret);
@@ -41,6 +42,12 @@ Everything here is a setting a user would make in their own cluster YAML; nothin
   --addons-after-init: the KubeProxyConfiguration goes into the retried addon phase's configuration), and the
   kubelet's eviction thresholds absolute (a kubeadm patch of the KubeletConfiguration): the nodes share the
   machine's disk, whose free share is not theirs;
+- with --native-speed (hosts at the machine's own speed: node containers), neither the long leader-election leases
+  of kube-controller-manager and kube-scheduler nor the static pods' raised probe thresholds: both are for a TCG
+  control plane that answers in seconds, and on native hosts they only delay what follows a lost control plane
+  (a new kube-controller-manager leader only after the 120 s lease, so a dead Node NotReady after ~190 s instead
+  of ~70 s) and a new control plane's pods turning Ready (20 s probe periods: KCP's next join waits for them);
+  kubeadm's defaults apply, as on a user's hosts. The timeouts (upper bounds) stay;
 - with --cgroup-v1 (a host on cgroup v1, as node containers on this hybrid-cgroup machine are), the kubelet's
   failCgroupV1: false (a kubeadm patch of the KubeletConfiguration, on every node) and kubeadm's
   SystemVerification preflight check ignored: Kubernetes v1.35+ refuses cgroup v1 unless told both.
@@ -81,6 +88,8 @@ p.add_argument("--k8s-io-mirror-secret", help="Secret whose hosts.toml points co
 p.add_argument("--node-mask", type=int, default=26, help="node-cidr-mask-size-ipv4 (each node's pod subnet)")
 p.add_argument("--no-static-cni", action="store_true", help="no bridge CNI config files: the cluster's CNI writes its own")
 p.add_argument("--container-hosts", action="store_true", help="kube-proxy leaves the conntrack table size alone; absolute kubelet eviction thresholds")
+p.add_argument("--native-speed", action="store_true",
+               help="hosts at native speed: kubeadm's own leader leases and static-pod probes, no TCG values")
 p.add_argument("--cgroup-v1", action="store_true", help="kubelet and kubeadm accept a cgroup v1 host")
 p.add_argument("--cni-from", help="a rendering whose ClusterResourceSets (and their ConfigMaps) join this one")
 a = p.parse_args()
@@ -315,8 +324,10 @@ for d in docs:
         if not a.k8s_io_mirror_secret:
             cc["imageRepository"] = a.registry
         cc["encryptionAlgorithm"] = "ECDSA-P256"
-        cc.setdefault("controllerManager", {})["extraArgs"] = args(dict(LEADER, **{"node-cidr-mask-size-ipv4": str(a.node_mask)}))
-        cc.setdefault("scheduler", {})["extraArgs"] = args(LEADER)
+        leader = {} if a.native_speed else LEADER
+        cc.setdefault("controllerManager", {})["extraArgs"] = args(dict(leader, **{"node-cidr-mask-size-ipv4": str(a.node_mask)}))
+        if leader:
+            cc.setdefault("scheduler", {})["extraArgs"] = args(leader)
         # A single-member etcd on an emulated disk: fsync latency made the apiserver time out against etcd
         # and crash-loop until kubeadm init gave up. A throwaway test cluster needs no
         # durability across power loss.
@@ -325,18 +336,23 @@ for d in docs:
             cc["etcd"]["local"]["imageTag"] = a.etcd_image_tag
         if a.dns_image_tag:
             cc.setdefault("dns", {})["imageTag"] = a.dns_image_tag
+        # kubeadm fails on a patches directory that does not exist: only where a patch is written.
+        patched = not a.native_speed or KUBELET_PATCH is not None
         ic = k.setdefault("initConfiguration", {})
         ic["timeouts"] = INIT_TIMEOUTS
-        ic["patches"] = {"directory": PATCH_DIR}
+        if patched:
+            ic["patches"] = {"directory": PATCH_DIR}
         if a.untainted_control_plane:
             # An empty list, not an absent one: absent means kubeadm's default control-plane taint.
             ic.setdefault("nodeRegistration", {})["taints"] = []
         jc = k.setdefault("joinConfiguration", {})
         jc["timeouts"] = INIT_TIMEOUTS
-        jc["patches"] = {"directory": PATCH_DIR}
-        k["files"] = k.get("files", []) + [
+        if patched:
+            jc["patches"] = {"directory": PATCH_DIR}
+        probes = [] if a.native_speed else [
             probe_patch(n) for n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd")
-        ] + ([] if a.no_static_cni else [cni_file(a.pod_cidr)]) + ([k8s_io_mirror(a.k8s_io_mirror_secret)] if a.k8s_io_mirror_secret else [])
+        ]
+        k["files"] = k.get("files", []) + probes + ([] if a.no_static_cni else [cni_file(a.pod_cidr)]) + ([k8s_io_mirror(a.k8s_io_mirror_secret)] if a.k8s_io_mirror_secret else [])
         if KUBELET_PATCH:
             k["files"].append(KUBELET_PATCH)
         if a.cgroup_v1:

@@ -327,8 +327,10 @@ pub fn teardown_lines(state: &FleetState, logs: &Path) -> String {
                 .to_string()),
         ));
     }
+    // One `podman rm` for all of them: podman stops them side by side. Each stop may take its whole 10 s (systemd
+    // shutting down the kubelet's pods), so one after another a 5-host fleet took ~50 s.
     s.push_str(&format!(
-        "for c in $(podman ps -a -q --filter {label}); do podman rm -f -t 10 -v \"$c\" >/dev/null 2>&1; done\n\
+        "cs=$(podman ps -a -q --filter {label}); [ -z \"$cs\" ] || podman rm -f -t 10 -v $cs >/dev/null 2>&1\n\
          for v in $(podman volume ls -q --filter {label}); do podman volume rm -f \"$v\" >/dev/null 2>&1; done\n"
     ));
     s
@@ -582,6 +584,9 @@ mod tests {
         let s = teardown_lines(&state(), Path::new("/tmp/logs/ct-x"));
         assert!(s.contains("podman ps -a -q --filter 'label=capkk.run=ct-x'"));
         assert!(s.contains("podman volume ls -q --filter 'label=capkk.run=ct-x'"));
+        // Every container in one `podman rm` (stopped side by side), not one after another.
+        assert!(s.contains("podman rm -f -t 10 -v $cs"), "{s}");
+        assert_eq!(s.matches("podman rm ").count(), 1, "{s}");
         assert!(s.contains("'/tmp/logs/ct-x/ct-x-1.journal.log'"));
         assert!(!s.contains("pkill") && !s.contains("podman system"));
     }
