@@ -101,6 +101,8 @@
 # conformance: the conformance images of test/conformance/build-images.sh).
 # REAL_EXTRA_VMS=N boots N more VMs (2 vCPU, 3 GiB) in the fleet, with the package mirror as their apt source and
 # in no cluster: free hosts for clusters made from the kept one (CAPI's test framework, test/capi-e2e).
+# REAL_VM=PATH runs that vm binary (this branch's, copied after its build, when other checkouts share the cargo
+# target directory and may have replaced target/debug/vm meanwhile).
 # REAL_MANAGER=PATH runs another manager binary (an older commit's: the before/after runs of issue 28);
 # REAL_VARIANT labels the run in $WORK/timeline (e2e, after the worker's Node is Ready), which
 # `capkk-bench node-ready` reads.
@@ -314,6 +316,9 @@ snapshot_bins() {
     rm -f "$WORK/bin/$b"
     ln "$TARGET_DIR/debug/$b" "$WORK/bin/$b" 2>/dev/null || cp "$TARGET_DIR/debug/$b" "$WORK/bin/$b"
   done
+  # REAL_VM=PATH: a vm binary copied right after its own build (a target directory shared by checkouts of other
+  # branches may hold theirs: cargo's output names do not depend on the checkout's path).
+  [ -z "${REAL_VM:-}" ] || { rm -f "$WORK/bin/vm" && cp "$REAL_VM" "$WORK/bin/vm"; }
 }
 
 # make_logged TARGET [VAR=VALUE...]: the target's output into build.log (its tail shown when it fails), a
