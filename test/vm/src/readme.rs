@@ -200,10 +200,7 @@ mod tests {
             Err(ReadmeError::Unclosed { line: 11, .. })
         ));
         let empty = "<!-- readme-test: x -->\n```sh\n\n```\n";
-        assert!(matches!(
-            block(empty, "x"),
-            Err(ReadmeError::Empty { .. })
-        ));
+        assert!(matches!(block(empty, "x"), Err(ReadmeError::Empty { .. })));
     }
 
     #[test]

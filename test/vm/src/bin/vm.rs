@@ -225,15 +225,11 @@ fn main() -> Result<()> {
             anyhow::ensure!(i < fleet.vms().len(), "fleet {name} has no host {vm}");
             fleet.power_off(i)?;
         }
-        Cmd::ReadmeBlock {
-            file,
-            name,
-            exports,
-        } => {
-            let text = std::fs::read_to_string(&file)
-                .with_context(|| format!("reading {}", file.display()))?;
-            let block = capkk_vm::readme::block(&text, &name)
-                .with_context(|| format!("in {}", file.display()))?;
+        Cmd::ReadmeBlock { file, name, exports } => {
+            let text =
+                std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+            let block =
+                capkk_vm::readme::block(&text, &name).with_context(|| format!("in {}", file.display()))?;
             if exports {
                 for n in capkk_vm::readme::exports(&block) {
                     println!("{n}");
