@@ -343,7 +343,7 @@ build() {
   make_logged mgmt-bin
   make_logged node-artifacts
   [ "$SERVE_PREV" != 1 ] || make_logged node-artifacts-prev
-  [ "$MODE" != clusterctl ] && [ "$MODE" != readme ] || make_logged clusterctl-artifacts
+  case $MODE in clusterctl | readme) make_logged clusterctl-artifacts ;; esac
   mgmt_env
   # shellcheck disable=SC1091
   source "$CAPKK_CACHE/node-artifacts/current.env"
