@@ -102,8 +102,10 @@ pub fn node_image_hash(suite: &str, packages: &[&str]) -> String {
 /// suite is `CAPKK_HOST_OS`'s ([`crate::image::host_os_suite`]): a suite of its own is a cache entry and an image
 /// tag of its own (the content hash covers the suite).
 pub fn ensure_node_image() -> Result<NodeImage> {
-    let mut spec = crate::ImageSpec::default();
-    spec.suite = crate::image::host_os_suite_from_env()?.to_owned();
+    let spec = crate::ImageSpec {
+        suite: crate::image::host_os_suite_from_env()?.to_owned(),
+        ..Default::default()
+    };
     let hash = node_image_hash(&spec.suite, NODE_PACKAGES);
     let reference = format!("{IMAGE_REPO}:{hash}");
     let (dir, build_secs) = crate::image::build_cached(
