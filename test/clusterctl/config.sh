@@ -3,6 +3,7 @@
 # installs everything from this machine's artifacts (`make clusterctl-artifacts`) and images from REGISTRY:
 #
 #   config.sh REGISTRY OUT [VERSION]        e.g. config.sh 198.18.0.1:5000 _out/clusterctl v0.1.0
+#   (CLUSTERCTL_CONFIG_NO_KUBEKEY=1: the file without our provider's entries, for clusterctl-kubekey.sh to add)
 #
 # OUT/infrastructure-kubekey/VERSION/   our provider's local repository (test/release/release-manifests.sh, image
 #                                       ghcr.io/capkk-rs/capkk-manager:VERSION, i.e. REGISTRY/capkk-manager:VERSION
@@ -38,6 +39,12 @@ text=${text//@KUBEKEY_REPOSITORY@/$out}
 text=${text//@VERSION@/$version}
 text=${text//@CAPI_VERSION@/$CAPI_VERSION}
 text=${text//@CERT_MANAGER_VERSION@/$CERT_MANAGER_VERSION}
+# CLUSTERCTL_CONFIG_NO_KUBEKEY=1: without our provider's entry and image override (the README test's starting
+# point: a user's configuration before `make clusterctl-register` writes them).
+if [ "${CLUSTERCTL_CONFIG_NO_KUBEKEY:-0}" = 1 ]; then
+  text=$(awk '/^  - name: kubekey$/ {skip=3} /^  infrastructure-kubekey:$/ {skip=2} skip > 0 {skip--; next} 1' <<<"$text")
+  case $(grep -v "^ *#" <<<"$text") in *kubekey*) die "CLUSTERCTL_CONFIG_NO_KUBEKEY: clusterctl.yaml.in's kubekey entries changed shape" ;; esac
+fi
 case $text in *@[A-Z_]*@*) die "clusterctl.yaml.in has a placeholder config.sh does not fill: $(grep -o '@[A-Z_]*@' <<< "$text" | head -1)" ;; esac
 # Every file a URL names must exist (clusterctl would only say so at init time).
 while read -r f; do

@@ -23,6 +23,15 @@
 #                                scales 1 -> 2 (our Pod claims the spare VM over SSH); `clusterctl upgrade apply`
 #                                takes our provider to v0.1.1; it moves back to the local plane; delete. The hosts'
 #                                provisioning journals show that nothing ran twice across move, upgrade and back.
+#   test/vm/real.sh readme       make e2e-readme: README.md's install path as written. Host 1 becomes a management
+#                                cluster (made by our controllers on the local plane); README.md's blocks marked
+#                                <!-- readme-test: values|install|cluster|apply --> are taken out of README.md at run
+#                                time (vm readme-block: a block gone or reshaped fails the run) and run by sh -ex
+#                                byte for byte, after the test's own values block (the README's names, hosts 2 and 3
+#                                as KUBEKEY_INSTANCES): make release-manifests, podman push, make clusterctl-register,
+#                                clusterctl init, list-images (must name our image), the SSH Secret; the cluster
+#                                block's demo.yaml gets the container-host settings docs/container-hosts.md names,
+#                                the apply block applies it; demo's 2 Nodes Ready (flannel), CoreDNS Ready
 #   test/vm/real.sh day2         make e2e-real-day2: 2 VMs, the control plane at the node artifacts' Kubernetes,
 #                                the worker one minor older (their previous set), a 2-replica workload probed
 #                                through its NodePort Service all along; the worker upgraded in place through
@@ -61,7 +70,7 @@
 #                                (pkg/service/src/components.rs, via test/vm/artifacts/defaults.sh) and each host
 #                                running exactly those; prints `kubectl get nodes -o wide` and the KKMachines'
 #                                resolved versions; delete
-#   test/vm/real.sh down | e2e-down | defaults-down | quickstart-down | clusterctl-down | day2-down | remediation-down |
+#   test/vm/real.sh down | e2e-down | defaults-down | quickstart-down | clusterctl-down | readme-down | day2-down | remediation-down |
 #                   ha-down | roll-down
 #                                tear down what that mode left (VMs, mirror, registry, manager, namespace)
 #
@@ -71,6 +80,10 @@
 # tier needs a kernel of its own. Both sources write the same fleet manifest (state.json); the stages below
 # read only that and the `vm` CLI, whichever source made the hosts. On containers the run checks at its end
 # that the machine's kernel settings a node could change (`vm sysctls`) are as they were before.
+#
+# HOST_OS=debian13 (node containers only; default debian12): the hosts are built from Debian 13 (trixie) packages,
+# their package mirror serves trixie's (test/vm/src/containers.rs, test/vm/artifacts/debian-repo.sh; exported to
+# them as CAPKK_HOST_OS).
 #
 # REAL_CNI=flannel (the default on node containers): the pod network is flannel, installed the CAPI way (the
 # template's flannel flavor: a ClusterResourceSet; its image from the node artifacts' registry); REAL_CNI=static
@@ -88,6 +101,8 @@
 # conformance: the conformance images of test/conformance/build-images.sh).
 # REAL_EXTRA_VMS=N boots N more VMs (2 vCPU, 3 GiB) in the fleet, with the package mirror as their apt source and
 # in no cluster: free hosts for clusters made from the kept one (CAPI's test framework, test/capi-e2e).
+# REAL_VM=PATH runs that vm binary (this branch's, copied after its build, when other checkouts share the cargo
+# target directory and may have replaced target/debug/vm meanwhile).
 # REAL_MANAGER=PATH runs another manager binary (an older commit's: the before/after runs of issue 28);
 # REAL_VARIANT labels the run in $WORK/timeline (e2e, after the worker's Node is Ready), which
 # `capkk-bench node-ready` reads.
@@ -118,15 +133,19 @@ case $MODE in
   defaults | defaults-down) NAME=${REAL_NAME:-real-defaults} ;;
   quickstart | quickstart-down) NAME=${REAL_NAME:-real-quickstart} ;;
   clusterctl | clusterctl-down) NAME=${REAL_NAME:-real-clusterctl} ;;
+  readme | readme-down) NAME=${REAL_NAME:-real-readme} ;;
   day2 | day2-down) NAME=${REAL_NAME:-real-day2} ;;
   remediation | remediation-down) NAME=${REAL_NAME:-real-remediation} ;;
   ha | ha-down) NAME=${REAL_NAME:-real-ha} ;;
   roll | roll-down) NAME=${REAL_NAME:-real-roll} ;;
-  *) echo "usage: $0 smoke|e2e|defaults|quickstart|clusterctl|day2|remediation|ha|roll|down|e2e-down|defaults-down|quickstart-down|clusterctl-down|day2-down|remediation-down|ha-down|roll-down" >&2; exit 2 ;;
+  *) echo "usage: $0 smoke|e2e|defaults|quickstart|clusterctl|readme|day2|remediation|ha|roll|down|e2e-down|defaults-down|quickstart-down|clusterctl-down|readme-down|day2-down|remediation-down|ha-down|roll-down" >&2; exit 2 ;;
 esac
 # The host source (see above); the remediation mode's reboot tier needs VMs.
 HOSTS=${HOSTS:-$([ "${MODE%-down}" = remediation ] && echo vms || echo containers)}
 case $HOSTS in containers | vms) ;; *) echo "HOSTS=$HOSTS: containers or vms" >&2; exit 2 ;; esac
+export CAPKK_HOST_OS=${HOST_OS:-${CAPKK_HOST_OS:-debian12}}
+case $CAPKK_HOST_OS/$HOSTS in debian12/* | debian13/containers) ;;
+  *) echo "HOST_OS=$CAPKK_HOST_OS with HOSTS=$HOSTS: debian12, or debian13 on node containers" >&2; exit 2 ;; esac
 CNI=${REAL_CNI:-$([ "$HOSTS" = containers ] && echo flannel || echo static)}
 # The flannel image's path in the node artifacts' registry (their current.env sets it), for FLANNEL_IMAGE.
 FLANNEL_IMAGE_PATH=''
@@ -298,6 +317,9 @@ snapshot_bins() {
     rm -f "$WORK/bin/$b"
     ln "$TARGET_DIR/debug/$b" "$WORK/bin/$b" 2>/dev/null || cp "$TARGET_DIR/debug/$b" "$WORK/bin/$b"
   done
+  # REAL_VM=PATH: a vm binary copied right after its own build (a target directory shared by checkouts of other
+  # branches may hold theirs: cargo's output names do not depend on the checkout's path).
+  [ -z "${REAL_VM:-}" ] || { rm -f "$WORK/bin/vm" && cp "$REAL_VM" "$WORK/bin/vm"; }
 }
 
 # make_logged TARGET [VAR=VALUE...]: the target's output into build.log (its tail shown when it fails), a
@@ -322,7 +344,7 @@ build() {
   make_logged mgmt-bin
   make_logged node-artifacts
   [ "$SERVE_PREV" != 1 ] || make_logged node-artifacts-prev
-  [ "$MODE" != clusterctl ] || make_logged clusterctl-artifacts
+  case $MODE in clusterctl | readme) make_logged clusterctl-artifacts ;; esac
   mgmt_env
   # shellcheck disable=SC1091
   source "$CAPKK_CACHE/node-artifacts/current.env"
@@ -476,8 +498,8 @@ serve_up() {
   # REAL_REGISTRY_EXTRA_STORAGE: more registry storages served by the same registry (e.g. the conformance
   # images of test/conformance).
   local push=0 extra=${REAL_REGISTRY_EXTRA_STORAGE:-}
-  case $MODE in smoke | clusterctl) push=1 ;; esac
-  if [ "$MODE" = clusterctl ]; then
+  case $MODE in smoke | clusterctl | readme) push=1 ;; esac
+  if [ "$MODE" = clusterctl ] || [ "$MODE" = readme ]; then
     # shellcheck disable=SC1091
     source "$CAPKK_CACHE/clusterctl/current.env"
     extra="$extra $CLUSTERCTL_REGISTRY_STORAGE"
@@ -784,6 +806,136 @@ clusterctl_init() {
   log "  workload cluster after clusterctl init, kubectl get pods -A -o wide:"
   wl get pods -A -o wide 2>&1 | tee "$WORK/pods-after-init.txt" | sed 's/^/    /'
   wl get providers -A 2>&1 | sed 's/^/    /' || true
+}
+
+# ---------------------------------------------------------------------------------------------------------
+# the README's install path, as written (make e2e-readme)
+
+# The user's values the test supplies in place of the README's: exactly the names the README's values block
+# exports (a name added there and not here fails the run, naming it).
+README_VALUES=(REGISTRY SSH_KEY KUBERNETES_VERSION KUBEKEY_INSTANCES)
+RD=''                                                                    # $WORK/readme, set by readme_install
+dl() { kubectl --kubeconfig "$RD/demo.kubeconfig" --request-timeout=60s "$@"; } # the README's cluster "demo"
+readme_block() { # readme_block NAME [--exports]: the README's block NAME, byte for byte (vm readme-block)
+  "$VMCTL" readme-block --file "$ROOT/README.md" "$@"
+}
+# readme_run LOG DESCRIPTION TIMEOUT BLOCK [DIR [TAIL]]: the block's file run by sh -ex in DIR (the repository's
+# root), after the test's values block, in the environment of this machine's user: kubectl and clusterctl (the
+# management plane's binaries) talk to the management cluster on node containers, the clusterctl configuration
+# is the run's own (XDG_CONFIG_HOME), podman pushes to the bridge registry (plain HTTP, its credentials).
+readme_run() {
+  local log=$1 desc=$2 timeout=$3 block=$4
+  run_bg "$log" "$desc" "$timeout" env KUBECONFIG="$WORK/workload.kubeconfig" XDG_CONFIG_HOME="$RD/xdg" \
+    REGISTRY_AUTH_FILE="$RD/auth.json" CONTAINERS_REGISTRIES_CONF="$RD/registries.conf" \
+    sh -exc '. "$1"; cd "$2"; . "$3"' readme "$RD/values.sh" "${5:-$ROOT}" "$RD/$block.sh"
+  sed 's/^/    /' "$log" | tail -n "${6:-20}"
+  check "the README's $block block exits 0 (exit $BG_RC; log $log)" test "$BG_RC" = 0
+}
+
+readme_install() {
+  local name b i role instances="" fp d base=${INNER%.0/24}
+  RD=$WORK/readme
+  stage "README: the install block, as written, into $CLUSTER (node containers)"
+  rm -rf "$RD" && mkdir -p "$RD/xdg/cluster-api"
+  # The blocks, taken out of README.md now: a block gone or changed in shape ends the run here, saying which.
+  for b in values install cluster apply; do
+    readme_block "$b" >"$RD/$b.sh" || die "README.md: the $b block (<!-- readme-test: $b --> right before a \`\`\`sh fence) is not there as the test needs it"
+    log "  README block $b: $(grep -c . "$RD/$b.sh") line(s)"
+  done
+  mv "$RD/values.sh" "$RD/values-readme.sh"
+  for name in $(readme_block values --exports); do
+    [[ " ${README_VALUES[*]} " == *" $name "* ]] || die "README.md's values block sets $name, which this test does not supply (README_VALUES in $0)"
+  done
+  check "README.md's values block sets exactly ${README_VALUES[*]}" \
+    test "$(readme_block values --exports | tr '\n' ' ')" = "${README_VALUES[*]} "
+  check "README.md's Kubernetes version is the one the node artifacts serve ($KUBE_VERSION)" \
+    grep -q "^export KUBERNETES_VERSION=$KUBE_VERSION " "$RD/values-readme.sh"
+  # The test's values: the README's names, this fleet's hosts 2 and 3 (in no cluster yet), the fleet's client
+  # key; then optional variables of the template a user of this machine sets (the binaries' mirror, pod and
+  # service ranges inside the fleet's slot, flannel's image from the bridge registry).
+  for i in $(seq 2 "$((1 + EXTRA_VMS))"); do
+    fp=$(fleet_json "d['vms'][$i-1]['host_key_fingerprint']")
+    role=worker
+    [ "$i" != 2 ] || role=control-plane
+    instances+="${instances:+, }{name: $(vm_name "$i"), address: $(vm_addr "$i"), roles: [$role], hostKeys: [\"$fp\"]}"
+  done
+  install -m 600 "$(fleet_json "d['private_key']")" "$RD/id_ed25519"
+  cat >"$RD/values.sh" <<EOF
+export REGISTRY=$NODE_REGISTRY
+export SSH_KEY=$RD/id_ed25519
+export KUBERNETES_VERSION=$KUBE_VERSION
+export KUBEKEY_INSTANCES='[$instances]'
+export KUBEKEY_COMPONENT='$(<"$WORK/serve/component.yaml")'
+export POD_CIDR=$base.0/25 SERVICE_CIDR=$base.128/25 FLANNEL_IMAGE=$NODE_REGISTRY/$FLANNEL_IMAGE_PATH
+EOF
+  log "  the test's values block (in place of the README's):"
+  sed 's/^/    | /' "$RD/values.sh" | cut -c1-200
+  # This machine's clusterctl configuration before the README's registration (an air-gapped user keeps one):
+  # CAPI core and cert-manager from local repositories, their images from the bridge registry (test/clusterctl).
+  CLUSTERCTL_CONFIG_NO_KUBEKEY=1 "$ROOT/test/clusterctl/config.sh" "$NODE_REGISTRY" "$RD/clusterctl" "$VERSION" >/dev/null
+  cp "$RD/clusterctl/clusterctl.yaml" "$RD/xdg/cluster-api/clusterctl.yaml"
+  printf '[[registry]]\nlocation = "%s"\ninsecure = true\n' "$NODE_REGISTRY" >"$RD/registries.conf"
+  (umask 077 && printf '{"auths":{"%s":{"auth":"%s"}}}\n' "$NODE_REGISTRY" \
+    "$(printf '%s:%s' "$REGISTRY_USER" "$REGISTRY_PASSWORD" | base64 -w0)" >"$RD/auth.json")
+  # One node: the control plane takes workloads, as on any single-node cluster.
+  wl taint node "$(vm_name 1)" node-role.kubernetes.io/control-plane:NoSchedule- >/dev/null 2>&1 || true
+  log "  the README's install block:"
+  sed 's/^/    | /' "$RD/install.sh"
+  readme_run "$RD/install.log" "the README's install block finished" 2400 install "$ROOT" 40
+  for d in "${PROVIDER_DEPLOYMENTS[@]}"; do
+    check "$d Available" deployment_available "$d"
+  done
+  check "the management cluster runs our release's image from \$REGISTRY ($NODE_REGISTRY/capkk-manager:$VERSION)" \
+    deployment_image_is capkk-system/capkk-controller-manager "$NODE_REGISTRY/capkk-manager:$VERSION"
+  awk '/^\+ clusterctl init list-images/ {on=1; next} /^\+ / {on=0} on' "$RD/install.log" >"$RD/list-images.txt"
+  log "  clusterctl init list-images --infrastructure kubekey:"
+  sed 's/^/    /' "$RD/list-images.txt"
+  check "list-images names our image from \$REGISTRY" grep -qx "$NODE_REGISTRY/capkk-manager:$VERSION" "$RD/list-images.txt"
+  wl get providers -A 2>&1 | sed 's/^/    /' || true
+}
+
+demo_machines_running() { KUBECONFIG=$WORK/workload.kubeconfig NS=default machines_running cluster.x-k8s.io/cluster-name=demo 2; }
+demo_kubeconfig() { on_mgmt clusterctl get kubeconfig demo >"$RD/demo.kubeconfig" 2>/dev/null && [ -s "$RD/demo.kubeconfig" ]; }
+demo_nodes_ready() { # both Nodes of demo Ready
+  local out
+  out=$(dl get nodes -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}')
+  [ "$(grep -c . <<<"$out")" = 2 ] && ! grep -qv '^True$' <<<"$out"
+}
+demo_pods_ready() { # demo_pods_ready NAMESPACE SELECTOR COUNT
+  local out
+  out=$(dl get pods -n "$1" -l "$2" -o jsonpath='{range .items[*]}{.status.phase}/{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}')
+  [ "$(grep -c . <<<"$out")" = "$3" ] && ! grep -qv '^Running/True$' <<<"$out"
+}
+
+# The README's first cluster: its cluster block (clusterctl generate, flannel flavor), the container hosts'
+# settings docs/container-hosts.md tells such users to add (test/vm/tcg-knobs.py --container-hosts, with this
+# machine's registry for the Kubernetes images and the mirror's component versions), its apply block; then the
+# cluster as the README promises it: both Nodes Ready with flannel, CoreDNS answering.
+readme_cluster() {
+  local hostknobs=(--container-hosts) base=${INNER%.0/24}
+  stage "README: the first cluster (cluster block, container-host settings, apply block)"
+  mkdir -p "$RD/cwd"
+  readme_run "$RD/cluster.log" "the README's cluster block finished" 300 cluster "$RD/cwd"
+  check "the cluster block wrote demo.yaml with the flannel ClusterResourceSet" grep -q 'kind: ClusterResourceSet' "$RD/cwd/demo.yaml"
+  mv "$RD/cwd/demo.yaml" "$RD/demo-generated.yaml"
+  [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ] || hostknobs+=(--cgroup-v1)
+  python3 "$ROOT/test/vm/tcg-knobs.py" "$RD/demo-generated.yaml" "$RD/cwd/demo.yaml" "${hostknobs[@]}" \
+    --registry "$NODE_REGISTRY" --registry-secret demo-registry \
+    --containerd "$CONTAINERD_VERSION" --runc "$RUNC_VERSION" --crictl "$CRICTL_VERSION" \
+    --pause "$NODE_REGISTRY/pause:$PAUSE_VERSION" \
+    --pod-cidr "$base.0/25" --node-mask 27 --no-static-cni --addons-after-init
+  on_mgmt kubectl create secret generic demo-registry --from-literal=username="$REGISTRY_USER" \
+    --from-literal=password="$REGISTRY_PASSWORD" >/dev/null
+  readme_run "$RD/apply.log" "the README's apply block finished" 300 apply "$RD/cwd"
+  wait_for "demo's 2 Machines Running with a nodeRef" 1800 demo_machines_running
+  wait_for "clusterctl get kubeconfig demo" 120 demo_kubeconfig
+  wait_for "demo's 2 Nodes Ready (flannel by the flavor's ClusterResourceSet)" 900 demo_nodes_ready
+  wait_for "demo's CoreDNS Pods Running and Ready (answering their probes over the pod network)" 600 \
+    demo_pods_ready kube-system k8s-app=kube-dns 2
+  log "  demo, kubectl get nodes -o wide:"
+  dl get nodes -o wide | tee "$RD/nodes.txt" | sed 's/^/    /'
+  cp "$RD/nodes.txt" "$WORK/nodes.txt"
+  on_mgmt clusterctl describe cluster demo 2>&1 | sed 's/^/    /' || true
 }
 
 lease_moved_to_another_pod() { # lease_moved_to_another_pod OLD: a Running manager Pod other than OLD holds it
@@ -2287,6 +2439,13 @@ main() {
       steps+=(provider_upgrade)
       [ "$SPARE" = 0 ] || steps+=(self_scale)
       steps+=(move_back delete_cluster)
+      ;;
+    readme)
+      # Host 1 becomes the management cluster (our controllers on the local plane make it, as in the clusterctl
+      # mode); hosts 2 and 3 are in no cluster: the README's KUBEKEY_INSTANCES, for its cluster "demo".
+      [ "$CNI" = flannel ] || die "REAL_CNI=$CNI: the readme mode runs flannel (the README's flavor)"
+      VMS=1 EXTRA_VMS=2
+      steps=(build mgmt_up release vms_up serve_up render_apply control_plane readme_install readme_cluster)
       ;;
     day2)
       # 3 VMs: the control plane's roll too (at load 10-13 on a 2-core machine it failed: kubeadm's fixed 10 s

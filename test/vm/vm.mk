@@ -30,8 +30,15 @@
 #                             versions at all: Ready nodes, and every KKMachine's status.components and every host's
 #                             containerd/runc/crictl/pause are the component defaults of the Kubernetes version
 #                             (issue 44; not in TEST_TIERS)
+#   make e2e-readme           README.md's install path run as written: its values/install/cluster/apply blocks taken
+#                             out of README.md (vm readme-block) and run byte for byte with the test's values block,
+#                             against a management cluster on a node container and 2 node containers as the host
+#                             pool: providers Available, list-images names our image, demo's Nodes Ready (flannel),
+#                             CoreDNS Ready (issue 44; not in TEST_TIERS)
 #   make e2e-clusterctl       VMs become a management cluster through the real `clusterctl init --infrastructure
 #                             kubekey` (test/clusterctl's artifacts); the pivot and upgrade stages are still to come
+# HOST_OS=debian13 (any target above on node containers, e.g. `make test-real-smoke HOST_OS=debian13`): hosts built from
+# Debian 13 (trixie) packages, their package mirror trixie's; default debian12 (bookworm).
 # VMs run under QEMU TCG unless CAPKK_VM_ACCEL=kvm (a machine with real KVM; test/vm/README.md). They need root and qemu-system-x86, qemu-utils, mmdebstrap
 # (hack/deps.list).
 
@@ -83,6 +90,14 @@ e2e-clusterctl: ## VMs become a management cluster by the real clusterctl init (
 
 e2e-clusterctl-down: ## tear down what an interrupted (or REAL_KEEP=1) e2e-clusterctl left
 	test/vm/real.sh clusterctl-down
+
+.PHONY: e2e-readme e2e-readme-down
+
+e2e-readme: ## README.md's install + first-cluster blocks run verbatim (extracted at run time) on node containers: a management cluster, a host pool, demo's Nodes Ready
+	IMG="$(IMG)" PODMAN="$(PODMAN)" test/vm/real.sh readme
+
+e2e-readme-down: ## tear down what an interrupted (or REAL_KEEP=1) e2e-readme left
+	test/vm/real.sh readme-down
 
 .PHONY: e2e-real-day2 e2e-real-day2-down
 

@@ -97,6 +97,10 @@ case $cmd in
     # The Debian repository is a cache entry of its own (debian-repo.sh): the mirror serves a root of symbolic
     # links, every entry of the release tree plus /debian, fixed for this run. A set built before the split
     # carries its repository in its mirror tree (no NODE_DEBIAN_DIR): served as it is.
+    # Hosts of another Debian release (CAPKK_HOST_OS=debian13) get that release's packages: its own repository.
+    if [ "${CAPKK_HOST_OS:-debian12}" != debian12 ]; then
+      NODE_DEBIAN_DIR=$("$REPO/test/vm/artifacts/debian-repo.sh") || die "the Debian repository for CAPKK_HOST_OS=$CAPKK_HOST_OS failed (debian-repo.sh)"
+    fi
     if [ -n "${NODE_DEBIAN_DIR:-}" ]; then
       [ -f "$NODE_DEBIAN_DIR/.complete" ] || die "the Debian repository $NODE_DEBIAN_DIR is incomplete ('make node-artifacts')"
       rm -rf "$state/mirror-root"

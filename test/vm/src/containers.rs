@@ -98,9 +98,14 @@ pub fn node_image_hash(suite: &str, packages: &[&str]) -> String {
     crate::image::content_hash(BUILD_SCRIPT, suite, &packages.join(","))
 }
 
-/// The node image, built now unless the cache has it, and imported into podman unless present there.
+/// The node image, built now unless the cache has it, and imported into podman unless present there. Its Debian
+/// suite is `CAPKK_HOST_OS`'s ([`crate::image::host_os_suite`]): a suite of its own is a cache entry and an image
+/// tag of its own (the content hash covers the suite).
 pub fn ensure_node_image() -> Result<NodeImage> {
-    let spec = crate::ImageSpec::default();
+    let spec = crate::ImageSpec {
+        suite: crate::image::host_os_suite_from_env()?.to_owned(),
+        ..Default::default()
+    };
     let hash = node_image_hash(&spec.suite, NODE_PACKAGES);
     let reference = format!("{IMAGE_REPO}:{hash}");
     let (dir, build_secs) = crate::image::build_cached(
@@ -596,5 +601,6 @@ mod tests {
         let a = node_image_hash("bookworm", NODE_PACKAGES);
         assert_eq!(a.len(), 16);
         assert_ne!(a, node_image_hash("bookworm", &["systemd"]));
+        assert_ne!(a, node_image_hash("trixie", NODE_PACKAGES));
     }
 }

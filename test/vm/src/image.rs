@@ -62,6 +62,23 @@ impl Default for ImageSpec {
     }
 }
 
+/// The Debian suite of a host OS name as the tests take it (`HOST_OS` of the make targets, `CAPKK_HOST_OS` in the
+/// environment): `debian12` (the default, also when empty) or `debian13`.
+pub fn host_os_suite(host_os: &str) -> crate::Result<&'static str> {
+    match host_os {
+        "" | "debian12" => Ok("bookworm"),
+        "debian13" => Ok("trixie"),
+        other => Err(crate::VmError::Invalid(format!(
+            "HOST_OS={other:?}: debian12 (Debian 12 bookworm, the default) or debian13 (Debian 13 trixie)"
+        ))),
+    }
+}
+
+/// The suite of `CAPKK_HOST_OS` (node containers are built from it; the VM image stays bookworm).
+pub fn host_os_suite_from_env() -> crate::Result<&'static str> {
+    host_os_suite(&std::env::var("CAPKK_HOST_OS").unwrap_or_default())
+}
+
 impl ImageSpec {
     /// The content hash (first 16 hex digits of the SHA-256 of script, suite and packages).
     pub fn hash(&self) -> String {
@@ -211,6 +228,19 @@ pub(crate) fn tail(s: &str, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_os_names_map_to_their_debian_suite_and_others_are_refused_naming_the_choices() {
+        assert_eq!(host_os_suite("").unwrap(), "bookworm");
+        assert_eq!(host_os_suite("debian12").unwrap(), "bookworm");
+        assert_eq!(host_os_suite("debian13").unwrap(), "trixie");
+        assert!(
+            host_os_suite("ubuntu24")
+                .unwrap_err()
+                .to_string()
+                .contains("debian13")
+        );
+    }
 
     #[test]
     fn the_image_hash_changes_with_the_packages_but_not_with_the_mirror() {

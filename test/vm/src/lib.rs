@@ -25,6 +25,7 @@
 
 pub mod containers;
 pub mod image;
+pub mod readme;
 
 use std::{
     fmt, fs,

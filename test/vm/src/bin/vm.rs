@@ -14,6 +14,7 @@
 //! cargo run -p capkk-vm --bin vm -- sysctls                    # the machine's watched kernel settings
 //! cargo run -p capkk-vm --bin vm -- down --name real
 //! cargo run -p capkk-vm --bin vm -- owned-paths               # what a reset host must no longer have
+//! cargo run -p capkk-vm --bin vm -- readme-block install      # the README's block the README test runs
 //! ```
 //! `up` prints the state dir; its `state.json` describes bridge, addresses, host keys and the client key.
 //! `--source` defaults to `CAPKK_HOSTS` (containers | vms), else vms.
@@ -123,6 +124,18 @@ enum Cmd {
     /// Print the paths the provider owns on a host, one a line (`capkk_service::bootstrap::OWNED_PATHS`,
     /// which its reset removes): scripts check a reset VM against the product's own list.
     OwnedPaths,
+    /// Print the README's shell block marked `<!-- readme-test: NAME -->`, byte for byte (the README-install
+    /// test runs it); fails naming what is wrong when the block is gone or changed shape.
+    ReadmeBlock {
+        /// The README.
+        #[arg(long, default_value = "README.md")]
+        file: std::path::PathBuf,
+        /// The block's name (values, install, cluster, apply).
+        name: String,
+        /// Print the variables the block exports, one a line, instead of the block.
+        #[arg(long)]
+        exports: bool,
+    },
 }
 
 fn main() -> Result<()> {
@@ -211,6 +224,19 @@ fn main() -> Result<()> {
             let i = vm.checked_sub(1).context("hosts are numbered from 1")?;
             anyhow::ensure!(i < fleet.vms().len(), "fleet {name} has no host {vm}");
             fleet.power_off(i)?;
+        }
+        Cmd::ReadmeBlock { file, name, exports } => {
+            let text =
+                std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+            let block =
+                capkk_vm::readme::block(&text, &name).with_context(|| format!("in {}", file.display()))?;
+            if exports {
+                for n in capkk_vm::readme::exports(&block) {
+                    println!("{n}");
+                }
+            } else {
+                print!("{block}");
+            }
         }
         Cmd::Sysctls => {
             for (k, v) in containers::machine_sysctls() {
