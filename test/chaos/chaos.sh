@@ -11,6 +11,7 @@
 # names the hosts, namespace and work dir (default chaos-<source>). CHAOS_SEED, CHAOS_FAULTS,
 # CHAOS_MAX_FAULT_SECS, CHAOS_STEP_TIMEOUT, CHAOS_MAX_SECS, CHAOS_RSS_MAX_MIB: see `capkk-chaos --help`.
 # CHAOS_KEEP=1 leaves everything running at the end. The exit status is the campaign's.
+# CHAOS_BIN: another capkk-chaos binary (default: the build's, $CARGO_TARGET_DIR/debug/capkk-chaos).
 set -euo pipefail
 SOURCE=${1:?usage: $0 containers|sandbox}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -55,5 +56,5 @@ say "setup ($SOURCE, name $NAME, plane $CAPKK_MGMT_DIR, port offset $CAPKK_MGMT_
 setup
 say "setup done after $(($(date +%s) - t0)) s; the campaign starts"
 eval "$("$ROOT/test/mgmt/scripts/mgmt.sh" env)"
-"$TARGET_DIR/debug/capkk-chaos" --work "$WORK" --namespace "capkk-$NAME" --cluster "$NAME" --hosts "$NAME" \
+"${CHAOS_BIN:-$TARGET_DIR/debug/capkk-chaos}" --work "$WORK" --namespace "capkk-$NAME" --cluster "$NAME" --hosts "$NAME" \
   --source "$SOURCE" --mgmt-dir "$CAPKK_MGMT_DIR" --report-dir "$WORK/chaos"

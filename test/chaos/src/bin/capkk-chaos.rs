@@ -61,6 +61,9 @@ struct Cli {
     /// The longest a fault lasts (seconds; the kinds' own spans are cut to it).
     #[arg(long, env = "CHAOS_MAX_FAULT_SECS", default_value_t = 30)]
     max_fault_secs: u64,
+    /// Faults per lifecycle step (each at its own moment, one after the other).
+    #[arg(long, env = "CHAOS_FAULTS_PER_STEP", default_value_t = 1)]
+    faults_per_step: usize,
     /// How long a step may take to reach its goal after its fault (seconds).
     #[arg(long, env = "CHAOS_STEP_TIMEOUT", default_value_t = 600)]
     step_timeout: u64,
@@ -242,12 +245,13 @@ impl Campaign {
             for step in Step::CYCLE {
                 // Once the faults are injected the cycle still ends with its delete (without faults), so that
                 // the delete's invariants are checked and no cluster is left.
-                let spec = if self.report.faults.len() < self.cli.faults {
-                    planner.next(step)
-                } else {
-                    None
-                };
-                self.step(cycle, step, spec)?;
+                let mut specs = Vec::new();
+                for _ in 0..self.cli.faults_per_step {
+                    if self.report.faults.len() + specs.len() < self.cli.faults {
+                        specs.extend(planner.next(step));
+                    }
+                }
+                self.step(cycle, step, specs)?;
             }
         }
         Ok(())
@@ -397,17 +401,19 @@ impl Campaign {
         }
     }
 
-    fn step(&mut self, cycle: usize, step: Step, spec: Option<FaultSpec>) -> Result<()> {
+    fn step(&mut self, cycle: usize, step: Step, specs: Vec<FaultSpec>) -> Result<()> {
         self.log(&format!("== cycle {cycle} {} (load {})", step.name(), loadavg()));
         let want = self.act(step)?;
         let t0 = Instant::now();
-        let mut record = None;
-        if let Some(spec) = spec {
-            // Wait for the moment (or the goal: then the fault hits the settled step).
+        let mut records = Vec::new();
+        let mut cleared = Instant::now();
+        for spec in specs {
+            // Wait for the moment (or the goal: then the fault hits the settled step). A step's later faults
+            // wait for their moment after the earlier ones ended.
             let (hit, moment) = self.await_trigger(&spec, want, t0);
-            record = Some(self.inject(cycle, step, &spec, hit, moment)?);
+            records.push((self.inject(cycle, step, &spec, hit, moment)?, Instant::now()));
+            cleared = Instant::now();
         }
-        let cleared = Instant::now();
         let bound = Duration::from_secs(self.cli.step_timeout);
         let mut last = String::new();
         let mut next_progress = Instant::now() + Duration::from_secs(30);
@@ -428,6 +434,7 @@ impl Campaign {
             thread::sleep(Duration::from_secs(2));
         };
         let recover = cleared.elapsed().as_secs_f64();
+        let done = Instant::now();
         let mut violations = Vec::new();
         let mut terminal = Vec::new();
         match &settled {
@@ -457,15 +464,21 @@ impl Campaign {
             self.log(&format!("   VIOLATION {}: {}", v.check, v.message));
         }
         let ok = settled.is_some();
-        match record {
-            Some(mut r) => {
-                r.survived = ok && violations.is_empty() && terminal.is_empty();
-                r.recover_secs = ok.then_some(recover);
-                r.violations = violations;
-                r.terminal = terminal;
-                self.report.faults.push(r);
+        let clean = violations.is_empty();
+        if records.is_empty() {
+            self.report.final_violations.append(&mut violations);
+        }
+        // Every fault of the step shares its outcome; each recovered from its own end to the goal. The
+        // violations are counted once, with the step's last fault.
+        let last = records.len();
+        for (n, (mut r, ended)) in records.into_iter().enumerate() {
+            r.survived = ok && clean && terminal.is_empty();
+            r.recover_secs = ok.then(|| done.duration_since(ended).as_secs_f64());
+            if n + 1 == last {
+                r.violations = std::mem::take(&mut violations);
             }
-            None => self.report.final_violations.extend(violations),
+            r.terminal = terminal.clone();
+            self.report.faults.push(r);
         }
         Ok(())
     }
@@ -495,7 +508,7 @@ impl Campaign {
                 return (false, text);
             }
             self.supervise();
-            thread::sleep(Duration::from_millis(500));
+            thread::sleep(Duration::from_secs(1));
         }
     }
 
