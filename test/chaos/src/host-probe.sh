@@ -1,7 +1,8 @@
 # capkk-chaos host probe: what a host without a claim must no longer carry. Runs inside the host out of band
-# (not over its sshd); OWNED_PATHS (the product's owned paths, quoted) is prepended by capkk-chaos. Prints one
+# (not over its sshd); OWNED_PATHS (the product's owned paths, one a line, quoted) is prepended by capkk-chaos. Prints one
 # line per thing left, then the end marker (a probe cut short is not taken for a clean host).
-for p in $OWNED_PATHS; do
+printf '%s\n' "$OWNED_PATHS" | while IFS= read -r p; do
+  [ -n "$p" ] || continue
   # An owned path that is a mount point of its own (a node container's /var/lib/kubelet volume) keeps its mount
   # and loses its content.
   if mountpoint -q "$p" 2>/dev/null; then

@@ -214,6 +214,16 @@ pub fn double_claims(kkinstances: &Value, leases: &Value, hosts: &[HostId]) -> V
     out
 }
 
+/// How many of `hosts` have both their host-key and their address Lease among `leases` (what
+/// [`double_claims`] could compare: a check that finds no pair compares nothing, and the driver says so).
+pub fn claimed_pairs(leases: &Value, hosts: &[HostId]) -> usize {
+    let has = |id: &str| items(leases).iter().any(|l| lease_identity(l) == id);
+    hosts
+        .iter()
+        .filter(|h| has(&h.fingerprint) && has(&h.address))
+        .count()
+}
+
 /// What the deletion of the cluster in `namespace` left: KKInstances there, host-claim Leases held for it.
 pub fn leftover_claims(kkinstances: &Value, leases: &Value, namespace: &str) -> Vec<Violation> {
     let mut out = Vec::new();
@@ -255,8 +265,11 @@ pub const PROBE_END: &str = "capkk-chaos-probe-end";
 /// The probe script for `owned_paths` (the product's, [`capkk_service::bootstrap::OWNED_PATHS`]): the
 /// quoted list prepended as a variable, the script itself a file.
 pub fn host_probe_script(owned_paths: &[&str]) -> String {
-    let quoted: Vec<String> = owned_paths.iter().map(|p| shell_quote(p)).collect();
-    format!("OWNED_PATHS={}\n{HOST_PROBE}", shell_quote(&quoted.join(" ")))
+    // One path a line, the whole list quoted once: the script reads it line by line.
+    format!(
+        "OWNED_PATHS={}\n{HOST_PROBE}",
+        shell_quote(&owned_paths.join("\n"))
+    )
 }
 
 /// `value` in single quotes for `sh`.
@@ -475,6 +488,8 @@ mod tests {
     fn a_host_whose_two_leases_name_different_holders_is_a_double_claim() {
         let leases = json!({"items": [lease("k", "SHA256:abc", "ns/c.h1", "u1"),
                                       lease("a", "198.18.3.11", "ns/c.h1", "u2")]});
+        assert_eq!(claimed_pairs(&leases, &hosts()), 1);
+        assert_eq!(claimed_pairs(&json!({"items": []}), &hosts()), 0);
         let v = double_claims(&json!({"items": []}), &leases, &hosts());
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].message.contains("split between two claims"), "{v:?}");
@@ -511,11 +526,30 @@ mod tests {
     #[test]
     fn the_probe_script_quotes_every_path() {
         let s = host_probe_script(&["/etc/kubernetes", "/it's"]);
-        assert!(
-            s.starts_with("OWNED_PATHS=''\\''/etc/kubernetes'\\'' '\\''/it'\\''\\'\\'''\\''s'\\'''\n"),
-            "{s}"
-        );
+        assert!(s.starts_with("OWNED_PATHS='/etc/kubernetes\n/it'\\''s'\n"), "{s}");
         assert!(s.ends_with(&format!("{PROBE_END}\n")) || s.contains(PROBE_END));
+    }
+
+    #[test]
+    fn the_probe_script_reports_a_path_left_behind_and_ends_with_its_marker() {
+        let dir = std::env::temp_dir().join(format!("capkk-chaos-probe-{}", std::process::id()));
+        let left = dir.join("etc/kubernetes");
+        std::fs::create_dir_all(&left).expect("temp dir");
+        let gone = dir.join("var/lib/etcd");
+        let paths = [left.to_str().expect("utf-8"), gone.to_str().expect("utf-8")];
+        let out = std::process::Command::new("sh")
+            .args(["-c", &host_probe_script(&paths)])
+            .output()
+            .expect("sh runs");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+        let text = String::from_utf8_lossy(&out.stdout);
+        // The machine's own services and processes may show up (node containers of other runs share its
+        // /proc): only the paths and the end marker are asserted here.
+        let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("left")).collect();
+        assert_eq!(lines, [format!("left {}", left.display())], "{text}");
+        assert_eq!(text.lines().last(), Some(PROBE_END), "{text}");
+        let v = host_clean("h", &text).expect("a left path is a violation");
+        assert!(v.message.contains("etc/kubernetes"), "{v:?}");
     }
 
     #[test]

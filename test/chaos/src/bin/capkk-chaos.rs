@@ -643,6 +643,11 @@ impl Campaign {
         match (&insts, &leases) {
             (Ok(i), Ok(l)) => {
                 out.extend(invariants::double_claims(i, l, &self.host_ids));
+                let claimed = i["items"].as_array().map_or(0, Vec::len);
+                let pairs = invariants::claimed_pairs(l, &self.host_ids);
+                self.log(&format!(
+                    "   claims: {claimed} KKInstances, {pairs} hosts with both claim Leases compared"
+                ));
                 if step == Step::Delete {
                     out.extend(invariants::leftover_claims(i, l, &self.cli.namespace));
                 }
@@ -719,6 +724,12 @@ impl Campaign {
             }];
         }
         let mut out = Vec::new();
+        let keys = self.secrets.iter().filter(|s| s.what.starts_with("SSH")).count();
+        self.log(&format!(
+            "   looking for {} secret values ({keys} private-key lines, {} bootstrap-token forms)",
+            self.secrets.len(),
+            self.secrets.len() - keys
+        ));
         let log = fs::read_to_string(&self.manager.log).unwrap_or_default();
         out.extend(invariants::secret_leaks(
             &self.manager.log.display().to_string(),
