@@ -61,6 +61,10 @@ struct Cli {
     /// The longest a fault lasts (seconds; the kinds' own spans are cut to it).
     #[arg(long, env = "CHAOS_MAX_FAULT_SECS", default_value_t = 30)]
     max_fault_secs: u64,
+    /// Only these kinds (comma-separated names, e.g. `manager-kill,ssh-cut`; default: every kind the hosts
+    /// allow). A campaign beside another run on the same plane leaves out `apiserver-stop`.
+    #[arg(long, env = "CHAOS_KINDS", value_delimiter = ',')]
+    kinds: Vec<String>,
     /// Faults per lifecycle step (each at its own moment, one after the other).
     #[arg(long, env = "CHAOS_FAULTS_PER_STEP", default_value_t = 1)]
     faults_per_step: usize,
@@ -154,6 +158,23 @@ fn run() -> Result<bool> {
         kind: "disk-full".into(),
         why: "not implemented yet".into(),
     });
+    if !cli.kinds.is_empty() {
+        for k in &cli.kinds {
+            if !FaultKind::ALL.iter().any(|f| f.name() == k) {
+                bail!(
+                    "CHAOS_KINDS: {k:?} is not a fault kind ({})",
+                    FaultKind::ALL.map(FaultKind::name).join(", ")
+                );
+            }
+        }
+        kinds.retain(|f| cli.kinds.iter().any(|k| k == f.name()));
+        if kinds.is_empty() {
+            bail!(
+                "CHAOS_KINDS={}: none of them can be injected on these hosts",
+                cli.kinds.join(",")
+            );
+        }
+    }
     let host_ids = hosts.ids();
     let report = Report {
         seed,
