@@ -432,7 +432,11 @@ impl Campaign {
             // Wait for the moment (or the goal: then the fault hits the settled step). A step's later faults
             // wait for their moment after the earlier ones ended.
             let (hit, moment) = self.await_trigger(&spec, want, t0);
-            records.push((self.inject(cycle, step, &spec, hit, moment)?, Instant::now()));
+            let index = self.report.faults.len() + records.len() + 1;
+            records.push((
+                self.inject(index, cycle, step, &spec, hit, moment)?,
+                Instant::now(),
+            ));
             cleared = Instant::now();
         }
         let bound = Duration::from_secs(self.cli.step_timeout);
@@ -556,13 +560,13 @@ impl Campaign {
 
     fn inject(
         &mut self,
+        index: usize,
         cycle: usize,
         step: Step,
         spec: &FaultSpec,
         hit: bool,
         moment: String,
     ) -> Result<FaultRecord> {
-        let index = self.report.faults.len() + 1;
         let at_secs = self.started.elapsed().as_secs_f64();
         let host = spec.kind.on_host().then(|| {
             let c = self.host_candidates();
