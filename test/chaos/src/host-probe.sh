@@ -1,3 +1,4 @@
+# shellcheck shell=sh disable=SC2154 # OWNED_PATHS is prepended by capkk-chaos
 # capkk-chaos host probe: what a host without a claim must no longer carry. Runs inside the host out of band
 # (not over its sshd); OWNED_PATHS (the product's owned paths, one a line, quoted) is prepended by capkk-chaos. Prints one
 # line per thing left, then the end marker (a probe cut short is not taken for a clean host).
