@@ -206,22 +206,9 @@ fn run() -> Result<bool> {
     if let Err(e) = &result {
         c.report.stopped = Some(format!("{e:#}"));
     }
-    c.report.elapsed_secs = c.started.elapsed().as_secs_f64();
-    c.report.load_end = loadavg();
-    let dir = c
-        .cli
-        .report_dir
-        .clone()
-        .unwrap_or_else(|| c.cli.work.join("chaos"));
-    fs::create_dir_all(&dir)?;
-    let md = c.report.to_markdown();
-    fs::write(dir.join("chaos-report.md"), &md)?;
-    fs::write(
-        dir.join("chaos-report.json"),
-        serde_json::to_string_pretty(&c.report)?,
-    )?;
+    let md = c.write_report()?;
     println!("\n{md}");
-    println!("report: {}", dir.join("chaos-report.md").display());
+    println!("report: {}", c.report_dir().join("chaos-report.md").display());
     Ok(c.report.passed())
 }
 
@@ -249,6 +236,29 @@ impl Campaign {
         log(self.started, msg);
     }
 
+    fn report_dir(&self) -> PathBuf {
+        self.cli
+            .report_dir
+            .clone()
+            .unwrap_or_else(|| self.cli.work.join("chaos"))
+    }
+
+    /// The report as it stands, written (after every step too: a campaign stopped from outside leaves the
+    /// report of the steps it finished); its Markdown.
+    fn write_report(&mut self) -> Result<String> {
+        self.report.elapsed_secs = self.started.elapsed().as_secs_f64();
+        self.report.load_end = loadavg();
+        let dir = self.report_dir();
+        fs::create_dir_all(&dir)?;
+        let md = self.report.to_markdown();
+        fs::write(dir.join("chaos-report.md"), &md)?;
+        fs::write(
+            dir.join("chaos-report.json"),
+            serde_json::to_string_pretty(&self.report)?,
+        )?;
+        Ok(md)
+    }
+
     fn campaign(&mut self, mut planner: Planner) -> Result<()> {
         let mut cycle = 0;
         while self.report.faults.len() < self.cli.faults {
@@ -273,6 +283,7 @@ impl Campaign {
                     }
                 }
                 self.step(cycle, step, specs)?;
+                self.write_report()?;
             }
         }
         Ok(())
