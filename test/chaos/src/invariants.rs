@@ -280,6 +280,14 @@ pub fn shell_quote(value: &str) -> String {
 /// Whether host `host`'s probe output says it is clean: every line but the end marker is something left; no end
 /// marker means the probe did not run through (a host that cannot be inspected is not known to be clean).
 pub fn host_clean(host: &str, probe_output: &str) -> Option<Violation> {
+    host_clean_against(host, probe_output, &[])
+}
+
+/// [`host_clean`], ignoring what the host carried before the campaign (`baseline`: its probe's lines then, taken
+/// only while it had no claim). A sandbox host's root is an overlay of the machine's, which may have its own
+/// `/etc/cni` (podman's): that is the host's, not a leftover; a node container starts from a pristine image
+/// and has an empty baseline.
+pub fn host_clean_against(host: &str, probe_output: &str, baseline: &[String]) -> Option<Violation> {
     let lines: Vec<&str> = probe_output
         .lines()
         .map(str::trim)
@@ -294,7 +302,11 @@ pub fn host_clean(host: &str, probe_output: &str) -> Option<Violation> {
             ),
         ));
     }
-    let left: Vec<&str> = lines.iter().copied().filter(|l| *l != PROBE_END).collect();
+    let left: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| *l != PROBE_END && !baseline.iter().any(|b| b == l))
+        .collect();
     (!left.is_empty()).then(|| {
         Violation::new(
             HOST_CLEAN,
@@ -521,6 +533,17 @@ mod tests {
         );
         let v = host_clean("h", "left /etc/kubernetes\n").expect("cut");
         assert!(v.message.contains("did not run to its end"), "{v:?}");
+    }
+
+    #[test]
+    fn what_a_host_carried_before_the_campaign_is_not_a_leftover() {
+        let baseline = vec!["left /etc/cni".to_owned()];
+        let out = format!("left /etc/cni\n{PROBE_END}\n");
+        assert_eq!(host_clean_against("h", &out, &baseline), None);
+        let out = format!("left /etc/cni\nleft /etc/kubernetes\n{PROBE_END}\n");
+        let v = host_clean_against("h", &out, &baseline).expect("a new path is left");
+        assert!(v.message.ends_with("not reset: left /etc/kubernetes"), "{v:?}");
+        assert!(host_clean("h", &format!("left /etc/cni\n{PROBE_END}")).is_some());
     }
 
     #[test]

@@ -92,6 +92,9 @@ struct Campaign {
     manager: Manager,
     hosts: Hosts,
     host_ids: Vec<HostId>,
+    /// Per host, what its probe printed before the campaign while it had no claim (empty for a host claimed
+    /// then: judged strictly).
+    baseline: Vec<Vec<String>>,
     secrets: Vec<Secret>,
     started: Instant,
     report: Report,
@@ -198,6 +201,7 @@ fn run() -> Result<bool> {
         manager,
         hosts,
         host_ids,
+        baseline: Vec::new(),
         secrets: Vec::new(),
         started: Instant::now(),
         report,
@@ -259,7 +263,48 @@ impl Campaign {
         Ok(md)
     }
 
+    /// Each host's probe before the campaign, for hosts without a claim then.
+    fn take_baseline(&mut self) -> Result<()> {
+        let insts = retry(|| self.kube.list("kkinstances", true, &[]))?;
+        let claimed: BTreeSet<String> = insts["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i["spec"]["address"].as_str().map(str::to_owned))
+            .collect();
+        let script = invariants::host_probe_script(capkk_service::bootstrap::OWNED_PATHS);
+        for (n, h) in self.host_ids.iter().enumerate() {
+            let lines: Vec<String> = if claimed.contains(&h.address) {
+                Vec::new()
+            } else {
+                let out = self.hosts.inside(n, &script)?;
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .filter(|l| *l != invariants::PROBE_END && !l.trim().is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            };
+            log(
+                self.started,
+                &format!(
+                    "baseline of {}: {}",
+                    h.name,
+                    if claimed.contains(&h.address) {
+                        "claimed already, none (judged strictly)".to_owned()
+                    } else if lines.is_empty() {
+                        "clean".to_owned()
+                    } else {
+                        lines.join("; ")
+                    }
+                ),
+            );
+            self.baseline.push(lines);
+        }
+        Ok(())
+    }
+
     fn campaign(&mut self, mut planner: Planner) -> Result<()> {
+        self.take_baseline()?;
         let mut cycle = 0;
         while self.report.faults.len() < self.cli.faults {
             if self.started.elapsed().as_secs() > self.cli.max_secs {
@@ -708,7 +753,11 @@ impl Campaign {
                     Ok(o) => String::from_utf8_lossy(&o.stdout).into_owned(),
                     Err(e) => format!("cannot run the probe: {e:#}"),
                 };
-                out.extend(invariants::host_clean(&h.name, &out_text));
+                out.extend(invariants::host_clean_against(
+                    &h.name,
+                    &out_text,
+                    &self.baseline[n],
+                ));
             }
         }
         out.extend(self.secret_checks());
