@@ -643,6 +643,9 @@ impl Campaign {
         let secs = Duration::from_secs(spec.secs);
         match spec.kind {
             FaultKind::ManagerKill => {
+                // A manager that exited on its own right before (its Lease lost during an API-server freeze
+                // just before) is started first: the fault is the kill of a running manager.
+                self.supervise();
                 self.manager.kill()?;
                 thread::sleep(secs);
                 let pid = self.manager.start()?;
