@@ -89,6 +89,7 @@ include test/vm/artifacts/artifacts.mk
 include test/clusterctl/clusterctl.mk
 include test/capi-e2e/capi-e2e.mk
 include test/conformance/conformance.mk
+include test/chaos/chaos.mk
 
 .PHONY: help deps build test test-build test-unit test-integration verify fmt clippy crds verify-crds shellcheck \
         api-docs verify-api-docs verify-docs verify-deps deny docs-diagrams image image-test docker-build release-manifests release release-test clusterctl-register clean

@@ -8,6 +8,9 @@
 #   test/e2e/e2e.sh hosts        the setup stages only, left running: the plane, the manager watching every
 #                                namespace, 4 free sandbox hosts and the mirror; $WORK/hosts.env describes them for
 #                                CAPI's test framework (make capi-e2e-hosts, test/capi-e2e); `down` removes them
+#   test/e2e/e2e.sh chaos        the setup stages and the cluster rendered (1 control plane, 2 workers) into
+#                                $WORK/cluster.yaml, not applied, left running for the fault campaign on sandbox
+#                                hosts (make chaos-smoke CHAOS_HOSTS=sandbox, test/chaos); `down` removes them
 #
 # Pieces: the local management plane (test/mgmt: etcd, kube-apiserver, CAPI core/CABPK/KCP), 4 sandbox hosts
 # (test/sandbox), the provider's CRDs + RBAC from `clusterctl generate provider` of our local repository
@@ -22,7 +25,8 @@ set -euo pipefail
 
 MODE=${1:-run}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-case $MODE in run) NAME=${E2E_NAME:-e2e} ;; hosts) NAME=${E2E_NAME:-capi-e2e} ;; *) NAME=${E2E_NAME:-quickstart} ;; esac
+case $MODE in run) NAME=${E2E_NAME:-e2e} ;; hosts) NAME=${E2E_NAME:-capi-e2e} ;; chaos) NAME=${E2E_NAME:-chaos} ;;
+  *) NAME=${E2E_NAME:-quickstart} ;; esac
 CLUSTER=${E2E_CLUSTER:-$NAME}
 NS=${E2E_NAMESPACE:-capkk-$NAME}
 WORK=${E2E_WORK:-$ROOT/target/e2e/$NAME}
@@ -309,6 +313,18 @@ PY
     kubectl apply --dry-run=server -f "$WORK/cluster-topology.yaml"
   kubectl delete -f "$WORK/clusterclass.yaml" --ignore-not-found --wait=false >/dev/null
   kubectl apply -f "$WORK/cluster.yaml"
+}
+
+# The cluster of the fault campaign (test/chaos): rendered like render_apply's, not applied (the campaign's
+# create step applies it, again in every cycle).
+render_chaos() {
+  stage "render the campaign's cluster (clusterctl generate cluster)"
+  inventory
+  KUBEKEY_INSTANCES="$INSTANCES" KUBEKEY_COMPONENT="$COMPONENT" KUBEKEY_SSH_SECRET="$CLUSTER-ssh" \
+    clusterctl generate cluster "$CLUSTER" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" \
+    --kubernetes-version "$KUBE_VERSION" --control-plane-machine-count 1 --worker-machine-count 2 \
+    >"$WORK/cluster.yaml"
+  check "the campaign's cluster passes a server dry-run" kubectl apply --dry-run=server -f "$WORK/cluster.yaml"
 }
 
 machine_count() { [ "$(kubectl get machines -n "$NS" -l "$1" -o name | grep -c .)" = "$2" ]; }
@@ -674,12 +690,22 @@ EOF
     timing_table
     log "hosts left running for CAPI's test framework: $WORK/hosts.env (tear down: E2E_NAME=$NAME test/e2e/e2e.sh down)"
     ;;
+  chaos)
+    trap 'rc=$?; end_stage failed; timing_table; if [ $rc != 0 ]; then log "failed; E2E_NAME=$NAME test/e2e/e2e.sh down cleans up"; fi' EXIT
+    build
+    mgmt_up
+    release
+    install_provider
+    hosts_up
+    render_chaos
+    end_stage
+    ;;
   down)
     mgmt_env
     teardown
     log "quickstart torn down (the management plane stays up: make mgmt-down)"
     ;;
-  *) die "usage: $0 run|quickstart|hosts|down" ;;
+  *) die "usage: $0 run|quickstart|hosts|chaos|down" ;;
 esac
 }
 

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# make glue for the fault campaign (test/chaos, docs/reliability.md): set up a cluster's world with the existing
+# tiers' own stages, kept running, run `capkk-chaos` against it, tear it down.
+#
+#   test/chaos/chaos.sh containers   node containers with real kubeadm (test/vm/real.sh e2e, 1 control plane +
+#                                    2 workers, kept at its applied cluster: REAL_KEEP=1 REAL_TO=render_apply)
+#   test/chaos/chaos.sh sandbox      sandbox hosts with the kubeadm simulator (test/e2e/e2e.sh chaos)
+#
+# The campaign freezes the API server of its management plane, so it runs on a plane of its own:
+# CAPKK_MGMT_DIR (default ~/.cache/capkk-rs/mgmt-chaos) and CAPKK_MGMT_PORT_OFFSET (default 40). CHAOS_NAME
+# names the hosts, namespace and work dir (default chaos-<source>). CHAOS_SEED, CHAOS_FAULTS,
+# CHAOS_MAX_FAULT_SECS, CHAOS_STEP_TIMEOUT, CHAOS_MAX_SECS, CHAOS_RSS_MAX_MIB: see `capkk-chaos --help`.
+# CHAOS_KEEP=1 leaves everything running at the end. The exit status is the campaign's.
+# CHAOS_BIN: another capkk-chaos binary (default: the build's, $CARGO_TARGET_DIR/debug/capkk-chaos).
+set -euo pipefail
+SOURCE=${1:?usage: $0 containers|sandbox}
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+CAPKK_CACHE=${CAPKK_CACHE:-$HOME/.cache/capkk-rs}
+export CAPKK_CACHE
+export CAPKK_MGMT_DIR=${CAPKK_MGMT_DIR:-$CAPKK_CACHE/mgmt-chaos}
+export CAPKK_MGMT_PORT_OFFSET=${CAPKK_MGMT_PORT_OFFSET:-40}
+NAME=${CHAOS_NAME:-chaos-$SOURCE}
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+[[ $TARGET_DIR == /* ]] || TARGET_DIR=$ROOT/$TARGET_DIR
+say() { printf '[chaos %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+case $SOURCE in
+  containers)
+    WORK=$ROOT/target/real/$NAME
+    setup() { REAL_NAME=$NAME REAL_KEEP=1 REAL_TO=render_apply REAL_WORKERS=2 REAL_CNI=flannel "$ROOT/test/vm/real.sh" e2e; }
+    down() { REAL_NAME=$NAME "$ROOT/test/vm/real.sh" e2e-down; }
+    ;;
+  sandbox)
+    WORK=$ROOT/target/e2e/$NAME
+    setup() { E2E_NAME=$NAME "$ROOT/test/e2e/e2e.sh" chaos; }
+    down() { E2E_NAME=$NAME "$ROOT/test/e2e/e2e.sh" down; }
+    ;;
+  *) echo "usage: $0 containers|sandbox" >&2; exit 2 ;;
+esac
+
+t0=$(date +%s)
+finish() {
+  local rc=$?
+  if [ "${CHAOS_KEEP:-0}" = 1 ]; then
+    say "left running (CHAOS_KEEP=1); tear down: CHAOS_NAME=$NAME $0 $SOURCE with CHAOS_DOWN=1"
+  else
+    say "tearing down"
+    down >"$WORK/chaos-down.log" 2>&1 || say "teardown failed: $WORK/chaos-down.log"
+  fi
+  say "$SOURCE campaign: exit $rc after $(($(date +%s) - t0)) s (load $(cut -d' ' -f1-3 /proc/loadavg))"
+  exit "$rc"
+}
+if [ "${CHAOS_DOWN:-0}" = 1 ]; then down; exit 0; fi
+trap finish EXIT
+say "setup ($SOURCE, name $NAME, plane $CAPKK_MGMT_DIR, port offset $CAPKK_MGMT_PORT_OFFSET)"
+setup
+say "setup done after $(($(date +%s) - t0)) s; the campaign starts"
+eval "$("$ROOT/test/mgmt/scripts/mgmt.sh" env)"
+"${CHAOS_BIN:-$TARGET_DIR/debug/capkk-chaos}" --work "$WORK" --namespace "capkk-$NAME" --cluster "$NAME" --hosts "$NAME" \
+  --source "$SOURCE" --mgmt-dir "$CAPKK_MGMT_DIR" --report-dir "$WORK/chaos"

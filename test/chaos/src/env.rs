@@ -1,0 +1,399 @@
+//! The campaign's environment: the management plane (kubectl on its admin kubeconfig, its kube-apiserver
+//! process), the manager process of the run, and the test hosts (node containers or sandbox hosts), each found
+//! from what the run's setup left (`test/vm/real.sh` or `test/e2e/e2e.sh` with their `keep` modes).
+
+use std::{
+    fs,
+    io::Write,
+    os::unix::process::CommandExt,
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use capkk_sandbox::Sandbox;
+use capkk_vm::Fleet;
+use serde_json::Value;
+
+use crate::invariants::{HostId, shell_quote};
+
+/// `kubectl` against the management plane. Every request carries a timeout: the campaign freezes the API
+/// server, and a read must then fail, not hang.
+#[derive(Clone, Debug)]
+pub struct Kube {
+    /// The admin kubeconfig of the plane.
+    pub kubeconfig: PathBuf,
+    /// The namespace of the campaign's cluster.
+    pub namespace: String,
+}
+
+impl Kube {
+    /// Run kubectl with `args` (a non-zero exit is data).
+    pub fn run(&self, args: &[&str]) -> Result<Output> {
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--request-timeout=10s")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .context("running kubectl (is the plane's bin dir on PATH? `eval \"$(test/mgmt/scripts/mgmt.sh env)\"`)")
+    }
+
+    /// Run kubectl; its stdout, or an error naming its stderr.
+    pub fn ok(&self, args: &[&str]) -> Result<String> {
+        let out = self.run(args)?;
+        if !out.status.success() {
+            bail!(
+                "kubectl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `kubectl get RESOURCES -n NS -o json` (`all_namespaces`: `-A`), parsed.
+    pub fn list(&self, resources: &str, all_namespaces: bool, extra: &[&str]) -> Result<Value> {
+        let mut args = vec!["get", resources, "-o", "json"];
+        if all_namespaces {
+            args.push("-A");
+        } else {
+            args.extend(["-n", self.namespace.as_str()]);
+        }
+        args.extend(extra);
+        let text = self.ok(&args)?;
+        serde_json::from_str(&text).context("kubectl's JSON")
+    }
+}
+
+/// How to start the manager again: what its process ran with.
+#[derive(Clone, Debug)]
+struct Launch {
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    cwd: PathBuf,
+}
+
+/// The run's manager process (its pid file and log are the setup's: `$WORK/manager.pid`, `manager.log`).
+pub struct Manager {
+    pid_file: PathBuf,
+    /// Its log (appended to by every start).
+    pub log: PathBuf,
+    launch: Launch,
+    children: Vec<Child>,
+}
+
+fn nul_split(bytes: &[u8]) -> Vec<String> {
+    bytes
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect()
+}
+
+impl Manager {
+    /// The manager the setup started, from its pid file; remembers how it was started.
+    pub fn attach(work: &Path) -> Result<Manager> {
+        let pid_file = work.join("manager.pid");
+        let log = work.join("manager.log");
+        let pid = read_pid(&pid_file)?;
+        if comm(pid).as_deref() != Some("manager") {
+            bail!(
+                "{}: pid {pid} is not a running manager (did the setup keep its manager running?)",
+                pid_file.display()
+            );
+        }
+        let argv = nul_split(&fs::read(format!("/proc/{pid}/cmdline"))?);
+        let env = nul_split(&fs::read(format!("/proc/{pid}/environ"))?)
+            .into_iter()
+            .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+            .collect();
+        let cwd = fs::read_link(format!("/proc/{pid}/cwd"))?;
+        Ok(Manager {
+            pid_file,
+            log,
+            launch: Launch { argv, env, cwd },
+            children: Vec::new(),
+        })
+    }
+
+    /// Its pid while it runs.
+    pub fn pid(&mut self) -> Option<u32> {
+        self.reap();
+        let pid = read_pid(&self.pid_file).ok()?;
+        (comm(pid).as_deref() == Some("manager") && !zombie(pid)).then_some(pid)
+    }
+
+    /// SIGKILL it and wait until it is gone.
+    pub fn kill(&mut self) -> Result<()> {
+        let Some(pid) = self.pid() else {
+            bail!("no manager running to kill")
+        };
+        signal("KILL", pid)?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Path::new(&format!("/proc/{pid}")).exists() && !zombie(pid) {
+            if Instant::now() > deadline {
+                bail!("manager pid {pid} still alive 20 s after SIGKILL");
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        self.reap();
+        Ok(())
+    }
+
+    /// Start it again exactly as it ran (command line, environment, directory), appending to its log.
+    pub fn start(&mut self) -> Result<u32> {
+        let mut log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .with_context(|| format!("opening {}", self.log.display()))?;
+        writeln!(log, "---- capkk-chaos: manager started again ----")?;
+        let child = Command::new(&self.launch.argv[0])
+            .args(&self.launch.argv[1..])
+            .env_clear()
+            .envs(self.launch.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&self.launch.cwd)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            // A process group of its own, as the setup's `setsid` gave the first one: the teardown's signals
+            // to the campaign do not reach it, and it outlives the campaign like the first one would.
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("starting {}", self.launch.argv[0]))?;
+        let pid = child.id();
+        fs::write(&self.pid_file, format!("{pid}\n"))?;
+        self.children.push(child);
+        Ok(pid)
+    }
+
+    fn reap(&mut self) {
+        self.children.retain_mut(|c| matches!(c.try_wait(), Ok(None)));
+    }
+}
+
+fn read_pid(path: &Path) -> Result<u32> {
+    fs::read_to_string(path)
+        .with_context(|| format!("reading {}", path.display()))?
+        .trim()
+        .parse()
+        .with_context(|| format!("{}: not a pid", path.display()))
+}
+
+fn comm(pid: u32) -> Option<String> {
+    fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|s| s.trim().to_owned())
+}
+
+fn zombie(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .map(|s| s.lines().any(|l| l.starts_with("State:") && l.contains("zombie")))
+        .unwrap_or(true)
+}
+
+/// Send `sig` (`KILL`, `STOP`, `CONT`) to `pid`.
+pub fn signal(sig: &str, pid: u32) -> Result<()> {
+    let st = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()?;
+    if !st.success() {
+        bail!("kill -{sig} {pid} failed");
+    }
+    Ok(())
+}
+
+/// The plane's kube-apiserver process (`$CAPKK_MGMT_DIR/run/kube-apiserver.pid`, checked to be the one of
+/// that plane).
+pub fn apiserver_pid(mgmt_dir: &Path) -> Result<u32> {
+    let pid = read_pid(&mgmt_dir.join("run/kube-apiserver.pid"))?;
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    if !String::from_utf8_lossy(&cmdline).contains(&*mgmt_dir.to_string_lossy()) {
+        bail!(
+            "pid {pid} is not the kube-apiserver of the plane in {}",
+            mgmt_dir.display()
+        );
+    }
+    Ok(pid)
+}
+
+/// A frozen kube-apiserver, continued when dropped (also when the campaign fails half-way: a plane left frozen
+/// would stop every other test on it).
+pub struct Frozen(pub u32);
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        let _ = signal("CONT", self.0);
+    }
+}
+
+/// The test hosts of the run.
+pub enum Hosts {
+    /// Node containers (or VMs) of `capkk-vm`.
+    Fleet(Fleet),
+    /// Sandbox hosts of `capkk-sandbox` (network namespaces with sshd and the kubeadm simulator).
+    Sandbox(Sandbox),
+}
+
+impl Hosts {
+    /// Attach to the fleet or sandbox named `name`.
+    pub fn attach(source: &str, name: &str) -> Result<Hosts> {
+        Ok(match source {
+            "containers" => {
+                let f = Fleet::attach(name)?;
+                if f.state().source != capkk_vm::Source::Containers {
+                    bail!("fleet {name} is not made of node containers");
+                }
+                Hosts::Fleet(f)
+            }
+            "sandbox" => Hosts::Sandbox(Sandbox::attach(name)?),
+            other => bail!("--source {other}: containers or sandbox"),
+        })
+    }
+
+    /// Its source's name.
+    pub fn source(&self) -> &'static str {
+        match self {
+            Hosts::Fleet(_) => "containers",
+            Hosts::Sandbox(_) => "sandbox",
+        }
+    }
+
+    /// Every host.
+    pub fn ids(&self) -> Vec<HostId> {
+        match self {
+            Hosts::Fleet(f) => f
+                .vms()
+                .iter()
+                .map(|v| HostId {
+                    name: v.name.clone(),
+                    address: v.address.clone(),
+                    fingerprint: v.host_key_fingerprint.clone(),
+                })
+                .collect(),
+            Hosts::Sandbox(s) => s
+                .state()
+                .hosts
+                .iter()
+                .map(|h| HostId {
+                    name: h.name.clone(),
+                    address: h.address.clone(),
+                    fingerprint: h.host_key_fingerprint.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Run `script` inside host `i` out of band (not through its sshd). A non-zero exit is data.
+    pub fn inside(&self, i: usize, script: &str) -> Result<Output> {
+        Ok(match self {
+            Hosts::Fleet(f) => f.inside(i, script)?,
+            Hosts::Sandbox(s) => s.hosts()[i].run_inside(script)?,
+        })
+    }
+
+    /// A command that runs `program` in host `i`'s network namespace with the machine's tools.
+    fn in_netns(&self, i: usize, program: &str) -> Command {
+        match self {
+            Hosts::Fleet(f) => {
+                let mut c = Command::new("nsenter");
+                c.args(["-t", &f.vms()[i].pid.to_string(), "-n", program]);
+                c
+            }
+            Hosts::Sandbox(s) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &s.state().hosts[i].netns, program]);
+                c
+            }
+        }
+    }
+
+    fn ssh_port(&self, i: usize) -> u16 {
+        match self {
+            Hosts::Fleet(_) => 22,
+            Hosts::Sandbox(s) => s.state().hosts[i].port,
+        }
+    }
+
+    /// Drop (`insert`) or stop dropping (`!insert`) TCP packets to host `i`'s sshd, in its network namespace:
+    /// the machine's `iptables`, a rule marked as the campaign's.
+    pub fn ssh_cut(&self, i: usize, insert: bool) -> Result<()> {
+        let port = self.ssh_port(i).to_string();
+        let out = self
+            .in_netns(i, "iptables")
+            .args([
+                "-w",
+                if insert { "-I" } else { "-D" },
+                "INPUT",
+                "-p",
+                "tcp",
+                "--dport",
+                &port,
+            ])
+            .args(["-m", "comment", "--comment", "capkk-chaos", "-j", "DROP"])
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "iptables in host {}'s network namespace: {}",
+                i + 1,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(())
+    }
+
+    /// Stop (`!start`) or start host `i`'s sshd: the sandbox's kill/start, the node's systemd unit.
+    pub fn sshd(&self, i: usize, start: bool) -> Result<()> {
+        match self {
+            Hosts::Sandbox(s) => {
+                let h = &s.hosts()[i];
+                if start { h.start_sshd()? } else { h.kill_sshd()? }
+            }
+            Hosts::Fleet(f) => {
+                let verb = if start { "start" } else { "stop" };
+                let out = f.inside(i, &format!("systemctl {} ssh.service", shell_quote(verb)))?;
+                if !out.status.success() {
+                    bail!(
+                        "systemctl {verb} ssh in {}: {}",
+                        f.vms()[i].name,
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Restart node container `i` (a power cycle) and wait for its SSH; None where hosts cannot restart.
+    pub fn restart(&mut self, i: usize) -> Result<()> {
+        match self {
+            Hosts::Fleet(f) => Ok(f.restart(i)?),
+            Hosts::Sandbox(_) => bail!("sandbox hosts cannot be restarted"),
+        }
+    }
+}
+
+/// Whether this kernel's traffic control has netem (latency and loss): tried in a network namespace of its
+/// own, so nothing of the machine's is touched. The error text when not.
+pub fn netem_unavailable() -> Option<String> {
+    let out = Command::new("unshare")
+        .args([
+            "-n", "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms",
+        ])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => None,
+        Ok(o) => Some(format!(
+            "tc netem refused in a scratch namespace ({}); kernel {}",
+            String::from_utf8_lossy(&o.stderr).trim(),
+            fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap_or_default()
+                .trim()
+        )),
+        Err(e) => Some(format!("cannot run unshare/tc: {e}")),
+    }
+}
