@@ -33,7 +33,7 @@ use clap::CommandFactory;
 /// The project's other tools are here too (`capkk-bench`, `sandbox`, `vm`, `capkk-mirror`, `mgmt.sh`, ...).
 #[rustfmt::skip]
 const FOREIGN_TOOLS: &[&str] = &[
-    "apt-get", "awk", "bash", "capkk-bench", "capkk-mirror", "cargo", "clusterctl", "clusterctl-kubekey.sh",
+    "apt-get", "awk", "bash", "capkk-bench", "capkk-chaos", "capkk-mirror", "cargo", "clusterctl", "clusterctl-kubekey.sh",
     "containerd", "crictl", "ctr",
     "curl", "cyclonedx-sbom", "diff", "docker", "du", "etcd", "find", "flanneld", "flux", "git", "go", "grep",
     "haproxy", "helm", "hosts.py", "ip", "journalctl", "keepalived", "kube-apiserver", "kube-controller-manager", "kube-proxy", "kubeadm",
