@@ -281,13 +281,18 @@ inventory() {
     kubectl apply -f - >/dev/null # the move label: `clusterctl move` takes the Secret along (docs/clusterctl.md)
 }
 
-render_apply() {
-  stage "render (clusterctl generate cluster) + apply"
+# The cluster of every mode (1 control plane, 2 workers) into $WORK/cluster.yaml, from the hosts' inventory.
+render_cluster() {
   inventory
   KUBEKEY_INSTANCES="$INSTANCES" KUBEKEY_COMPONENT="$COMPONENT" KUBEKEY_SSH_SECRET="$CLUSTER-ssh" \
     clusterctl generate cluster "$CLUSTER" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" \
     --kubernetes-version "$KUBE_VERSION" --control-plane-machine-count 1 --worker-machine-count 2 \
     >"$WORK/cluster.yaml"
+}
+
+render_apply() {
+  stage "render (clusterctl generate cluster) + apply"
+  render_cluster
   check "clusterctl generate cluster renders a cluster the apiserver accepts (server dry-run)" \
     kubectl apply --dry-run=server -f "$WORK/cluster.yaml"
   local flavor
@@ -319,11 +324,7 @@ PY
 # create step applies it, again in every cycle).
 render_chaos() {
   stage "render the campaign's cluster (clusterctl generate cluster)"
-  inventory
-  KUBEKEY_INSTANCES="$INSTANCES" KUBEKEY_COMPONENT="$COMPONENT" KUBEKEY_SSH_SECRET="$CLUSTER-ssh" \
-    clusterctl generate cluster "$CLUSTER" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" \
-    --kubernetes-version "$KUBE_VERSION" --control-plane-machine-count 1 --worker-machine-count 2 \
-    >"$WORK/cluster.yaml"
+  render_cluster
   check "the campaign's cluster passes a server dry-run" kubectl apply --dry-run=server -f "$WORK/cluster.yaml"
 }
 
