@@ -51,6 +51,11 @@ finish() {
   exit "$rc"
 }
 if [ "${CHAOS_DOWN:-0}" = 1 ]; then down; exit 0; fi
+# `make build` (cargo test --no-run) does not link a package's binary unless an integration test needs it:
+# build the driver here, before anything starts, so a fresh clone runs it (unless CHAOS_BIN names another).
+if [ -z "${CHAOS_BIN:-}" ]; then
+  (cd "$ROOT" && ${CARGO:-cargo} build -q -p capkk-chaos --bin capkk-chaos)
+fi
 trap finish EXIT
 say "setup ($SOURCE, name $NAME, plane $CAPKK_MGMT_DIR, port offset $CAPKK_MGMT_PORT_OFFSET)"
 setup
