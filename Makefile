@@ -23,6 +23,8 @@
 #                       test-real-smoke   one real node: kubeadm init on a VM through the controllers
 #                       test-real-e2e     3 node containers: control plane + 2 workers, flannel, scale 2->1->2
 #                       test-real-ha      3 control planes behind the provider's VIP, its holder powered off, KCP remediation
+#                       test-conformance-smoke  13 upstream [Conformance] specs on a 3-node container cluster
+#                       test-chaos-smoke  10 seeded faults (manager killed, API server frozen, SSH cut, ...) on node containers
 #   make e2e-real     two real nodes end to end (long; not in make test)
 #   make deny         cargo-deny: licenses, bans, sources (deny.toml; installs cargo-deny on first use)
 #   make release      clusterctl repository, clusterctl-kubekey.sh, image archive, CycloneDX SBOM, SHA256SUMS in $(OUT)
@@ -178,6 +180,9 @@ docs-diagrams: ## render docs/*.dot with Graphviz (Debian graphviz) into the com
 
 test-build: ## compile every tier's tests and binaries once (one feature set)
 	$(CARGO_TEST_BUILD)
+	@# `cargo test --no-run` links no binary of a crate without an integration test: the fault campaign's driver
+	@# is linked here, so that test-chaos-smoke (which may run in the lane) never waits on the build lock.
+	$(CARGO) build -q -p capkk-chaos --bin capkk-chaos
 
 test-unit: ## unit tests + tests on sandbox hosts (root; fails naming what is missing otherwise)
 	@sel=$$(hack/test-targets.sh unit) && set -x && $(CARGO) test --workspace --no-fail-fast $$sel
