@@ -42,6 +42,12 @@ pub const RELEASE_ANNOTATION: &str = "kkinstance.infrastructure.cluster.x-k8s.io
 /// Comma-separated phases that finished on the host (bootstrap, repository, binary, containermanager,
 /// provisioning). A restarted manager skips them.
 pub const COMPLETED_PHASES_ANNOTATION: &str = "kkinstance.infrastructure.cluster.x-k8s.io/completed-phases";
+/// The Kubernetes version whose component defaults the host's container runtime (containerd, runc, crictl, the
+/// sandbox image) was installed with. Set by an in-place upgrade when it changes `spec.kubernetesVersion`: the
+/// runtime stays as it was installed, so `KKMachine.status.components` keeps reporting that resolution. Absent:
+/// `spec.kubernetesVersion`.
+pub const RUNTIME_VERSION_ANNOTATION: &str =
+    "kkinstance.infrastructure.cluster.x-k8s.io/runtime-kubernetes-version";
 /// The host-identity Leases the KKInstance holds (comma-separated names in the manager's
 /// `--host-claim-namespace`): released when the KKInstance goes.
 pub const HOST_CLAIMS_ANNOTATION: &str = "kkinstance.infrastructure.cluster.x-k8s.io/host-claims";

@@ -94,7 +94,8 @@ pub struct KKMachineStatus {
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct ResolvedComponents {
-    /// The Machine's Kubernetes version the defaults were chosen for.
+    /// The Kubernetes version the defaults were chosen for: the Machine's when its host was provisioned (an
+    /// in-place upgrade replaces Kubernetes' binaries, not the container runtime, and keeps this).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes_version: Option<String>,
     /// containerd version.

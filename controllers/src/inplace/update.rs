@@ -36,6 +36,7 @@ use std::sync::Arc;
 
 use capkk_api::{
     KKInstance,
+    consts::RUNTIME_VERSION_ANNOTATION,
     names::{is_dns_label, is_dns_subdomain},
 };
 use kube::{
@@ -334,16 +335,52 @@ async fn run(
     api.patch(
         &inst.name_any(),
         &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"kubernetesVersion": version}})),
+        &Patch::Merge(upgraded_record(inst, version)),
     )
     .await
     .map_err(|e| format!("recording {version} in KKInstance {}: {e}", inst.name_any()))?;
     Ok(message)
 }
 
+/// The merge patch recording that `inst`'s host now runs `version`. The container runtime is not upgraded in
+/// place: the first upgrade also records the version whose defaults it was installed with
+/// ([`RUNTIME_VERSION_ANNOTATION`]), later ones keep it.
+fn upgraded_record(inst: &KKInstance, version: &str) -> serde_json::Value {
+    let mut patch = json!({"spec": {"kubernetesVersion": version}});
+    let recorded = inst
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(RUNTIME_VERSION_ANNOTATION));
+    if let (false, Some(installed)) = (recorded, inst.spec.kubernetes_version.as_deref()) {
+        patch["metadata"] = json!({"annotations": {RUNTIME_VERSION_ANNOTATION: installed}});
+    }
+    patch
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_in_place_upgrade_records_the_version_the_runtime_was_installed_for_and_later_ones_keep_it() {
+        let mut inst = KKInstance::new("c.h1", Default::default());
+        inst.spec.kubernetes_version = Some("v1.35.4".into());
+        let first = upgraded_record(&inst, "v1.36.3");
+        assert_eq!(
+            first,
+            json!({"spec": {"kubernetesVersion": "v1.36.3"},
+                   "metadata": {"annotations": {RUNTIME_VERSION_ANNOTATION: "v1.35.4"}}})
+        );
+        inst.spec.kubernetes_version = Some("v1.36.3".into());
+        inst.metadata.annotations =
+            Some([(RUNTIME_VERSION_ANNOTATION.to_owned(), "v1.35.4".to_owned())].into());
+        assert_eq!(
+            upgraded_record(&inst, "v1.37.0"),
+            json!({"spec": {"kubernetesVersion": "v1.37.0"}}),
+            "a second upgrade keeps what the runtime was installed for"
+        );
+    }
 
     #[test]
     fn the_upgrade_ignores_the_preflight_checks_the_nodes_kubeadm_config_ignored_and_refuses_other_spellings()

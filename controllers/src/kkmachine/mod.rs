@@ -21,7 +21,7 @@ use capkk_api::{
     KKInstance, KKMachine, KKMachineStatus, MachinePhase,
     consts::{
         CLUSTER_NAME_LABEL, KKCLUSTER_NAME_LABEL, KKMACHINE_FINALIZER, RELEASE_ANNOTATION,
-        conditions as cond, reasons,
+        RUNTIME_VERSION_ANNOTATION, conditions as cond, reasons,
     },
 };
 use kube::{
@@ -313,11 +313,17 @@ async fn apply(
 
 /// `status.components`: what the containermanager phase installs on the claimed host (the same resolution),
 /// or nothing while it cannot be resolved; the phase then fails with `InvalidSpec` naming the field, and that
-/// reason reaches this KKMachine through the mirrored `InstanceReady`.
+/// reason reaches this KKMachine through the mirrored `InstanceReady`. After an in-place upgrade the
+/// resolution stays the one the runtime was installed with ([`RUNTIME_VERSION_ANNOTATION`]): the upgrade
+/// replaces Kubernetes' binaries, not containerd.
 fn components(inst: &KKInstance, kkc: &capkk_api::KKCluster) -> Option<capkk_api::ResolvedComponents> {
-    let c = crate::services::resolve_components(&inst.spec, Some(&kkc.spec)).ok()?;
+    let mut spec = inst.spec.clone();
+    if let Some(installed) = inst.annotations().get(RUNTIME_VERSION_ANNOTATION) {
+        spec.kubernetes_version = Some(installed.clone());
+    }
+    let c = crate::services::resolve_components(&spec, Some(&kkc.spec)).ok()?;
     Some(capkk_api::ResolvedComponents {
-        kubernetes_version: inst.spec.kubernetes_version.clone().filter(|v| !v.is_empty()),
+        kubernetes_version: spec.kubernetes_version.filter(|v| !v.is_empty()),
         containerd: Some(c.containerd),
         runc: Some(c.runc),
         crictl: Some(c.crictl),

@@ -271,6 +271,25 @@ async fn a_claimed_kkmachine_reports_its_own_component_values_over_the_defaults(
 }
 
 #[tokio::test]
+async fn a_host_upgraded_in_place_reports_the_runtime_it_was_installed_with_not_the_new_versions_defaults() {
+    let (km, mut inst) = claimed_at(Some("v1.36.3"));
+    inst.metadata.annotations = Some(
+        [(
+            capkk_api::consts::RUNTIME_VERSION_ANNOTATION.to_owned(),
+            "v1.35.4".to_owned(),
+        )]
+        .into(),
+    );
+    let s = status_of(kkcluster(&[("node1", "10.0.0.1")]), km, inst).await;
+    let c = &s["components"];
+    assert_eq!(c["kubernetesVersion"], "v1.35.4", "{s}");
+    assert_eq!(
+        c["sandboxImage"], "registry.k8s.io/pause:3.10.1",
+        "v1.35's default, not v1.36's: {s}"
+    );
+}
+
+#[tokio::test]
 async fn a_kkmachine_whose_kubernetes_version_has_no_defaults_reports_no_components_rather_than_a_guess() {
     let (km, inst) = claimed_at(Some("v1.99.0"));
     let s = status_of(kkcluster(&[("node1", "10.0.0.1")]), km, inst).await;
