@@ -7,7 +7,7 @@
 #   e2e-test-images/agnhost (both tags the suite names), kitten, nautilus   agnhost from tools/e2e on the
 #        conformance base, laid out as upstream's image: /agnhost (entrypoint, CMD pause), /agnhost-2, /uploads,
 #        porter's test certificate, /coredns (the node artifacts' CoreDNS), user 1000 in group 50000
-#   e2e-test-images/busybox          Debian's busybox-static, every applet linked in /bin (CMD sh)
+#   e2e-test-images/busybox          Debian's busybox-static, every applet linked in /bin, sh its bash-static (CMD sh)
 #   e2e-test-images/nginx (both)     the conformance base's nginx-light on port 80, logs to stdout/stderr
 #   e2e-test-images/nonroot          the conformance base as user 1234
 #   e2e-test-images/nonewprivs       nnp (tools/e2e) setuid root, CMD nnp
@@ -117,15 +117,22 @@ if [ ! -e "$OUT/.complete" ]; then
   }
 
   base=$BASE
-  # ---- busybox: the static busybox from Debian, every applet as a link ----
+  # ---- busybox: the static busybox from Debian, every applet as a link; sh is Debian's static bash ----
+  # The specs run `sh -c env` and expect every variable of the container's environment, also those whose
+  # names are no shell identifiers (envFrom prefixes such as `1-` or `$_-`, conformance since v1.34). Debian's
+  # busybox ash (1.35, and trixie's 1.37 alike) drops such variables from the environment of what it runs, as
+  # dash does; bash passes them on. The check below fails the build if `sh` loses them.
   bb=$OUT/rootfs/busybox
   rm -rf "$bb" "$bb.debs"; mkdir -p "$bb.debs" "$bb/bin" "$bb/etc" "$bb/tmp" "$bb/root"
-  (cd "$bb.debs" && apt-get download -q busybox-static >/dev/null 2>&1) ||
-    { apt-get update -qq && (cd "$bb.debs" && apt-get download -q busybox-static >/dev/null); }
+  (cd "$bb.debs" && apt-get download -q busybox-static bash-static >/dev/null 2>&1) ||
+    { apt-get update -qq && (cd "$bb.debs" && apt-get download -q busybox-static bash-static >/dev/null); }
   dpkg-deb -x "$bb.debs"/busybox-static_*.deb "$bb.debs/x"
+  dpkg-deb -x "$bb.debs"/bash-static_*.deb "$bb.debs/x"
   cp "$bb.debs/x/bin/busybox" "$bb/bin/busybox"
+  cp "$bb.debs/x/bin/bash-static" "$bb/bin/bash-static"
   rm -rf "$bb.debs"
   for a in $("$bb/bin/busybox" --list); do [ "$a" = busybox ] || ln -sf busybox "$bb/bin/$a"; done
+  ln -sf bash-static "$bb/bin/sh"
   chmod 1777 "$bb/tmp"
   printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n' > "$bb/etc/passwd"
   printf 'root:x:0:\nnogroup:x:65534:\n' > "$bb/etc/group"
@@ -206,7 +213,7 @@ if [ ! -e "$OUT/.complete" ]; then
   done
   # shellcheck disable=SC2016 # expanded by the image's shell
   image "$BB_IMAGE" "$(files busybox)" e2e-test-images/busybox \
-    /bin/sh -c 'set -e; for c in sh cat sleep wget nslookup hostname top ls id; do command -v $c; done' -- --cmd '["sh"]'
+    /bin/env 'data-1=value-1' '1-data-1=value-1' /bin/sh -c 'set -e; for c in sh cat sleep wget nslookup hostname top ls id; do command -v $c; done; env | grep -qx data-1=value-1; env | grep -qx 1-data-1=value-1' -- --cmd '["sh"]'
   image "$BASE_IMAGE" "$(files nginx)" e2e-test-images/nginx nginx -t \
     -- --cmd '["nginx", "-g", "daemon off;"]' --stop-signal SIGQUIT
   # shellcheck disable=SC2016 # expanded by the image's shell
