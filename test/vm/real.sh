@@ -420,10 +420,25 @@ vms_up() {
   fleet_up_done QEMU
 }
 
+# cluster_nets: the workload cluster's pod and Service networks, inside what the fleet holds (never routed on
+# the machine): the slot's 198.19.N.0/24 split into pods .0/25 (a /27 per node) and Services .128/25; or, with a
+# second slot (CAPKK_VM_SERVICE_SLOT=1: conformance's 200-Service spec), pods the whole /24 (a /26 per node) and
+# Services that slot's 198.19.M.0/24.
+cluster_nets() {
+  local base=${INNER%.0/24} svc
+  svc=$(fleet_json "d.get('service_cidr') or ''")
+  if [ -n "$svc" ]; then
+    POD_NET=$base.0/24 SVC_NET=$svc NODE_MASK=26
+  else
+    POD_NET=$base.0/25 SVC_NET=$base.128/25 NODE_MASK=27
+  fi
+}
+
 fleet_up_done() { # fleet_up_done WHAT: the fleet's bridge and inner network; each host's time from WHAT's start
   local i
   BRIDGE=$(fleet_json "d['bridge_address']")
   INNER=$(fleet_json "d['inner_cidr']")
+  cluster_nets
   ha_vip
   for i in $(seq "$((VMS + EXTRA_VMS))"); do
     log "  $(vm_name "$i") $(vm_addr "$i") ready $(fleet_json "round(d['vms'][$i-1]['boot_secs'])")s after $1 start (image build $(fleet_json "round(d['image_build_secs'])")s)"
@@ -572,20 +587,19 @@ render_apply() {
   fi
   local component
   component=$(<"$WORK/serve/component.yaml")
-  # Pods get 198.19.N.0/25, Services 198.19.N.128/25: inside the fleet's slot, never routed on the machine.
-  # With a worker, each node's bridge CNI takes a /26 of the pod network (the control plane .0/26, the worker
+  # Pods and Services: cluster_nets. Without flannel (Pods 198.19.N.0/25): with a worker, each node's bridge CNI takes a /26 of the pod network (the control plane .0/26, the worker
   # .64/26: what kube-controller-manager assigns with node-cidr-mask-size 26) and a static route on each node
   # leads to the other's pods over the fleet's bridge (test-environment config in the rendered YAML).
-  local base=${INNER%.0/24} net=()
+  local net=()
   rm -f "$WORK/nodes.txt" "$WORK/workload.kubeconfig"
   # Both modes move kubeadm's addon phase into a retried phase after init (tcg-knobs.py ADDONS): its fixed
   # 10 s client timeout fails `kubeadm init` when the TCG apiserver is slow, and the smoke gates `make test`.
   if [ "$CNI" = flannel ]; then
-    # Each node a /27 of the /25 (up to 4 nodes), assigned by kube-controller-manager; flannel routes between
-    # them (vxlan) from the Nodes' podCIDRs.
-    net=(--pod-cidr "$base.0/25" --node-mask 27 --no-static-cni --addons-after-init)
+    # Each node a /NODE_MASK of the pod network (up to 4 nodes), assigned by kube-controller-manager; flannel
+    # routes between them (vxlan) from the Nodes' podCIDRs.
+    net=(--pod-cidr "$POD_NET" --node-mask "$NODE_MASK" --no-static-cni --addons-after-init)
   elif [ "$VMS" = 1 ]; then
-    net=(--pod-cidr "$base.0/25" --addons-after-init)
+    net=(--pod-cidr "$POD_NET" --addons-after-init)
   else
     pod_subnets
     net=(--pod-cidr "$CP_PODS" --worker-pod-cidr "$WORKER_PODS" --addons-after-init
@@ -643,10 +657,10 @@ render_apply() {
 }
 
 # generate_cluster [FLAVOR ARGS...]: `clusterctl generate cluster` for this run, on stdout. Called from render_apply,
-# whose locals it reads (instances, component, kv, base); CPS control planes, the other hosts workers but the spare.
+# whose locals it reads (instances, component, kv; the networks of cluster_nets); CPS control planes, the other hosts workers but the spare.
 generate_cluster() {
   KUBEKEY_INSTANCES="[$instances]" KUBEKEY_COMPONENT="$component" KUBEKEY_SSH_SECRET="$CLUSTER-ssh" \
-    POD_CIDR="$base.0/25" SERVICE_CIDR="$base.128/25" FLANNEL_IMAGE="$NODE_REGISTRY/$FLANNEL_IMAGE_PATH" \
+    POD_CIDR="$POD_NET" SERVICE_CIDR="$SVC_NET" FLANNEL_IMAGE="$NODE_REGISTRY/$FLANNEL_IMAGE_PATH" \
     clusterctl generate cluster "$CLUSTER" -n "$NS" --infrastructure "kubekey:$VERSION" --config "$CCONF" "$@" \
     --kubernetes-version "$kv" --control-plane-machine-count "$CPS" --worker-machine-count "$((VMS - CPS - SPARE))"
 }
@@ -833,7 +847,7 @@ readme_run() {
 }
 
 readme_install() {
-  local name b i role instances="" fp d base=${INNER%.0/24}
+  local name b i role instances="" fp d
   RD=$WORK/readme
   stage "README: the install block, as written, into $CLUSTER (node containers)"
   rm -rf "$RD" && mkdir -p "$RD/xdg/cluster-api"
@@ -866,7 +880,7 @@ export SSH_KEY=$RD/id_ed25519
 export KUBERNETES_VERSION=$KUBE_VERSION
 export KUBEKEY_INSTANCES='[$instances]'
 export KUBEKEY_COMPONENT='$(<"$WORK/serve/component.yaml")'
-export POD_CIDR=$base.0/25 SERVICE_CIDR=$base.128/25 FLANNEL_IMAGE=$NODE_REGISTRY/$FLANNEL_IMAGE_PATH
+export POD_CIDR=$POD_NET SERVICE_CIDR=$SVC_NET FLANNEL_IMAGE=$NODE_REGISTRY/$FLANNEL_IMAGE_PATH
 EOF
   log "  the test's values block (in place of the README's):"
   sed 's/^/    | /' "$RD/values.sh" | cut -c1-200
@@ -912,7 +926,7 @@ demo_pods_ready() { # demo_pods_ready NAMESPACE SELECTOR COUNT
 # machine's registry for the Kubernetes images and the mirror's component versions), its apply block; then the
 # cluster as the README promises it: both Nodes Ready with flannel, CoreDNS answering.
 readme_cluster() {
-  local hostknobs=(--container-hosts) base=${INNER%.0/24}
+  local hostknobs=(--container-hosts)
   stage "README: the first cluster (cluster block, container-host settings, apply block)"
   mkdir -p "$RD/cwd"
   readme_run "$RD/cluster.log" "the README's cluster block finished" 300 cluster "$RD/cwd"
@@ -923,7 +937,7 @@ readme_cluster() {
     --registry "$NODE_REGISTRY" --registry-secret demo-registry \
     --containerd "$CONTAINERD_VERSION" --runc "$RUNC_VERSION" --crictl "$CRICTL_VERSION" \
     --pause "$NODE_REGISTRY/pause:$PAUSE_VERSION" \
-    --pod-cidr "$base.0/25" --node-mask 27 --no-static-cni --addons-after-init
+    --pod-cidr "$POD_NET" --node-mask "$NODE_MASK" --no-static-cni --addons-after-init
   on_mgmt kubectl create secret generic demo-registry --from-literal=username="$REGISTRY_USER" \
     --from-literal=password="$REGISTRY_PASSWORD" >/dev/null
   readme_run "$RD/apply.log" "the README's apply block finished" 300 apply "$RD/cwd"
@@ -2333,6 +2347,7 @@ attach() {
   source "$WORK/serve/registry.cred"
   BRIDGE=$(fleet_json "d['bridge_address']")
   INNER=$(fleet_json "d['inner_cidr']")
+  cluster_nets
   ha_vip
   pod_subnets
   if [ "$MODE" = day2 ]; then

@@ -212,6 +212,10 @@ pub struct FleetConfig {
     /// a reboot, and with it a kernel panic (`panic=-1`), ends the QEMU process, which the ready wait notices
     /// at once instead of waiting out its timeout on a VM that panics at every boot.
     pub reboot: bool,
+    /// Whether the fleet takes a second slot `M` for the workload cluster's Services (`CAPKK_VM_SERVICE_SLOT=1`):
+    /// `198.19.M.0/24`, 254 Service addresses where the fleet's own slot leaves a /25 (126). Upstream's
+    /// conformance suite creates 200 Services in one spec.
+    pub service_slot: bool,
 }
 
 impl FleetConfig {
@@ -227,6 +231,7 @@ impl FleetConfig {
             vms,
             ready_timeout: Duration::from_secs(secs),
             reboot: std::env::var("CAPKK_VM_REBOOT").as_deref() == Ok("1"),
+            service_slot: std::env::var("CAPKK_VM_SERVICE_SLOT").as_deref() == Ok("1"),
         }
     }
 }
@@ -312,6 +317,13 @@ pub struct FleetState {
     /// A /24 for what runs inside the VMs (`198.19.N.0/24`), e.g. the workload cluster's pod and service
     /// networks; never routed on the machine.
     pub inner_cidr: String,
+    /// The second slot's `198.19.M.0/24` for the workload cluster's Services, when the fleet took one
+    /// ([`FleetConfig::service_slot`]); never routed on the machine either.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_cidr: Option<String>,
+    /// The second slot `M` (claimed as `<name>-svc`), released with the fleet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_index: Option<u8>,
     /// Acceleration (VMs only).
     pub accel: Accel,
     /// The image's content hash.
@@ -475,17 +487,28 @@ fn teardown_script(state: &FleetState) -> String {
             tap = vm.tap,
         ));
     }
+    let slots = q(&Path::new(capkk_sandbox::STATE_ROOT)
+        .join(".slots")
+        .display()
+        .to_string());
+    if let Some(m) = state.service_index {
+        s.push_str(&format!(
+            "rm -rf {sd}\nrm -f {slots}/{m}\n",
+            sd = q(&state_dir(&service_slot_name(&state.name)).display().to_string()),
+        ));
+    }
     s.push_str(&format!(
         "ip link del {br} 2>/dev/null\nrm -rf {dq}\nrm -f {slots}/{idx}\nexit 0\n",
         br = state.bridge,
         dq = q(&d),
-        slots = q(&Path::new(capkk_sandbox::STATE_ROOT)
-            .join(".slots")
-            .display()
-            .to_string()),
         idx = state.index,
     ));
     s
+}
+
+/// The owner name of a fleet's second slot (its Service range).
+fn service_slot_name(fleet: &str) -> String {
+    format!("{fleet}-svc")
 }
 
 /// Tear down fleet `name` if anything of it exists (idempotent).
@@ -954,6 +977,11 @@ fn boot(config: &FleetConfig) -> Result<FleetState> {
 fn plan(config: &FleetConfig, accel: Accel, image: (String, f64, PathBuf)) -> Result<FleetState> {
     down(&config.name)?;
     let idx = capkk_sandbox::claim_slot(&config.name)?;
+    let service_index = if config.service_slot {
+        Some(capkk_sandbox::claim_slot(&service_slot_name(&config.name))?)
+    } else {
+        None
+    };
     let dir = state_dir(&config.name);
     fs::create_dir_all(&dir).map_err(io_err(&dir))?;
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).map_err(io_err(&dir))?;
@@ -967,6 +995,8 @@ fn plan(config: &FleetConfig, accel: Accel, image: (String, f64, PathBuf)) -> Re
         bridge: bridge.clone(),
         bridge_address: bridge_address.clone(),
         inner_cidr: format!("198.19.{idx}.0/24"),
+        service_cidr: service_index.map(|m| format!("198.19.{m}.0/24")),
+        service_index,
         accel,
         image_hash: image.0,
         image_build_secs: image.1,
@@ -1033,6 +1063,8 @@ pub(crate) fn sample_state(name: &str, source: Source) -> FleetState {
         bridge: "kkbr9".into(),
         bridge_address: "198.18.9.1".into(),
         inner_cidr: "198.19.9.0/24".into(),
+        service_cidr: None,
+        service_index: None,
         accel: Accel::Tcg,
         image_hash: "h".into(),
         image_build_secs: 0.0,
@@ -1081,6 +1113,24 @@ mod tests {
         assert!(s.contains("ip link del kkbr9"));
         assert!(s.contains("rm -f '/tmp/capkk-sandbox/.slots'/9"));
         assert!(!s.contains("pkill") && !s.contains("killall"));
+    }
+
+    #[test]
+    fn a_fleet_with_a_service_slot_releases_both_slots_and_only_its_own() {
+        let mut state = sample_state("conf", Source::Containers);
+        assert!(
+            !teardown_script(&state).contains("conf-svc"),
+            "no second slot, nothing of it"
+        );
+        state.service_index = Some(42);
+        state.service_cidr = Some("198.19.42.0/24".into());
+        let s = teardown_script(&state);
+        assert!(s.contains("rm -rf '/tmp/capkk-sandbox/conf-svc'"), "{s}");
+        assert!(s.contains("rm -f '/tmp/capkk-sandbox/.slots'/42"), "{s}");
+        assert!(s.contains("rm -f '/tmp/capkk-sandbox/.slots'/9"), "{s}");
+        let json = serde_json::to_string(&state).unwrap();
+        let back: FleetState = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.service_cidr.as_deref(), Some("198.19.42.0/24"));
     }
 
     #[test]
