@@ -2,7 +2,7 @@
 //! a host's probe output, log text), so that each can be tested on fixtures. Each check has a name (the
 //! report counts violations by it) and says in its message what is wrong and where.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -19,6 +19,20 @@ pub const HOST_CLEAN: &str = "reset-host-clean";
 pub const NO_SECRET_LEAK: &str = "no-secret-in-logs-events-status";
 /// The manager's resident memory stays below the bound.
 pub const RSS_BOUNDED: &str = "manager-rss-bounded";
+/// No command item of a host's provisioning journal ran twice, except one whose first run the campaign killed
+/// by restarting that host while it ran (the provider re-runs such a step by design).
+pub const NO_COMMAND_TWICE: &str = "no-command-ran-twice";
+
+/// Every check, in the report's order.
+pub const CHECKS: [&str; 7] = [
+    MACHINES_SETTLE,
+    NO_DOUBLE_CLAIM,
+    NO_LEFTOVER_CLAIM,
+    HOST_CLEAN,
+    NO_COMMAND_TWICE,
+    NO_SECRET_LEAK,
+    RSS_BOUNDED,
+];
 
 /// A broken invariant.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -315,6 +329,234 @@ pub fn host_clean_against(host: &str, probe_output: &str, baseline: &[String]) -
     })
 }
 
+/// The journal reader run inside a host (`host-journals.sh`): prints each provisioning journal under a marker
+/// naming its plan hash, then its end marker.
+pub const JOURNALS_PROBE: &str = include_str!("host-journals.sh");
+/// The journal reader's last line when it ran to its end.
+pub const JOURNALS_END: &str = "capkk-chaos-journals-end";
+const JOURNAL_HEAD: &str = "capkk-chaos-journal ";
+const JOURNAL_UNREADABLE: &str = "capkk-chaos-journal-unreadable";
+
+/// The journal reader for the provisioning service's state dir (`state_dir`:
+/// [`capkk_service::provisioning::STATE_DIR`]), quoted and prepended as a variable; the script itself a file.
+pub fn journals_script(state_dir: &str) -> String {
+    format!("D={}\n{JOURNALS_PROBE}", shell_quote(state_dir))
+}
+
+/// A host's provisioning journals by plan hash, from the journal reader's output. An error when the reader did
+/// not run to its end or could not read a journal: a host whose journals cannot be read is not known to be fine.
+pub fn parse_journals(output: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut out: BTreeMap<String, String> = BTreeMap::new();
+    let mut current: Option<String> = None;
+    let mut ended = false;
+    for line in output.lines() {
+        if ended && !line.trim().is_empty() {
+            return Err(format!("output after the end marker: {line:?}"));
+        }
+        if line == JOURNALS_END {
+            ended = true;
+        } else if let Some(plan) = line.strip_prefix(JOURNAL_HEAD) {
+            out.insert(plan.to_owned(), String::new());
+            current = Some(plan.to_owned());
+        } else if line == JOURNAL_UNREADABLE {
+            return Err(format!(
+                "journal {} could not be read",
+                current.as_deref().unwrap_or("?")
+            ));
+        } else if let Some(plan) = &current {
+            let text = out.entry(plan.clone()).or_default();
+            text.push_str(line);
+            text.push('\n');
+        } else if !line.trim().is_empty() {
+            return Err(format!("a line before the first journal: {line:?}"));
+        }
+    }
+    if !ended {
+        return Err(format!(
+            "the journal reader did not run to its end (output: {:?})",
+            output.trim()
+        ));
+    }
+    Ok(out)
+}
+
+/// How often a step ran according to one journal.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StepRuns {
+    /// `<id> start` lines: a command item journals one right before it runs (non-command steps never do).
+    pub starts: usize,
+    /// `<id> <exit code>` lines: written after the step ran (a command item whatever its exit code, a
+    /// non-command step only when it succeeded).
+    pub exits: usize,
+    /// Runs cut short: a `start` followed by another `start` of the same step with no exit code between (its
+    /// process died, and a later run started it again).
+    pub interrupted: usize,
+    /// The last `start` has no exit code after it: the step runs now, or its process died and no run resumed
+    /// it yet. Neither is a second run.
+    pub open: bool,
+}
+
+/// Every step of a journal (`<step-id> start`, `<step-id> <exit code>`, `provisioned`) with its runs; an error
+/// naming the first line that is none of these.
+pub fn step_runs(journal: &str) -> Result<BTreeMap<String, StepRuns>, String> {
+    let mut out: BTreeMap<String, StepRuns> = BTreeMap::new();
+    for (n, line) in journal.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line == "provisioned" {
+            continue;
+        }
+        let bad = || format!("line {} is not a journal line: {line:?}", n + 1);
+        let (id, what) = line.split_once(' ').ok_or_else(bad)?;
+        if id.is_empty() || what.contains(' ') {
+            return Err(bad());
+        }
+        let r = out.entry(id.to_owned()).or_default();
+        if what == "start" {
+            if r.open {
+                r.interrupted += 1;
+            }
+            r.starts += 1;
+            r.open = true;
+        } else if !what.is_empty() && what.bytes().all(|b| b.is_ascii_digit()) {
+            r.exits += 1;
+            r.open = false;
+        } else {
+            return Err(bad());
+        }
+    }
+    Ok(out)
+}
+
+/// One host restart the campaign injected, and the command steps it caught running: `(plan hash, step id)`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Restart {
+    /// The fault's number in the campaign.
+    pub fault: usize,
+    /// The steps it caught.
+    pub caught: BTreeSet<(String, String)>,
+}
+
+/// The command steps a host restart caught running, from the host's journals read right before the restart
+/// (`before`) and right after it, once its SSH was back (`after`): a step whose last `start` had no exit code in
+/// either read (in the one after: killed, or already resumed and running again), or one with more runs cut short
+/// after than before (killed, resumed and finished between the restart and the read). A step that started in the
+/// moment between the read and the power cut is seen by the read after.
+pub fn caught_by_restart(
+    before: &BTreeMap<String, String>,
+    after: &BTreeMap<String, String>,
+) -> BTreeSet<(String, String)> {
+    let runs = |journals: &BTreeMap<String, String>| -> BTreeMap<(String, String), StepRuns> {
+        journals
+            .iter()
+            .flat_map(|(plan, text)| {
+                step_runs(text)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(move |(id, r)| ((plan.clone(), id), r))
+            })
+            .collect()
+    };
+    let (b, a) = (runs(before), runs(after));
+    let open = b.iter().chain(&a).filter(|(_, r)| r.open).map(|(k, _)| k.clone());
+    let cut = a
+        .iter()
+        .filter(|(k, r)| r.interrupted > b.get(*k).map_or(0, |x| x.interrupted))
+        .map(|(k, _)| k.clone());
+    open.chain(cut).collect()
+}
+
+/// What [`commands_ran_once`] found on a host.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JournalVerdict {
+    /// Steps that ran twice without a campaign restart to explain it.
+    pub violations: Vec<Violation>,
+    /// Steps that ran again because a host restart of the campaign killed their first run (by design: the
+    /// provisioning service re-runs a command item whose process died with the host), each with its reason.
+    pub allowed: Vec<String>,
+    /// Command runs compared (`start` lines), so that a check that compared nothing says so.
+    pub command_runs: usize,
+}
+
+/// Whether every step of host `host`'s provisioning `journals` (by plan hash) ran at most once:
+/// - a step with two exit codes in one journal completed twice: always a violation (a completed step is
+///   journaled under the host-wide lock and never runs again; a retry drops a failed item's lines before it
+///   re-runs it, so it leaves one exit code);
+/// - a command item with a run cut short (a `start` followed by another `start`) ran again: allowed only as
+///   often as host restarts of the campaign (`restarts`, this host's) caught that step running, and then
+///   reported as allowed with its fault; otherwise a violation (a dropped connection, a manager restart or a
+///   stopped sshd never interrupt a step: hang-ups are ignored and the host journals the step's end).
+///
+/// A journal line that is none of the three forms is a violation too: a journal that cannot be read is not
+/// known to be fine.
+pub fn commands_ran_once(
+    host: &str,
+    journals: &BTreeMap<String, String>,
+    restarts: &[Restart],
+) -> JournalVerdict {
+    let mut v = JournalVerdict::default();
+    for (plan, text) in journals {
+        let runs = match step_runs(text) {
+            Ok(r) => r,
+            Err(e) => {
+                v.violations.push(Violation::new(
+                    NO_COMMAND_TWICE,
+                    format!("host {host}: journal {plan}: {e}"),
+                ));
+                continue;
+            }
+        };
+        for (id, r) in runs {
+            v.command_runs += r.starts;
+            if r.exits > 1 {
+                v.violations.push(Violation::new(
+                    NO_COMMAND_TWICE,
+                    format!(
+                        "host {host}: step {id} of plan {plan} completed {} times (the journal has {} exit codes \
+                         for it, {} starts)",
+                        r.exits, r.exits, r.starts
+                    ),
+                ));
+            }
+            if r.interrupted == 0 {
+                continue;
+            }
+            let by: Vec<usize> = restarts
+                .iter()
+                .filter(|x| x.caught.contains(&(plan.clone(), id.clone())))
+                .map(|x| x.fault)
+                .collect();
+            let faults = by.iter().map(|f| format!("#{f}")).collect::<Vec<_>>().join(", ");
+            if r.interrupted > by.len() {
+                v.violations.push(Violation::new(
+                    NO_COMMAND_TWICE,
+                    format!(
+                        "host {host}: command step {id} of plan {plan} started {} times: {} run(s) cut short and run \
+                         again, but {} (without a host restart of the campaign, a step is never cut short)",
+                        r.starts,
+                        r.interrupted,
+                        if by.is_empty() {
+                            "the campaign never restarted the host while it ran".to_owned()
+                        } else {
+                            format!(
+                                "the campaign's host restarts caught it running only {} time(s) (fault {faults})",
+                                by.len()
+                            )
+                        }
+                    ),
+                ));
+            } else {
+                v.allowed.push(format!(
+                    "host {host}: command step {id} of plan {plan} ran again {} time(s) after the host restart of \
+                     fault {faults} killed its run (the provider re-runs a step whose process died with the host: \
+                     `start` without an exit code)",
+                    r.interrupted
+                ));
+            }
+        }
+    }
+    v
+}
+
 /// A secret value to look for, and what it is (for the message; never the value itself).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Secret {
@@ -573,6 +815,227 @@ mod tests {
         assert_eq!(text.lines().last(), Some(PROBE_END), "{text}");
         let v = host_clean("h", &text).expect("a left path is a violation");
         assert!(v.message.contains("etc/kubernetes"), "{v:?}");
+    }
+
+    /// The journal of a provisioned worker node container (kubeadm join, then two postKubeadmCommands items),
+    /// as `cat` printed it on a running cluster: write_files steps journal only their exit code, command items
+    /// `start` then their exit code, and `provisioned` follows the item that wrote the sentinel.
+    const WORKER_JOURNAL: &str = "e846bd589a01d289 0\na296d956b881c45f 0\n0c1d2e3f40516273 0\n1a2b3c4d5e6f7081 0\n\
+        2b3c4d5e6f708192 0\n3c4d5e6f708192a3 0\n4d5e6f708192a3b4 0\n5e6f708192a3b4c5 0\n6f708192a3b4c5d6 0\n\
+        708192a3b4c5d6e7 0\n8192a3b4c5d6e7f8 0\ne2577ab3f86790e0 start\ne2577ab3f86790e0 0\nprovisioned\n\
+        dc82d2f2e2c30ab7 start\ndc82d2f2e2c30ab7 0\na39eb958d7e88e1b start\na39eb958d7e88e1b 0\n";
+
+    fn journals(plan: &str, text: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([(plan.to_owned(), text.to_owned())])
+    }
+
+    #[test]
+    fn the_journal_of_a_provisioned_node_shows_every_step_ran_once() {
+        let runs = step_runs(WORKER_JOURNAL).expect("parses");
+        assert_eq!(runs.len(), 14);
+        assert_eq!(
+            runs["e846bd589a01d289"],
+            StepRuns {
+                starts: 0,
+                exits: 1,
+                interrupted: 0,
+                open: false
+            }
+        );
+        assert_eq!(
+            runs["dc82d2f2e2c30ab7"],
+            StepRuns {
+                starts: 1,
+                exits: 1,
+                interrupted: 0,
+                open: false
+            }
+        );
+        let v = commands_ran_once("h1", &journals("p1", WORKER_JOURNAL), &[]);
+        assert_eq!(
+            v,
+            JournalVerdict {
+                violations: vec![],
+                allowed: vec![],
+                command_runs: 3
+            }
+        );
+    }
+
+    #[test]
+    fn a_command_started_twice_without_a_restart_of_its_host_is_a_violation() {
+        let text =
+            format!("{WORKER_JOURNAL}f00dfeedf00dfeed start\nf00dfeedf00dfeed start\nf00dfeedf00dfeed 0\n");
+        let v = commands_ran_once("h1", &journals("p1", &text), &[]);
+        assert_eq!(v.violations.len(), 1, "{v:?}");
+        assert_eq!(v.violations[0].check, NO_COMMAND_TWICE);
+        assert!(
+            v.violations[0].message.contains(
+                "host h1: command step f00dfeedf00dfeed of plan p1 started 2 times: 1 run(s) cut short"
+            ) && v.violations[0].message.contains("never restarted the host"),
+            "{v:?}"
+        );
+        assert!(v.allowed.is_empty());
+    }
+
+    #[test]
+    fn a_restart_of_another_step_or_another_plan_does_not_excuse_a_repeated_start() {
+        let text = "aa start\naa start\naa 0\nbb start\nbb 0\n";
+        let other = Restart {
+            fault: 4,
+            caught: BTreeSet::from([
+                ("p1".to_owned(), "bb".to_owned()),
+                ("p0".to_owned(), "aa".to_owned()),
+            ]),
+        };
+        let v = commands_ran_once("h1", &journals("p1", text), &[other]);
+        assert_eq!(v.violations.len(), 1, "{v:?}");
+    }
+
+    #[test]
+    fn a_step_rerun_after_the_campaign_restarted_its_host_while_it_ran_is_allowed_and_reported() {
+        let before = journals("p1", "w1 0\naa start\n");
+        let after = journals("p1", "w1 0\naa start\n");
+        let caught = caught_by_restart(&before, &after);
+        assert_eq!(caught, BTreeSet::from([("p1".to_owned(), "aa".to_owned())]));
+        let restart = Restart { fault: 3, caught };
+        let text = "w1 0\naa start\naa start\naa 0\nprovisioned\n";
+        let v = commands_ran_once("h1", &journals("p1", text), std::slice::from_ref(&restart));
+        assert!(v.violations.is_empty(), "{v:?}");
+        assert_eq!(v.allowed.len(), 1);
+        assert!(
+            v.allowed[0].starts_with(
+                "host h1: command step aa of plan p1 ran again 1 time(s) after the host restart of fault #3"
+            ),
+            "{v:?}"
+        );
+        // One restart excuses one cut-short run, not two.
+        let twice = "aa start\naa start\naa start\naa 0\n";
+        let v = commands_ran_once("h1", &journals("p1", twice), &[restart]);
+        assert_eq!(v.violations.len(), 1, "{v:?}");
+        assert!(
+            v.violations[0].message.contains("only 1 time(s) (fault #3)"),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn a_restart_catches_a_step_started_just_before_it_or_already_resumed_after_it() {
+        // Started between the read before and the power cut: open only in the read after.
+        let c = caught_by_restart(&journals("p", "aa 0\n"), &journals("p", "aa 0\nbb start\n"));
+        assert_eq!(c, BTreeSet::from([("p".to_owned(), "bb".to_owned())]));
+        // Killed, resumed and finished before the read after: one more run cut short than before.
+        let c = caught_by_restart(
+            &journals("p", "bb start\n"),
+            &journals("p", "bb start\nbb start\nbb 0\n"),
+        );
+        assert_eq!(c, BTreeSet::from([("p".to_owned(), "bb".to_owned())]));
+        // Finished steps are not caught.
+        let c = caught_by_restart(
+            &journals("p", "bb start\nbb 0\n"),
+            &journals("p", "bb start\nbb 0\n"),
+        );
+        assert!(c.is_empty(), "{c:?}");
+    }
+
+    #[test]
+    fn a_step_running_now_or_failed_once_is_not_a_second_run() {
+        let v = commands_ran_once("h1", &journals("p", "aa start\naa 1\nbb start\n"), &[]);
+        assert_eq!(
+            v,
+            JournalVerdict {
+                violations: vec![],
+                allowed: vec![],
+                command_runs: 2
+            }
+        );
+    }
+
+    #[test]
+    fn a_step_completed_twice_is_a_violation_even_after_a_restart() {
+        let restart = Restart {
+            fault: 1,
+            caught: BTreeSet::from([("p".to_owned(), "aa".to_owned())]),
+        };
+        let v = commands_ran_once(
+            "h1",
+            &journals("p", "w1 0\nw1 0\naa start\naa 0\naa start\naa 0\n"),
+            &[restart],
+        );
+        assert_eq!(v.violations.len(), 2, "{v:?}");
+        assert!(
+            v.violations[0]
+                .message
+                .contains("step aa of plan p completed 2 times"),
+            "{v:?}"
+        );
+        assert!(
+            v.violations[1]
+                .message
+                .contains("step w1 of plan p completed 2 times"),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn a_journal_line_of_another_form_is_a_violation_naming_it() {
+        let v = commands_ran_once("h1", &journals("p", "aa start\naa ok\n"), &[]);
+        assert_eq!(v.violations.len(), 1, "{v:?}");
+        assert!(
+            v.violations[0]
+                .message
+                .contains("line 2 is not a journal line: \"aa ok\""),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn the_journal_reader_output_is_split_by_plan_and_a_cut_read_is_an_error() {
+        let out = format!(
+            "capkk-chaos-journal p1\naa start\naa 0\n\ncapkk-chaos-journal p2\nbb 0\n\n{JOURNALS_END}\n"
+        );
+        let j = parse_journals(&out).expect("parses");
+        assert_eq!(j.keys().collect::<Vec<_>>(), ["p1", "p2"]);
+        assert_eq!(step_runs(&j["p1"]).expect("p1")["aa"].exits, 1);
+        assert_eq!(parse_journals(&format!("{JOURNALS_END}\n")), Ok(BTreeMap::new()));
+        let cut = parse_journals("capkk-chaos-journal p1\naa start\n").expect_err("no end marker");
+        assert!(cut.contains("did not run to its end"), "{cut}");
+        let bad = parse_journals(&format!(
+            "capkk-chaos-journal p1\ncapkk-chaos-journal-unreadable\n{JOURNALS_END}\n"
+        ))
+        .expect_err("unreadable");
+        assert!(bad.contains("journal p1 could not be read"), "{bad}");
+    }
+
+    #[test]
+    fn the_journal_reader_prints_the_journals_of_its_state_dir_quoted() {
+        let dir = std::env::temp_dir().join(format!("capkk-chaos-journals-{} it's", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        std::fs::write(dir.join("p1.journal"), WORKER_JOURNAL).expect("journal");
+        // A last line without its newline (a cut write) must not run into the next marker.
+        std::fs::write(dir.join("p2.journal"), "aa start").expect("journal");
+        std::fs::write(dir.join("p1.aa.tail"), "not a journal").expect("tail");
+        let script = journals_script(dir.to_str().expect("utf-8"));
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .output()
+            .expect("sh runs");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let j = parse_journals(&text).expect("parses");
+        assert_eq!(j.keys().collect::<Vec<_>>(), ["p1", "p2"], "{text}");
+        assert_eq!(j["p1"].trim_end(), WORKER_JOURNAL.trim_end());
+        assert_eq!(step_runs(&j["p2"]).expect("p2")["aa"].open, true);
+        // No state dir at all (a host never provisioned, or reset): no journal, and the read still ends.
+        let gone = journals_script("/nonexistent/capkk-chaos");
+        let out = std::process::Command::new("sh")
+            .args(["-c", &gone])
+            .output()
+            .expect("sh runs");
+        assert_eq!(
+            parse_journals(&String::from_utf8_lossy(&out.stdout)),
+            Ok(BTreeMap::new())
+        );
     }
 
     #[test]
