@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{invariants::Violation, plan::FaultKind};
+use crate::{
+    invariants::{CHECKS, Violation},
+    plan::FaultKind,
+};
 
 /// One injected fault and what followed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -80,6 +83,10 @@ pub struct Report {
     pub max_rss_kib: u64,
     /// Why the campaign ended early, if it did.
     pub stopped: Option<String>,
+    /// Steps that ran twice on a host by design, each with its reason (a host restart of the campaign killed
+    /// their first run): not violations, but never silently ignored.
+    #[serde(default)]
+    pub allowed_reruns: Vec<String>,
 }
 
 /// Per kind: injected, survived, recovery times.
@@ -110,6 +117,15 @@ impl Report {
     /// Whether the campaign passed: the faults asked for were injected, none broke an invariant.
     pub fn passed(&self) -> bool {
         self.violations().is_empty() && self.faults.len() >= self.faults_target && self.stopped.is_none()
+    }
+
+    /// Violations per check, every check of [`CHECKS`] (none broken: 0) and any other name found.
+    pub fn by_check(&self) -> BTreeMap<&str, usize> {
+        let mut out: BTreeMap<&str, usize> = CHECKS.iter().map(|c| (*c, 0)).collect();
+        for v in self.violations() {
+            *out.entry(v.check.as_str()).or_default() += 1;
+        }
+        out
     }
 
     /// Per kind, in [`FaultKind::ALL`]'s order (kinds never injected left out).
@@ -171,6 +187,22 @@ impl Report {
             self.supervised_restarts,
             self.max_rss_kib / 1024
         ));
+        let by_check = self.by_check();
+        md.push_str(&format!(
+            "\nViolations per check: {}.\n",
+            CHECKS
+                .iter()
+                .chain(by_check.keys().filter(|k| !CHECKS.contains(k)))
+                .map(|c| format!("`{c}` {}", by_check.get(c).copied().unwrap_or(0)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        if !self.allowed_reruns.is_empty() {
+            md.push_str("\nSteps run again by design (not violations):\n\n");
+            for a in &self.allowed_reruns {
+                md.push_str(&format!("- {a}\n"));
+            }
+        }
         if let Some(why) = &self.stopped {
             md.push_str(&format!("\nStopped early: {why}\n"));
         }
@@ -223,7 +255,7 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::invariants::NO_SECRET_LEAK;
+    use crate::invariants::{NO_COMMAND_TWICE, NO_SECRET_LEAK};
 
     fn record(
         index: usize,
@@ -267,6 +299,7 @@ mod tests {
             supervised_restarts: 0,
             max_rss_kib: 40 * 1024,
             stopped: None,
+            allowed_reruns: vec![],
         }
     }
 
@@ -290,6 +323,10 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("Result: **passed**"), "{md}");
+        assert!(
+            md.contains("`no-command-ran-twice` 0, `no-secret-in-logs-events-status` 0"),
+            "{md}"
+        );
     }
 
     #[test]
@@ -316,8 +353,37 @@ mod tests {
     }
 
     #[test]
+    fn a_command_run_twice_is_counted_under_its_check_and_an_allowed_rerun_is_listed_not_counted() {
+        let v = Violation {
+            check: NO_COMMAND_TWICE.into(),
+            message: "host h1: command step aa of plan p started 2 times".into(),
+        };
+        let mut r = report(vec![
+            record(1, FaultKind::SshCut, Some(1.0), vec![v]),
+            record(2, FaultKind::HostRestart, Some(1.0), vec![]),
+            record(3, FaultKind::HostRestart, Some(1.0), vec![]),
+        ]);
+        r.allowed_reruns.push(
+            "host h2: command step bb of plan q ran again 1 time(s) after the host restart of fault #2"
+                .into(),
+        );
+        assert!(!r.passed());
+        assert_eq!(r.by_check()[NO_COMMAND_TWICE], 1);
+        assert_eq!(r.by_check()[NO_SECRET_LEAK], 0);
+        let md = r.to_markdown();
+        assert!(md.contains("`no-command-ran-twice` 1,"), "{md}");
+        assert!(
+            md.contains("Steps run again by design (not violations):\n\n- host h2: command step bb"),
+            "{md}"
+        );
+        r.faults[0].violations.clear();
+        assert!(r.passed(), "an allowed re-run alone does not fail the campaign");
+    }
+
+    #[test]
     fn the_json_artifact_reads_back_to_the_same_report() {
-        let r = report(vec![record(1, FaultKind::HostRestart, Some(30.5), vec![])]);
+        let mut r = report(vec![record(1, FaultKind::HostRestart, Some(30.5), vec![])]);
+        r.allowed_reruns.push("host h1: command step aa ran again".into());
         let text = serde_json::to_string_pretty(&r).expect("serializes");
         assert!(text.contains("\"kind\": \"host-restart\""), "{text}");
         assert_eq!(serde_json::from_str::<Report>(&text).expect("parses"), r);

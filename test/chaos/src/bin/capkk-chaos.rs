@@ -12,7 +12,7 @@
 //! (`CHAOS_SEED=` replays it) and writes `chaos-report.json` and `chaos-report.md` into `--report-dir`.
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     fs,
     path::{Path, PathBuf},
     thread,
@@ -23,7 +23,7 @@ use anyhow::{Context, Result, bail};
 use base64::Engine;
 use capkk_chaos::{
     env::{Frozen, Hosts, Kube, Manager, apiserver_pid, netem_unavailable, signal},
-    invariants::{self, HostId, Secret, Settled, Violation},
+    invariants::{self, HostId, Restart, Secret, Settled, Violation},
     plan::{FaultKind, FaultSpec, Planner, Step, Trigger},
     report::{FaultRecord, Report, Unavailable},
     rng,
@@ -96,6 +96,12 @@ struct Campaign {
     /// then: judged strictly).
     baseline: Vec<Vec<String>>,
     secrets: Vec<Secret>,
+    /// Per host, the restarts the campaign injected on it since it was last seen without a claim, each with
+    /// the provisioning steps it caught running (what may run again on that host by design).
+    restarts: Vec<Vec<Restart>>,
+    /// The `no-command-ran-twice` messages reported already: a journal stays until its host's reset and is read
+    /// after every fault, and a second run is reported once.
+    journal_reported: BTreeSet<String>,
     started: Instant,
     report: Report,
 }
@@ -193,8 +199,10 @@ fn run() -> Result<bool> {
         supervised_restarts: 0,
         max_rss_kib: 0,
         stopped: None,
+        allowed_reruns: Vec::new(),
     };
     let planner = Planner::new(seed, kinds, cli.max_fault_secs);
+    let host_count = host_ids.len();
     let mut c = Campaign {
         cli,
         kube,
@@ -203,6 +211,8 @@ fn run() -> Result<bool> {
         host_ids,
         baseline: Vec::new(),
         secrets: Vec::new(),
+        restarts: vec![Vec::new(); host_count],
+        journal_reported: BTreeSet::new(),
         started: Instant::now(),
         report,
     };
@@ -480,6 +490,11 @@ impl Campaign {
 
     fn step(&mut self, cycle: usize, step: Step, specs: Vec<FaultSpec>) -> Result<()> {
         self.log(&format!("== cycle {cycle} {} (load {})", step.name(), loadavg()));
+        // A scale-down or delete resets hosts, and the reset removes their journals: read them before.
+        let mut early = Vec::new();
+        if matches!(step, Step::ScaleDown | Step::Delete) {
+            early.extend(self.journal_checks("before the step's resets"));
+        }
         let want = self.act(step)?;
         let t0 = Instant::now();
         let mut records = Vec::new();
@@ -494,6 +509,8 @@ impl Campaign {
                 Instant::now(),
             ));
             cleared = Instant::now();
+            // Right after the fault, before a reset of the step can remove a journal it affected.
+            early.extend(self.journal_checks(&format!("after fault {index}")));
         }
         let bound = Duration::from_secs(self.cli.step_timeout);
         let mut last = String::new();
@@ -516,7 +533,7 @@ impl Campaign {
         };
         let recover = cleared.elapsed().as_secs_f64();
         let done = Instant::now();
-        let mut violations = Vec::new();
+        let mut violations = early;
         let mut terminal = Vec::new();
         match &settled {
             Some(Settled::Ready) => self.log(&format!(
@@ -672,12 +689,34 @@ impl Campaign {
             }
             FaultKind::HostRestart => {
                 let i = host.context("host fault without a host")?;
+                // The journals right before and right after the power cycle say which provisioning steps it
+                // caught running: those may run again on this host by design (no-command-ran-twice).
+                let before = self.read_journals(i);
                 let t = Instant::now();
                 self.hosts.restart(i)?;
                 self.log(&format!(
                     "   host back with SSH after {:.1}s",
                     t.elapsed().as_secs_f64()
                 ));
+                let caught = match (before, self.read_journals(i)) {
+                    (Ok(b), Ok(a)) => invariants::caught_by_restart(&b, &a),
+                    (Err(e), _) | (_, Err(e)) => {
+                        self.log(&format!(
+                            "   journals around the restart not read ({e}): no step may run again on it"
+                        ));
+                        BTreeSet::new()
+                    }
+                };
+                self.log(&format!(
+                    "   the restart caught {} provisioning step(s) running{}",
+                    caught.len(),
+                    caught
+                        .iter()
+                        .map(|(plan, id)| format!(" {id} (plan {plan})"))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ));
+                self.restarts[i].push(Restart { fault: index, caught });
             }
         }
         Ok(FaultRecord {
@@ -717,7 +756,7 @@ impl Campaign {
     /// The invariants after a step: claims, secrets, memory; after a removal, the freed hosts' reset; after
     /// the delete, no claim left.
     fn checks(&mut self, step: Step) -> Vec<Violation> {
-        let mut out = Vec::new();
+        let mut out = self.journal_checks("after the step");
         let insts = self.kube.list("kkinstances", true, &[]);
         let leases = self.kube.list(
             "leases",
@@ -772,6 +811,72 @@ impl Campaign {
             self.report.max_rss_kib = self.report.max_rss_kib.max(rss);
             out.extend(invariants::rss_bounded(rss, self.cli.rss_max_mib * 1024));
         }
+        out
+    }
+
+    /// Host `n`'s provisioning journals by plan hash, read out of band (as the reset probe reads a host).
+    fn read_journals(&self, n: usize) -> std::result::Result<BTreeMap<String, String>, String> {
+        let script = invariants::journals_script(capkk_service::provisioning::STATE_DIR);
+        match self.hosts.inside(n, &script) {
+            Ok(o) => invariants::parse_journals(&String::from_utf8_lossy(&o.stdout)),
+            Err(e) => Err(format!("cannot run the journal reader: {e:#}")),
+        }
+    }
+
+    /// `no-command-ran-twice` on every host with a claim (a KKInstance of any namespace listing its address):
+    /// its journals against the restarts the campaign injected on it. Each violation and each allowed re-run is
+    /// reported once; a host seen without a claim (reset) starts over without restarts.
+    fn journal_checks(&mut self, when: &str) -> Vec<Violation> {
+        let Ok(insts) = retry(|| self.kube.list("kkinstances", true, &[])) else {
+            self.log(&format!(
+                "   (journals not checked {when}: the API did not answer)"
+            ));
+            return Vec::new();
+        };
+        let claimed: BTreeSet<String> = insts["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x["spec"]["address"].as_str().map(str::to_owned))
+            .collect();
+        let mut out = Vec::new();
+        let (mut hosts, mut journals, mut runs) = (0, 0, 0);
+        for n in 0..self.host_ids.len() {
+            let name = self.host_ids[n].name.clone();
+            if !claimed.contains(&self.host_ids[n].address) {
+                self.restarts[n].clear();
+                continue;
+            }
+            hosts += 1;
+            let verdict = match self.read_journals(n) {
+                Ok(j) => {
+                    journals += j.len();
+                    invariants::commands_ran_once(&name, &j, &self.restarts[n])
+                }
+                Err(e) => invariants::JournalVerdict {
+                    violations: vec![Violation {
+                        check: invariants::NO_COMMAND_TWICE.into(),
+                        message: format!("host {name}: its journals could not be read: {e}"),
+                    }],
+                    ..Default::default()
+                },
+            };
+            runs += verdict.command_runs;
+            for v in verdict.violations {
+                if self.journal_reported.insert(v.message.clone()) {
+                    out.push(v);
+                }
+            }
+            for a in verdict.allowed {
+                if !self.report.allowed_reruns.contains(&a) {
+                    self.log(&format!("   allowed re-run: {a}"));
+                    self.report.allowed_reruns.push(a);
+                }
+            }
+        }
+        self.log(&format!(
+            "   journals {when}: {hosts} claimed hosts, {journals} journals, {runs} command runs compared"
+        ));
         out
     }
 
