@@ -5,7 +5,7 @@
 #   make conformance-images   the images the [Conformance] tests pull, into a registry storage (cached by hash)
 #   make conformance-smoke    a capkk-rs cluster on node containers (1 control plane + 2 workers, flannel), a
 #                             handful of [Conformance] specs (test/conformance/smoke-focus.txt), summary, delete
-#   make conformance          the same cluster, every [Conformance] spec (hours)
+#   make conformance          the same cluster, every [Conformance] spec (~1 hour)
 #   make conformance-down     remove a cluster left by CONFORMANCE_KEEP=1 (CONFORMANCE_NAME=...)
 #   make conformance-report-test   the summary tool's unit tests
 # On a shared machine run the last three under the machine's lock: flock /tmp/capkk-heavy.lock make ...
@@ -38,7 +38,7 @@ TEST_TIERS += test-conformance-smoke
 test-conformance-smoke: ## conformance-smoke as a tier of make test
 	$(MAKE) conformance-smoke
 
-conformance: conformance-images conformance-report-test ## a capkk-rs cluster on node containers + every [Conformance] spec (hours)
+conformance: conformance-images conformance-report-test ## a capkk-rs cluster on node containers + every [Conformance] spec (~1 hour)
 	$(CONFORMANCE_DIR)/run.sh full
 
 conformance-down: ## remove a conformance cluster kept with CONFORMANCE_KEEP=1 (CONFORMANCE_NAME)
