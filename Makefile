@@ -24,7 +24,6 @@
 #                       test-real-e2e     3 node containers: control plane + 2 workers, flannel, scale 2->1->2
 #                       test-real-ha      3 control planes behind the provider's VIP, its holder powered off, KCP remediation
 #                       test-conformance-smoke  13 upstream [Conformance] specs on a 3-node container cluster
-#                       test-chaos-smoke  10 seeded faults (manager killed, API server frozen, SSH cut, ...) on node containers
 #   make e2e-real     two real nodes end to end (long; not in make test)
 #   make deny         cargo-deny: licenses, bans, sources (deny.toml; installs cargo-deny on first use)
 #   make release      clusterctl repository, clusterctl-kubekey.sh, image archive, CycloneDX SBOM, SHA256SUMS in $(OUT)
@@ -67,7 +66,8 @@ HOSTS_LOCK ?=
 # TEST_LANE_TIERS: tiers that run in a second lane beside the others (one after another, from the end of
 # TEST_LANE_AFTER; a management plane of their own), e.g. the real-node tiers, which mostly wait:
 #   make test TEST_LANE_TIERS="test-real-e2e test-real-ha test-conformance-smoke"
-# Empty (the default): every tier in one line. hack/test-tiers.sh; measured in docs/testing.md.
+# Empty (make's default): every tier in one line. .ci/run puts the real-node tiers in the lane.
+# hack/test-tiers.sh; measured in docs/testing.md.
 TEST_LANE_TIERS ?=
 TEST_LANE_AFTER ?= flux-bin
 # Tests that cannot run fail, naming what is missing; CAPKK_ALLOW_SKIP=1 makes them skip instead, and each
@@ -181,7 +181,7 @@ docs-diagrams: ## render docs/*.dot with Graphviz (Debian graphviz) into the com
 test-build: ## compile every tier's tests and binaries once (one feature set)
 	$(CARGO_TEST_BUILD)
 	@# `cargo test --no-run` links no binary of a crate without an integration test: the fault campaign's driver
-	@# is linked here, so that test-chaos-smoke (which may run in the lane) never waits on the build lock.
+	@# is linked here, so that a campaign run beside other tiers never waits on the build lock.
 	$(CARGO) build -q -p capkk-chaos --bin capkk-chaos
 
 test-unit: ## unit tests + tests on sandbox hosts (root; fails naming what is missing otherwise)

@@ -3,7 +3,7 @@
 #   make chaos          a seeded campaign (CHAOS_FAULTS, default 30) on node containers with real kubeadm
 #                       (CHAOS_HOSTS=sandbox: sandbox hosts with the kubeadm simulator, no node containers)
 #   make chaos-smoke    the short one: 10 faults, 2 per lifecycle step (a new seed each run)
-#   make test-chaos-smoke  the short one as a tier of make test: node containers, the seed fixed (CHAOS_SMOKE_SEED)
+#   make test-chaos-smoke  the short one as CI would run it: node containers, the seed fixed (CHAOS_SMOKE_SEED)
 #
 # CHAOS_SEED=N replays a run (its seed is printed first and in the report). The campaign runs on a management
 # plane of its own (CAPKK_MGMT_DIR, default $(CAPKK_CACHE)/mgmt-chaos): it freezes that plane's API server.
@@ -22,7 +22,9 @@ CHAOS_PLANE = CAPKK_MGMT_DIR=$(CHAOS_MGMT_DIR) CAPKK_MGMT_PORT_OFFSET=$(CHAOS_MG
 
 .PHONY: chaos chaos-smoke chaos-down test-chaos-smoke
 
-TEST_TIERS += test-chaos-smoke
+# Not in TEST_TIERS yet: the 30-fault campaign of 2026-12-07 (seed 7745430) found reset-host-clean violations
+# after a host restart during the container runtime's install (docs/reliability.md); a tier that can hit an open
+# bug would gate every landing on luck. Add `TEST_TIERS += test-chaos-smoke` here once it is fixed.
 
 chaos: ## seeded fault campaign: manager killed, API server frozen, SSH cut, sshd stopped, hosts restarted, invariants checked after each (CHAOS_HOSTS=containers|sandbox, CHAOS_FAULTS, CHAOS_SEED)
 	CHAOS_FAULTS=$(CHAOS_FAULTS) $(CHAOS_PLANE) test/chaos/chaos.sh $(CHAOS_HOSTS)
