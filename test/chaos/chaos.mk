@@ -23,8 +23,9 @@ CHAOS_PLANE = CAPKK_MGMT_DIR=$(CHAOS_MGMT_DIR) CAPKK_MGMT_PORT_OFFSET=$(CHAOS_MG
 .PHONY: chaos chaos-smoke chaos-down test-chaos-smoke
 
 # Not in TEST_TIERS yet: the 30-fault campaign of 2026-12-07 (seed 7745430) found reset-host-clean violations
-# after a host restart during the container runtime's install (docs/reliability.md); a tier that can hit an open
-# bug would gate every landing on luck. Add `TEST_TIERS += test-chaos-smoke` here once it is fixed.
+# (a host restarted after its reset runs a containerd the reset left enabled but no longer marks as capkk's:
+# docs/reliability.md); a tier that can hit an open bug would gate every landing on luck. Add
+# `TEST_TIERS += test-chaos-smoke` here once it is fixed.
 
 chaos: ## seeded fault campaign: manager killed, API server frozen, SSH cut, sshd stopped, hosts restarted, invariants checked after each (CHAOS_HOSTS=containers|sandbox, CHAOS_FAULTS, CHAOS_SEED)
 	CHAOS_FAULTS=$(CHAOS_FAULTS) $(CHAOS_PLANE) test/chaos/chaos.sh $(CHAOS_HOSTS)
@@ -35,5 +36,5 @@ chaos-smoke: ## the short seeded fault campaign: 10 faults (CHAOS_HOSTS=containe
 chaos-down: ## tear down what an interrupted (or CHAOS_KEEP=1) campaign left
 	CHAOS_DOWN=1 $(CHAOS_PLANE) test/chaos/chaos.sh $(CHAOS_HOSTS)
 
-test-chaos-smoke: ## the short fault campaign on node containers as a tier of make test (seed CHAOS_SMOKE_SEED)
+test-chaos-smoke: ## the short fault campaign on node containers as CI would run it (seed CHAOS_SMOKE_SEED)
 	CHAOS_SEED=$(CHAOS_SMOKE_SEED) CHAOS_FAULTS=10 CHAOS_FAULTS_PER_STEP=2 $(CHAOS_PLANE) test/chaos/chaos.sh containers

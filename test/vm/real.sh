@@ -587,9 +587,10 @@ render_apply() {
   fi
   local component
   component=$(<"$WORK/serve/component.yaml")
-  # Pods and Services: cluster_nets. Without flannel (Pods 198.19.N.0/25): with a worker, each node's bridge CNI takes a /26 of the pod network (the control plane .0/26, the worker
-  # .64/26: what kube-controller-manager assigns with node-cidr-mask-size 26) and a static route on each node
-  # leads to the other's pods over the fleet's bridge (test-environment config in the rendered YAML).
+  # Pods and Services: cluster_nets. Without flannel (pods 198.19.N.0/25), with a worker, each node's bridge CNI
+  # takes a /26 of the pod network (the control plane .0/26, the worker .64/26: what kube-controller-manager
+  # assigns with node-cidr-mask-size 26) and a static route on each node leads to the other's pods over the
+  # fleet's bridge (test-environment config in the rendered YAML).
   local net=()
   rm -f "$WORK/nodes.txt" "$WORK/workload.kubeconfig"
   # Both modes move kubeadm's addon phase into a retried phase after init (tcg-knobs.py ADDONS): its fixed
@@ -657,7 +658,8 @@ render_apply() {
 }
 
 # generate_cluster [FLAVOR ARGS...]: `clusterctl generate cluster` for this run, on stdout. Called from render_apply,
-# whose locals it reads (instances, component, kv; the networks of cluster_nets); CPS control planes, the other hosts workers but the spare.
+# whose locals it reads (instances, component, kv) and cluster_nets' networks; CPS control planes, the other hosts
+# workers but the spare.
 generate_cluster() {
   KUBEKEY_INSTANCES="[$instances]" KUBEKEY_COMPONENT="$component" KUBEKEY_SSH_SECRET="$CLUSTER-ssh" \
     POD_CIDR="$POD_NET" SERVICE_CIDR="$SVC_NET" FLANNEL_IMAGE="$NODE_REGISTRY/$FLANNEL_IMAGE_PATH" \
