@@ -1440,6 +1440,13 @@ scale_down() {
   wait_for "$((WORKERS - 1)) worker Machine(s) left" 300 machine_count "$MD_SEL" "$((WORKERS - 1))"
   wait_for "$w was reset for real (no kubeadm state, kubelet, containerd, KUBE- rules, CNI links, owned paths)" \
     600 host_reset "$W1"
+  if [ "$HOSTS" = containers ]; then
+    # A host reset and then rebooted before its next claim (the fault campaign's violation: the reset left the
+    # containerd it installed enabled while removing its stamp, so the boot started a containerd the next
+    # install took for a foreign one): nothing of the node may start at boot.
+    check "$w power-cycled after its reset" "$VMCTL" restart --name "$NAME" --vm "$W1"
+    check "$w still reset after the power cycle (no containerd or kubelet started at boot)" host_reset "$W1"
+  fi
   check "$w's Node is gone from the workload cluster" node_absent "$w"
   check "the control plane is still Ready" node_ready "$(vm_name 1)"
 }

@@ -73,7 +73,8 @@ pub const MODULES_FILE: &str = "/etc/modules-load.d/capkk.conf";
 ///
 /// Not removed (reused on the next provisioning; an upload is skipped when the digest matches): binaries in
 /// `/usr/local/bin` and `/usr/local/sbin`, containerd and its config and state, `/etc/crictl.yaml`,
-/// `/etc/hosts`, sysctl and module files, installed packages.
+/// `/etc/hosts`, sysctl and module files, installed packages. The containerd unit capkk installed stays but is
+/// disabled (its stamp goes with `/var/lib/capkk`: a reboot must not start it).
 pub const OWNED_PATHS: &[&str] = &[
     "/etc/kubernetes",
     "/run/kubeadm",
@@ -291,6 +292,7 @@ pub fn reset_script(opts: &ResetOptions) -> Script {
         Vars::new()
             .var("SOCK", sock)
             .var("STAMP", crate::containermanager::CONTAINERD_STAMP)
+            .var("UNIT", crate::containermanager::CONTAINERD_UNIT)
             .render(tpl::STOP_SERVICES),
     );
     s.step(

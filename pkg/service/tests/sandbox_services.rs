@@ -794,6 +794,16 @@ async fn apt_host_create_is_verified_idempotent_and_reset_removes_only_owned_pat
     );
     let after = host.systemctl_calls().unwrap();
     assert!(after.iter().any(|l| l == "stop containerd"), "{after:?}");
+    // Its unit stays for the next install but no longer starts at boot: its stamp is gone with /var/lib/capkk,
+    // and a containerd a reboot started without it was taken for a pre-existing one ever after.
+    assert!(after.iter().any(|l| l == "disable containerd"), "{after:?}");
+    assert_eq!(
+        sh(
+            host,
+            "systemctl is-enabled -q containerd && echo enabled || echo disabled; ls /etc/systemd/system/containerd.service"
+        ),
+        "disabled\n/etc/systemd/system/containerd.service\n"
+    );
     assert_eq!(after.last().map(String::as_str), Some("daemon-reload"));
     // A second reset finds nothing to do.
     let again = bootstrap::reset(&*ex, &opts, &progress, &redactor).await.unwrap();

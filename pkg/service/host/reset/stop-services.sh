@@ -9,7 +9,7 @@
 # containerd that was there before (the distribution's, Docker's) serves more than this node, and the reset
 # leaves it running with whatever it runs (kubeadm reset has already removed the Kubernetes pods it knew).
 # Variables: SOCK (the CRI socket kubeadm reset was given, path or unix:// URL; empty: containerd's default),
-# STAMP (capkk's containerd stamp).
+# STAMP (capkk's containerd stamp), UNIT (the containerd unit capkk writes).
 _k8s_shims() { # PIDs of the shims serving CRI's namespace (k8s.io); other namespaces are not ours to stop
   for _p in /proc/[0-9]*; do
     case $(cat "$_p/comm" 2>/dev/null) in containerd-shim*) ;; *) continue ;; esac
@@ -59,4 +59,11 @@ if command -v systemctl >/dev/null 2>&1; then
     echo "killed shims containerd left behind: $(echo "$_shims" | tr "\n" " ")"; CHANGED=1
   fi
   if [ -e /etc/systemd/system/kubelet.service ] && systemctl is-enabled -q kubelet >/dev/null 2>&1; then systemctl disable kubelet; CHANGED=1; fi
+  # The containerd capkk installed keeps its binaries and unit (reused by the next install) but not its stamp,
+  # which goes with /var/lib/capkk: left enabled, the next boot would start a containerd without the stamp, which the
+  # next install takes for a pre-existing one and every later reset leaves running. So it is disabled here; the
+  # next install enables it again.
+  if [ -n "$_ours" ] && [ -e "$UNIT" ] && systemctl is-enabled -q containerd >/dev/null 2>&1; then
+    systemctl disable containerd; echo "disabled containerd"; CHANGED=1
+  fi
 fi

@@ -138,7 +138,17 @@ enum Cmd {
     },
 }
 
-fn main() -> Result<()> {
+/// The error's chain on one line, last: an anyhow error returned from `main` prints its backtrace after the
+/// message when `RUST_BACKTRACE` is set (CI sets it), and a log's tail then showed only frames (a CI run's
+/// `vm up` failed that way, its reason out of sight).
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("vm: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<()> {
     match Cli::parse().command {
         Cmd::Image { source } => match source.map_or_else(Source::from_env, Ok)? {
             Source::Vms => {
