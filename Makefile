@@ -180,6 +180,9 @@ docs-diagrams: ## render docs/*.dot with Graphviz (Debian graphviz) into the com
 
 test-build: ## compile every tier's tests and binaries once (one feature set)
 	$(CARGO_TEST_BUILD)
+	@# `cargo test --no-run` links no binary of a crate without an integration test: the fault campaign's driver
+	@# is linked here, so that test-chaos-smoke in the lane never waits on the build lock behind other tiers.
+	$(CARGO) build -q -p capkk-chaos --bin capkk-chaos
 
 test-unit: ## unit tests + tests on sandbox hosts (root; fails naming what is missing otherwise)
 	@sel=$$(hack/test-targets.sh unit) && set -x && $(CARGO) test --workspace --no-fail-fast $$sel
