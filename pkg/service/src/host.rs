@@ -70,6 +70,7 @@ pub(crate) mod tpl {
         PROV_STEP => "provisioning/step.sh",
         PROV_END => "provisioning/end.sh",
         WRITE_FILE => "provisioning/write-file.sh",
+        WRITE_FILE_KEPT => "provisioning/write-file-kept.sh",
         USER => "provisioning/user.sh",
         NTP => "provisioning/ntp.sh",
         PARTITION => "provisioning/partition.sh",

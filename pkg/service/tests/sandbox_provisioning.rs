@@ -1,6 +1,6 @@
 //! Provisioning against real sandbox hosts (netns + overlay root + OpenSSH, see `capkk-sandbox`) through the
 //! real SSH executor: exact bytes/mode/owner, append, truncation, failing runcmd items, idempotent re-runs,
-//! resume after a dropped connection and after the host killed the running step.
+//! resume after a dropped connection, after the host killed the running step and after a reboot emptied /run.
 //!
 //! One sandbox (`prov-tests`) is shared by the tests of this binary; every test owns one host, because the
 //! sentinel is per host. Without root/sshd the tests fail naming what is missing (skipped only with CAPKK_ALLOW_SKIP=1).
@@ -30,13 +30,14 @@ const CABPK: usize = 5;
 const DROPPED_BATCH: usize = 6;
 const USERS_NTP: usize = 7;
 const RETRY: usize = 8;
+const REBOOTED: usize = 9;
 
 fn sandbox() -> Option<&'static Sandbox> {
     static SB: OnceLock<Sandbox> = OnceLock::new();
     if skip_unless_supported() {
         return None;
     }
-    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("prov-tests", 9)).expect("sandbox up")))
+    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("prov-tests", 10)).expect("sandbox up")))
 }
 
 fn target(sb: &Sandbox, idx: usize, user: &str) -> HostTarget {
@@ -350,6 +351,73 @@ async fn wait_for_line(host: &Host<'_>, line: &str) {
     while !counter(host).iter().any(|l| l == line) {
         assert!(Instant::now() < deadline, "{line} never appeared");
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Found by the fault campaign (docs/reliability.md): a control-plane host restarted while `kubeadm init` ran
+/// resumed with every `write_files` item journaled done, but /run had been emptied by the boot, and the re-run
+/// kubeadm found no `/run/kubeadm/kubeadm.yaml`.
+#[tokio::test]
+async fn a_reboot_that_emptied_run_gets_the_journaled_files_written_again_and_nothing_else() {
+    let Some(sb) = sandbox() else { return };
+    let host = sb.hosts()[REBOOTED].clone();
+    let p = plan(&format!(
+        "write_files:\n- {{path: /run/capkk-test/conf, content: \"a\\n\"}}\n\
+         - {{path: /run/capkk-test/conf, content: \"b\\n\", append: true}}\n\
+         - {{path: /etc/capkk-test/kept, content: \"as written\\n\"}}\n\
+         runcmd:\n- cat /run/capkk-test/conf >> /root/counter\n{SENTINEL_ITEM}"
+    ));
+    let writes: Vec<&str> = p.steps.iter().take(3).map(|s| s.id.as_str()).collect();
+    // The host as a reboot leaves it after the files were written and journaled but before the command ran:
+    // /run empty, the journal (on /var) and /etc kept; the kept file changed since by someone else.
+    let journal: String = writes.iter().map(|id| format!("{id} 0\n")).collect();
+    inside(
+        &host,
+        &format!(
+            "rm -rf /root/counter /run/capkk-test /run/cluster-api; mkdir -p {STATE_DIR} /etc/capkk-test\n\
+             printf '%s' '{journal}' > {STATE_DIR}/{}.journal\necho changed > /etc/capkk-test/kept",
+            p.hash
+        ),
+    );
+    let pool = pool();
+    let exec = pool.executor(&target(sb, REBOOTED, "root"));
+    let progress = RecordingProgress::default();
+    let outcome = provisioning::run(exec.as_ref(), &p, &progress, &Redactor::default())
+        .await
+        .unwrap();
+    assert!(matches!(outcome, Outcome::Provisioned { .. }), "{outcome:?}");
+    assert_eq!(
+        counter(&host),
+        ["a", "b"],
+        "the command read the file as its items write it: the rewrite and then the append"
+    );
+    assert_eq!(
+        inside(&host, "cat /etc/capkk-test/kept"),
+        "changed\n",
+        "a journaled file still there is not written again"
+    );
+    let skipped: Vec<(String, bool)> = progress
+        .records()
+        .iter()
+        .filter(|r| r.name.starts_with("write_files"))
+        .map(|r| (r.name.clone(), r.skipped))
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            ("write_files /run/capkk-test/conf".to_owned(), false),
+            ("write_files /run/capkk-test/conf".to_owned(), false),
+            ("write_files /etc/capkk-test/kept".to_owned(), true),
+        ]
+    );
+    // One exit code per step in the journal: the rewrites are not journaled a second time.
+    let lines = inside(&host, &format!("cat {STATE_DIR}/{}.journal", p.hash));
+    for id in &writes {
+        assert_eq!(
+            lines.lines().filter(|l| *l == format!("{id} 0")).count(),
+            1,
+            "{lines}"
+        );
     }
 }
 

@@ -34,7 +34,9 @@
 //!   never runs again once it completed, even when the connection died before we saw its result.
 //!   Hang-ups are ignored and step output goes to a file, so a dropped connection does not interrupt the
 //!   running step: the host finishes and journals it. Only a step whose process died with the host (reboot,
-//!   kill) is run again on resume (its journal then shows `<id> start` without an exit code). A host-wide
+//!   kill) is run again on resume (its journal then shows `<id> start` without an exit code), and so is a
+//!   `write_files` item whose file a reboot removed (`/run` is emptied at boot, and CABPK writes kubeadm's
+//!   configuration there): written again, not journaled twice (`provisioning/write-file-kept.sh`). A host-wide
 //!   `flock` (`STATE_DIR/lock`) keeps two runs from interleaving and makes a resumed run wait for a step
 //!   still running from an earlier connection ([`Error::HostBusy`] after [`RunOptions::lock_wait`]).
 //! - **Retry**: [`RunOptions::rerun_failed`] (set for a run started by the retry annotation) makes the first

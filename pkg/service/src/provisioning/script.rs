@@ -38,7 +38,8 @@ pub(crate) fn launcher(script_len: usize) -> String {
 ///   `service ... restart`, a backgrounded process) cannot hold the lock after the run.
 /// - Steps run with cloud-init's umask (022); the runner's own files (journal, scripts, output) are 0600.
 /// - A non-command step (`provisioning/step.sh`) runs under `set -e` and is journaled (`<id> 0`) only after
-///   it succeeded; a failure stops the script.
+///   it succeeded; a failure stops the script. A `write_files` item the journal shows done runs again, not
+///   journaled twice, when its file is gone (a reboot empties `/run`) or this run rewrote its path before it.
 /// - A command item (`provisioning/command.sh`) is journaled `<id> start` before it runs and
 ///   `<id> <exit code>` after it ran, whatever the exit code (cloud-init semantics: a failed item still
 ///   counts as run, and the next one runs). A failed item's output tail is kept (`<plan-hash>.<id>.tail`,
@@ -81,6 +82,7 @@ pub(crate) fn segment(
             other => {
                 s.push_str(&format!("# capkk step {id}\n"));
                 s.push_str(&format!("step_body() {{\n{}}}\n", body(other)));
+                s.push_str(&format!("step_kept() {{\n{}}}\n", kept(other)));
                 s.push_str(&Vars::new().var("ID", id).render(tpl::PROV_STEP));
             }
         }
@@ -102,6 +104,16 @@ pub(crate) fn body(action: &Action) -> String {
         Action::Mount(m) => mount(m),
         Action::CreateUser(u) => user(u),
         Action::ConfigureNtp(n) => ntp(n),
+    }
+}
+
+/// The body of `step_kept` (step.sh): whether a non-command step the journal shows done still holds. A
+/// written file must still be there ([`tpl::WRITE_FILE_KEPT`]); the other steps' results (users, mounts, file
+/// systems, NTP configuration) live on persistent paths and are trusted.
+fn kept(action: &Action) -> String {
+    match action {
+        Action::WriteFile(f) => Vars::new().var("P", &f.path).render(tpl::WRITE_FILE_KEPT),
+        _ => "KEPT_PATH=\n".to_owned(),
     }
 }
 

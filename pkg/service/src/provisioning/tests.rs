@@ -377,7 +377,7 @@ async fn a_failing_file_step_stops_the_run_and_is_not_journaled_as_done() {
     // The batch script journals a step only when it exited 0.
     let batch = stdin_text(&host.requests()[0]);
     assert!(batch.contains(&format!("# capkk step {}\n", file.id)));
-    assert!(batch.contains("if [ $rc -eq 0 ]; then echo \"$ID 0\" >> \"$J\"; fi"));
+    assert!(batch.contains("if [ $rc -eq 0 ] && [ -z \"$r\" ]; then echo \"$ID 0\" >> \"$J\"; fi"));
 }
 
 #[tokio::test]

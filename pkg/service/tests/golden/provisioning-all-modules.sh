@@ -4,13 +4,14 @@ S=/run/cluster-api/bootstrap-success.complete
 LOCK_WAIT=300
 TAIL_BYTES=2048
 # Shared definitions of every provisioning script. Variables: D (state dir), PLAN (plan hash), S (sentinel),
-# LOCK_WAIT (seconds), TAIL_BYTES.
+# LOCK_WAIT (seconds), TAIL_BYTES. RW: the paths this run wrote again (step.sh).
 trap '' HUP
 umask 077
 J="$D/$PLAN.journal"
 O="$D/$PLAN.out"
 NL='
 '
+RW=
 now_ms() { t=$(date +%s%N 2>/dev/null); case "$t" in *N|'') echo $(( $(date +%s) * 1000 ));; *) echo $(( t / 1000000 ));; esac; }
 done_rc() { sed -n "s/^$1 \([0-9][0-9]*\)\$/\1/p" "$J" 2>/dev/null | tail -n 1; }
 report() { t1=$(now_ms); if [ -s "$O" ]; then tl=$(tail -c "$TAIL_BYTES" "$O" | base64 | tr -d '\n'); rm -f "$O"; else tl=; fi; echo "@@capkk step $1 $2 $(( t1 - $3 )) $tl"; T=$t1; }
@@ -83,19 +84,26 @@ fi
 partprobe "$dev" 2>/dev/null || blockdev --rereadpt "$dev" 2>/dev/null || true
 udevadm settle 2>/dev/null || true
 }
+step_kept() {
+KEPT_PATH=
+}
 ID=ac214bd03ab2688c
-# A non-command step. Variables: ID (step id); step_body does the work. Runs under set -e with cloud-init's
-# umask, journaled "<id> 0" only after it succeeded; a failure stops the script.
+# A non-command step. Variables: ID (step id); step_body does the work, step_kept says whether a step the
+# journal shows done still holds (write-file-kept.sh; else true). Runs under set -e with cloud-init's umask,
+# journaled "<id> 0" only after it succeeded; a failure stops the script. A done step that no longer holds runs
+# again and is not journaled a second time (one exit code per step: the journal's readers count them).
 case "$JD" in *"$NL$ID "[0-9]*) r=$(done_rc "$ID");; *) r=;; esac
-if [ -n "$r" ]; then echo "@@capkk already $ID $r"; else
+if [ -n "$r" ] && step_kept; then echo "@@capkk already $ID $r"; else
 t0=$T
 (
 set -e
 umask 022
+if [ -n "$r" ]; then echo "journaled done, but ${KEPT_PATH:-its result} is gone: run again"; fi
 step_body
 )> "$O" 2>&1 9>&-
 rc=$?
-if [ $rc -eq 0 ]; then echo "$ID 0" >> "$J"; fi
+if [ $rc -eq 0 ] && [ -z "$r" ]; then echo "$ID 0" >> "$J"; fi
+if [ $rc -eq 0 ] && [ -n "$r" ] && [ -n "$KEPT_PATH" ]; then RW="$RW$NL$KEPT_PATH$NL"; fi
 report "$ID" $rc "$t0"
 if [ $rc -ne 0 ]; then mark_sentinel; exit 0; fi
 fi
@@ -142,19 +150,26 @@ fi
 partprobe "$dev" 2>/dev/null || blockdev --rereadpt "$dev" 2>/dev/null || true
 udevadm settle 2>/dev/null || true
 }
+step_kept() {
+KEPT_PATH=
+}
 ID=863a1655667d68c5
-# A non-command step. Variables: ID (step id); step_body does the work. Runs under set -e with cloud-init's
-# umask, journaled "<id> 0" only after it succeeded; a failure stops the script.
+# A non-command step. Variables: ID (step id); step_body does the work, step_kept says whether a step the
+# journal shows done still holds (write-file-kept.sh; else true). Runs under set -e with cloud-init's umask,
+# journaled "<id> 0" only after it succeeded; a failure stops the script. A done step that no longer holds runs
+# again and is not journaled a second time (one exit code per step: the journal's readers count them).
 case "$JD" in *"$NL$ID "[0-9]*) r=$(done_rc "$ID");; *) r=;; esac
-if [ -n "$r" ]; then echo "@@capkk already $ID $r"; else
+if [ -n "$r" ] && step_kept; then echo "@@capkk already $ID $r"; else
 t0=$T
 (
 set -e
 umask 022
+if [ -n "$r" ]; then echo "journaled done, but ${KEPT_PATH:-its result} is gone: run again"; fi
 step_body
 )> "$O" 2>&1 9>&-
 rc=$?
-if [ $rc -eq 0 ]; then echo "$ID 0" >> "$J"; fi
+if [ $rc -eq 0 ] && [ -z "$r" ]; then echo "$ID 0" >> "$J"; fi
+if [ $rc -eq 0 ] && [ -n "$r" ] && [ -n "$KEPT_PATH" ]; then RW="$RW$NL$KEPT_PATH$NL"; fi
 report "$ID" $rc "$t0"
 if [ $rc -ne 0 ]; then mark_sentinel; exit 0; fi
 fi
@@ -179,19 +194,26 @@ force=
 if [ -n "$FORCE" ] && [ -n "$cur$pt" ]; then force=$FORCE; fi
 "$@" ${force:+"$force"} "$dev"
 }
+step_kept() {
+KEPT_PATH=
+}
 ID=a69e78759a98992e
-# A non-command step. Variables: ID (step id); step_body does the work. Runs under set -e with cloud-init's
-# umask, journaled "<id> 0" only after it succeeded; a failure stops the script.
+# A non-command step. Variables: ID (step id); step_body does the work, step_kept says whether a step the
+# journal shows done still holds (write-file-kept.sh; else true). Runs under set -e with cloud-init's umask,
+# journaled "<id> 0" only after it succeeded; a failure stops the script. A done step that no longer holds runs
+# again and is not journaled a second time (one exit code per step: the journal's readers count them).
 case "$JD" in *"$NL$ID "[0-9]*) r=$(done_rc "$ID");; *) r=;; esac
-if [ -n "$r" ]; then echo "@@capkk already $ID $r"; else
+if [ -n "$r" ] && step_kept; then echo "@@capkk already $ID $r"; else
 t0=$T
 (
 set -e
 umask 022
+if [ -n "$r" ]; then echo "journaled done, but ${KEPT_PATH:-its result} is gone: run again"; fi
 step_body
 )> "$O" 2>&1 9>&-
 rc=$?
-if [ $rc -eq 0 ]; then echo "$ID 0" >> "$J"; fi
+if [ $rc -eq 0 ] && [ -z "$r" ]; then echo "$ID 0" >> "$J"; fi
+if [ $rc -eq 0 ] && [ -n "$r" ] && [ -n "$KEPT_PATH" ]; then RW="$RW$NL$KEPT_PATH$NL"; fi
 report "$ID" $rc "$t0"
 if [ $rc -ne 0 ]; then mark_sentinel; exit 0; fi
 fi
@@ -216,19 +238,26 @@ force=
 if [ -n "$FORCE" ] && [ -n "$cur$pt" ]; then force=$FORCE; fi
 "$@" ${force:+"$force"} "$dev"
 }
+step_kept() {
+KEPT_PATH=
+}
 ID=ee033a4deef804aa
-# A non-command step. Variables: ID (step id); step_body does the work. Runs under set -e with cloud-init's
-# umask, journaled "<id> 0" only after it succeeded; a failure stops the script.
+# A non-command step. Variables: ID (step id); step_body does the work, step_kept says whether a step the
+# journal shows done still holds (write-file-kept.sh; else true). Runs under set -e with cloud-init's umask,
+# journaled "<id> 0" only after it succeeded; a failure stops the script. A done step that no longer holds runs
+# again and is not journaled a second time (one exit code per step: the journal's readers count them).
 case "$JD" in *"$NL$ID "[0-9]*) r=$(done_rc "$ID");; *) r=;; esac
-if [ -n "$r" ]; then echo "@@capkk already $ID $r"; else
+if [ -n "$r" ] && step_kept; then echo "@@capkk already $ID $r"; else
 t0=$T
 (
 set -e
 umask 022
+if [ -n "$r" ]; then echo "journaled done, but ${KEPT_PATH:-its result} is gone: run again"; fi
 step_body
 )> "$O" 2>&1 9>&-
 rc=$?
-if [ $rc -eq 0 ]; then echo "$ID 0" >> "$J"; fi
+if [ $rc -eq 0 ] && [ -z "$r" ]; then echo "$ID 0" >> "$J"; fi
+if [ $rc -eq 0 ] && [ -n "$r" ] && [ -n "$KEPT_PATH" ]; then RW="$RW$NL$KEPT_PATH$NL"; fi
 report "$ID" $rc "$t0"
 if [ $rc -ne 0 ]; then mark_sentinel; exit 0; fi
 fi
@@ -256,19 +285,26 @@ else
   if ! mountpoint -q "$MP"; then mount "$MP"; fi
 fi
 }
+step_kept() {
+KEPT_PATH=
+}
 ID=4d8a268a51bbff27
-# A non-command step. Variables: ID (step id); step_body does the work. Runs under set -e with cloud-init's
-# umask, journaled "<id> 0" only after it succeeded; a failure stops the script.
+# A non-command step. Variables: ID (step id); step_body does the work, step_kept says whether a step the
+# journal shows done still holds (write-file-kept.sh; else true). Runs under set -e with cloud-init's umask,
+# journaled "<id> 0" only after it succeeded; a failure stops the script. A done step that no longer holds runs
+# again and is not journaled a second time (one exit code per step: the journal's readers count them).
 case "$JD" in *"$NL$ID "[0-9]*) r=$(done_rc "$ID");; *) r=;; esac
-if [ -n "$r" ]; then echo "@@capkk already $ID $r"; else
+if [ -n "$r" ] && step_kept; then echo "@@capkk already $ID $r"; else
 t0=$T
 (
 set -e
 umask 022
+if [ -n "$r" ]; then echo "journaled done, but ${KEPT_PATH:-its result} is gone: run again"; fi
 step_body
 )> "$O" 2>&1 9>&-
 rc=$?
-if [ $rc -eq 0 ]; then echo "$ID 0" >> "$J"; fi
+if [ $rc -eq 0 ] && [ -z "$r" ]; then echo "$ID 0" >> "$J"; fi
+if [ $rc -eq 0 ] && [ -n "$r" ] && [ -n "$KEPT_PATH" ]; then RW="$RW$NL$KEPT_PATH$NL"; fi
 report "$ID" $rc "$t0"
 if [ $rc -ne 0 ]; then mark_sentinel; exit 0; fi
 fi
@@ -296,19 +332,26 @@ else
   if ! mountpoint -q "$MP"; then mount "$MP"; fi
 fi
 }
+step_kept() {
+KEPT_PATH=
+}
 ID=99d3868a6cc185dc
-# A non-command step. Variables: ID (step id); step_body does the work. Runs under set -e with cloud-init's
-# umask, journaled "<id> 0" only after it succeeded; a failure stops the script.
+# A non-command step. Variables: ID (step id); step_body does the work, step_kept says whether a step the
+# journal shows done still holds (write-file-kept.sh; else true). Runs under set -e with cloud-init's umask,
+# journaled "<id> 0" only after it succeeded; a failure stops the script. A done step that no longer holds runs
+# again and is not journaled a second time (one exit code per step: the journal's readers count them).
 case "$JD" in *"$NL$ID "[0-9]*) r=$(done_rc "$ID");; *) r=;; esac
-if [ -n "$r" ]; then echo "@@capkk already $ID $r"; else
+if [ -n "$r" ] && step_kept; then echo "@@capkk already $ID $r"; else
 t0=$T
 (
 set -e
 umask 022
+if [ -n "$r" ]; then echo "journaled done, but ${KEPT_PATH:-its result} is gone: run again"; fi
 step_body
 )> "$O" 2>&1 9>&-
 rc=$?
-if [ $rc -eq 0 ]; then echo "$ID 0" >> "$J"; fi
+if [ $rc -eq 0 ] && [ -z "$r" ]; then echo "$ID 0" >> "$J"; fi
+if [ $rc -eq 0 ] && [ -n "$r" ] && [ -n "$KEPT_PATH" ]; then RW="$RW$NL$KEPT_PATH$NL"; fi
 report "$ID" $rc "$t0"
 if [ $rc -ne 0 ]; then mark_sentinel; exit 0; fi
 fi
@@ -343,19 +386,33 @@ esac
 chmod "$MODE" "$t"
 mv -f -- "$t" "$P"
 }
+step_kept() {
+P='/etc/we ird/it'\''s $HOME.conf'
+# Whether a write_files item the journal shows done still holds on the host (step.sh's `step_kept`). It does
+# not when its file is gone: a reboot empties /run and /tmp, where CABPK puts kubeadm's configuration, and the
+# resumed run's kubeadm would find nothing. Nor when this run has already written the same path again (an
+# append after its file was rewritten). Variables: P (path). Sets KEPT_PATH for step.sh.
+KEPT_PATH=$P
+[ -e "$P" ] || [ -L "$P" ] || return 1
+case "$RW" in *"$NL$P$NL"*) return 1;; esac
+}
 ID=371215cd7eca2395
-# A non-command step. Variables: ID (step id); step_body does the work. Runs under set -e with cloud-init's
-# umask, journaled "<id> 0" only after it succeeded; a failure stops the script.
+# A non-command step. Variables: ID (step id); step_body does the work, step_kept says whether a step the
+# journal shows done still holds (write-file-kept.sh; else true). Runs under set -e with cloud-init's umask,
+# journaled "<id> 0" only after it succeeded; a failure stops the script. A done step that no longer holds runs
+# again and is not journaled a second time (one exit code per step: the journal's readers count them).
 case "$JD" in *"$NL$ID "[0-9]*) r=$(done_rc "$ID");; *) r=;; esac
-if [ -n "$r" ]; then echo "@@capkk already $ID $r"; else
+if [ -n "$r" ] && step_kept; then echo "@@capkk already $ID $r"; else
 t0=$T
 (
 set -e
 umask 022
+if [ -n "$r" ]; then echo "journaled done, but ${KEPT_PATH:-its result} is gone: run again"; fi
 step_body
 )> "$O" 2>&1 9>&-
 rc=$?
-if [ $rc -eq 0 ]; then echo "$ID 0" >> "$J"; fi
+if [ $rc -eq 0 ] && [ -z "$r" ]; then echo "$ID 0" >> "$J"; fi
+if [ $rc -eq 0 ] && [ -n "$r" ] && [ -n "$KEPT_PATH" ]; then RW="$RW$NL$KEPT_PATH$NL"; fi
 report "$ID" $rc "$t0"
 if [ $rc -ne 0 ]; then mark_sentinel; exit 0; fi
 fi
@@ -390,19 +447,33 @@ esac
 chmod "$MODE" "$t"
 mv -f -- "$t" "$P"
 }
+step_kept() {
+P=/usr/local/bin/tool
+# Whether a write_files item the journal shows done still holds on the host (step.sh's `step_kept`). It does
+# not when its file is gone: a reboot empties /run and /tmp, where CABPK puts kubeadm's configuration, and the
+# resumed run's kubeadm would find nothing. Nor when this run has already written the same path again (an
+# append after its file was rewritten). Variables: P (path). Sets KEPT_PATH for step.sh.
+KEPT_PATH=$P
+[ -e "$P" ] || [ -L "$P" ] || return 1
+case "$RW" in *"$NL$P$NL"*) return 1;; esac
+}
 ID=99533c44f86467f9
-# A non-command step. Variables: ID (step id); step_body does the work. Runs under set -e with cloud-init's
-# umask, journaled "<id> 0" only after it succeeded; a failure stops the script.
+# A non-command step. Variables: ID (step id); step_body does the work, step_kept says whether a step the
+# journal shows done still holds (write-file-kept.sh; else true). Runs under set -e with cloud-init's umask,
+# journaled "<id> 0" only after it succeeded; a failure stops the script. A done step that no longer holds runs
+# again and is not journaled a second time (one exit code per step: the journal's readers count them).
 case "$JD" in *"$NL$ID "[0-9]*) r=$(done_rc "$ID");; *) r=;; esac
-if [ -n "$r" ]; then echo "@@capkk already $ID $r"; else
+if [ -n "$r" ] && step_kept; then echo "@@capkk already $ID $r"; else
 t0=$T
 (
 set -e
 umask 022
+if [ -n "$r" ]; then echo "journaled done, but ${KEPT_PATH:-its result} is gone: run again"; fi
 step_body
 )> "$O" 2>&1 9>&-
 rc=$?
-if [ $rc -eq 0 ]; then echo "$ID 0" >> "$J"; fi
+if [ $rc -eq 0 ] && [ -z "$r" ]; then echo "$ID 0" >> "$J"; fi
+if [ $rc -eq 0 ] && [ -n "$r" ] && [ -n "$KEPT_PATH" ]; then RW="$RW$NL$KEPT_PATH$NL"; fi
 report "$ID" $rc "$t0"
 if [ $rc -ne 0 ]; then mark_sentinel; exit 0; fi
 fi
@@ -432,19 +503,33 @@ esac
 chmod "$MODE" "$t"
 mv -f -- "$t" "$P"
 }
+step_kept() {
+P=/etc/empty
+# Whether a write_files item the journal shows done still holds on the host (step.sh's `step_kept`). It does
+# not when its file is gone: a reboot empties /run and /tmp, where CABPK puts kubeadm's configuration, and the
+# resumed run's kubeadm would find nothing. Nor when this run has already written the same path again (an
+# append after its file was rewritten). Variables: P (path). Sets KEPT_PATH for step.sh.
+KEPT_PATH=$P
+[ -e "$P" ] || [ -L "$P" ] || return 1
+case "$RW" in *"$NL$P$NL"*) return 1;; esac
+}
 ID=831baafac329e610
-# A non-command step. Variables: ID (step id); step_body does the work. Runs under set -e with cloud-init's
-# umask, journaled "<id> 0" only after it succeeded; a failure stops the script.
+# A non-command step. Variables: ID (step id); step_body does the work, step_kept says whether a step the
+# journal shows done still holds (write-file-kept.sh; else true). Runs under set -e with cloud-init's umask,
+# journaled "<id> 0" only after it succeeded; a failure stops the script. A done step that no longer holds runs
+# again and is not journaled a second time (one exit code per step: the journal's readers count them).
 case "$JD" in *"$NL$ID "[0-9]*) r=$(done_rc "$ID");; *) r=;; esac
-if [ -n "$r" ]; then echo "@@capkk already $ID $r"; else
+if [ -n "$r" ] && step_kept; then echo "@@capkk already $ID $r"; else
 t0=$T
 (
 set -e
 umask 022
+if [ -n "$r" ]; then echo "journaled done, but ${KEPT_PATH:-its result} is gone: run again"; fi
 step_body
 )> "$O" 2>&1 9>&-
 rc=$?
-if [ $rc -eq 0 ]; then echo "$ID 0" >> "$J"; fi
+if [ $rc -eq 0 ] && [ -z "$r" ]; then echo "$ID 0" >> "$J"; fi
+if [ $rc -eq 0 ] && [ -n "$r" ] && [ -n "$KEPT_PATH" ]; then RW="$RW$NL$KEPT_PATH$NL"; fi
 report "$ID" $rc "$t0"
 if [ $rc -ne 0 ]; then mark_sentinel; exit 0; fi
 fi
@@ -519,19 +604,26 @@ if [ "$KEYS" = 1 ]; then
   chown -- "$NAME:$g" "$ak"
 fi
 }
+step_kept() {
+KEPT_PATH=
+}
 ID=73dc1cd82a5e8ddc
-# A non-command step. Variables: ID (step id); step_body does the work. Runs under set -e with cloud-init's
-# umask, journaled "<id> 0" only after it succeeded; a failure stops the script.
+# A non-command step. Variables: ID (step id); step_body does the work, step_kept says whether a step the
+# journal shows done still holds (write-file-kept.sh; else true). Runs under set -e with cloud-init's umask,
+# journaled "<id> 0" only after it succeeded; a failure stops the script. A done step that no longer holds runs
+# again and is not journaled a second time (one exit code per step: the journal's readers count them).
 case "$JD" in *"$NL$ID "[0-9]*) r=$(done_rc "$ID");; *) r=;; esac
-if [ -n "$r" ]; then echo "@@capkk already $ID $r"; else
+if [ -n "$r" ] && step_kept; then echo "@@capkk already $ID $r"; else
 t0=$T
 (
 set -e
 umask 022
+if [ -n "$r" ]; then echo "journaled done, but ${KEPT_PATH:-its result} is gone: run again"; fi
 step_body
 )> "$O" 2>&1 9>&-
 rc=$?
-if [ $rc -eq 0 ]; then echo "$ID 0" >> "$J"; fi
+if [ $rc -eq 0 ] && [ -z "$r" ]; then echo "$ID 0" >> "$J"; fi
+if [ $rc -eq 0 ] && [ -n "$r" ] && [ -n "$KEPT_PATH" ]; then RW="$RW$NL$KEPT_PATH$NL"; fi
 report "$ID" $rc "$t0"
 if [ $rc -ne 0 ]; then mark_sentinel; exit 0; fi
 fi
@@ -579,19 +671,26 @@ else
   exit 1
 fi
 }
+step_kept() {
+KEPT_PATH=
+}
 ID=c0b1ea3001c2d13e
-# A non-command step. Variables: ID (step id); step_body does the work. Runs under set -e with cloud-init's
-# umask, journaled "<id> 0" only after it succeeded; a failure stops the script.
+# A non-command step. Variables: ID (step id); step_body does the work, step_kept says whether a step the
+# journal shows done still holds (write-file-kept.sh; else true). Runs under set -e with cloud-init's umask,
+# journaled "<id> 0" only after it succeeded; a failure stops the script. A done step that no longer holds runs
+# again and is not journaled a second time (one exit code per step: the journal's readers count them).
 case "$JD" in *"$NL$ID "[0-9]*) r=$(done_rc "$ID");; *) r=;; esac
-if [ -n "$r" ]; then echo "@@capkk already $ID $r"; else
+if [ -n "$r" ] && step_kept; then echo "@@capkk already $ID $r"; else
 t0=$T
 (
 set -e
 umask 022
+if [ -n "$r" ]; then echo "journaled done, but ${KEPT_PATH:-its result} is gone: run again"; fi
 step_body
 )> "$O" 2>&1 9>&-
 rc=$?
-if [ $rc -eq 0 ]; then echo "$ID 0" >> "$J"; fi
+if [ $rc -eq 0 ] && [ -z "$r" ]; then echo "$ID 0" >> "$J"; fi
+if [ $rc -eq 0 ] && [ -n "$r" ] && [ -n "$KEPT_PATH" ]; then RW="$RW$NL$KEPT_PATH$NL"; fi
 report "$ID" $rc "$t0"
 if [ $rc -ne 0 ]; then mark_sentinel; exit 0; fi
 fi
