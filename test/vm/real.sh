@@ -3,7 +3,8 @@
 # kubelet and containerd, the node artifacts built here (test/vm/artifacts) served by a real file mirror and a
 # real OCI registry on the VMs' bridge.
 #
-#   test/vm/real.sh smoke        1 VM: KubeadmControlPlane (1 replica) inits it through our controllers, the
+#   test/vm/real.sh smoke        1 VM: KubeadmControlPlane (1 replica) inits it through our controllers (node
+#                                containers: power-cycled once while kubeadm init runs, the provider resumes), the
 #                                Node goes Ready with our providerID, deleting the Cluster resets the VM
 #                                and, before that, the manager Deployment exactly as `clusterctl generate provider`
 #                                renders it runs as a Pod on that node (image pulled from the bridge registry),
@@ -1412,6 +1413,28 @@ sys.exit(1 if bad else 0)' "$WORK/cluster.yaml"
   done
 }
 
+# The control plane power-cycled while its `kubeadm init` runs (node containers; the fault campaign's finding,
+# docs/reliability.md): the host comes back with /run emptied by the boot (CABPK's kubeadm configuration with it)
+# and kubeadm's half-done state (manifests, certificates, the static pods the kubelet starts again), over which
+# kubeadm refuses to run. The provider writes the files again, undoes the state (`kubeadm reset -f`) and runs
+# kubeadm init again; control_plane then waits for the Machine as always.
+init_cut() {
+  [ "$HOSTS" = containers ] || return 0
+  local t0=$SECONDS
+  stage "the control plane power-cycled while kubeadm init runs"
+  # Out of band (not over the host's sshd) and often: kubeadm init takes ~15 s on a node container. The
+  # bracket keeps the pattern from matching the shell that runs pgrep.
+  until "$VMCTL" inside --name "$NAME" --vm 1 -- 'pgrep -f "kubeadm [i]nit" >/dev/null' >/dev/null 2>&1; do
+    [ $((SECONDS - t0)) -lt "$CP_TIMEOUT" ] || { check "kubeadm init seen running on $(vm_name 1)" false; return 1; }
+    sleep 0.3
+  done
+  check "kubeadm init seen running on $(vm_name 1) after $((SECONDS - t0))s" true
+  sleep 3
+  check "$(vm_name 1) power-cycled while kubeadm init ran" "$VMCTL" restart --name "$NAME" --vm 1
+  wait_for "the provider undid kubeadm's half-done state (kubeadm reset) before running kubeadm init again" \
+    "$CP_TIMEOUT" grep -q "Undid the half-done state of a kubeadm item cut short" "$WORK/manager.log"
+}
+
 # A worker power-cycled (node containers: `vm restart`; its disk survives, its network namespace, routes and
 # pod sandboxes do not): its kubelet back, its Node Ready, and the pod network across nodes back through
 # flannel's routes (the static routes of REAL_CNI=static would be gone).
@@ -2427,7 +2450,7 @@ main() {
   case $MODE in
     smoke)
       VMS=1
-      steps=(build mgmt_up release vms_up serve_up render_apply control_plane manager_pod delete_cluster)
+      steps=(build mgmt_up release vms_up serve_up render_apply init_cut control_plane manager_pod delete_cluster)
       ;;
     defaults)
       # e2e's cluster with no component versions, checked against the component defaults; no scale stages.

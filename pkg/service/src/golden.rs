@@ -293,11 +293,10 @@ pub(crate) fn renderings() -> Vec<(String, Kind, String)> {
         .provider_id("kk://default/node-a");
     let plan = capkk_cloudinit::parse(ALL_MODULES.as_bytes(), "cloud-config", &vars).unwrap();
     let steps: Vec<_> = plan.steps.iter().collect();
-    let ids: Vec<&str> = plan.steps.iter().map(|s| s.id.as_str()).collect();
     add(
         "provisioning-all-modules.sh",
         Kind::Script,
-        prov::segment(&plan.hash, 300, &steps, Some(&ids), false),
+        prov::segment(&plan.hash, 300, &steps, Some(&plan), false),
     );
     out
 }

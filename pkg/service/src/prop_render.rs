@@ -192,8 +192,7 @@ proptest! {
             return Ok(());
         };
         let steps: Vec<_> = plan.steps.iter().collect();
-        let ids: Vec<&str> = plan.steps.iter().map(|s| s.id.as_str()).collect();
-        sh_n(&prov::segment(&plan.hash, 60, &steps, Some(&ids), true))?;
+        sh_n(&prov::segment(&plan.hash, 60, &steps, Some(&plan), true))?;
         for st in &plan.steps {
             sh_n(&prov::body(&st.action))?;
         }

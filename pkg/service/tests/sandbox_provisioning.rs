@@ -31,13 +31,14 @@ const DROPPED_BATCH: usize = 6;
 const USERS_NTP: usize = 7;
 const RETRY: usize = 8;
 const REBOOTED: usize = 9;
+const KUBEADM_CUT: usize = 10;
 
 fn sandbox() -> Option<&'static Sandbox> {
     static SB: OnceLock<Sandbox> = OnceLock::new();
     if skip_unless_supported() {
         return None;
     }
-    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("prov-tests", 10)).expect("sandbox up")))
+    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("prov-tests", 11)).expect("sandbox up")))
 }
 
 fn target(sb: &Sandbox, idx: usize, user: &str) -> HostTarget {
@@ -419,6 +420,95 @@ async fn a_reboot_that_emptied_run_gets_the_journaled_files_written_again_and_no
             "{lines}"
         );
     }
+}
+
+/// The other half of the campaign's finding: the restart had cut `kubeadm init` short, and kubeadm refuses to
+/// run over its own half-done state. A stand-in kubeadm refuses the same way (an existing static pod manifest),
+/// and its reset removes what kubeadm's does (`/etc/kubernetes/pki` among it).
+#[tokio::test]
+async fn a_kubeadm_item_cut_short_by_the_hosts_death_is_reset_before_it_runs_again() {
+    let Some(sb) = sandbox() else { return };
+    let host = sb.hosts()[KUBEADM_CUT].clone();
+    let p = plan(
+        "write_files:\n- {path: /etc/kubernetes/pki/ca.crt, content: \"ca\\n\"}\n\
+         - {path: /run/kubeadm/kubeadm.yaml, content: \"cfg\\n\"}\n\
+         runcmd:\n- echo pre >> /root/counter\n\
+         - \"kubeadm init --config /run/kubeadm/kubeadm.yaml && mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\"\n",
+    );
+    let ids: Vec<&str> = p.steps.iter().map(|s| s.id.as_str()).collect();
+    // The host after a power cut during `kubeadm init`: files and the first item journaled, the kubeadm item
+    // started, its manifest left behind, /run emptied by the boot.
+    let journal = format!(
+        "{} 0\n{} 0\n{} start\n{} 0\n{} start\n",
+        ids[0], ids[1], ids[2], ids[2], ids[3]
+    );
+    inside(
+        &host,
+        &format!(
+            "rm -rf /root/counter /run/kubeadm /run/cluster-api /etc/kubernetes; mkdir -p {STATE_DIR} /etc/kubernetes/pki /etc/kubernetes/manifests\n\
+             echo ca > /etc/kubernetes/pki/ca.crt; touch /etc/kubernetes/manifests/kube-apiserver.yaml\n\
+             printf '%s' '{journal}' > {STATE_DIR}/{}.journal\n\
+             cat > /usr/local/bin/kubeadm <<'EOF'\n\
+             #!/bin/sh\n\
+             echo \"kubeadm $*\" >> /root/counter\n\
+             case $1 in\n\
+             reset) rm -rf /etc/kubernetes/pki /etc/kubernetes/manifests ;;\n\
+             init) [ ! -e /etc/kubernetes/manifests/kube-apiserver.yaml ] || {{ echo 'FileAvailable--etc-kubernetes-manifests-kube-apiserver.yaml' >&2; exit 1; }}\n\
+             \x20 [ -e /etc/kubernetes/pki/ca.crt ] && [ -e \"$3\" ] || {{ echo 'no CA or no config' >&2; exit 1; }}\n\
+             \x20 mkdir -p /etc/kubernetes/manifests && touch /etc/kubernetes/manifests/kube-apiserver.yaml ;;\n\
+             esac\n\
+             EOF\n\
+             chmod 755 /usr/local/bin/kubeadm",
+            p.hash
+        ),
+    );
+    let pool = pool();
+    let exec = pool.executor(&target(sb, KUBEADM_CUT, "root"));
+    let outcome = provisioning::run(
+        exec.as_ref(),
+        &p,
+        &RecordingProgress::default(),
+        &Redactor::default(),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(outcome, Outcome::Provisioned { .. }), "{outcome:?}");
+    assert_eq!(
+        counter(&host),
+        [
+            "kubeadm reset -f",
+            "kubeadm init --config /run/kubeadm/kubeadm.yaml"
+        ],
+        "reset once, then the kubeadm item again; the completed first item not again"
+    );
+    assert_eq!(
+        inside(&host, "cat /etc/kubernetes/pki/ca.crt /run/kubeadm/kubeadm.yaml"),
+        "ca\ncfg\n",
+        "the files the reset and the boot removed were written again before kubeadm ran"
+    );
+    let lines = inside(&host, &format!("cat {STATE_DIR}/{}.journal", p.hash));
+    assert_eq!(
+        lines
+            .lines()
+            .filter(|l| l.starts_with(ids[3]))
+            .collect::<Vec<_>>(),
+        [
+            format!("{} start", ids[3]),
+            format!("{} start", ids[3]),
+            format!("{} 0", ids[3])
+        ]
+    );
+    // Provisioned now: a later run resets nothing.
+    provisioning::run(
+        exec.as_ref(),
+        &p,
+        &RecordingProgress::default(),
+        &Redactor::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(counter(&host).len(), 2);
+    inside(&host, "rm -f /usr/local/bin/kubeadm");
 }
 
 #[tokio::test]

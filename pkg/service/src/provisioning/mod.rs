@@ -36,7 +36,9 @@
 //!   running step: the host finishes and journals it. Only a step whose process died with the host (reboot,
 //!   kill) is run again on resume (its journal then shows `<id> start` without an exit code), and so is a
 //!   `write_files` item whose file a reboot removed (`/run` is emptied at boot, and CABPK writes kubeadm's
-//!   configuration there): written again, not journaled twice (`provisioning/write-file-kept.sh`). A host-wide
+//!   configuration there): written again, not journaled twice (`provisioning/write-file-kept.sh`). A kubeadm
+//!   init or join cut short that way is undone first (`kubeadm reset -f`, in the probe): kubeadm refuses to run
+//!   over its own half-done state; the files the reset removed are then written again. A host-wide
 //!   `flock` (`STATE_DIR/lock`) keeps two runs from interleaving and makes a resumed run wait for a step
 //!   still running from an earlier connection ([`Error::HostBusy`] after [`RunOptions::lock_wait`]).
 //! - **Retry**: [`RunOptions::rerun_failed`] (set for a run started by the retry annotation) makes the first
@@ -77,7 +79,7 @@ use std::{
 
 use capkk_cloudinit::{Action, Plan, Step};
 use capkk_executor::{ExecError, ExecOutput, ExecRequest, Executor};
-use tracing::{info, instrument};
+use tracing::{info, instrument, warn};
 
 use crate::{
     Error, Result,
@@ -201,7 +203,6 @@ pub async fn run_with(
         phase: PHASE,
     };
     let lock_wait = opts.lock_wait.as_secs().max(1);
-    let all_ids: Vec<&str> = plan.steps.iter().map(|s| s.id.as_str()).collect();
     let n = plan.steps.len();
     // The host journal as the first exec found it; `None` until then.
     let mut journal: Option<HostJournal> = None;
@@ -226,7 +227,7 @@ pub async fn run_with(
             .filter(|s| matches!(s.action, Action::Command(_)))
             .count() as u32;
         let timeout = opts.batch_timeout + opts.command_timeout * commands + opts.lock_wait;
-        let probe = journal.is_none().then_some(all_ids.as_slice());
+        let probe = journal.is_none().then_some(plan);
         let script = script::segment(&plan.hash, lock_wait, &steps, probe, opts.rerun_failed);
         let first_name = steps
             .first()
@@ -275,6 +276,18 @@ pub async fn run_with(
                 .filter(|s| found.started.contains(&s.id) && !found.finished.contains_key(&s.id))
             {
                 info!(step = %st.name(), "Re-running a step that an earlier run started but did not finish");
+            }
+            for (id, rc) in &marks.undone {
+                let name = plan
+                    .steps
+                    .iter()
+                    .find(|s| &s.id == id)
+                    .map_or_else(|| id.clone(), |s| display_name(s, redactor));
+                if *rc == 0 {
+                    info!(step = %name, "Undid the half-done state of a kubeadm item cut short (kubeadm reset -f) before running it again");
+                } else {
+                    warn!(step = %name, exit_code = rc, "kubeadm reset -f failed while undoing a kubeadm item cut short; running it again anyway");
+                }
             }
             journal = Some(found);
         }
@@ -489,6 +502,8 @@ struct Marks {
     skip_all: bool,
     /// The journal printed by the probe section.
     journal: Option<HostJournal>,
+    /// Kubeadm items cut short that the probe undid, with `kubeadm reset`'s exit code.
+    undone: Vec<(String, u32)>,
 }
 
 fn parse_marks(text: &str) -> Marks {
@@ -527,6 +542,11 @@ fn parse_marks(text: &str) -> Marks {
                         (*id).to_owned(),
                         (rc, ms.max(0) as u64, String::from_utf8_lossy(&bytes).into_owned()),
                     );
+                }
+            }
+            ["undo", id, rc] => {
+                if let Ok(rc) = rc.trim().parse() {
+                    m.undone.push(((*id).to_owned(), rc));
                 }
             }
             ["tail", id, b64] => {

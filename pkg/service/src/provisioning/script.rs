@@ -3,7 +3,9 @@
 //! every content (file bytes, keys, sudo rules, password hashes, command text) as a data function printing
 //! base64 from a quoted here-document, in a script that travels on stdin, never on a command line.
 
-use capkk_cloudinit::{Action, DiskSetup, FsSetup, Mount, Ntp, NtpClient, Step, TableType, User, WriteFile};
+use capkk_cloudinit::{
+    Action, DiskSetup, FsSetup, Mount, Ntp, NtpClient, Plan, Step, TableType, User, WriteFile,
+};
 
 use super::{SENTINEL, STATE_DIR};
 use crate::{
@@ -28,10 +30,11 @@ pub(crate) fn launcher(script_len: usize) -> String {
 /// One exec's script: `provisioning/prelude.sh`, an optional probe section, then `steps` in order, then the
 /// sentinel state.
 ///
-/// - Probe (`probe_ids` = every step id of the plan; first exec of a run only): print the journal and the kept
-///   output tails; when the sentinel exists (or the journal says `provisioned`) and this plan's journal is
-///   empty or complete, print `skipall` and stop. With `rerun_failed` (a retry) the probe first removes from the
-///   journal the command items whose last run failed, so they run again.
+/// - Probe (`probe` = the plan; first exec of a run only): print the journal and the kept output tails; when
+///   the sentinel exists (or the journal says `provisioned`) and this plan's journal is empty or complete,
+///   print `skipall` and stop. With `rerun_failed` (a retry) the probe first removes from the journal the
+///   command items whose last run failed, so they run again. A kubeadm item ([`runs_kubeadm`]) the host's
+///   death cut short is undone first (`kubeadm reset -f`, reported as `undo <id> <rc>`).
 /// - A step already in the journal is not run again (`already <id> <rc>`); this check runs on the host,
 ///   under the host-wide provisioning lock.
 /// - Steps run with the lock's descriptor closed, so a daemon they start (`systemctl` without systemd,
@@ -48,7 +51,7 @@ pub(crate) fn segment(
     plan_hash: &str,
     lock_wait_secs: u64,
     steps: &[&Step],
-    probe_ids: Option<&[&str]>,
+    probe: Option<&Plan>,
     rerun_failed: bool,
 ) -> String {
     let mut s = Vars::new()
@@ -58,12 +61,20 @@ pub(crate) fn segment(
         .var("LOCK_WAIT", lock_wait_secs.to_string())
         .var("TAIL_BYTES", TAIL_BYTES.to_string())
         .render(tpl::PROV_PRELUDE);
-    if let Some(ids) = probe_ids {
+    if let Some(plan) = probe {
         s.push_str("# capkk probe\n");
+        let ids: Vec<&str> = plan.steps.iter().map(|st| st.id.as_str()).collect();
+        let kubeadm_ids: Vec<&str> = plan
+            .steps
+            .iter()
+            .filter(|st| matches!(&st.action, Action::Command(c) if runs_kubeadm(&c.script)))
+            .map(|st| st.id.as_str())
+            .collect();
         s.push_str(
             &Vars::new()
                 .flag("RERUN_FAILED", rerun_failed)
-                .args(ids)
+                .var("KUBEADM_IDS", kubeadm_ids.join(" "))
+                .args(&ids)
                 .render(tpl::PROV_PROBE),
         );
     }
@@ -89,6 +100,16 @@ pub(crate) fn segment(
     }
     s.push_str(tpl::PROV_END);
     s
+}
+
+/// Whether a command item runs `kubeadm init` or `kubeadm join` (CABPK's kubeadm item: `kubeadm init --config
+/// ... && echo success > ...`): such an item cut short by the host's death is undone before it runs again
+/// (`provisioning/probe.sh`). A plain word match: `kubeadm` followed by `init` or `join`.
+pub(crate) fn runs_kubeadm(script: &str) -> bool {
+    let words: Vec<&str> = script.split_whitespace().collect();
+    words
+        .windows(2)
+        .any(|w| w[0].rsplit('/').next() == Some("kubeadm") && matches!(w[1], "init" | "join"))
 }
 
 /// The body of a non-command step, run under `set -e` with output captured: the action's template with its

@@ -744,3 +744,23 @@ fn write_files_are_written_through_an_unpredictable_0600_temp_file() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn only_kubeadm_init_and_join_items_count_as_kubeadm_items() {
+    for yes in [
+        "kubeadm init --config /run/kubeadm/kubeadm.yaml && echo success > /run/cluster-api/bootstrap-success.complete",
+        "/usr/local/bin/kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml",
+        "set -e\nkubeadm  join phase control-plane-prepare all",
+    ] {
+        assert!(script::runs_kubeadm(yes), "{yes}");
+    }
+    for no in [
+        "kubeadm version",
+        "echo kubeadm-init",
+        "kubeadm reset -f",
+        "kubeadm-wrapper init",
+        "",
+    ] {
+        assert!(!script::runs_kubeadm(no), "{no}");
+    }
+}

@@ -22,8 +22,9 @@ JD="$NL$(cat "$J" 2>/dev/null)$NL"
 T=$(now_ms)
 # capkk probe
 RERUN_FAILED=0
+KUBEADM_IDS=f21a58b34dfa22ea
 set -- ac214bd03ab2688c 863a1655667d68c5 a69e78759a98992e ee033a4deef804aa 4d8a268a51bbff27 99d3868a6cc185dc 371215cd7eca2395 99533c44f86467f9 831baafac329e610 73dc1cd82a5e8ddc c0b1ea3001c2d13e 5d1d2321f17f8b4e f21a58b34dfa22ea
-# First exec of a run. Variables: RERUN_FAILED (1: a retry). Arguments: every step id of the plan. Prints the
+# First exec of a run. Variables: RERUN_FAILED (1: a retry), KUBEADM_IDS. Arguments: every step id of the plan. Prints the
 # journal and the kept output tails; when the sentinel exists (or the journal says provisioned) and this plan's
 # journal is empty or complete, stops.
 # A retry after a terminal failure forgets the command items whose last run failed (and their kept tails), so
@@ -34,6 +35,18 @@ awk '$2 ~ /^[0-9]+$/ { rc[$1] = $2 } { id[NR] = $1; l[NR] = $0 } END { for (i = 
 JD="$NL$(cat "$J" 2>/dev/null)$NL"
 for f in "$D/$PLAN".*.tail; do [ -e "$f" ] || continue; i=${f##*/}; i=${i#"$PLAN".}; case "$JD" in *"$NL${i%.tail} "[0-9]*) ;; *) rm -f "$f";; esac; done
 fi
+# A kubeadm init or join that the host's death cut short (its `start` without an exit code: under the lock no
+# run of ours is alive) left kubeadm's half-done state, over which a second kubeadm refuses to run (its static
+# pod manifests, the etcd directory, the ports of the static pods the kubelet started again at boot). It is
+# undone first: `kubeadm reset -f` removes it (and this node's etcd member, when it had joined); the write_files
+# items whose files the reset removed (/etc/kubernetes/pki) are then written again (write-file-kept.sh) and the
+# item runs again. Variables: KUBEADM_IDS (the ids of the command items that run kubeadm init or join).
+for k in $KUBEADM_IDS; do
+if [ "$(awk -v id="$k" '$1 == id { l = $2 } END { print l }' "$J" 2>/dev/null)" = start ] && command -v kubeadm >/dev/null 2>&1; then
+kubeadm reset -f < /dev/null > "$D/$PLAN.undo" 2>&1 9>&-
+echo "@@capkk undo $k $?"
+fi
+done
 echo '@@capkk journal'; cat "$J" 2>/dev/null; echo '@@capkk journal-end'
 for f in "$D/$PLAN".*.tail; do [ -e "$f" ] || continue; i=${f##*/}; i=${i#"$PLAN".}; echo "@@capkk tail ${i%.tail} $(cat "$f")"; done
 if provisioned; then
