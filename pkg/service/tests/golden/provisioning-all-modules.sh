@@ -35,6 +35,13 @@ awk '$2 ~ /^[0-9]+$/ { rc[$1] = $2 } { id[NR] = $1; l[NR] = $0 } END { for (i = 
 JD="$NL$(cat "$J" 2>/dev/null)$NL"
 for f in "$D/$PLAN".*.tail; do [ -e "$f" ] || continue; i=${f##*/}; i=${i#"$PLAN".}; case "$JD" in *"$NL${i%.tail} "[0-9]*) ;; *) rm -f "$f";; esac; done
 fi
+# Right after a boot (a host restarted under a run), what earlier phases installed may still be starting:
+# kubeadm's preflight then finds no containerd socket (seen: `[ERROR ImagePull] ... containerd.sock: no such
+# file`). The run first waits, bounded, until systemd says the boot is over (a no-op on a host up for long;
+# without systemd, or on a host that stays `starting`, it goes on after the bound).
+if command -v systemctl >/dev/null 2>&1 && command -v timeout >/dev/null 2>&1; then
+timeout 90 systemctl is-system-running --wait >/dev/null 2>&1 9>&- || true
+fi
 # A kubeadm init or join that the host's death cut short (its `start` without an exit code: under the lock no
 # run of ours is alive) left kubeadm's half-done state, over which a second kubeadm refuses to run (its static
 # pod manifests, the etcd directory, the ports of the static pods the kubelet started again at boot). It is
