@@ -32,13 +32,14 @@ const USERS_NTP: usize = 7;
 const RETRY: usize = 8;
 const REBOOTED: usize = 9;
 const KUBEADM_CUT: usize = 10;
+const SHUTDOWN: usize = 11;
 
 fn sandbox() -> Option<&'static Sandbox> {
     static SB: OnceLock<Sandbox> = OnceLock::new();
     if skip_unless_supported() {
         return None;
     }
-    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("prov-tests", 11)).expect("sandbox up")))
+    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("prov-tests", 12)).expect("sandbox up")))
 }
 
 fn target(sb: &Sandbox, idx: usize, user: &str) -> HostTarget {
@@ -509,6 +510,58 @@ async fn a_kubeadm_item_cut_short_by_the_hosts_death_is_reset_before_it_runs_aga
     .unwrap();
     assert_eq!(counter(&host).len(), 2);
     inside(&host, "rm -f /usr/local/bin/kubeadm");
+}
+
+/// A reboot stops containerd under a running `kubeadm init`, which then fails rather than being killed (CI's
+/// test-real-smoke): an item that fails while the host shuts down is not journaled as run, so the run after
+/// the boot runs it again. The sandbox's systemctl reports the state a test writes.
+#[tokio::test]
+async fn an_item_that_fails_while_the_host_shuts_down_runs_again_after_the_boot() {
+    let Some(sb) = sandbox() else { return };
+    let host = sb.hosts()[SHUTDOWN].clone();
+    inside(
+        &host,
+        "rm -f /root/counter /run/cluster-api/bootstrap-success.complete /run/capkk-units/system-state /root/booted",
+    );
+    // The first run of the item fails as the host starts shutting down; after the "boot" it succeeds.
+    let p = plan(&format!(
+        "runcmd:\n- echo i0 >> /root/counter\n\
+         - \"echo i1 >> /root/counter; [ -e /root/booted ] || {{ mkdir -p /run/capkk-units; echo stopping > /run/capkk-units/system-state; exit 1; }}\"\n\
+         {SENTINEL_ITEM}"
+    ));
+    let pool = pool();
+    let exec = pool.executor(&target(sb, SHUTDOWN, "root"));
+    let err = provisioning::run(
+        exec.as_ref(),
+        &p,
+        &RecordingProgress::default(),
+        &Redactor::default(),
+    )
+    .await
+    .expect_err("the run stops when the host shuts down");
+    assert!(err.is_transient(), "{err}");
+    assert!(err.to_string().contains("shutting down"), "{err}");
+    let i1 = &p.steps[1].id;
+    let journal = inside(&host, &format!("cat {STATE_DIR}/{}.journal", p.hash));
+    assert!(
+        journal.lines().any(|l| l == format!("{i1} start"))
+            && !journal.lines().any(|l| l.starts_with(&format!("{i1} 1"))),
+        "the failure during the shutdown is not journaled: {journal}"
+    );
+    inside(&host, "rm -f /run/capkk-units/system-state; touch /root/booted");
+    let outcome = provisioning::run(
+        exec.as_ref(),
+        &p,
+        &RecordingProgress::default(),
+        &Redactor::default(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(outcome, Outcome::Provisioned { ref failed_items, .. } if failed_items.is_empty()),
+        "{outcome:?}"
+    );
+    assert_eq!(counter(&host), ["i0", "i1", "i1"], "i1 again, i0 not");
 }
 
 #[tokio::test]

@@ -110,6 +110,11 @@ case "$cmd" in
             if is_running "$n"; then echo "* $n - Active: active (running) since shim; Main PID: $(cat "$RUN/$n.pid")"
             else echo "* $n - Active: inactive (dead)"; rc=3; fi
         done ;;
+    is-system-running)
+        # The manager's state: "running", or what a test wrote to $RUN/system-state (e.g. "stopping").
+        st=$(cat "$RUN/system-state" 2>/dev/null || echo running)
+        $quiet || echo "$st"
+        [ "$st" = running ] || rc=1 ;;
     mask|unmask|kill|show|cat|list-units|list-unit-files) exit 0 ;;
     "") echo "systemctl shim: missing command" >&2; exit 1 ;;
     *) echo "systemctl shim: unsupported command $cmd" >&2; exit 1 ;;

@@ -248,6 +248,23 @@ pub async fn run_with(
         if marks.busy {
             return Err(busy(opts));
         }
+        if let Some(id) = &marks.shutdown {
+            // A command failed while the host was shutting down: not journaled as run (command.sh), so the run
+            // after the boot runs it again. Transient, like the lost connection that follows.
+            let name = plan
+                .steps
+                .iter()
+                .find(|s| &s.id == id)
+                .map_or_else(|| id.clone(), |s| display_name(s, redactor));
+            return Err(Error::exec(
+                &name,
+                ExecError::Disconnected {
+                    host: exec.target(),
+                    message: "the host began shutting down while the step ran; it runs again after the boot"
+                        .into(),
+                },
+            ));
+        }
         if marks.truncated {
             return Err(Error::exec(
                 &first_name,
@@ -504,6 +521,8 @@ struct Marks {
     journal: Option<HostJournal>,
     /// Kubeadm items cut short that the probe undid, with `kubeadm reset`'s exit code.
     undone: Vec<(String, u32)>,
+    /// The command item that failed while the host was shutting down (not journaled).
+    shutdown: Option<String>,
 }
 
 fn parse_marks(text: &str) -> Marks {
@@ -544,6 +563,7 @@ fn parse_marks(text: &str) -> Marks {
                     );
                 }
             }
+            ["shutdown", id] => m.shutdown = Some((*id).trim().to_owned()),
             ["undo", id, rc] => {
                 if let Ok(rc) = rc.trim().parse() {
                     m.undone.push(((*id).to_owned(), rc));
