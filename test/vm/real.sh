@@ -1422,14 +1422,16 @@ init_cut() {
   [ "$HOSTS" = containers ] || return 0
   local t0=$SECONDS
   stage "the control plane power-cycled while kubeadm init runs"
-  # Out of band (not over the host's sshd) and often: kubeadm init takes ~15 s on a node container. The
-  # bracket keeps the pattern from matching the shell that runs pgrep.
-  until "$VMCTL" inside --name "$NAME" --vm 1 -- 'pgrep -f "kubeadm [i]nit" >/dev/null' >/dev/null 2>&1; do
-    [ $((SECONDS - t0)) -lt "$CP_TIMEOUT" ] || { check "kubeadm init seen running on $(vm_name 1)" false; return 1; }
+  # Out of band (not over the host's sshd) and often: kubeadm init takes ~15 s on a node container. The cut
+  # comes once kubeadm has written its static pod manifests and waits for the API server: past its preflight,
+  # whose image pulls fail (rather than being killed) when the shutdown stops containerd first, and the failure
+  # is then journaled like any other (seen twice). The bracket keeps pgrep from matching its own shell.
+  until "$VMCTL" inside --name "$NAME" --vm 1 -- \
+    'pgrep -f "kubeadm [i]nit" >/dev/null && [ -e /etc/kubernetes/manifests/kube-apiserver.yaml ]' >/dev/null 2>&1; do
+    [ $((SECONDS - t0)) -lt "$CP_TIMEOUT" ] || { check "kubeadm init seen waiting for its control plane on $(vm_name 1)" false; return 1; }
     sleep 0.3
   done
-  check "kubeadm init seen running on $(vm_name 1) after $((SECONDS - t0))s" true
-  sleep 3
+  check "kubeadm init seen waiting for its control plane on $(vm_name 1) after $((SECONDS - t0))s" true
   check "$(vm_name 1) power-cycled while kubeadm init ran" "$VMCTL" restart --name "$NAME" --vm 1
   wait_for "the provider undid kubeadm's half-done state (kubeadm reset) before running kubeadm init again" \
     "$CP_TIMEOUT" grep -q "Undid the half-done state of a kubeadm item cut short" "$WORK/manager.log"
