@@ -79,6 +79,11 @@ fn counter(host: &Host<'_>) -> Vec<String> {
         .collect()
 }
 
+/// One provisioning run with a throwaway progress journal and no secrets to redact.
+async fn run_plan(exec: &dyn capkk_executor::Executor, p: &Plan) -> Result<Outcome, capkk_service::Error> {
+    provisioning::run(exec, p, &RecordingProgress::default(), &Redactor::default()).await
+}
+
 /// CABPK's sentinel write (its placeholder file creates /run/cluster-api; so does this item).
 const SENTINEL_ITEM: &str =
     "- \"mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\"\n";
@@ -200,14 +205,7 @@ async fn files_land_exactly_failing_items_are_reported_and_a_second_run_is_a_no_
 
     // A reboot empties /run (the sentinel goes); the journal remembers the plan provisioned the host.
     inside(host, "rm -f /run/cluster-api/bootstrap-success.complete");
-    let after_reboot = provisioning::run(
-        exec.as_ref(),
-        &p,
-        &RecordingProgress::default(),
-        &Redactor::default(),
-    )
-    .await
-    .unwrap();
+    let after_reboot = run_plan(exec.as_ref(), &p).await.unwrap();
     assert!(
         matches!(after_reboot, Outcome::Provisioned { already: true, .. }),
         "{after_reboot:?}"
@@ -228,14 +226,7 @@ async fn without_the_sentinel_the_first_failing_item_is_named_and_reruns_change_
     );
     let pool = pool();
     let exec = pool.executor(&target(sb, FAILING, "root"));
-    let outcome = provisioning::run(
-        exec.as_ref(),
-        &p,
-        &RecordingProgress::default(),
-        &Redactor::default(),
-    )
-    .await
-    .unwrap();
+    let outcome = run_plan(exec.as_ref(), &p).await.unwrap();
     let Outcome::Failed {
         first_failure: Some(first),
         failed_items,
@@ -252,14 +243,7 @@ async fn without_the_sentinel_the_first_failing_item_is_named_and_reruns_change_
     assert_eq!(failed_items.len(), 2);
     assert_eq!(counter(host), ["a", "c"]);
     // cloud-init semantics: a run item is never run again; the outcome is rebuilt from the host journal.
-    let again = provisioning::run(
-        exec.as_ref(),
-        &p,
-        &RecordingProgress::default(),
-        &Redactor::default(),
-    )
-    .await
-    .unwrap();
+    let again = run_plan(exec.as_ref(), &p).await.unwrap();
     assert_eq!(
         again
             .first_failure()
@@ -465,14 +449,7 @@ async fn a_kubeadm_item_cut_short_by_the_hosts_death_is_reset_before_it_runs_aga
     );
     let pool = pool();
     let exec = pool.executor(&target(sb, KUBEADM_CUT, "root"));
-    let outcome = provisioning::run(
-        exec.as_ref(),
-        &p,
-        &RecordingProgress::default(),
-        &Redactor::default(),
-    )
-    .await
-    .unwrap();
+    let outcome = run_plan(exec.as_ref(), &p).await.unwrap();
     assert!(matches!(outcome, Outcome::Provisioned { .. }), "{outcome:?}");
     assert_eq!(
         counter(&host),
@@ -500,14 +477,7 @@ async fn a_kubeadm_item_cut_short_by_the_hosts_death_is_reset_before_it_runs_aga
         ]
     );
     // Provisioned now: a later run resets nothing.
-    provisioning::run(
-        exec.as_ref(),
-        &p,
-        &RecordingProgress::default(),
-        &Redactor::default(),
-    )
-    .await
-    .unwrap();
+    run_plan(exec.as_ref(), &p).await.unwrap();
     assert_eq!(counter(&host).len(), 2);
     inside(&host, "rm -f /usr/local/bin/kubeadm");
 }
@@ -531,14 +501,9 @@ async fn an_item_that_fails_while_the_host_shuts_down_runs_again_after_the_boot(
     ));
     let pool = pool();
     let exec = pool.executor(&target(sb, SHUTDOWN, "root"));
-    let err = provisioning::run(
-        exec.as_ref(),
-        &p,
-        &RecordingProgress::default(),
-        &Redactor::default(),
-    )
-    .await
-    .expect_err("the run stops when the host shuts down");
+    let err = run_plan(exec.as_ref(), &p)
+        .await
+        .expect_err("the run stops when the host shuts down");
     assert!(err.is_transient(), "{err}");
     assert!(err.to_string().contains("shutting down"), "{err}");
     let i1 = &p.steps[1].id;
@@ -549,14 +514,7 @@ async fn an_item_that_fails_while_the_host_shuts_down_runs_again_after_the_boot(
         "the failure during the shutdown is not journaled: {journal}"
     );
     inside(&host, "rm -f /run/capkk-units/system-state; touch /root/booted");
-    let outcome = provisioning::run(
-        exec.as_ref(),
-        &p,
-        &RecordingProgress::default(),
-        &Redactor::default(),
-    )
-    .await
-    .unwrap();
+    let outcome = run_plan(exec.as_ref(), &p).await.unwrap();
     assert!(
         matches!(outcome, Outcome::Provisioned { ref failed_items, .. } if failed_items.is_empty()),
         "{outcome:?}"
@@ -651,15 +609,7 @@ async fn a_step_killed_on_the_host_is_rerun_and_completed_steps_are_not() {
     let exec = pool.executor(&target(sb, CRASHED, "root"));
     let running = {
         let (exec, p) = (exec.clone(), p.clone());
-        tokio::spawn(async move {
-            provisioning::run(
-                exec.as_ref(),
-                &p,
-                &RecordingProgress::default(),
-                &Redactor::default(),
-            )
-            .await
-        })
+        tokio::spawn(async move { run_plan(exec.as_ref(), &p).await })
     };
     wait_for_line(&host, "i1-start").await;
     // Like a host crash for our processes: kill every process whose command line names the state dir
@@ -673,14 +623,7 @@ async fn a_step_killed_on_the_host_is_rerun_and_completed_steps_are_not() {
     );
     let err = running.await.unwrap().expect_err("the runner was killed");
     assert!(err.is_transient(), "{err}");
-    let outcome = provisioning::run(
-        exec.as_ref(),
-        &p,
-        &RecordingProgress::default(),
-        &Redactor::default(),
-    )
-    .await
-    .unwrap();
+    let outcome = run_plan(exec.as_ref(), &p).await.unwrap();
     assert!(matches!(outcome, Outcome::Provisioned { .. }), "{outcome:?}");
     // The interrupted item ran again (its start twice); everything completed before it ran once.
     assert_eq!(counter(&host), ["i0", "i1-start", "i1-start", "i1-end", "i2"]);
@@ -706,14 +649,7 @@ async fn a_non_root_login_provisions_through_sudo() {
     let pool = pool();
     let exec = pool.executor(&target(sb, SUDO, NOPASSWD_USER));
     assert!(exec.target().starts_with(NOPASSWD_USER));
-    let outcome = provisioning::run(
-        exec.as_ref(),
-        &p,
-        &RecordingProgress::default(),
-        &Redactor::default(),
-    )
-    .await
-    .unwrap();
+    let outcome = run_plan(exec.as_ref(), &p).await.unwrap();
     assert!(outcome.is_provisioned(), "{outcome:?}");
     assert_eq!(counter(host), ["0"], "items run as root");
     assert_eq!(
@@ -810,14 +746,7 @@ async fn a_cabpk_control_plane_payload_lands_byte_for_byte_and_names_the_kubeadm
     }
     // A re-run on the warm connection is one probe round trip (the journal is complete; nothing runs).
     let started = Instant::now();
-    let again = provisioning::run(
-        exec.as_ref(),
-        &p,
-        &RecordingProgress::default(),
-        &Redactor::default(),
-    )
-    .await
-    .unwrap();
+    let again = run_plan(exec.as_ref(), &p).await.unwrap();
     let probe = started.elapsed();
     assert_eq!(
         again.first_failure().map(|f| f.step_id.clone()),
@@ -882,14 +811,7 @@ async fn users_and_ntp_modules_configure_the_host() {
     ));
     let pool = pool();
     let exec = pool.executor(&target(sb, USERS_NTP, "root"));
-    let outcome = provisioning::run(
-        exec.as_ref(),
-        &p,
-        &RecordingProgress::default(),
-        &Redactor::default(),
-    )
-    .await
-    .unwrap();
+    let outcome = run_plan(exec.as_ref(), &p).await.unwrap();
     assert_eq!(
         outcome,
         Outcome::Failed {
@@ -942,14 +864,7 @@ async fn users_and_ntp_modules_configure_the_host() {
     let p2 = plan(&format!(
         "users:\n- name: ops\n  groups: [adm]\n  ssh_authorized_keys: [{key1}, {key2}]\n"
     ));
-    let outcome = provisioning::run(
-        exec.as_ref(),
-        &p2,
-        &RecordingProgress::default(),
-        &Redactor::default(),
-    )
-    .await
-    .unwrap();
+    let outcome = run_plan(exec.as_ref(), &p2).await.unwrap();
     assert_eq!(outcome.first_failure(), None);
     assert_eq!(
         inside(host, "cat /home/ops/.ssh/authorized_keys"),
