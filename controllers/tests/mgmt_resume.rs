@@ -44,8 +44,11 @@ async fn sigkilled_leader_is_replaced_and_work_resumes_without_repeats() -> anyh
         "--leader-elect",
         "--leader-election-namespace",
         &ns,
-        "--lease-duration=8s",
-        "--renew-deadline=6s",
+        // Short enough for the standby to take over soon after the kill; the renew deadline long enough that
+        // a loaded CI machine's slow Lease request (over 6 s once, beside the real-node lane) does not make the
+        // new leader give up and leave the test without a manager.
+        "--lease-duration=20s",
+        "--renew-deadline=15s",
         "--retry-period=1s",
         "--ssh-connect-timeout=5s",
     ];
