@@ -24,6 +24,7 @@
 #                       test-real-e2e     3 node containers: control plane + 2 workers, flannel, scale 2->1->2
 #                       test-real-ha      3 control planes behind the provider's VIP, its holder powered off, KCP remediation
 #                       test-conformance-smoke  13 upstream [Conformance] specs on a 3-node container cluster
+#                       test-chaos-smoke  10 seeded faults (manager killed, API server frozen, SSH cut, ...) on node containers
 #   make e2e-real     two real nodes end to end (long; not in make test)
 #   make deny         cargo-deny: licenses, bans, sources (deny.toml; installs cargo-deny on first use)
 #   make release      clusterctl repository, clusterctl-kubekey.sh, image archive, CycloneDX SBOM, SHA256SUMS in $(OUT)

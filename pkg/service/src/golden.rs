@@ -296,7 +296,7 @@ pub(crate) fn renderings() -> Vec<(String, Kind, String)> {
     add(
         "provisioning-all-modules.sh",
         Kind::Script,
-        prov::segment(&plan.hash, 300, &steps, Some(&plan), false),
+        prov::segment(&plan, 300, &steps, true, false),
     );
     out
 }

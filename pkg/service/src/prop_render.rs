@@ -192,7 +192,7 @@ proptest! {
             return Ok(());
         };
         let steps: Vec<_> = plan.steps.iter().collect();
-        sh_n(&prov::segment(&plan.hash, 60, &steps, Some(&plan), true))?;
+        sh_n(&prov::segment(&plan, 60, &steps, true, true))?;
         for st in &plan.steps {
             sh_n(&prov::body(&st.action))?;
         }

@@ -1,5 +1,5 @@
-# First exec of a run. Variables: RERUN_FAILED (1: a retry), KUBEADM_IDS. Arguments: every step id of the plan. Prints the
-# journal and the kept output tails; when the sentinel exists (or the journal says provisioned) and this plan's
+# First exec of a run. Variables: RERUN_FAILED (1: a retry), KUBEADM_IDS (below). Arguments: every step id of
+# the plan. Prints the journal and the kept output tails; when the sentinel exists (or the journal says provisioned) and this plan's
 # journal is empty or complete, stops.
 # A retry after a terminal failure forgets the command items whose last run failed (and their kept tails), so
 # they run again once the host or its data was fixed; what succeeded stays done. Under the lock, before anything

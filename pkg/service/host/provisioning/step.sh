@@ -8,7 +8,7 @@ t0=$T
 (
 set -e
 umask 022
-if [ -n "$r" ]; then echo "journaled done, but ${KEPT_PATH:-its result} is gone: run again"; fi
+if [ -n "$r" ]; then echo "journaled done, but $KEPT_PATH is gone: written again"; fi
 step_body
 )> "$O" 2>&1 9>&-
 rc=$?

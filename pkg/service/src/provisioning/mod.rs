@@ -227,8 +227,7 @@ pub async fn run_with(
             .filter(|s| matches!(s.action, Action::Command(_)))
             .count() as u32;
         let timeout = opts.batch_timeout + opts.command_timeout * commands + opts.lock_wait;
-        let probe = journal.is_none().then_some(plan);
-        let script = script::segment(&plan.hash, lock_wait, &steps, probe, opts.rerun_failed);
+        let script = script::segment(plan, lock_wait, &steps, journal.is_none(), opts.rerun_failed);
         let first_name = steps
             .first()
             .map_or_else(|| "provisioning".to_owned(), |s| display_name(s, redactor));
@@ -251,11 +250,7 @@ pub async fn run_with(
         if let Some(id) = &marks.shutdown {
             // A command failed while the host was shutting down: not journaled as run (command.sh), so the run
             // after the boot runs it again. Transient, like the lost connection that follows.
-            let name = plan
-                .steps
-                .iter()
-                .find(|s| &s.id == id)
-                .map_or_else(|| id.clone(), |s| display_name(s, redactor));
+            let name = step_name(plan, id, redactor);
             return Err(Error::exec(
                 &name,
                 ExecError::Disconnected {
@@ -295,11 +290,7 @@ pub async fn run_with(
                 info!(step = %st.name(), "Re-running a step that an earlier run started but did not finish");
             }
             for (id, rc) in &marks.undone {
-                let name = plan
-                    .steps
-                    .iter()
-                    .find(|s| &s.id == id)
-                    .map_or_else(|| id.clone(), |s| display_name(s, redactor));
+                let name = step_name(plan, id, redactor);
                 if *rc == 0 {
                     info!(step = %name, "Undid the half-done state of a kubeadm item cut short (kubeadm reset -f) before running it again");
                 } else {
@@ -430,6 +421,14 @@ fn failed_exec(step: &str, command: &str, out: &ExecOutput, redactor: &Redactor)
 }
 
 /// `runcmd[2]: kubeadm init --config ...` (command redacted and cut), or the step name.
+/// The display name of the plan's step `id` (the id itself for a step the plan does not have).
+fn step_name(plan: &Plan, id: &str, redactor: &Redactor) -> String {
+    plan.steps
+        .iter()
+        .find(|s| s.id == id)
+        .map_or_else(|| id.to_owned(), |s| display_name(s, redactor))
+}
+
 fn display_name(step: &Step, redactor: &Redactor) -> String {
     match &step.action {
         Action::Command(c) => {

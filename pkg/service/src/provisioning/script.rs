@@ -30,7 +30,7 @@ pub(crate) fn launcher(script_len: usize) -> String {
 /// One exec's script: `provisioning/prelude.sh`, an optional probe section, then `steps` in order, then the
 /// sentinel state.
 ///
-/// - Probe (`probe` = the plan; first exec of a run only): print the journal and the kept output tails; when
+/// - Probe (first exec of a run only): print the journal and the kept output tails; when
 ///   the sentinel exists (or the journal says `provisioned`) and this plan's journal is empty or complete,
 ///   print `skipall` and stop. With `rerun_failed` (a retry) the probe first removes from the journal the
 ///   command items whose last run failed, so they run again. A kubeadm item ([`runs_kubeadm`]) the host's
@@ -48,20 +48,20 @@ pub(crate) fn launcher(script_len: usize) -> String {
 ///   counts as run, and the next one runs). A failed item's output tail is kept (`<plan-hash>.<id>.tail`,
 ///   0600) so later runs can still report it.
 pub(crate) fn segment(
-    plan_hash: &str,
+    plan: &Plan,
     lock_wait_secs: u64,
     steps: &[&Step],
-    probe: Option<&Plan>,
+    probe: bool,
     rerun_failed: bool,
 ) -> String {
     let mut s = Vars::new()
         .var("D", STATE_DIR)
-        .var("PLAN", plan_hash)
+        .var("PLAN", &plan.hash)
         .var("S", SENTINEL)
         .var("LOCK_WAIT", lock_wait_secs.to_string())
         .var("TAIL_BYTES", TAIL_BYTES.to_string())
         .render(tpl::PROV_PRELUDE);
-    if let Some(plan) = probe {
+    if probe {
         s.push_str("# capkk probe\n");
         let ids: Vec<&str> = plan.steps.iter().map(|st| st.id.as_str()).collect();
         let kubeadm_ids: Vec<&str> = plan

@@ -24,8 +24,8 @@ T=$(now_ms)
 RERUN_FAILED=0
 KUBEADM_IDS=f21a58b34dfa22ea
 set -- ac214bd03ab2688c 863a1655667d68c5 a69e78759a98992e ee033a4deef804aa 4d8a268a51bbff27 99d3868a6cc185dc 371215cd7eca2395 99533c44f86467f9 831baafac329e610 73dc1cd82a5e8ddc c0b1ea3001c2d13e 5d1d2321f17f8b4e f21a58b34dfa22ea
-# First exec of a run. Variables: RERUN_FAILED (1: a retry), KUBEADM_IDS. Arguments: every step id of the plan. Prints the
-# journal and the kept output tails; when the sentinel exists (or the journal says provisioned) and this plan's
+# First exec of a run. Variables: RERUN_FAILED (1: a retry), KUBEADM_IDS (below). Arguments: every step id of
+# the plan. Prints the journal and the kept output tails; when the sentinel exists (or the journal says provisioned) and this plan's
 # journal is empty or complete, stops.
 # A retry after a terminal failure forgets the command items whose last run failed (and their kept tails), so
 # they run again once the host or its data was fixed; what succeeded stays done. Under the lock, before anything
@@ -118,7 +118,7 @@ t0=$T
 (
 set -e
 umask 022
-if [ -n "$r" ]; then echo "journaled done, but ${KEPT_PATH:-its result} is gone: run again"; fi
+if [ -n "$r" ]; then echo "journaled done, but $KEPT_PATH is gone: written again"; fi
 step_body
 )> "$O" 2>&1 9>&-
 rc=$?
@@ -184,7 +184,7 @@ t0=$T
 (
 set -e
 umask 022
-if [ -n "$r" ]; then echo "journaled done, but ${KEPT_PATH:-its result} is gone: run again"; fi
+if [ -n "$r" ]; then echo "journaled done, but $KEPT_PATH is gone: written again"; fi
 step_body
 )> "$O" 2>&1 9>&-
 rc=$?
@@ -228,7 +228,7 @@ t0=$T
 (
 set -e
 umask 022
-if [ -n "$r" ]; then echo "journaled done, but ${KEPT_PATH:-its result} is gone: run again"; fi
+if [ -n "$r" ]; then echo "journaled done, but $KEPT_PATH is gone: written again"; fi
 step_body
 )> "$O" 2>&1 9>&-
 rc=$?
@@ -272,7 +272,7 @@ t0=$T
 (
 set -e
 umask 022
-if [ -n "$r" ]; then echo "journaled done, but ${KEPT_PATH:-its result} is gone: run again"; fi
+if [ -n "$r" ]; then echo "journaled done, but $KEPT_PATH is gone: written again"; fi
 step_body
 )> "$O" 2>&1 9>&-
 rc=$?
@@ -319,7 +319,7 @@ t0=$T
 (
 set -e
 umask 022
-if [ -n "$r" ]; then echo "journaled done, but ${KEPT_PATH:-its result} is gone: run again"; fi
+if [ -n "$r" ]; then echo "journaled done, but $KEPT_PATH is gone: written again"; fi
 step_body
 )> "$O" 2>&1 9>&-
 rc=$?
@@ -366,7 +366,7 @@ t0=$T
 (
 set -e
 umask 022
-if [ -n "$r" ]; then echo "journaled done, but ${KEPT_PATH:-its result} is gone: run again"; fi
+if [ -n "$r" ]; then echo "journaled done, but $KEPT_PATH is gone: written again"; fi
 step_body
 )> "$O" 2>&1 9>&-
 rc=$?
@@ -427,7 +427,7 @@ t0=$T
 (
 set -e
 umask 022
-if [ -n "$r" ]; then echo "journaled done, but ${KEPT_PATH:-its result} is gone: run again"; fi
+if [ -n "$r" ]; then echo "journaled done, but $KEPT_PATH is gone: written again"; fi
 step_body
 )> "$O" 2>&1 9>&-
 rc=$?
@@ -488,7 +488,7 @@ t0=$T
 (
 set -e
 umask 022
-if [ -n "$r" ]; then echo "journaled done, but ${KEPT_PATH:-its result} is gone: run again"; fi
+if [ -n "$r" ]; then echo "journaled done, but $KEPT_PATH is gone: written again"; fi
 step_body
 )> "$O" 2>&1 9>&-
 rc=$?
@@ -544,7 +544,7 @@ t0=$T
 (
 set -e
 umask 022
-if [ -n "$r" ]; then echo "journaled done, but ${KEPT_PATH:-its result} is gone: run again"; fi
+if [ -n "$r" ]; then echo "journaled done, but $KEPT_PATH is gone: written again"; fi
 step_body
 )> "$O" 2>&1 9>&-
 rc=$?
@@ -638,7 +638,7 @@ t0=$T
 (
 set -e
 umask 022
-if [ -n "$r" ]; then echo "journaled done, but ${KEPT_PATH:-its result} is gone: run again"; fi
+if [ -n "$r" ]; then echo "journaled done, but $KEPT_PATH is gone: written again"; fi
 step_body
 )> "$O" 2>&1 9>&-
 rc=$?
@@ -705,7 +705,7 @@ t0=$T
 (
 set -e
 umask 022
-if [ -n "$r" ]; then echo "journaled done, but ${KEPT_PATH:-its result} is gone: run again"; fi
+if [ -n "$r" ]; then echo "journaled done, but $KEPT_PATH is gone: written again"; fi
 step_body
 )> "$O" 2>&1 9>&-
 rc=$?
