@@ -9,7 +9,8 @@
 # The campaign freezes the API server of its management plane, so it runs on a plane of its own:
 # CAPKK_MGMT_DIR (default ~/.cache/capkk-rs/mgmt-chaos) and CAPKK_MGMT_PORT_OFFSET (default 40). CHAOS_NAME
 # names the hosts, namespace and work dir (default chaos-<source>). CHAOS_SEED, CHAOS_FAULTS,
-# CHAOS_MAX_FAULT_SECS, CHAOS_STEP_TIMEOUT, CHAOS_MAX_SECS, CHAOS_RSS_MAX_MIB: see `capkk-chaos --help`.
+# CHAOS_MAX_FAULT_SECS, CHAOS_STEP_TIMEOUT, CHAOS_MAX_SECS, CHAOS_RSS_MAX_MIB, CHAOS_REPLICAS: see
+# `capkk-chaos --help`.
 # CHAOS_KEEP=1 leaves everything running at the end. The exit status is the campaign's.
 # CHAOS_BIN: another capkk-chaos binary (default: the build's, $CARGO_TARGET_DIR/debug/capkk-chaos).
 set -euo pipefail
@@ -39,8 +40,20 @@ case $SOURCE in
 esac
 
 t0=$(date +%s)
+# The manager replicas the campaign starts beside the setup's (WORK/manager-b.pid, ...): it stops them itself,
+# unless it was killed; the setup's manager is the teardown's.
+stop_replicas() {
+  local pf pid
+  for pf in "$WORK"/manager-?.pid; do
+    [ -f "$pf" ] || continue
+    pid=$(cat "$pf")
+    if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = manager ]; then kill "$pid" 2>/dev/null || true; fi
+    rm -f "$pf"
+  done
+}
 finish() {
   local rc=$?
+  stop_replicas
   if [ "${CHAOS_KEEP:-0}" = 1 ]; then
     say "left running (CHAOS_KEEP=1); tear down: CHAOS_NAME=$NAME $0 $SOURCE with CHAOS_DOWN=1"
   else
@@ -50,7 +63,7 @@ finish() {
   say "$SOURCE campaign: exit $rc after $(($(date +%s) - t0)) s (load $(cut -d' ' -f1-3 /proc/loadavg))"
   exit "$rc"
 }
-if [ "${CHAOS_DOWN:-0}" = 1 ]; then down; exit 0; fi
+if [ "${CHAOS_DOWN:-0}" = 1 ]; then stop_replicas; down; exit 0; fi
 # `make build` (cargo test --no-run) does not link a package's binary unless an integration test needs it:
 # build the driver here, before anything starts, so a fresh clone runs it (unless CHAOS_BIN names another).
 if [ -z "${CHAOS_BIN:-}" ]; then

@@ -77,7 +77,8 @@ struct Launch {
     cwd: PathBuf,
 }
 
-/// The run's manager process (its pid file and log are the setup's: `$WORK/manager.pid`, `manager.log`).
+/// A manager process of the run: the setup's (its pid file and log `$WORK/manager.pid`, `manager.log`), or a
+/// second replica the campaign started beside it ([`Manager::replica`]).
 pub struct Manager {
     pid_file: PathBuf,
     /// Its log (appended to by every start).
@@ -118,6 +119,59 @@ impl Manager {
             launch: Launch { argv, env, cwd },
             children: Vec::new(),
         })
+    }
+
+    /// A second replica of this manager, not started yet: the same command line and environment (its leader
+    /// election among them) with an identity, health and metrics ports, artifact cache, pid file and log of its
+    /// own (`$WORK/manager-SUFFIX.pid`, `.log`), as a second Pod of the Deployment would have.
+    pub fn replica(&self, work: &Path, suffix: &str) -> Result<Manager> {
+        let mut launch = self.launch.clone();
+        let port = free_port_pair()?;
+        for (flag, value) in [
+            ("--health-probe-bind-address", format!("127.0.0.1:{port}")),
+            ("--metrics-bind-address", format!("127.0.0.1:{}", port + 1)),
+            (
+                "--artifact-cache-dir",
+                work.join(format!("artifacts-{suffix}")).display().to_string(),
+            ),
+        ] {
+            set_flag(&mut launch.argv, flag, &value);
+        }
+        let identity = format!("{}-{suffix}", self.identity());
+        launch
+            .env
+            .retain(|(k, _)| k != "POD_NAME" && k != "CAPKK_ARTIFACT_CACHE_DIR");
+        launch.env.push(("POD_NAME".into(), identity.clone()));
+        set_flag(&mut launch.argv, "--identity", &identity);
+        Ok(Manager {
+            pid_file: work.join(format!("manager-{suffix}.pid")),
+            log: work.join(format!("manager-{suffix}.log")),
+            launch,
+            children: Vec::new(),
+        })
+    }
+
+    /// Its identity in the leader Lease (`--identity`, else `$POD_NAME`, as the manager reads it).
+    pub fn identity(&self) -> String {
+        flag_value(&self.launch.argv, "--identity")
+            .or_else(|| self.env("POD_NAME"))
+            .unwrap_or_default()
+    }
+
+    /// The leader Lease it competes for: (namespace, name), from its command line and environment.
+    pub fn lease(&self) -> Option<(String, String)> {
+        let name = flag_value(&self.launch.argv, "--leader-election-id")?;
+        let ns = flag_value(&self.launch.argv, "--leader-election-namespace")
+            .or_else(|| self.env("POD_NAMESPACE"))?;
+        Some((ns, name))
+    }
+
+    fn env(&self, key: &str) -> Option<String> {
+        self.launch
+            .env
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
     }
 
     /// Its pid while it runs.
@@ -176,6 +230,55 @@ impl Manager {
     }
 }
 
+/// The value of `flag` on a command line (`--flag value` or `--flag=value`).
+fn flag_value(argv: &[String], flag: &str) -> Option<String> {
+    let eq = format!("{flag}=");
+    argv.iter().enumerate().find_map(|(i, a)| {
+        if a == flag {
+            argv.get(i + 1).cloned()
+        } else {
+            a.strip_prefix(&eq).map(str::to_owned)
+        }
+    })
+}
+
+/// Set `flag` to `value` on a command line: in place where it is given, else appended.
+fn set_flag(argv: &mut Vec<String>, flag: &str, value: &str) {
+    let eq = format!("{flag}=");
+    for i in 0..argv.len() {
+        if argv[i] == flag && i + 1 < argv.len() {
+            argv[i + 1] = value.to_owned();
+            return;
+        }
+        if argv[i].starts_with(&eq) {
+            argv[i] = format!("{eq}{value}");
+            return;
+        }
+    }
+    argv.push(flag.to_owned());
+    argv.push(value.to_owned());
+}
+
+/// A port P with P and P+1 free on loopback, from 10000-19999 (as test/lib/provider.sh picks the first
+/// manager's: below the ephemeral ports and the management planes' ports).
+fn free_port_pair() -> Result<u16> {
+    let mut rng = crate::rng::Rng::new(u64::from(std::process::id()) ^ now_nanos());
+    for _ in 0..100 {
+        let port = 10000 + (rng.next_u64() % 9999) as u16;
+        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && free(port + 1) {
+            return Ok(port);
+        }
+    }
+    bail!("no two free adjacent ports in 10000-19999")
+}
+
+fn now_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
 fn read_pid(path: &Path) -> Result<u32> {
     fs::read_to_string(path)
         .with_context(|| format!("reading {}", path.display()))?
@@ -230,6 +333,9 @@ impl Drop for Frozen {
         let _ = signal("CONT", self.0);
     }
 }
+
+/// The disk-full fault's host script.
+const DISK_FULL_SH: &str = include_str!("disk-full.sh");
 
 /// The test hosts of the run.
 pub enum Hosts {
@@ -368,6 +474,30 @@ impl Hosts {
         Ok(())
     }
 
+    /// Fill (`fill`) or free host `i`'s artifact staging directory (`src/disk-full.sh`); node containers
+    /// only (a sandbox host's directories are the machine's).
+    pub fn disk_full(&self, i: usize, fill: bool) -> Result<()> {
+        let Hosts::Fleet(f) = self else {
+            bail!("sandbox hosts share the machine's file system: no disk of their own to fill")
+        };
+        let script = format!(
+            "MODE={}\nDIR={}\n{}",
+            if fill { "fill" } else { "free" },
+            shell_quote(capkk_service::binary::catalogue::STAGING_DIR),
+            DISK_FULL_SH
+        );
+        let out = f.inside(i, &script)?;
+        if !out.status.success() {
+            bail!(
+                "disk-full {} in {}: {}",
+                if fill { "fill" } else { "free" },
+                f.vms()[i].name,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(())
+    }
+
     /// Restart node container `i` (a power cycle) and wait for its SSH; None where hosts cannot restart.
     pub fn restart(&mut self, i: usize) -> Result<()> {
         match self {
@@ -395,5 +525,108 @@ pub fn netem_unavailable() -> Option<String> {
                 .trim()
         )),
         Err(e) => Some(format!("cannot run unshare/tc: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn a_replica_gets_its_own_ports_and_identity_on_the_same_command_line() {
+        let mut a = argv(
+            "manager --leader-elect --leader-election-id capkk-x --metrics-bind-address=127.0.0.1:9 --health-probe-bind-address 127.0.0.1:8",
+        );
+        assert_eq!(flag_value(&a, "--leader-election-id").as_deref(), Some("capkk-x"));
+        assert_eq!(
+            flag_value(&a, "--metrics-bind-address").as_deref(),
+            Some("127.0.0.1:9")
+        );
+        set_flag(&mut a, "--metrics-bind-address", "127.0.0.1:11");
+        set_flag(&mut a, "--health-probe-bind-address", "127.0.0.1:10");
+        set_flag(&mut a, "--identity", "m-b");
+        assert_eq!(
+            a,
+            argv(
+                "manager --leader-elect --leader-election-id capkk-x --metrics-bind-address=127.0.0.1:11 --health-probe-bind-address 127.0.0.1:10 --identity m-b"
+            )
+        );
+        let port = free_port_pair().expect("two free ports");
+        assert!((10000..20000).contains(&port));
+    }
+
+    /// The fault's host script for `mode` on `dir`, noting what it made in `made` (a scratch file, not the
+    /// machine's /run).
+    fn disk_full_script(dir: &Path, made: &Path, mode: &str) -> String {
+        shell_quote(&format!(
+            "MODE={mode}\nDIR={}\nMADE={}\n{DISK_FULL_SH}",
+            shell_quote(&dir.display().to_string()),
+            shell_quote(&made.display().to_string())
+        ))
+    }
+
+    /// The fault's own host script, run in a mount namespace of its own on a scratch directory.
+    fn disk_full(dir: &Path, made: &Path, mode: &str) -> Output {
+        let script = format!(
+            "mount --make-rprivate / && sh -c {}",
+            disk_full_script(dir, made, mode)
+        );
+        Command::new("unshare")
+            .args(["-m", "sh", "-c", &script])
+            .output()
+            .expect("unshare runs (root)")
+    }
+
+    #[test]
+    fn the_disk_full_script_leaves_no_byte_free_and_its_free_removes_what_it_made() {
+        let scratch = tempfile::tempdir().expect("tempdir");
+        let dir = scratch.path().join("capkk/staging");
+        let made = scratch.path().join("made");
+        // fill and a write in one mount namespace (the mount goes with it): the write fails with ENOSPC.
+        let script = format!(
+            "mount --make-rprivate / && sh -c {fill} && df -k {d} | tail -n 1 && \
+             if echo data > {d}/f; then echo WROTE; fi; sh -c {fill} || echo REFUSED; sh -c {free}; echo END",
+            fill = disk_full_script(&dir, &made, "fill"),
+            free = disk_full_script(&dir, &made, "free"),
+            d = shell_quote(&dir.display().to_string()),
+        );
+        let out = Command::new("unshare")
+            .args(["-m", "sh", "-c", &script])
+            .output()
+            .expect("unshare runs (root)");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(text.contains("full: "), "{text}\n{err}");
+        assert!(
+            text.lines().any(|l| l.split_whitespace().nth(3) == Some("0")),
+            "0 KiB available: {text}"
+        );
+        assert!(
+            !text.contains("WROTE"),
+            "a write succeeded on the full file system: {text}\n{err}"
+        );
+        assert!(
+            text.contains("REFUSED") && err.contains("is a mount point already"),
+            "{text}\n{err}"
+        );
+        assert!(text.contains("END"), "{text}\n{err}");
+        // What fill created on a host that had no such directories is gone again.
+        assert!(
+            !scratch.path().join("capkk").exists(),
+            "left behind: {}",
+            dir.display()
+        );
+        // On a host that had them (and a staged file), they stay, with the file.
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("staged"), "whole").unwrap();
+        let out = disk_full(&dir, &made, "fill");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = disk_full(&dir, &made, "free");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(fs::read_to_string(dir.join("staged")).unwrap(), "whole");
     }
 }

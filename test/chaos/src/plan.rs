@@ -23,16 +23,25 @@ pub enum FaultKind {
     SshdStop,
     /// A node container restarted (power cycle: every process gone, disk kept) while its phase runs.
     HostRestart,
+    /// With two manager replicas, the one holding the leader Lease SIGKILLed (its Lease not released: the
+    /// other takes over once it expires), restarted after the fault's seconds as its Pod's kubelet would.
+    LeaderKill,
+    /// A host's artifact staging directory (`/var/lib/capkk/staging`) full for the fault's seconds: an empty
+    /// file system without a free byte mounted over it, so every upload or download into it fails with
+    /// ENOSPC (the node's own root file system is the machine's disk, which the campaign must not fill).
+    DiskFull,
 }
 
 impl FaultKind {
     /// Every kind, in the report's order.
-    pub const ALL: [FaultKind; 5] = [
+    pub const ALL: [FaultKind; 7] = [
         FaultKind::ManagerKill,
         FaultKind::ApiserverStop,
         FaultKind::SshCut,
         FaultKind::SshdStop,
         FaultKind::HostRestart,
+        FaultKind::LeaderKill,
+        FaultKind::DiskFull,
     ];
 
     /// Its name in logs and reports (`manager-kill`, ...).
@@ -43,6 +52,8 @@ impl FaultKind {
             FaultKind::SshCut => "ssh-cut",
             FaultKind::SshdStop => "sshd-stop",
             FaultKind::HostRestart => "host-restart",
+            FaultKind::LeaderKill => "leader-kill",
+            FaultKind::DiskFull => "disk-full",
         }
     }
 
@@ -55,6 +66,8 @@ impl FaultKind {
             FaultKind::SshCut => (5, 120),
             FaultKind::SshdStop => (5, 60),
             FaultKind::HostRestart => (0, 0),
+            FaultKind::LeaderKill => (0, 10),
+            FaultKind::DiskFull => (5, 60),
         }
     }
 
@@ -62,7 +75,7 @@ impl FaultKind {
     pub fn on_host(self) -> bool {
         matches!(
             self,
-            FaultKind::SshCut | FaultKind::SshdStop | FaultKind::HostRestart
+            FaultKind::SshCut | FaultKind::SshdStop | FaultKind::HostRestart | FaultKind::DiskFull
         )
     }
 }
@@ -109,6 +122,9 @@ pub enum Trigger {
     /// When a KKMachine's host work reports a step (`status.step`, e.g. the binaries' install or `kubeadm
     /// join`): a fault in the middle of host work.
     HostWork,
+    /// When a KKMachine's host work reports a step whose name holds this text (`binary`: the artifacts'
+    /// upload and install).
+    HostStep(String),
 }
 
 impl std::fmt::Display for Trigger {
@@ -118,6 +134,7 @@ impl std::fmt::Display for Trigger {
             Trigger::AfterSecs(s) => write!(f, "after {s}s"),
             Trigger::Phase(p) => write!(f, "phase {p}"),
             Trigger::HostWork => write!(f, "during host work"),
+            Trigger::HostStep(s) => write!(f, "during host step {s}"),
         }
     }
 }
@@ -179,7 +196,12 @@ impl Planner {
                 Trigger::Phase("Deleting".into()),
             ],
         };
-        let trigger = triggers[((trigger_draw >> 32) % triggers.len() as u64) as usize].clone();
+        let mut trigger = triggers[((trigger_draw >> 32) % triggers.len() as u64) as usize].clone();
+        // A full disk matters where artifacts are written: aimed at their upload while a host is set up
+        // (at a removal, the reset meets it wherever it is).
+        if kind == FaultKind::DiskFull && matches!(step, Step::Create | Step::ScaleUp) {
+            trigger = Trigger::HostStep("binary".into());
+        }
         let (lo, hi) = kind.seconds();
         let hi = hi.min(self.max_secs).max(lo.min(self.max_secs));
         let lo = lo.min(hi);
@@ -245,12 +267,32 @@ mod tests {
     #[test]
     fn the_plan_does_not_depend_on_the_kinds_offered_for_its_timing() {
         // Two sources (with and without host restarts) draw the same triggers and durations' randomness:
-        // only the kind differs, so a seed's moments are comparable across sources.
-        let a = plan(8, &FaultKind::ALL, 20);
-        let b = plan(8, &FaultKind::ALL[..4], 20);
+        // only the kind differs, so a seed's moments are comparable across sources (a full disk's own aim
+        // aside).
+        let a = plan(8, &FaultKind::ALL, 40);
+        let b = plan(8, &FaultKind::ALL[..4], 40);
+        let mut compared = 0;
         for (x, y) in a.iter().zip(&b) {
-            assert_eq!(x.trigger, y.trigger);
             assert_eq!(x.host_draw, y.host_draw);
+            if x.kind != FaultKind::DiskFull {
+                assert_eq!(x.trigger, y.trigger);
+                compared += 1;
+            }
+        }
+        assert!(compared > 20, "only {compared} triggers compared");
+    }
+
+    #[test]
+    fn a_full_disk_is_aimed_at_the_artifacts_upload_while_hosts_are_set_up() {
+        let mut p = Planner::new(3, vec![FaultKind::DiskFull], 30);
+        for step in Step::CYCLE.iter().cycle().take(40) {
+            let f = p.next(*step).expect("kinds given");
+            match step {
+                Step::Create | Step::ScaleUp => assert_eq!(f.trigger, Trigger::HostStep("binary".into())),
+                Step::ScaleDown | Step::Delete => {
+                    assert!(!matches!(f.trigger, Trigger::HostStep(_)), "{f:?}")
+                }
+            }
         }
     }
 }

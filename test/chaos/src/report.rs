@@ -79,8 +79,11 @@ pub struct Report {
     /// The manager exited on its own (e.g. leadership lost while the API server was frozen, by design) and was
     /// restarted as its Pod's kubelet would: how often.
     pub supervised_restarts: usize,
-    /// The largest manager RSS seen (KiB).
+    /// The largest manager RSS seen (KiB), of any replica.
     pub max_rss_kib: u64,
+    /// Manager replicas run (the setup's and those the campaign started beside it, leader election among them).
+    #[serde(default)]
+    pub replicas: usize,
     /// Why the campaign ended early, if it did.
     pub stopped: Option<String>,
     /// Steps that ran twice on a host by design, each with its reason (a host restart of the campaign killed
@@ -183,7 +186,9 @@ impl Report {
             md.push_str(&format!("| {} | not injected: {} | | | | | |\n", u.kind, u.why));
         }
         md.push_str(&format!(
-            "\nManager restarts by supervision (it exited on its own): {}; largest manager RSS: {} MiB.\n",
+            "\nManager replicas: {}; restarts by supervision (a replica exited on its own): {}; largest manager RSS: \
+             {} MiB.\n",
+            self.replicas,
             self.supervised_restarts,
             self.max_rss_kib / 1024
         ));
@@ -298,6 +303,7 @@ mod tests {
             }],
             supervised_restarts: 0,
             max_rss_kib: 40 * 1024,
+            replicas: 2,
             stopped: None,
             allowed_reruns: vec![],
         }

@@ -74,6 +74,10 @@ struct Cli {
     /// No new cycle starts after this many seconds (the current one ends with its delete).
     #[arg(long, env = "CHAOS_MAX_SECS", default_value_t = 1800)]
     max_secs: u64,
+    /// Manager replicas (leader election among them): the setup's manager and as many more started beside it
+    /// (`WORK/manager-b.pid`, ...); `leader-kill` needs two.
+    #[arg(long, env = "CHAOS_REPLICAS", default_value_t = 2)]
+    replicas: usize,
     /// The manager's RSS bound (MiB).
     #[arg(long, env = "CHAOS_RSS_MAX_MIB", default_value_t = 512)]
     rss_max_mib: u64,
@@ -89,7 +93,8 @@ struct Cli {
 struct Campaign {
     cli: Cli,
     kube: Kube,
-    manager: Manager,
+    /// The manager replicas: the setup's first, then those the campaign started.
+    managers: Vec<Manager>,
     hosts: Hosts,
     host_ids: Vec<HostId>,
     /// Per host, what its probe printed before the campaign while it had no claim (empty for a host claimed
@@ -140,7 +145,7 @@ fn run() -> Result<bool> {
         namespace: cli.namespace.clone(),
     };
     let hosts = Hosts::attach(&cli.source, &cli.hosts)?;
-    let manager = Manager::attach(&cli.work)?;
+    let mut managers = vec![Manager::attach(&cli.work)?];
     let mut kinds = vec![
         FaultKind::ManagerKill,
         FaultKind::ApiserverStop,
@@ -149,11 +154,40 @@ fn run() -> Result<bool> {
     ];
     let mut unavailable = Vec::new();
     if hosts.source() == "containers" {
-        kinds.push(FaultKind::HostRestart);
+        kinds.extend([FaultKind::HostRestart, FaultKind::DiskFull]);
     } else {
         unavailable.push(Unavailable {
             kind: FaultKind::HostRestart.name().into(),
             why: "sandbox hosts are namespaces of the machine, not containers: nothing to power-cycle".into(),
+        });
+        unavailable.push(Unavailable {
+            kind: FaultKind::DiskFull.name().into(),
+            why: "sandbox hosts share the machine's file system: no disk of their own to fill".into(),
+        });
+    }
+    if managers[0].lease().is_none() {
+        bail!("the setup's manager runs without --leader-election-id: replicas would not elect a leader");
+    }
+    for n in 1..cli.replicas {
+        let suffix = char::from(b'a' + (n as u8 % 26)).to_string();
+        let mut m = managers[0].replica(&cli.work, &suffix)?;
+        let pid = m.start()?;
+        println!(
+            "capkk-chaos: manager replica {} started (pid {pid}, log {})",
+            m.identity(),
+            m.log.display()
+        );
+        managers.push(m);
+    }
+    if managers.len() >= 2 {
+        kinds.push(FaultKind::LeaderKill);
+    } else {
+        unavailable.push(Unavailable {
+            kind: FaultKind::LeaderKill.name().into(),
+            why: format!(
+                "CHAOS_REPLICAS={}: one manager, no leader to take over from",
+                cli.replicas
+            ),
         });
     }
     unavailable.push(Unavailable {
@@ -162,10 +196,6 @@ fn run() -> Result<bool> {
             Some(why) => why,
             None => "netem works here, but the campaign does not inject it yet".into(),
         },
-    });
-    unavailable.push(Unavailable {
-        kind: "disk-full".into(),
-        why: "not implemented yet".into(),
     });
     if !cli.kinds.is_empty() {
         for k in &cli.kinds {
@@ -198,6 +228,7 @@ fn run() -> Result<bool> {
         unavailable,
         supervised_restarts: 0,
         max_rss_kib: 0,
+        replicas: managers.len(),
         stopped: None,
         allowed_reruns: Vec::new(),
     };
@@ -206,7 +237,7 @@ fn run() -> Result<bool> {
     let mut c = Campaign {
         cli,
         kube,
-        manager,
+        managers,
         hosts,
         host_ids,
         baseline: Vec::new(),
@@ -219,6 +250,15 @@ fn run() -> Result<bool> {
     let result = c.campaign(planner);
     if let Err(e) = &result {
         c.report.stopped = Some(format!("{e:#}"));
+    }
+    // The replicas it started go with the campaign (the setup's manager is the teardown's; chaos.sh also
+    // stops these when the campaign itself was killed).
+    for m in c.managers.iter_mut().skip(1) {
+        if m.pid().is_some()
+            && let Err(e) = m.kill()
+        {
+            eprintln!("capkk-chaos: stopping replica {}: {e:#}", m.identity());
+        }
     }
     let md = c.write_report()?;
     println!("\n{md}");
@@ -598,6 +638,9 @@ impl Campaign {
                 Trigger::HostWork => moment
                     .as_ref()
                     .is_some_and(|m| m.0.iter().any(|(ph, st)| ph == "Provisioning" && !st.is_empty())),
+                Trigger::HostStep(text) => moment
+                    .as_ref()
+                    .is_some_and(|m| m.0.iter().any(|(_, st)| st.contains(text.as_str()))),
             };
             if hit {
                 return (true, text);
@@ -610,8 +653,38 @@ impl Campaign {
         }
     }
 
-    /// The hosts a host fault may hit: those the cluster claims now (by KKInstance address), else all.
-    fn host_candidates(&self) -> Vec<usize> {
+    /// The hosts a host fault may hit: for a host-step trigger those whose KKMachine is in that step now (by
+    /// its status addresses), else those the cluster claims now (by KKInstance address), else all.
+    fn host_candidates(&self, trigger: &Trigger) -> Vec<usize> {
+        if let Trigger::HostStep(text) = trigger {
+            let in_step: BTreeSet<String> = self
+                .kube
+                .list("kkmachines", false, &[])
+                .ok()
+                .and_then(|v| v["items"].as_array().cloned())
+                .into_iter()
+                .flatten()
+                .filter(|m| {
+                    m["status"]["step"]
+                        .as_str()
+                        .is_some_and(|s| s.contains(text.as_str()))
+                })
+                .flat_map(|m| {
+                    m["status"]["addresses"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|a| a["address"].as_str().map(str::to_owned))
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            let c: Vec<usize> = (0..self.host_ids.len())
+                .filter(|i| in_step.contains(&self.host_ids[*i].address))
+                .collect();
+            if !c.is_empty() {
+                return c;
+            }
+        }
         let claimed: BTreeSet<String> = self
             .kube
             .list("kkinstances", false, &[])
@@ -642,7 +715,7 @@ impl Campaign {
     ) -> Result<FaultRecord> {
         let at_secs = self.started.elapsed().as_secs_f64();
         let host = spec.kind.on_host().then(|| {
-            let c = self.host_candidates();
+            let c = self.host_candidates(&spec.trigger);
             c[(spec.host_draw % c.len() as u64) as usize]
         });
         let host_name = host.map(|i| self.host_ids[i].name.clone());
@@ -661,12 +734,22 @@ impl Campaign {
         match spec.kind {
             FaultKind::ManagerKill => {
                 // A manager that exited on its own right before (its Lease lost during an API-server freeze
-                // just before) is started first: the fault is the kill of a running manager.
+                // just before) is started first: the fault is the kill of a running manager. With replicas,
+                // one of them, leader or not (leader-kill aims at the leader).
                 self.supervise();
-                self.manager.kill()?;
+                let r = (spec.host_draw % self.managers.len() as u64) as usize;
+                self.kill_replica(r, secs)?;
+            }
+            FaultKind::LeaderKill => {
+                self.supervise();
+                let r = self.leader()?;
+                self.kill_replica(r, secs)?;
+            }
+            FaultKind::DiskFull => {
+                let i = host.context("host fault without a host")?;
+                self.hosts.disk_full(i, true)?;
                 thread::sleep(secs);
-                let pid = self.manager.start()?;
-                self.log(&format!("   manager started again (pid {pid})"));
+                self.hosts.disk_full(i, false)?;
             }
             FaultKind::ApiserverStop => {
                 let pid = apiserver_pid(&self.cli.mgmt_dir)?;
@@ -737,17 +820,72 @@ impl Campaign {
         })
     }
 
-    /// The manager exited on its own (e.g. it lost its leader Lease while the API server was frozen: by
-    /// design it stops acting then): restart it as its Pod's kubelet would, and count it.
+    /// SIGKILL replica `r`, and start it again after `secs` (as its Pod's kubelet would).
+    fn kill_replica(&mut self, r: usize, secs: Duration) -> Result<()> {
+        let m = &mut self.managers[r];
+        let who = m.identity();
+        m.kill()?;
+        thread::sleep(secs);
+        let pid = m.start()?;
+        self.log(&format!("   manager {who} killed, started again (pid {pid})"));
+        Ok(())
+    }
+
+    /// The replica holding the leader Lease now: its holder read from the API (waiting up to 60 s for one of
+    /// the replicas to hold it: right after a kill or a freeze it may be vacant until it expires).
+    fn leader(&mut self) -> Result<usize> {
+        let (ns, name) = self.managers[0]
+            .lease()
+            .context("the manager names no leader Lease")?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut last;
+        loop {
+            match self.kube.ok(&[
+                "get",
+                "lease",
+                "-n",
+                &ns,
+                &name,
+                "-o",
+                "jsonpath={.spec.holderIdentity}",
+            ]) {
+                Ok(holder) => {
+                    let holder = holder.trim().to_owned();
+                    if let Some(r) = self.managers.iter().position(|m| m.identity() == holder)
+                        && self.managers[r].pid().is_some()
+                    {
+                        self.log(&format!("   leader: {holder} (Lease {ns}/{name})"));
+                        return Ok(r);
+                    }
+                    last = format!("held by {holder:?}");
+                }
+                Err(e) => last = format!("{e:#}"),
+            }
+            if Instant::now() > deadline {
+                bail!("no replica holds the leader Lease {ns}/{name} after 60 s: {last}");
+            }
+            self.supervise();
+            thread::sleep(Duration::from_secs(1));
+        }
+    }
+
+    /// A replica exited on its own (e.g. it lost its leader Lease while the API server was frozen: by design it
+    /// stops acting then): restart it as its Pod's kubelet would, and count it.
     fn supervise(&mut self) {
-        if self.manager.pid().is_none() {
+        for r in 0..self.managers.len() {
+            let m = &mut self.managers[r];
+            if m.pid().is_some() {
+                continue;
+            }
+            let who = m.identity();
+            let started = m.start();
             self.report.supervised_restarts += 1;
-            match self.manager.start() {
+            match started {
                 Ok(pid) => self.log(&format!(
-                    "   the manager exited on its own: restarted (pid {pid}), as its Pod's kubelet would"
+                    "   manager {who} exited on its own: restarted (pid {pid}), as its Pod's kubelet would"
                 )),
                 Err(e) => self.log(&format!(
-                    "   the manager exited and could not be restarted: {e:#}"
+                    "   manager {who} exited and could not be restarted: {e:#}"
                 )),
             }
         }
@@ -803,13 +941,15 @@ impl Campaign {
             }
         }
         out.extend(self.secret_checks());
-        if let Some(pid) = self.manager.pid()
-            && let Some(rss) = fs::read_to_string(format!("/proc/{pid}/status"))
-                .ok()
-                .and_then(|s| invariants::rss_kib(&s))
-        {
-            self.report.max_rss_kib = self.report.max_rss_kib.max(rss);
-            out.extend(invariants::rss_bounded(rss, self.cli.rss_max_mib * 1024));
+        for r in 0..self.managers.len() {
+            if let Some(pid) = self.managers[r].pid()
+                && let Some(rss) = fs::read_to_string(format!("/proc/{pid}/status"))
+                    .ok()
+                    .and_then(|s| invariants::rss_kib(&s))
+            {
+                self.report.max_rss_kib = self.report.max_rss_kib.max(rss);
+                out.extend(invariants::rss_bounded(rss, self.cli.rss_max_mib * 1024));
+            }
         }
         out
     }
@@ -923,12 +1063,14 @@ impl Campaign {
             self.secrets.len(),
             self.secrets.len() - keys
         ));
-        let log = fs::read_to_string(&self.manager.log).unwrap_or_default();
-        out.extend(invariants::secret_leaks(
-            &self.manager.log.display().to_string(),
-            &log,
-            &self.secrets,
-        ));
+        for m in &self.managers {
+            let log = fs::read_to_string(&m.log).unwrap_or_default();
+            out.extend(invariants::secret_leaks(
+                &m.log.display().to_string(),
+                &log,
+                &self.secrets,
+            ));
+        }
         if let Ok(ev) = self.kube.list("events", false, &[]) {
             out.extend(invariants::secret_leaks(
                 "the namespace's events",
