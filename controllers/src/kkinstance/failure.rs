@@ -121,6 +121,26 @@ mod tests {
     }
 
     #[test]
+    fn a_step_that_says_retry_later_is_transient_and_keeps_its_output() {
+        let f = service_failure(
+            Phase::Binary,
+            capkk_service::Error::RetryLater {
+                step: "binary/download-artifacts".into(),
+                output_tail: "curl: (23) Failure writing output to destination".into(),
+            },
+        );
+        match f {
+            Failure::Transient(m) => {
+                assert!(
+                    m.contains("binary") && m.contains("Failure writing output"),
+                    "{m}"
+                )
+            }
+            Failure::Terminal { reason, message } => panic!("terminal {reason}: {message}"),
+        }
+    }
+
+    #[test]
     fn unsupported_and_invalid_input_are_terminal() {
         let u = service_failure(
             Phase::Repository,

@@ -4,6 +4,10 @@
 
 use capkk_executor::ExecError;
 
+/// The exit code by which a host script's step says "failed, retry later" (75, sysexits' EX_TEMPFAIL): its
+/// failure is [`Error::RetryLater`], not a terminal [`Error::CommandFailed`].
+pub const RETRY_LATER_EXIT: u32 = 75;
+
 /// Result alias.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -29,6 +33,15 @@ pub enum Error {
         /// Exit code.
         exit_code: Option<u32>,
         /// Redacted tail of the output.
+        output_tail: String,
+    },
+    /// A step's command failed in a way that retrying later may fix without a spec change: it exited with
+    /// [`RETRY_LATER_EXIT`] (a host download cut short or written to a full disk). Transient.
+    #[error("step {step} failed, retried later: {output_tail}")]
+    RetryLater {
+        /// Step name.
+        step: String,
+        /// Redacted tail of the output (what failed, e.g. curl's `(23) Failure writing output`).
         output_tail: String,
     },
     /// The input (spec, bootstrap data) is invalid; `field` names what to fix.
@@ -118,7 +131,10 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Exec { source, .. } => source.is_transient(),
-            Error::Download { .. } | Error::LocalIo { .. } | Error::HostBusy { .. } => true,
+            Error::Download { .. }
+            | Error::LocalIo { .. }
+            | Error::HostBusy { .. }
+            | Error::RetryLater { .. } => true,
             _ => false,
         }
     }

@@ -1190,6 +1190,48 @@ async fn host_download_mode_installs_without_uploads() {
     );
 }
 
+/// The fault campaign's `disk-full` on a host that downloads (docs/reliability.md): a host download that fails
+/// (here the mirror lacks one file; a full disk fails the same step) must be retried with backoff, not leave
+/// the Machine failed until someone sets the retry annotation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_host_download_is_retried_later_and_installs_once_the_file_is_there() {
+    let Some(sb) = sandbox() else { return };
+    let host = &sb.hosts()[7];
+    let ex = executor(sb, 7, "root");
+    let progress = RecordingProgress::default();
+    let redactor = Redactor::default();
+    let f = facts::gather(&*ex, &progress, &redactor).await.unwrap();
+    let mirror = Mirror::start(sb).expect("mirror on the sandbox bridge");
+    let si = stand_ins(&f.arch, "hostretry");
+    si.serve(&mirror);
+    let (kubelet_path, kubelet_body) = si.files["kubelet"].clone();
+    mirror.remove(&kubelet_path);
+    let c = cache("hostretry");
+    let cfg = binary_config(&f, si.source(&mirror, DownloadOn::Host));
+    let err = binary::ensure(&*ex, &cfg, &f, &c, &progress, &redactor)
+        .await
+        .expect_err("kubelet is not on the mirror");
+    assert!(
+        matches!(err, capkk_service::Error::RetryLater { .. }) && err.is_transient(),
+        "a failed host download is retried later, not terminal: {err:?}"
+    );
+    assert!(
+        err.to_string().contains("downloading kubelet"),
+        "names what failed: {err}"
+    );
+    let (path, _) = &si.binaries[0];
+    assert_eq!(
+        file_states(host, &[path]),
+        [format!("{path} missing")],
+        "nothing installed"
+    );
+    mirror.put(&kubelet_path, kubelet_body);
+    let out = binary::ensure(&*ex, &cfg, &f, &c, &progress, &redactor)
+        .await
+        .expect("the retry installs once the file is served");
+    assert_eq!(out.host_downloaded.len(), 4);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_controller_download_serves_many_hosts() {
     let Some(sb) = sandbox() else { return };

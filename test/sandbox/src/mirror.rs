@@ -297,6 +297,11 @@ impl Mirror {
         lock(&self.files).insert(path.to_owned(), body.into());
     }
 
+    /// Stop serving `path` (404 from now on).
+    pub fn remove(&self, path: &str) {
+        lock(&self.files).remove(path);
+    }
+
     /// How many requests asked for `path` so far (HEADs and 404s included).
     pub fn hits(&self, path: &str) -> usize {
         lock(&self.hits).get(path).copied().unwrap_or(0)

@@ -4,7 +4,9 @@
 //! stdin to `sh -s` (privileged) in **one** exec; each step runs in its own `set -e` subshell with stderr
 //! merged into stdout, framed by marker lines so the caller can journal one [`StepRecord`] per step (name,
 //! exit code, duration, redacted output tail). A step sets `CHANGED=1` when it altered the host; a step that
-//! changed nothing is journaled as `skipped`. The script stops at the first failing step.
+//! changed nothing is journaled as `skipped`. The script stops at the first failing step; a step that exits
+//! with [`crate::error::RETRY_LATER_EXIT`] fails as [`Error::RetryLater`] (transient), any other as
+//! [`Error::CommandFailed`] (terminal).
 //!
 //! Helpers available to every step body (defined in [`PRELUDE`], `pkg/service/host/lib/prelude.sh`):
 //! - `put_file PATH MODE SHA256 BASE64` writes a file only when its content or mode differs (atomic rename),
@@ -114,8 +116,9 @@ impl Script {
 
     /// Run the script as one privileged exec; journal every step under `phase`.
     ///
-    /// A failing step becomes [`Error::CommandFailed`] (or [`Error::ChecksumMismatch`] when it reported one
-    /// through `mismatch`); steps after it do not run.
+    /// A failing step becomes [`Error::CommandFailed`] ([`Error::RetryLater`] when it exited with
+    /// [`crate::error::RETRY_LATER_EXIT`], [`Error::ChecksumMismatch`] when it reported one through
+    /// `mismatch`); steps after it do not run.
     pub async fn run(
         &self,
         exec: &dyn Executor,
@@ -156,6 +159,12 @@ impl Script {
             });
         }
         if let Some(failed) = parsed.iter().find(|p| p.record.exit_code != Some(0)) {
+            if failed.record.exit_code == Some(crate::error::RETRY_LATER_EXIT) {
+                return Err(Error::RetryLater {
+                    step: format!("{phase}/{}", failed.record.name),
+                    output_tail: failed.record.output_tail.clone(),
+                });
+            }
             return Err(Error::CommandFailed {
                 step: format!("{phase}/{}", failed.record.name),
                 command: format!("{phase} script step {}", failed.record.name),
