@@ -22,9 +22,11 @@ pub const RSS_BOUNDED: &str = "manager-rss-bounded";
 /// No command item of a host's provisioning journal ran twice, except one whose first run the campaign killed
 /// by restarting that host while it ran (the provider re-runs such a step by design).
 pub const NO_COMMAND_TWICE: &str = "no-command-ran-twice";
+/// A killed leader's Lease is taken by another running replica while it is down (longer than the Lease).
+pub const LEADER_TAKEN_OVER: &str = "leader-taken-over";
 
 /// Every check, in the report's order.
-pub const CHECKS: [&str; 7] = [
+pub const CHECKS: [&str; 8] = [
     MACHINES_SETTLE,
     NO_DOUBLE_CLAIM,
     NO_LEFTOVER_CLAIM,
@@ -32,7 +34,27 @@ pub const CHECKS: [&str; 7] = [
     NO_COMMAND_TWICE,
     NO_SECRET_LEAK,
     RSS_BOUNDED,
+    LEADER_TAKEN_OVER,
 ];
+
+/// `leader-taken-over`: the Lease's holders read while the killed leader `killed` was down for `down_secs`
+/// (in order; an unreadable Lease left out). Another replica must have held it by the end.
+pub fn leader_taken_over(killed: &str, holders: &[String], down_secs: u64) -> Option<Violation> {
+    if holders.iter().any(|h| !h.is_empty() && h != killed) {
+        return None;
+    }
+    Some(Violation {
+        check: LEADER_TAKEN_OVER.into(),
+        message: format!(
+            "leader {killed} killed: no other replica took the Lease in {down_secs} s (holders read: {})",
+            if holders.is_empty() {
+                "none".to_owned()
+            } else {
+                holders.join(", ")
+            }
+        ),
+    })
+}
 
 /// A broken invariant.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -1080,6 +1102,23 @@ mod tests {
         assert_eq!(
             v.message,
             "the manager's RSS is 600 MiB, above the bound of 512 MiB"
+        );
+    }
+
+    #[test]
+    fn a_killed_leader_must_be_followed_by_another_holder() {
+        let h = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(leader_taken_over("m", &h(&["m", "m", "m-b"]), 20), None);
+        let v = leader_taken_over("m", &h(&["m", "m", ""]), 20).expect("nobody took over");
+        assert_eq!(v.check, LEADER_TAKEN_OVER);
+        assert!(
+            v.message.contains("m killed") && v.message.contains("20 s"),
+            "{}",
+            v.message
+        );
+        assert!(
+            leader_taken_over("m", &[], 20).is_some(),
+            "no read is no takeover"
         );
     }
 }

@@ -24,7 +24,8 @@ pub enum FaultKind {
     /// A node container restarted (power cycle: every process gone, disk kept) while its phase runs.
     HostRestart,
     /// With two manager replicas, the one holding the leader Lease SIGKILLed (its Lease not released: the
-    /// other takes over once it expires), restarted after the fault's seconds as its Pod's kubelet would.
+    /// other takes over once it expires), restarted after the fault's seconds (longer than the Lease) as its
+    /// Pod's kubelet would.
     LeaderKill,
     /// A host's artifact staging directory (`/var/lib/capkk/staging`) full for the fault's seconds: an empty
     /// file system without a free byte mounted over it, so every upload or download into it fails with
@@ -66,7 +67,9 @@ impl FaultKind {
             FaultKind::SshCut => (5, 120),
             FaultKind::SshdStop => (5, 60),
             FaultKind::HostRestart => (0, 0),
-            FaultKind::LeaderKill => (0, 10),
+            // Longer than the manager's 15 s Lease: a replica restarted sooner comes back under its own
+            // identity (its Pod's name) and takes its Lease back at once, so the other never takes over.
+            FaultKind::LeaderKill => (20, 30),
             FaultKind::DiskFull => (5, 60),
         }
     }

@@ -377,6 +377,12 @@ impl Campaign {
                         specs.extend(planner.next(step));
                     }
                 }
+                // A step's faults run one after the other, each from its moment to its end: a full disk
+                // aimed at the binaries' upload goes first while hosts are set up, or the upload is over
+                // before its turn (seen: every one of them found the step settled). The draws are unchanged.
+                if matches!(step, Step::Create | Step::ScaleUp) {
+                    specs.sort_by_key(|s| s.kind != FaultKind::DiskFull);
+                }
                 self.step(cycle, step, specs)?;
                 self.write_report()?;
             }
@@ -613,7 +619,7 @@ impl Campaign {
             r.survived = ok && clean && terminal.is_empty();
             r.recover_secs = ok.then(|| done.duration_since(ended).as_secs_f64());
             if n + 1 == last {
-                r.violations = std::mem::take(&mut violations);
+                r.violations.append(&mut violations);
             }
             r.terminal = terminal.clone();
             self.report.faults.push(r);
@@ -731,6 +737,7 @@ impl Campaign {
             if hit { "moment hit" } else { "step already settled" },
         ));
         let secs = Duration::from_secs(spec.secs);
+        let mut extra = Vec::new();
         match spec.kind {
             FaultKind::ManagerKill => {
                 // A manager that exited on its own right before (its Lease lost during an API-server freeze
@@ -743,7 +750,33 @@ impl Campaign {
             FaultKind::LeaderKill => {
                 self.supervise();
                 let r = self.leader()?;
-                self.kill_replica(r, secs)?;
+                let killed = self.managers[r].identity();
+                self.managers[r].kill()?;
+                // While it is down (longer than the Lease), the Lease's holder read every second: another
+                // replica must take it.
+                let t = Instant::now();
+                let mut holders = Vec::new();
+                let mut took: Option<(String, f64)> = None;
+                while t.elapsed() < secs {
+                    if let Ok(h) = self.lease_holder() {
+                        if took.is_none() && !h.is_empty() && h != killed {
+                            took = Some((h.clone(), t.elapsed().as_secs_f64()));
+                        }
+                        holders.push(h);
+                    }
+                    thread::sleep(Duration::from_secs(1));
+                }
+                let pid = self.managers[r].start()?;
+                match &took {
+                    Some((h, at)) => self.log(&format!(
+                        "   leader {killed} killed: {h} took the Lease after {at:.1}s; {killed} started again (pid {pid})"
+                    )),
+                    None => self.log(&format!(
+                        "   leader {killed} killed: no other replica took the Lease in {}s; started again (pid {pid})",
+                        spec.secs
+                    )),
+                }
+                extra.extend(invariants::leader_taken_over(&killed, &holders, spec.secs));
             }
             FaultKind::DiskFull => {
                 let i = host.context("host fault without a host")?;
@@ -815,7 +848,7 @@ impl Campaign {
             at_secs,
             survived: false,
             recover_secs: None,
-            violations: Vec::new(),
+            violations: extra,
             terminal: Vec::new(),
         })
     }
@@ -831,6 +864,26 @@ impl Campaign {
         Ok(())
     }
 
+    /// The leader Lease's holder identity now (empty when vacant).
+    fn lease_holder(&self) -> Result<String> {
+        let (ns, name) = self.managers[0]
+            .lease()
+            .context("the manager names no leader Lease")?;
+        Ok(self
+            .kube
+            .ok(&[
+                "get",
+                "lease",
+                "-n",
+                &ns,
+                &name,
+                "-o",
+                "jsonpath={.spec.holderIdentity}",
+            ])?
+            .trim()
+            .to_owned())
+    }
+
     /// The replica holding the leader Lease now: its holder read from the API (waiting up to 60 s for one of
     /// the replicas to hold it: right after a kill or a freeze it may be vacant until it expires).
     fn leader(&mut self) -> Result<usize> {
@@ -840,17 +893,8 @@ impl Campaign {
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut last;
         loop {
-            match self.kube.ok(&[
-                "get",
-                "lease",
-                "-n",
-                &ns,
-                &name,
-                "-o",
-                "jsonpath={.spec.holderIdentity}",
-            ]) {
+            match self.lease_holder() {
                 Ok(holder) => {
-                    let holder = holder.trim().to_owned();
                     if let Some(r) = self.managers.iter().position(|m| m.identity() == holder)
                         && self.managers[r].pid().is_some()
                     {
