@@ -51,6 +51,22 @@ stop_replicas() {
     rm -f "$pf"
   done
 }
+# The host-claim Leases still held for the run's namespace once its teardown is done: a run interrupted
+# mid-cycle is torn down with its finalizers dropped, so nothing released them, and the next campaign on this
+# plane found them (no-claim-left-after-delete now ignores claims held before it began, and this removes them).
+release_claims() {
+  local ns name holder
+  (
+    eval "$("$ROOT/test/mgmt/scripts/mgmt.sh" env)"
+    kubectl get leases -A -l infrastructure.cluster.x-k8s.io/host-claim --request-timeout=10s \
+      -o jsonpath='{range .items[*]}{.metadata.namespace} {.metadata.name} {.spec.holderIdentity}{"\n"}{end}' |
+      while read -r ns name holder; do
+        case $holder in
+          "capkk-$NAME/"*) kubectl delete lease -n "$ns" "$name" --request-timeout=10s ;;
+        esac
+      done
+  ) || true
+}
 finish() {
   local rc=$?
   stop_replicas
@@ -59,11 +75,12 @@ finish() {
   else
     say "tearing down"
     down >"$WORK/chaos-down.log" 2>&1 || say "teardown failed: $WORK/chaos-down.log"
+    release_claims >>"$WORK/chaos-down.log" 2>&1
   fi
   say "$SOURCE campaign: exit $rc after $(($(date +%s) - t0)) s (load $(cut -d' ' -f1-3 /proc/loadavg))"
   exit "$rc"
 }
-if [ "${CHAOS_DOWN:-0}" = 1 ]; then stop_replicas; down; exit 0; fi
+if [ "${CHAOS_DOWN:-0}" = 1 ]; then stop_replicas; down; release_claims; exit 0; fi
 # `make build` (cargo test --no-run) does not link a package's binary unless an integration test needs it:
 # build the driver here, before anything starts, so a fresh clone runs it (unless CHAOS_BIN names another).
 if [ -z "${CHAOS_BIN:-}" ]; then

@@ -174,6 +174,18 @@ pub struct HostId {
 }
 
 /// The KKInstance claiming a host: `ns/name` (uid).
+/// The holder uids (`holder-uid` annotations) of the host-claim Leases held for `namespace` now: taken before
+/// a campaign, the claims an earlier run left (not this run's leftovers).
+pub fn claims_held_for(leases: &Value, namespace: &str) -> BTreeSet<String> {
+    let prefix = format!("{namespace}/");
+    items(leases)
+        .iter()
+        .map(lease_holder)
+        .filter(|(holder, _)| holder.starts_with(&prefix))
+        .map(|(_, uid)| uid)
+        .collect()
+}
+
 fn lease_holder(lease: &Value) -> (String, String) {
     (
         s(lease, &["spec", "holderIdentity"]).to_owned(),
@@ -261,7 +273,12 @@ pub fn claimed_pairs(leases: &Value, hosts: &[HostId]) -> usize {
 }
 
 /// What the deletion of the cluster in `namespace` left: KKInstances there, host-claim Leases held for it.
-pub fn leftover_claims(kkinstances: &Value, leases: &Value, namespace: &str) -> Vec<Violation> {
+pub fn leftover_claims(
+    kkinstances: &Value,
+    leases: &Value,
+    namespace: &str,
+    before: &BTreeSet<String>,
+) -> Vec<Violation> {
     let mut out = Vec::new();
     for i in items(kkinstances) {
         if s(i, &["metadata", "namespace"]) == namespace {
@@ -278,7 +295,7 @@ pub fn leftover_claims(kkinstances: &Value, leases: &Value, namespace: &str) -> 
     let prefix = format!("{namespace}/");
     for l in items(leases) {
         let (holder, uid) = lease_holder(l);
-        if holder.starts_with(&prefix) {
+        if holder.starts_with(&prefix) && !before.contains(&uid) {
             out.push(Violation::new(
                 NO_LEFTOVER_CLAIM,
                 format!(
@@ -776,11 +793,27 @@ mod tests {
         let insts = json!({"items": [{"metadata": {"namespace": "ns", "name": "c.h1"}, "status": {"phase": "Deleting"}}]});
         let leases = json!({"items": [lease("capkk-host-key-1", "SHA256:abc", "ns/c.h1", "u1"),
                                       lease("capkk-host-key-2", "SHA256:def", "other/x", "u9")]});
-        let v = leftover_claims(&insts, &leases, "ns");
+        let none = BTreeSet::new();
+        let v = leftover_claims(&insts, &leases, "ns", &none);
         assert_eq!(v.len(), 2, "{v:?}");
         assert!(v[0].message.contains("KKInstance ns/c.h1"));
         assert!(v[1].message.contains("capkk-host-key-1"));
-        assert_eq!(leftover_claims(&json!({"items": []}), &leases, "third"), vec![]);
+        assert_eq!(
+            leftover_claims(&json!({"items": []}), &leases, "third", &none),
+            vec![]
+        );
+        // A claim held before the campaign began (an earlier, interrupted run's) is not this run's leftover;
+        // the same Lease taken by a KKInstance of this run (another holder uid) is.
+        let before = BTreeSet::from(["u1".to_owned()]);
+        assert_eq!(
+            leftover_claims(&json!({"items": []}), &leases, "ns", &before),
+            vec![]
+        );
+        let retaken = json!({"items": [lease("capkk-host-key-1", "SHA256:abc", "ns/c.h1", "u7")]});
+        assert_eq!(
+            leftover_claims(&json!({"items": []}), &retaken, "ns", &before).len(),
+            1
+        );
     }
 
     #[test]

@@ -107,6 +107,9 @@ struct Campaign {
     /// The `no-command-ran-twice` messages reported already: a journal stays until its host's reset and is read
     /// after every fault, and a second run is reported once.
     journal_reported: BTreeSet<String>,
+    /// Holder uids of the claim Leases held for the namespace before the campaign began (an earlier,
+    /// interrupted run's): not this run's leftovers.
+    claims_before: BTreeSet<String>,
     started: Instant,
     report: Report,
 }
@@ -244,6 +247,7 @@ fn run() -> Result<bool> {
         secrets: Vec::new(),
         restarts: vec![Vec::new(); host_count],
         journal_reported: BTreeSet::new(),
+        claims_before: BTreeSet::new(),
         started: Instant::now(),
         report,
     };
@@ -313,8 +317,25 @@ impl Campaign {
         Ok(md)
     }
 
-    /// Each host's probe before the campaign, for hosts without a claim then.
+    /// Each host's probe before the campaign, for hosts without a claim then; the claim Leases already held
+    /// for the namespace.
     fn take_baseline(&mut self) -> Result<()> {
+        let leases = retry(|| {
+            self.kube.list(
+                "leases",
+                true,
+                &["-l", "infrastructure.cluster.x-k8s.io/host-claim"],
+            )
+        })?;
+        self.claims_before = invariants::claims_held_for(&leases, &self.cli.namespace);
+        if !self.claims_before.is_empty() {
+            self.log(&format!(
+                "claim Leases held for {} before the campaign (an earlier run's): {} holder(s), not counted by {}",
+                self.cli.namespace,
+                self.claims_before.len(),
+                invariants::NO_LEFTOVER_CLAIM
+            ));
+        }
         let insts = retry(|| self.kube.list("kkinstances", true, &[]))?;
         let claimed: BTreeSet<String> = insts["items"]
             .as_array()
@@ -954,7 +975,12 @@ impl Campaign {
                     "   claims: {claimed} KKInstances, {pairs} hosts with both claim Leases compared"
                 ));
                 if step == Step::Delete {
-                    out.extend(invariants::leftover_claims(i, l, &self.cli.namespace));
+                    out.extend(invariants::leftover_claims(
+                        i,
+                        l,
+                        &self.cli.namespace,
+                        &self.claims_before,
+                    ));
                 }
             }
             _ => self.log("   (claims not checked: the API did not answer)"),
