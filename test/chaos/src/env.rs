@@ -559,74 +559,79 @@ mod tests {
         assert!((10000..20000).contains(&port));
     }
 
-    /// The fault's host script for `mode` on `dir`, noting what it made in `made` (a scratch file, not the
-    /// machine's /run).
-    fn disk_full_script(dir: &Path, made: &Path, mode: &str) -> String {
+    /// The fault's host script for `mode` on `dir`, its own state at `state` (a scratch path, not the machine's
+    /// /run).
+    fn disk_full_script(dir: &Path, state: &Path, mode: &str) -> String {
         shell_quote(&format!(
-            "MODE={mode}\nDIR={}\nMADE={}\n{DISK_FULL_SH}",
+            "MODE={mode}\nDIR={}\nSTATE={}\n{DISK_FULL_SH}",
             shell_quote(&dir.display().to_string()),
-            shell_quote(&made.display().to_string())
+            shell_quote(&state.display().to_string())
         ))
     }
 
-    /// The fault's own host script, run in a mount namespace of its own on a scratch directory.
-    fn disk_full(dir: &Path, made: &Path, mode: &str) -> Output {
-        let script = format!(
-            "mount --make-rprivate / && sh -c {}",
-            disk_full_script(dir, made, mode)
-        );
-        Command::new("unshare")
-            .args(["-m", "sh", "-c", &script])
+    /// `script` in a mount namespace of its own (the fault's mounts go with it): stdout, stderr.
+    fn in_mount_ns(script: &str) -> (String, String) {
+        let out = Command::new("unshare")
+            .args(["-m", "sh", "-c", &format!("mount --make-rprivate / && {script}")])
             .output()
-            .expect("unshare runs (root)")
+            .expect("unshare runs (root)");
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     }
 
     #[test]
-    fn the_disk_full_script_leaves_no_byte_free_and_its_free_removes_what_it_made() {
+    fn the_disk_full_script_fails_new_writes_keeps_what_was_staged_and_its_free_removes_what_it_made() {
         let scratch = tempfile::tempdir().expect("tempdir");
         let dir = scratch.path().join("capkk/staging");
-        let made = scratch.path().join("made");
-        // fill and a write in one mount namespace (the mount goes with it): the write fails with ENOSPC.
-        let script = format!(
-            "mount --make-rprivate / && sh -c {fill} && df -k {d} | tail -n 1 && \
-             if echo data > {d}/f; then echo WROTE; fi; sh -c {fill} || echo REFUSED; sh -c {free}; echo END",
-            fill = disk_full_script(&dir, &made, "fill"),
-            free = disk_full_script(&dir, &made, "free"),
-            d = shell_quote(&dir.display().to_string()),
-        );
-        let out = Command::new("unshare")
-            .args(["-m", "sh", "-c", &script])
-            .output()
-            .expect("unshare runs (root)");
-        let text = String::from_utf8_lossy(&out.stdout);
-        let err = String::from_utf8_lossy(&out.stderr);
+        let state = scratch.path().join("state");
+        let d = shell_quote(&dir.display().to_string());
+        let fill = disk_full_script(&dir, &state, "fill");
+        let free = disk_full_script(&dir, &state, "free");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("staged"), "whole").unwrap();
+        // A download under way when the disk fills (its file open before) goes on; a new file cannot be
+        // written; what was staged before stays readable.
+        let (text, err) = in_mount_ns(&format!(
+            "exec 3>>{d}/open-before; sh -c {fill} && df -k {d} | tail -n 1 && \
+             if echo data > {d}/new; then echo WROTE-NEW; fi; \
+             if echo more >&3; then echo FD-WROTE; fi; cat {d}/open-before; cat {d}/staged; echo; \
+             sh -c {fill} || echo REFUSED; sh -c {free}; echo END"
+        ));
         assert!(text.contains("full: "), "{text}\n{err}");
         assert!(
             text.lines().any(|l| l.split_whitespace().nth(3) == Some("0")),
             "0 KiB available: {text}"
         );
         assert!(
-            !text.contains("WROTE"),
-            "a write succeeded on the full file system: {text}\n{err}"
+            !text.contains("WROTE-NEW"),
+            "a new file was written on the full disk: {text}\n{err}"
         );
         assert!(
-            text.contains("REFUSED") && err.contains("is a mount point already"),
+            text.contains("FD-WROTE\nmore\nwhole"),
+            "the open file grew, the staged one readable: {text}\n{err}"
+        );
+        assert!(
+            text.contains("REFUSED") && err.contains("is full already"),
             "{text}\n{err}"
         );
         assert!(text.contains("END"), "{text}\n{err}");
-        // What fill created on a host that had no such directories is gone again.
+        assert_eq!(fs::read_to_string(dir.join("staged")).unwrap(), "whole");
+        assert_eq!(fs::read_to_string(dir.join("open-before")).unwrap(), "more\n");
+        assert!(
+            !dir.join("new").exists() && !state.exists(),
+            "nothing of the fault left"
+        );
+        // On a host without the directories, the ones fill created go again.
+        fs::remove_dir_all(scratch.path().join("capkk")).unwrap();
+        let (text, err) = in_mount_ns(&format!("sh -c {fill} && sh -c {free} && echo END"));
+        assert!(text.contains("END"), "{text}\n{err}");
         assert!(
             !scratch.path().join("capkk").exists(),
             "left behind: {}",
             dir.display()
         );
-        // On a host that had them (and a staged file), they stay, with the file.
-        fs::create_dir_all(&dir).unwrap();
-        fs::write(dir.join("staged"), "whole").unwrap();
-        let out = disk_full(&dir, &made, "fill");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let out = disk_full(&dir, &made, "free");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        assert_eq!(fs::read_to_string(dir.join("staged")).unwrap(), "whole");
+        assert!(!state.exists(), "left behind: {}", state.display());
     }
 }
