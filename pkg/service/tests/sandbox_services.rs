@@ -42,7 +42,7 @@ fn sandbox() -> Option<&'static Sandbox> {
     if skip_unless_supported() {
         return None;
     }
-    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("svc-tests", 12)).expect("sandbox up")))
+    Some(SB.get_or_init(|| Sandbox::shared(&SandboxConfig::new("svc-tests", 13)).expect("sandbox up")))
 }
 
 fn pool() -> &'static SshPool {
@@ -1196,8 +1196,8 @@ async fn host_download_mode_installs_without_uploads() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_host_download_is_retried_later_and_installs_once_the_file_is_there() {
     let Some(sb) = sandbox() else { return };
-    let host = &sb.hosts()[7];
-    let ex = executor(sb, 7, "root");
+    let host = &sb.hosts()[12];
+    let ex = executor(sb, 12, "root");
     let progress = RecordingProgress::default();
     let redactor = Redactor::default();
     let f = facts::gather(&*ex, &progress, &redactor).await.unwrap();

@@ -45,13 +45,13 @@ mkdir -p "$STAGING"
 while [ $# -ge 3 ]; do
   echo "downloading $1"
   # A download that fails (the mirror unreachable, a full disk: curl's exit 23) may work later without a spec
-  # change: exit 75, retried with backoff (Error::RetryLater), its partial file removed. No downloader is not.
+  # change: exit 99 (RETRY_LATER_EXIT), retried with backoff (Error::RetryLater), its partial file removed. No downloader is not.
   fetch "$2" "$3" || {
     rc=$?
     rm -f "$3"
     [ "$rc" != 127 ] || exit 127
     echo "downloading $1 failed (exit $rc): retried later" >&2
-    exit 75
+    exit 99
   }
   CHANGED=1
   shift 3
