@@ -22,9 +22,13 @@ case $MODE in
     fi
     : >"$made"
     for d in "$(dirname "$DIR")" "$DIR"; do
-      if [ ! -d "$d" ]; then
-        mkdir "$d"
+      # The provider may create it at this very moment (seen: `mkdir: File exists` after a test for it):
+      # noted as made only when this mkdir made it.
+      if mkdir "$d" 2>/dev/null; then
         echo "$d" >>"$made"
+      elif [ ! -d "$d" ]; then
+        echo "cannot create $d" >&2
+        exit 1
       fi
     done
     mkdir "$state"
