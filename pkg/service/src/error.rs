@@ -4,8 +4,8 @@
 
 use capkk_executor::ExecError;
 
-/// The exit code by which a host script's step says "failed, retry later": its failure is
-/// [`Error::RetryLater`], not a terminal [`Error::CommandFailed`]. Not sysexits' 75 (EX_TEMPFAIL): the reset's
+/// The exit code by which a host script's step says "failed, retry later" (the prelude's `retry_later`): its
+/// failure is [`Error::RetryLater`], not a terminal [`Error::CommandFailed`]. Not sysexits' 75 (EX_TEMPFAIL): the reset's
 /// `remove-paths` exits 75 for a volume still mounted, which must stay terminal (the host is quarantined).
 pub const RETRY_LATER_EXIT: u32 = 99;
 

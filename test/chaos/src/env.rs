@@ -480,17 +480,15 @@ impl Hosts {
         let Hosts::Fleet(f) = self else {
             bail!("sandbox hosts share the machine's file system: no disk of their own to fill")
         };
+        let mode = if fill { "fill" } else { "free" };
         let script = format!(
-            "MODE={}\nDIR={}\n{}",
-            if fill { "fill" } else { "free" },
+            "MODE={mode}\nDIR={}\n{DISK_FULL_SH}",
             shell_quote(capkk_service::binary::catalogue::STAGING_DIR),
-            DISK_FULL_SH
         );
         let out = f.inside(i, &script)?;
         if !out.status.success() {
             bail!(
-                "disk-full {} in {}: {}",
-                if fill { "fill" } else { "free" },
+                "disk-full {mode} in {}: {}",
                 f.vms()[i].name,
                 String::from_utf8_lossy(&out.stderr).trim()
             );

@@ -7,14 +7,13 @@ fetch() {
 mkdir -p "$STAGING"
 while [ $# -ge 3 ]; do
   echo "downloading $1"
-  # A download that fails (the mirror unreachable, a full disk: curl's exit 23) may work later without a spec
-  # change: exit 99 (RETRY_LATER_EXIT), retried with backoff (Error::RetryLater), its partial file removed. No downloader is not.
+  # A download that fails (the mirror unreachable, a full disk: curl's exit 23) may work later: its partial
+  # file removed, retried with backoff. A host without a downloader (127) stays terminal.
   fetch "$2" "$3" || {
     rc=$?
     rm -f "$3"
     [ "$rc" != 127 ] || exit 127
-    echo "downloading $1 failed (exit $rc): retried later" >&2
-    exit 99
+    retry_later "downloading $1 failed (exit $rc): retried later"
   }
   CHANGED=1
   shift 3

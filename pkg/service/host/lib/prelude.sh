@@ -15,6 +15,13 @@ put_file() {
   echo "wrote $1"
   CHANGED=1
 }
+# retry_later MESSAGE: fail the step as one that may work later without a spec change (a download cut short,
+# a full disk): its exit code RETRY_LATER_EXIT (prepended by Script::render) makes it Error::RetryLater,
+# retried with backoff, where any other failure is terminal.
+retry_later() {
+  echo "$1" >&2
+  exit "$RETRY_LATER_EXIT"
+}
 # mismatch ARTIFACT EXPECTED ACTUAL: report a checksum mismatch and fail the step.
 mismatch() {
   echo "@@capkk mismatch $2 $3 $1"

@@ -11,6 +11,7 @@
 //! Helpers available to every step body (defined in [`PRELUDE`], `pkg/service/host/lib/prelude.sh`):
 //! - `put_file PATH MODE SHA256 BASE64` writes a file only when its content or mode differs (atomic rename),
 //!   and sets `CHANGED=1` when it wrote;
+//! - `retry_later MESSAGE` fails the step as [`Error::RetryLater`] (transient);
 //! - `mismatch ARTIFACT EXPECTED ACTUAL` reports a checksum mismatch in a machine-readable line and fails.
 
 use std::time::Duration;
@@ -99,10 +100,12 @@ impl Script {
         self.steps.iter().map(|s| s.name.clone()).collect()
     }
 
-    /// The full shell text sent on stdin: the prelude, then each step framed by `lib/step-open.sh` and
+    /// The full shell text sent on stdin: the prelude (after `RETRY_LATER_EXIT`), then each step framed by `lib/step-open.sh` and
     /// `lib/step-close.sh` (begin/changed/end markers, a `set -e` subshell, stop at the first failure).
     pub fn render(&self) -> String {
-        let mut s = String::from(PRELUDE);
+        let mut s = Vars::new()
+            .var("RETRY_LATER_EXIT", crate::error::RETRY_LATER_EXIT.to_string())
+            .render(PRELUDE);
         for step in &self.steps {
             s.push_str(&Vars::new().var("STEP", &step.name).render(tpl::STEP_OPEN));
             s.push_str(&step.body);

@@ -1,3 +1,4 @@
+RETRY_LATER_EXIT=99
 # Prelude of every batched service script (facts::script::Script). Steps are framed by step-open.sh and
 # step-close.sh; markers follow the one protocol of crate::host::MARK ("@@capkk <verb> <args>").
 umask 022
@@ -14,6 +15,13 @@ put_file() {
   mv -f "$_pt" "$1"
   echo "wrote $1"
   CHANGED=1
+}
+# retry_later MESSAGE: fail the step as one that may work later without a spec change (a download cut short,
+# a full disk): its exit code RETRY_LATER_EXIT (prepended by Script::render) makes it Error::RetryLater,
+# retried with backoff, where any other failure is terminal.
+retry_later() {
+  echo "$1" >&2
+  exit "$RETRY_LATER_EXIT"
 }
 # mismatch ARTIFACT EXPECTED ACTUAL: report a checksum mismatch and fail the step.
 mismatch() {
@@ -44,14 +52,13 @@ fetch() {
 mkdir -p "$STAGING"
 while [ $# -ge 3 ]; do
   echo "downloading $1"
-  # A download that fails (the mirror unreachable, a full disk: curl's exit 23) may work later without a spec
-  # change: exit 99 (RETRY_LATER_EXIT), retried with backoff (Error::RetryLater), its partial file removed. No downloader is not.
+  # A download that fails (the mirror unreachable, a full disk: curl's exit 23) may work later: its partial
+  # file removed, retried with backoff. A host without a downloader (127) stays terminal.
   fetch "$2" "$3" || {
     rc=$?
     rm -f "$3"
     [ "$rc" != 127 ] || exit 127
-    echo "downloading $1 failed (exit $rc): retried later" >&2
-    exit 99
+    retry_later "downloading $1 failed (exit $rc): retried later"
   }
   CHANGED=1
   shift 3

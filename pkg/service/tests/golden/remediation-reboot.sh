@@ -1,3 +1,4 @@
+RETRY_LATER_EXIT=99
 # Prelude of every batched service script (facts::script::Script). Steps are framed by step-open.sh and
 # step-close.sh; markers follow the one protocol of crate::host::MARK ("@@capkk <verb> <args>").
 umask 022
@@ -14,6 +15,13 @@ put_file() {
   mv -f "$_pt" "$1"
   echo "wrote $1"
   CHANGED=1
+}
+# retry_later MESSAGE: fail the step as one that may work later without a spec change (a download cut short,
+# a full disk): its exit code RETRY_LATER_EXIT (prepended by Script::render) makes it Error::RetryLater,
+# retried with backoff, where any other failure is terminal.
+retry_later() {
+  echo "$1" >&2
+  exit "$RETRY_LATER_EXIT"
 }
 # mismatch ARTIFACT EXPECTED ACTUAL: report a checksum mismatch and fail the step.
 mismatch() {

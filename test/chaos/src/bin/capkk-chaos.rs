@@ -770,34 +770,7 @@ impl Campaign {
             }
             FaultKind::LeaderKill => {
                 self.supervise();
-                let r = self.leader()?;
-                let killed = self.managers[r].identity();
-                self.managers[r].kill()?;
-                // While it is down (longer than the Lease), the Lease's holder read every second: another
-                // replica must take it.
-                let t = Instant::now();
-                let mut holders = Vec::new();
-                let mut took: Option<(String, f64)> = None;
-                while t.elapsed() < secs {
-                    if let Ok(h) = self.lease_holder() {
-                        if took.is_none() && !h.is_empty() && h != killed {
-                            took = Some((h.clone(), t.elapsed().as_secs_f64()));
-                        }
-                        holders.push(h);
-                    }
-                    thread::sleep(Duration::from_secs(1));
-                }
-                let pid = self.managers[r].start()?;
-                match &took {
-                    Some((h, at)) => self.log(&format!(
-                        "   leader {killed} killed: {h} took the Lease after {at:.1}s; {killed} started again (pid {pid})"
-                    )),
-                    None => self.log(&format!(
-                        "   leader {killed} killed: no other replica took the Lease in {}s; started again (pid {pid})",
-                        spec.secs
-                    )),
-                }
-                extra.extend(invariants::leader_taken_over(&killed, &holders, spec.secs));
+                extra.extend(self.kill_leader(spec.secs)?);
             }
             FaultKind::DiskFull => {
                 let i = host.context("host fault without a host")?;
@@ -883,6 +856,37 @@ impl Campaign {
         let pid = m.start()?;
         self.log(&format!("   manager {who} killed, started again (pid {pid})"));
         Ok(())
+    }
+
+    /// SIGKILL the replica holding the leader Lease and keep it down `secs` (longer than the Lease), reading
+    /// the Lease's holder every second: another replica must take it (`leader-taken-over`). Then start it
+    /// again.
+    fn kill_leader(&mut self, secs: u64) -> Result<Option<Violation>> {
+        let r = self.leader()?;
+        let killed = self.managers[r].identity();
+        self.managers[r].kill()?;
+        let t = Instant::now();
+        let mut holders = Vec::new();
+        let mut took: Option<(String, f64)> = None;
+        while t.elapsed() < Duration::from_secs(secs) {
+            if let Ok(h) = self.lease_holder() {
+                if took.is_none() && !h.is_empty() && h != killed {
+                    took = Some((h.clone(), t.elapsed().as_secs_f64()));
+                }
+                holders.push(h);
+            }
+            thread::sleep(Duration::from_secs(1));
+        }
+        let pid = self.managers[r].start()?;
+        self.log(&match &took {
+            Some((h, at)) => format!(
+                "   leader {killed} killed: {h} took the Lease after {at:.1}s; {killed} started again (pid {pid})"
+            ),
+            None => format!(
+                "   leader {killed} killed: no other replica took the Lease in {secs}s; started again (pid {pid})"
+            ),
+        });
+        Ok(invariants::leader_taken_over(&killed, &holders, secs))
     }
 
     /// The leader Lease's holder identity now (empty when vacant).
